@@ -1,0 +1,107 @@
+// The `pstar train` configuration: a JSON file with DeepSpeed/PatrickStar names where they exist
+// (docs/config.md lists every key and its default). Parsing validates everything up front:
+// an unknown key names its JSON path and the closest known key; a wrong type or range names the
+// path, what was expected and what was found.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pstar::config {
+
+struct OptimizerConfig {
+  std::string type = "AdamW";  // "Adam" (L2 weight decay) or "AdamW" (decoupled)
+  double lr = 1e-3;
+  std::array<double, 2> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+// fp16 mixed precision with PatrickStar's dynamic loss-scaler defaults.
+struct Fp16Config {
+  bool enabled = false;
+  double loss_scale = 0.0;  // 0 = dynamic; > 0 = that static scale
+  int initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int hysteresis = 2;
+  double min_loss_scale = 1.0;
+};
+
+struct ModelConfig {
+  std::string type = "gpt";
+  std::string preset;  // empty: explicit shape only
+  // Explicit values override the preset's.
+  std::optional<int64_t> hidden;
+  std::optional<int64_t> layers;
+  std::optional<int64_t> heads;
+  std::optional<int64_t> vocab_size;
+  std::optional<int64_t> seq_len;
+  std::string init_from;  // a Hugging Face GPT-2 .safetensors file, resolved to an absolute path
+};
+
+struct DataConfig {
+  std::string path;             // flat binary token ids (resolved path), or empty
+  std::string dtype = "uint16"; // "uint16" or "uint32", for `path`
+  std::string text;             // UTF-8 text tokenized as bytes (resolved path), or empty
+  std::string sampling = "random";  // "random" or "sequential"
+};
+
+struct LrScheduleConfig {
+  std::string type = "cosine";  // "cosine" or "constant" (both after a linear warm-up)
+  int64_t warmup_steps = 0;
+  double min_lr = 0.0;          // the floor cosine decays to
+};
+
+struct TrainingConfig {
+  int64_t steps = 100;
+  uint64_t seed = 1234;
+  int64_t log_interval = 10;
+  LrScheduleConfig lr_schedule;
+};
+
+struct EngineConfig {
+  std::string mode = "torch";  // "torch": plain LibTorch training
+};
+
+struct TrainConfig {
+  std::string source;  // where it came from (file path), for messages
+
+  int64_t train_micro_batch_size_per_gpu = 4;
+  int64_t gradient_accumulation_steps = 1;
+  std::optional<int64_t> train_batch_size;  // if set, must equal micro × accumulation × world
+  OptimizerConfig optimizer;
+  Fp16Config fp16;
+  bool bf16 = false;
+  double gradient_clipping = 0.0;  // global-norm clip; 0 = off
+  // Chunk-engine keys (PatrickStar names). Accepted and validated in every mode; only the
+  // chunked engine uses them.
+  int64_t default_chunk_size = 64LL * 1024 * 1024;
+  bool use_cpu_embedding = true;
+  bool release_after_init = false;
+
+  ModelConfig model;
+  DataConfig data;
+  TrainingConfig training;
+  EngineConfig engine;
+};
+
+// Reads and validates a config file. `overrides` are `--set KEY=VALUE` strings applied before
+// validation: KEY is a dotted path, VALUE is parsed as JSON, or taken as a string if it is not JSON.
+// Relative paths in the file (model.init_from, data.path, data.text) resolve against the
+// file's directory; relative paths given in overrides resolve against the working directory.
+// Throws ConfigError (bad content) or IoError (unreadable file).
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The same from JSON text; `source` names it in messages and `base_dir` resolves relative paths.
+TrainConfig parse_train_config(const std::string& json_text, const std::string& source,
+                               const std::string& base_dir,
+                               const std::vector<std::string>& overrides = {});
+
+// The config as JSON text, every key present (defaults filled in). Written next to metrics and
+// checkpoints so a run can be reproduced.
+std::string to_json_text(const TrainConfig& config);
+
+}  // namespace pstar::config
