@@ -9,6 +9,7 @@ const char* error_kind_name(ErrorKind kind) {
     case ErrorKind::kFormat: return "format error";
     case ErrorKind::kOutOfMemory: return "out of memory";
     case ErrorKind::kDist: return "distributed error";
+    case ErrorKind::kNumeric: return "numeric error";
     case ErrorKind::kInternal: return "internal error";
   }
   return "error";
@@ -21,6 +22,7 @@ int error_exit_code(ErrorKind kind) {
     case ErrorKind::kFormat: return 4;
     case ErrorKind::kOutOfMemory: return 5;
     case ErrorKind::kDist: return 6;
+    case ErrorKind::kNumeric: return 7;
     case ErrorKind::kInternal: return 70;
   }
   return 1;

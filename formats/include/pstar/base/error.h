@@ -15,6 +15,7 @@ enum class ErrorKind {
   kFormat,       // a file's contents are malformed
   kOutOfMemory,  // a memory budget cannot hold what is needed
   kDist,         // a distributed (c10d) problem
+  kNumeric,      // training diverged: a non-finite loss or gradient
   kInternal,     // a broken invariant: a bug in pstar
 };
 
@@ -41,6 +42,7 @@ PSTAR_DEFINE_ERROR(IoError, kIo)
 PSTAR_DEFINE_ERROR(FormatError, kFormat)
 PSTAR_DEFINE_ERROR(OutOfMemoryError, kOutOfMemory)
 PSTAR_DEFINE_ERROR(DistError, kDist)
+PSTAR_DEFINE_ERROR(NumericError, kNumeric)
 PSTAR_DEFINE_ERROR(InternalError, kInternal)
 #undef PSTAR_DEFINE_ERROR
 

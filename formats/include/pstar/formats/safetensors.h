@@ -39,6 +39,8 @@ class SafetensorsReader {
   // nullptr when absent.
   const TensorInfo* find(const std::string& name) const;
   // The tensor's bytes (size_bytes of them), inside the mapping; valid while the reader lives.
+  // The format packs tensors with no padding, so the pointer may be unaligned for the dtype:
+  // copy with memcpy rather than casting it.
   const uint8_t* data(const TensorInfo& info) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
@@ -46,6 +48,7 @@ class SafetensorsReader {
   MappedFile file_;
   size_t data_start_ = 0;
   std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t> by_name_;  // name -> index into tensors_
   std::map<std::string, std::string> metadata_;
 };
 

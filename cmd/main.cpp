@@ -1,0 +1,34 @@
+// The pstar binary: parse -> run the chosen subcommand -> map errors to one line and an exit code.
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+
+#include "commands.h"
+#include "pstar/base/error.h"
+#include "pstar/core/log.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"pstar: train large transformer models with chunk-based heterogeneous memory"};
+  app.name("pstar");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "pstar 0.1.0");
+  pstar::cmd::register_train(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const pstar::Error& e) {
+    pstar::log::error(pstar::error_kind_name(e.kind()), ": ", e.what());
+    return pstar::error_exit_code(e.kind());
+  } catch (const c10::Error& e) {
+    // A LibTorch failure we did not anticipate: report its message without the C++ backtrace.
+    pstar::log::error("LibTorch error: ", e.what_without_backtrace());
+    return 1;
+  } catch (const std::exception& e) {
+    pstar::log::error(e.what());
+    return 1;
+  }
+  return 0;
+}

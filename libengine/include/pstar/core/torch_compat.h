@@ -1,0 +1,16 @@
+// Every difference between the LibTorch versions pstar builds against (Debian's 1.13 CPU build
+// and 2.x CUDA builds) is absorbed here, so the rest of the code is version-free.
+#pragma once
+
+#include <torch/version.h>
+
+#define PSTAR_TORCH_VERSION_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||                \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace pstar::compat {
+
+// "1.13.1" etc., for logs and metadata.
+inline const char* torch_version() { return TORCH_VERSION; }
+
+}  // namespace pstar::compat

@@ -1,0 +1,48 @@
+// Picks each micro-batch's windows of S + 1 tokens: input = the first S, targets = the next S
+// shifted by one. The choice is a pure function of (step, micro-batch), so any step can be
+// reproduced without replaying earlier ones (this is what makes resume exact).
+//
+// Note [sequential sampling]: sample j of micro-batch m of step s (1-based) is window
+// k = ((s-1)·A + (m-1))·B + (j-1), starting at token k·S while that window fits. Past the end the
+// windows wrap: with W = floor((N-1)/S) whole windows in an N-token source, window k starts at
+// (k mod W)·S. Random sampling draws each start uniformly from [0, N-S-1] with a counter-based
+// hash of (seed, step, micro-batch, j).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "pstar/data/token_source.h"
+
+namespace pstar::data {
+
+enum class Sampling { kRandom, kSequential };
+
+// "random" / "sequential"; ConfigError naming data.sampling otherwise.
+Sampling parse_sampling(const std::string& name);
+
+struct Batch {
+  at::Tensor inputs;   // [B, S] int64, on CPU
+  at::Tensor targets;  // [B, S] int64, on CPU
+};
+
+class BatchSampler {
+ public:
+  BatchSampler(const TokenSource& source, Sampling sampling, int64_t micro_batch, int64_t seq_len,
+               int64_t accumulation_steps, uint64_t seed);
+
+  // Start offsets of the micro-batch's samples; step and micro are 1-based.
+  std::vector<int64_t> offsets(int64_t step, int64_t micro) const;
+  Batch batch(int64_t step, int64_t micro) const;
+
+ private:
+  const TokenSource& source_;
+  Sampling sampling_;
+  int64_t micro_batch_, seq_len_, accumulation_steps_;
+  uint64_t seed_;
+};
+
+}  // namespace pstar::data

@@ -1,0 +1,123 @@
+// GPT with the GPT-2 architecture, parameter names, shapes and maths of Hugging Face's GPT2Model
+// + tied LM head: learned token/position embeddings, pre-LayerNorm blocks (eps 1e-5), causal
+// multi-head attention, a 4×hidden GELU(tanh) MLP, a final LayerNorm. Linear weights use HF's
+// Conv1D layout [in, out].
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pstar/model/causal_lm.h"
+
+namespace pstar::config {
+struct ModelConfig;
+}
+
+namespace pstar::model {
+
+struct GptConfig {
+  int64_t hidden = 0;
+  int64_t layers = 0;
+  int64_t heads = 0;
+  int64_t vocab_size = 50257;
+  int64_t seq_len = 1024;
+  double layer_norm_eps = 1e-5;
+
+  // Exact parameter count (tied LM head counted once).
+  int64_t num_params() const;
+};
+
+struct GptPreset {
+  const char* name;
+  int64_t hidden;
+  int64_t layers;
+  int64_t heads;
+  int64_t vocab_size;
+  int64_t seq_len;
+};
+
+// The preset ladder: PatrickStar's names (GPT2_1B ... GPT_175B) and small CPU sizes
+// (gpt-tiny, gpt-mini, gpt-small). docs/models.md lists them.
+const std::vector<GptPreset>& gpt_presets();
+
+// Preset + explicit overrides -> a validated shape. ConfigError names the model.* key at fault.
+GptConfig resolve_gpt_config(const config::ModelConfig& model);
+
+// A Conv1D-layout linear layer: y = x @ weight + bias, weight [in, out].
+class Conv1D : public torch::nn::Module {
+ public:
+  Conv1D(int64_t in_features, int64_t out_features);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight, bias;
+};
+
+// LayerNorm computed in fp32 whatever the activation dtype, for bf16/fp16 stability.
+class GptLayerNorm : public torch::nn::Module {
+ public:
+  GptLayerNorm(int64_t hidden, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight, bias;
+  double eps;
+};
+
+class GptEmbedding : public torch::nn::Module {
+ public:
+  GptEmbedding(int64_t count, int64_t dim);
+  torch::Tensor forward(const torch::Tensor& ids);
+  torch::Tensor weight;
+};
+
+class GptAttention : public torch::nn::Module {
+ public:
+  GptAttention(const GptConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);
+  std::shared_ptr<Conv1D> c_attn, c_proj;
+  int64_t heads;
+};
+
+class GptMlp : public torch::nn::Module {
+ public:
+  explicit GptMlp(const GptConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);
+  std::shared_ptr<Conv1D> c_fc, c_proj;
+};
+
+class GptBlock : public torch::nn::Module {
+ public:
+  explicit GptBlock(const GptConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);
+  std::shared_ptr<GptLayerNorm> ln_1, ln_2;
+  std::shared_ptr<GptAttention> attn;
+  std::shared_ptr<GptMlp> mlp;
+};
+
+// HF's `transformer` submodule.
+class GptTransformer : public torch::nn::Module {
+ public:
+  explicit GptTransformer(const GptConfig& config);
+  std::shared_ptr<GptEmbedding> wte, wpe;
+  std::vector<std::shared_ptr<GptBlock>> h;
+  std::shared_ptr<GptLayerNorm> ln_f;
+};
+
+class Gpt : public CausalLM {
+ public:
+  // Parameters are initialised as GPT-2 does: normal(0, 0.02), residual projections
+  // (attn.c_proj, mlp.c_proj weights) normal(0, 0.02 / sqrt(2·layers)), biases 0, LayerNorm 1/0.
+  // Seed with torch::manual_seed first for a reproducible init.
+  explicit Gpt(const GptConfig& config);
+
+  torch::Tensor forward(const torch::Tensor& input_ids) override;
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t max_seq_len() const override { return config_.seq_len; }
+  const GptConfig& config() const { return config_; }
+  GptTransformer& transformer() { return *transformer_; }
+
+ private:
+  GptConfig config_;
+  std::shared_ptr<GptTransformer> transformer_;
+};
+
+}  // namespace pstar::model

@@ -1,0 +1,33 @@
+#include "pstar/core/device.h"
+
+#include <cstdlib>
+#include <thread>
+
+#include <torch/cuda.h>
+#include <torch/utils.h>
+
+#include "pstar/base/error.h"
+#include "pstar/core/log.h"
+
+namespace pstar::core {
+
+c10::Device resolve_device(const std::string& name, const std::string& what) {
+  const bool cuda_ok = torch::cuda::is_available();
+  if (name == "cpu") return c10::Device(c10::kCPU);
+  if (name == "cuda") {
+    PSTAR_CHECK(cuda_ok, ConfigError, what, " cuda: no CUDA device is usable (this build's LibTorch ",
+                (torch::cuda::device_count() > 0 ? "sees a GPU but CUDA failed" : "has no CUDA or sees no GPU"),
+                "); use ", what, " cpu or auto");
+    return c10::Device(c10::kCUDA, 0);
+  }
+  if (name == "auto") return cuda_ok ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  PSTAR_THROW(ConfigError, what, ": unknown device '", name, "'; expected cpu, cuda or auto");
+}
+
+void configure_threads() {
+  if (std::getenv("OMP_NUM_THREADS") != nullptr) return;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (cores > 0 && torch::get_num_threads() < cores) torch::set_num_threads(cores);
+}
+
+}  // namespace pstar::core

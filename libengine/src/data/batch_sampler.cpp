@@ -1,0 +1,75 @@
+#include "pstar/data/batch_sampler.h"
+
+#include "pstar/base/error.h"
+
+namespace pstar::data {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, n) from 64 random bits (multiply-shift; the bias is below 2^-40 for any n here).
+uint64_t below(uint64_t bits, uint64_t n) {
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(bits) * n) >> 64);
+}
+
+}  // namespace
+
+Sampling parse_sampling(const std::string& name) {
+  if (name == "random") return Sampling::kRandom;
+  if (name == "sequential") return Sampling::kSequential;
+  PSTAR_THROW(ConfigError, "data.sampling: unknown value '", name,
+              "'; expected \"random\" or \"sequential\"");
+}
+
+BatchSampler::BatchSampler(const TokenSource& source, Sampling sampling, int64_t micro_batch,
+                           int64_t seq_len, int64_t accumulation_steps, uint64_t seed)
+    : source_(source),
+      sampling_(sampling),
+      micro_batch_(micro_batch),
+      seq_len_(seq_len),
+      accumulation_steps_(accumulation_steps),
+      seed_(seed) {
+  PSTAR_INTERNAL_ASSERT(source.size() >= seq_len + 1, "token source was not validated");
+}
+
+std::vector<int64_t> BatchSampler::offsets(int64_t step, int64_t micro) const {
+  PSTAR_INTERNAL_ASSERT(step >= 1 && micro >= 1 && micro <= accumulation_steps_);
+  std::vector<int64_t> result(micro_batch_);
+  const int64_t n = source_.size();
+  for (int64_t j = 1; j <= micro_batch_; ++j) {
+    switch (sampling_) {
+      case Sampling::kSequential: {
+        // Note [sequential sampling]
+        const int64_t k = ((step - 1) * accumulation_steps_ + (micro - 1)) * micro_batch_ + (j - 1);
+        const int64_t windows = (n - 1) / seq_len_;
+        result[j - 1] = (k % windows) * seq_len_;
+        break;
+      }
+      case Sampling::kRandom: {
+        uint64_t h = splitmix64(seed_);
+        h = splitmix64(h ^ static_cast<uint64_t>(step));
+        h = splitmix64(h ^ static_cast<uint64_t>(micro));
+        h = splitmix64(h ^ static_cast<uint64_t>(j));
+        result[j - 1] = static_cast<int64_t>(below(h, static_cast<uint64_t>(n - seq_len_)));
+        break;
+      }
+    }
+  }
+  return result;
+}
+
+Batch BatchSampler::batch(int64_t step, int64_t micro) const {
+  auto starts = offsets(step, micro);
+  auto window = at::empty({micro_batch_, seq_len_ + 1}, at::kLong);
+  int64_t* data = window.data_ptr<int64_t>();
+  for (int64_t j = 0; j < micro_batch_; ++j)
+    source_.read(starts[j], seq_len_ + 1, data + j * (seq_len_ + 1));
+  return Batch{window.slice(1, 0, seq_len_).contiguous(), window.slice(1, 1).contiguous()};
+}
+
+}  // namespace pstar::data

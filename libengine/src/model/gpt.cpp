@@ -1,0 +1,197 @@
+#include "pstar/model/gpt.h"
+
+#include <cmath>
+
+#include "pstar/base/error.h"
+#include "pstar/formats/config.h"
+
+namespace pstar::model {
+
+int64_t GptConfig::num_params() const {
+  const int64_t h = hidden;
+  // Per block: c_attn 3h²+3h, attn c_proj h²+h, c_fc 4h²+4h, mlp c_proj 4h²+h, two LayerNorms 4h.
+  const int64_t per_block = 12 * h * h + 13 * h;
+  return layers * per_block + vocab_size * h + seq_len * h + 2 * h;
+}
+
+const std::vector<GptPreset>& gpt_presets() {
+  // PatrickStar's ladder (seq 1024, GPT-2 vocab) and GPT-2's own sizes, plus byte-vocab CPU sizes.
+  static const std::vector<GptPreset> presets = {
+      {"gpt-tiny", 64, 2, 4, 256, 64},
+      {"gpt-mini", 256, 4, 8, 256, 128},
+      {"gpt2-small", 768, 12, 12, 50257, 1024},
+      {"gpt2-medium", 1024, 24, 16, 50257, 1024},
+      {"gpt2-large", 1280, 36, 20, 50257, 1024},
+      {"gpt2-xl", 1600, 48, 25, 50257, 1024},
+      {"GPT2_1B", 2048, 20, 16, 50257, 1024},
+      {"GPT2_2B", 2048, 40, 16, 50257, 1024},
+      {"GPT2_4B", 2304, 64, 16, 50257, 1024},
+      {"GPT3_6B", 3072, 53, 16, 50257, 1024},
+      {"GPT3_8B", 3072, 72, 16, 50257, 1024},
+      {"GPT3_10B", 4096, 50, 16, 50257, 1024},
+      {"GPT3_12B", 4096, 60, 16, 50257, 1024},
+      {"GPT3_15B", 4096, 78, 16, 50257, 1024},
+      {"GPT3_18B", 4096, 90, 16, 50257, 1024},
+      {"GPT_DS_20B", 8192, 25, 16, 50257, 1024},
+      {"GPT_DS_40B", 8192, 50, 16, 50257, 1024},
+      {"GPT_DS_50B", 8192, 62, 16, 50257, 1024},
+      {"GPT_DS_60B", 8192, 75, 16, 50257, 1024},
+      {"GPT_DS_68B", 9216, 66, 16, 50257, 1024},
+      {"GPT_175B", 12288, 96, 96, 50257, 1024},
+  };
+  return presets;
+}
+
+namespace {
+
+std::string preset_names() {
+  std::string names;
+  for (const auto& p : gpt_presets()) names += (names.empty() ? "" : ", ") + std::string(p.name);
+  return names;
+}
+
+}  // namespace
+
+GptConfig resolve_gpt_config(const config::ModelConfig& model) {
+  PSTAR_CHECK(model.type == "gpt", ConfigError, "model.type: unknown model type '", model.type,
+              "'; expected \"gpt\"");
+  GptConfig c;
+  c.hidden = c.layers = c.heads = 0;
+  if (!model.preset.empty()) {
+    const GptPreset* found = nullptr;
+    for (const auto& p : gpt_presets())
+      if (model.preset == p.name) found = &p;
+    PSTAR_CHECK(found != nullptr, ConfigError, "model.preset: unknown preset '", model.preset,
+                "'; known presets: ", preset_names());
+    c = GptConfig{found->hidden, found->layers, found->heads, found->vocab_size, found->seq_len};
+  }
+  if (model.hidden) c.hidden = *model.hidden;
+  if (model.layers) c.layers = *model.layers;
+  if (model.heads) c.heads = *model.heads;
+  if (model.vocab_size) c.vocab_size = *model.vocab_size;
+  if (model.seq_len) c.seq_len = *model.seq_len;
+  const char* missing = c.hidden <= 0 ? "model.hidden" : c.layers <= 0 ? "model.layers"
+                        : c.heads <= 0 ? "model.heads" : nullptr;
+  PSTAR_CHECK(missing == nullptr, ConfigError, missing,
+              ": not set; give model.preset (one of: ", preset_names(),
+              ") or all of model.hidden, model.layers and model.heads");
+  PSTAR_CHECK(c.hidden % c.heads == 0, ConfigError, "model.hidden ", c.hidden,
+              " is not divisible by model.heads ", c.heads, "; choose heads that divide hidden");
+  return c;
+}
+
+Conv1D::Conv1D(int64_t in_features, int64_t out_features) {
+  weight = register_parameter("weight", torch::empty({in_features, out_features}));
+  bias = register_parameter("bias", torch::zeros({out_features}));
+}
+
+torch::Tensor Conv1D::forward(const torch::Tensor& x) {
+  auto sizes = x.sizes().vec();
+  sizes.back() = weight.size(1);
+  return torch::addmm(bias, x.reshape({-1, x.size(-1)}), weight).view(sizes);
+}
+
+GptLayerNorm::GptLayerNorm(int64_t hidden, double eps_) : eps(eps_) {
+  weight = register_parameter("weight", torch::ones({hidden}));
+  bias = register_parameter("bias", torch::zeros({hidden}));
+}
+
+torch::Tensor GptLayerNorm::forward(const torch::Tensor& x) {
+  const auto f32 = torch::kFloat32;
+  return torch::layer_norm(x.to(f32), {weight.size(0)}, weight.to(f32), bias.to(f32), eps)
+      .to(x.scalar_type());
+}
+
+GptEmbedding::GptEmbedding(int64_t count, int64_t dim) {
+  weight = register_parameter("weight", torch::empty({count, dim}));
+}
+
+torch::Tensor GptEmbedding::forward(const torch::Tensor& ids) { return torch::embedding(weight, ids); }
+
+GptAttention::GptAttention(const GptConfig& config) : heads(config.heads) {
+  c_attn = register_module("c_attn", std::make_shared<Conv1D>(config.hidden, 3 * config.hidden));
+  c_proj = register_module("c_proj", std::make_shared<Conv1D>(config.hidden, config.hidden));
+}
+
+torch::Tensor GptAttention::forward(const torch::Tensor& x) {
+  const int64_t batch = x.size(0), seq = x.size(1), hidden = x.size(2);
+  const int64_t head_dim = hidden / heads;
+  auto qkv = c_attn->forward(x).split(hidden, /*dim=*/2);
+  auto heads_view = [&](const torch::Tensor& t) {
+    return t.view({batch, seq, heads, head_dim}).transpose(1, 2);  // [B, nh, S, hd]
+  };
+  auto q = heads_view(qkv[0]), k = heads_view(qkv[1]), v = heads_view(qkv[2]);
+  auto scores = torch::matmul(q, k.transpose(-2, -1)).to(torch::kFloat32) *
+                (1.0 / std::sqrt(static_cast<double>(head_dim)));
+  auto future = torch::ones({seq, seq}, torch::dtype(torch::kBool).device(x.device())).triu(1);
+  // Softmax in fp32 whatever the compute dtype, for bf16/fp16 stability.
+  auto probs = scores.masked_fill(future, -std::numeric_limits<float>::infinity())
+                   .softmax(-1)
+                   .to(x.scalar_type());
+  auto y = torch::matmul(probs, v).transpose(1, 2).reshape({batch, seq, hidden});
+  return c_proj->forward(y);
+}
+
+GptMlp::GptMlp(const GptConfig& config) {
+  c_fc = register_module("c_fc", std::make_shared<Conv1D>(config.hidden, 4 * config.hidden));
+  c_proj = register_module("c_proj", std::make_shared<Conv1D>(4 * config.hidden, config.hidden));
+}
+
+torch::Tensor GptMlp::forward(const torch::Tensor& x) {
+  return c_proj->forward(torch::gelu(c_fc->forward(x), "tanh"));
+}
+
+GptBlock::GptBlock(const GptConfig& config) {
+  ln_1 = register_module("ln_1", std::make_shared<GptLayerNorm>(config.hidden, config.layer_norm_eps));
+  attn = register_module("attn", std::make_shared<GptAttention>(config));
+  ln_2 = register_module("ln_2", std::make_shared<GptLayerNorm>(config.hidden, config.layer_norm_eps));
+  mlp = register_module("mlp", std::make_shared<GptMlp>(config));
+}
+
+torch::Tensor GptBlock::forward(const torch::Tensor& x) {
+  auto h = x + attn->forward(ln_1->forward(x));
+  return h + mlp->forward(ln_2->forward(h));
+}
+
+GptTransformer::GptTransformer(const GptConfig& config) {
+  wte = register_module("wte", std::make_shared<GptEmbedding>(config.vocab_size, config.hidden));
+  wpe = register_module("wpe", std::make_shared<GptEmbedding>(config.seq_len, config.hidden));
+  auto blocks = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.layers; ++i) {
+    h.push_back(std::make_shared<GptBlock>(config));
+    blocks->push_back(h.back());
+  }
+  ln_f = register_module("ln_f", std::make_shared<GptLayerNorm>(config.hidden, config.layer_norm_eps));
+}
+
+Gpt::Gpt(const GptConfig& config) : config_(config) {
+  transformer_ = register_module("transformer", std::make_shared<GptTransformer>(config));
+  torch::NoGradGuard no_grad;
+  const double std = 0.02;
+  const double residual_std = std / std::sqrt(2.0 * static_cast<double>(config.layers));
+  transformer_->wte->weight.normal_(0.0, std);
+  transformer_->wpe->weight.normal_(0.0, std);
+  for (auto& block : transformer_->h) {
+    block->attn->c_attn->weight.normal_(0.0, std);
+    block->attn->c_proj->weight.normal_(0.0, residual_std);
+    block->mlp->c_fc->weight.normal_(0.0, std);
+    block->mlp->c_proj->weight.normal_(0.0, residual_std);
+  }
+}
+
+torch::Tensor Gpt::forward(const torch::Tensor& input_ids) {
+  PSTAR_CHECK(input_ids.dim() == 2, ConfigError, "GPT input must be [batch, seq] token ids, got ",
+              input_ids.sizes());
+  const int64_t seq = input_ids.size(1);
+  PSTAR_CHECK(seq <= config_.seq_len, ConfigError, "sequence of ", seq,
+              " tokens is longer than model.seq_len ", config_.seq_len);
+  auto& t = *transformer_;
+  auto positions = torch::arange(seq, torch::dtype(torch::kLong).device(input_ids.device()));
+  auto x = t.wte->forward(input_ids) + t.wpe->forward(positions).unsqueeze(0);
+  for (auto& block : t.h) x = block->forward(x);
+  x = t.ln_f->forward(x);
+  // LM head tied to the token embedding.
+  return torch::matmul(x, t.wte->weight.t());
+}
+
+}  // namespace pstar::model

@@ -1,0 +1,35 @@
+#include "pstar/train/loss_scaler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "pstar/formats/config.h"
+
+namespace pstar::train {
+
+LossScaler::LossScaler(const config::Fp16Config& config)
+    : dynamic_(config.loss_scale <= 0.0),
+      scale_(dynamic_ ? std::ldexp(1.0, config.initial_scale_power) : config.loss_scale),
+      min_scale_(config.min_loss_scale),
+      window_(config.loss_scale_window),
+      hysteresis_(config.hysteresis),
+      hysteresis_left_(config.hysteresis) {}
+
+void LossScaler::update(bool overflow) {
+  if (!dynamic_) return;
+  if (overflow) {
+    steps_since_overflow_ = 0;
+    if (hysteresis_left_ > 1) {
+      --hysteresis_left_;
+    } else {
+      scale_ = std::max(scale_ / 2.0, min_scale_);
+    }
+    return;
+  }
+  if (++steps_since_overflow_ % window_ == 0) {
+    scale_ *= 2.0;
+    hysteresis_left_ = hysteresis_;
+  }
+}
+
+}  // namespace pstar::train

@@ -1,0 +1,175 @@
+// Token sources and batch sampling: validation errors, and the exact windows of each sampling mode.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "pstar/base/error.h"
+#include "pstar/data/batch_sampler.h"
+#include "pstar/data/token_source.h"
+#include "pstar/formats/config.h"
+#include "pstar/formats/token_file.h"
+#include "test_util.h"
+
+namespace pstar::data {
+namespace {
+
+// A token file whose token at index i is i (mod 65536): every window is recognisable.
+config::DataConfig counting_file(const pstar::testing::ScratchDir& dir, int64_t n,
+                                 const std::string& dtype = "uint16") {
+  std::vector<uint32_t> tokens(n);
+  for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<uint32_t>(i % 65536);
+  config::DataConfig data;
+  data.path = dir.file("tokens.bin");
+  data.dtype = dtype;
+  formats::write_token_file(data.path, formats::parse_token_dtype(dtype, "data.dtype"), tokens);
+  return data;
+}
+
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+TEST(BatchSamplerTest, SequentialTakesExactlyTheDescribedWindows) {
+  pstar::testing::ScratchDir dir;
+  const int64_t S = 8, B = 3, A = 2, N = 1000;
+  auto data = counting_file(dir, N);
+  auto source = open_token_source(data, 70000, S);
+  BatchSampler sampler(*source, Sampling::kSequential, B, S, A, 42);
+  const int64_t windows = (N - 1) / S;  // 124
+  for (int64_t s = 1; s <= 30; ++s) {
+    for (int64_t m = 1; m <= A; ++m) {
+      Batch batch = sampler.batch(s, m);
+      ASSERT_EQ(batch.inputs.sizes().vec(), (std::vector<int64_t>{B, S}));
+      ASSERT_EQ(batch.targets.sizes().vec(), (std::vector<int64_t>{B, S}));
+      for (int64_t j = 1; j <= B; ++j) {
+        // The formula, and wrap-around past the last whole window.
+        const int64_t k = ((s - 1) * A + (m - 1)) * B + (j - 1);
+        const int64_t start = (k % windows) * S;
+        if (k < windows) ASSERT_EQ(start, k * S);
+        for (int64_t t = 0; t < S; ++t) {
+          ASSERT_EQ(batch.inputs[j - 1][t].item<int64_t>(), start + t) << "s" << s << " m" << m;
+          ASSERT_EQ(batch.targets[j - 1][t].item<int64_t>(), start + t + 1);
+        }
+      }
+    }
+  }
+}
+
+TEST(BatchSamplerTest, SequentialWrapsToTheStart) {
+  pstar::testing::ScratchDir dir;
+  // 25 tokens, S = 8: windows start at 0, 8, 16 (16 + 9 = 25 fits), then wrap to 0.
+  auto source = open_token_source(counting_file(dir, 25), 100, 8);
+  BatchSampler sampler(*source, Sampling::kSequential, 1, 8, 1, 0);
+  EXPECT_EQ(sampler.offsets(1, 1), std::vector<int64_t>{0});
+  EXPECT_EQ(sampler.offsets(3, 1), std::vector<int64_t>{16});
+  EXPECT_EQ(sampler.offsets(4, 1), std::vector<int64_t>{0});
+  EXPECT_EQ(sampler.offsets(5, 1), std::vector<int64_t>{8});
+}
+
+TEST(BatchSamplerTest, RandomIsSeededInRangeAndIndependentOfHistory) {
+  pstar::testing::ScratchDir dir;
+  const int64_t N = 500, S = 16;
+  auto source = open_token_source(counting_file(dir, N), 1000, S);
+  BatchSampler a(*source, Sampling::kRandom, 4, S, 2, 7);
+  BatchSampler b(*source, Sampling::kRandom, 4, S, 2, 7);
+  BatchSampler c(*source, Sampling::kRandom, 4, S, 2, 8);
+  std::set<int64_t> seen;
+  int64_t differs = 0;
+  for (int64_t s = 1; s <= 200; ++s)
+    for (int64_t m = 1; m <= 2; ++m) {
+      auto oa = a.offsets(s, m);
+      EXPECT_EQ(oa, b.offsets(s, m));
+      differs += oa != c.offsets(s, m);
+      for (int64_t o : oa) {
+        ASSERT_GE(o, 0);
+        ASSERT_LE(o + S + 1, N);
+        seen.insert(o);
+      }
+    }
+  EXPECT_GT(differs, 390);           // another seed gives other windows
+  EXPECT_GT(seen.size(), 400u);      // 1600 draws over 484 starts cover most of them
+  EXPECT_TRUE(seen.count(0) || seen.count(1));
+  EXPECT_TRUE(seen.count(N - S - 1) || seen.count(N - S - 2));
+  // Step 50 alone gives what it gave in sequence.
+  BatchSampler fresh(*source, Sampling::kRandom, 4, S, 2, 7);
+  EXPECT_EQ(fresh.offsets(50, 2), a.offsets(50, 2));
+  auto batch = fresh.batch(50, 2);
+  EXPECT_EQ(batch.inputs[0][0].item<int64_t>(), fresh.offsets(50, 2)[0]);
+}
+
+TEST(TokenSourceTest, TextIsBytes) {
+  pstar::testing::ScratchDir dir;
+  pstar::testing::write_text(dir.file("t.txt"), "h\xc3\xa9llo world");
+  config::DataConfig data;
+  data.text = dir.file("t.txt");
+  auto source = open_token_source(data, 256, 4);
+  ASSERT_EQ(source->size(), 12);
+  std::vector<int64_t> out(3);
+  source->read(0, 3, out.data());
+  EXPECT_EQ(out, (std::vector<int64_t>{'h', 0xc3, 0xa9}));
+}
+
+TEST(TokenSourceTest, Uint32Files) {
+  pstar::testing::ScratchDir dir;
+  config::DataConfig data;
+  data.path = dir.file("t32.bin");
+  data.dtype = "uint32";
+  formats::write_token_file(data.path, formats::TokenDType::kU32, {5, 100000, 7, 1});
+  auto source = open_token_source(data, 100001, 2);
+  std::vector<int64_t> out(4);
+  source->read(0, 4, out.data());
+  EXPECT_EQ(out, (std::vector<int64_t>{5, 100000, 7, 1}));
+}
+
+TEST(TokenSourceTest, TokenIdAtOrAboveVocabIsAClearError) {
+  pstar::testing::ScratchDir dir;
+  auto data = counting_file(dir, 300);
+  const std::string msg = error_of([&] { open_token_source(data, 256, 8); });
+  EXPECT_NE(msg.find("token id 256 at index 256"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.vocab_size 256"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(data.path), std::string::npos) << msg;
+  // Text bytes above a small vocab.
+  pstar::testing::write_text(dir.file("t.txt"), "abc\xff");
+  config::DataConfig text;
+  text.text = dir.file("t.txt");
+  EXPECT_NE(error_of([&] { open_token_source(text, 128, 2); }).find("token id 255 at index 3"),
+            std::string::npos);
+}
+
+TEST(TokenSourceTest, TooShortIsAClearError) {
+  pstar::testing::ScratchDir dir;
+  auto data = counting_file(dir, 16);
+  EXPECT_NO_THROW(open_token_source(data, 100, 15));
+  const std::string msg = error_of([&] { open_token_source(data, 100, 16); });
+  EXPECT_NE(msg.find("has 16 tokens, fewer than model.seq_len + 1 = 17"), std::string::npos) << msg;
+}
+
+TEST(TokenSourceTest, UnreadableFilesAreIoErrors) {
+  config::DataConfig data;
+  data.path = "/nonexistent/tokens.bin";
+  EXPECT_THROW(open_token_source(data, 100, 4), IoError);
+  config::DataConfig text;
+  text.text = "/nonexistent/corpus.txt";
+  try {
+    open_token_source(text, 256, 4);
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/corpus.txt"), std::string::npos);
+  }
+  config::DataConfig both;
+  both.path = "a";
+  both.text = "b";
+  EXPECT_THROW(open_token_source(both, 100, 4), ConfigError);
+}
+
+TEST(TokenSourceTest, UnknownSamplingIsNamed) {
+  EXPECT_NE(error_of([] { parse_sampling("shuffle"); }).find("data.sampling"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pstar::data

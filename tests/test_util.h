@@ -1,0 +1,59 @@
+// Small helpers shared by pstar's tests: scratch directories and files.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace pstar::testing {
+
+// A fresh directory under the test temp dir, removed when the object goes away.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    static std::atomic<int> counter{0};
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string("pstar-") + (info ? info->name() : "test") + "-" +
+                       std::to_string(getpid()) + "-" + std::to_string(counter++);
+    std::replace(name.begin(), name.end(), '/', '_');  // parameterized test names contain '/'
+    path_ = std::filesystem::path(::testing::TempDir()) / name;
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  ASSERT_TRUE(out.good()) << "cannot write " << path;
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A small, highly repetitive corpus: a model learns it within a few dozen steps.
+inline std::string repetitive_corpus(int repeats = 200) {
+  std::string text;
+  for (int i = 0; i < repeats; ++i)
+    text += "the quick brown fox jumps over the lazy dog. pack my box with five dozen jugs. ";
+  return text;
+}
+
+}  // namespace pstar::testing
