@@ -50,7 +50,9 @@ TEST(BatchSamplerTest, SequentialTakesExactlyTheDescribedWindows) {
         // The formula, and wrap-around past the last whole window.
         const int64_t k = ((s - 1) * A + (m - 1)) * B + (j - 1);
         const int64_t start = (k % windows) * S;
-        if (k < windows) ASSERT_EQ(start, k * S);
+        if (k < windows) {
+          ASSERT_EQ(start, k * S);
+        }
         for (int64_t t = 0; t < S; ++t) {
           ASSERT_EQ(batch.inputs[j - 1][t].item<int64_t>(), start + t) << "s" << s << " m" << m;
           ASSERT_EQ(batch.targets[j - 1][t].item<int64_t>(), start + t + 1);
