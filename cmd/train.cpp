@@ -14,8 +14,7 @@ void register_train(CLI::App& app) {
   auto options = std::make_shared<TrainCommandOptions>();
   CLI::App* sub = app.add_subcommand("train", "Train a model as CONFIG.json describes (see docs/config.md)");
   sub->add_option("config", options->config_path, "Training config (JSON)")
-      ->required()
-      ->check(CLI::ExistingFile);
+      ->required();  // existence is checked by the config loader, which reports an I/O error
   sub->add_option("--set", options->overrides,
                   "Override a config key: KEY=VALUE, KEY a dotted path (e.g. training.steps=50), "
                   "VALUE parsed as JSON or else taken as a string. Repeatable.")

@@ -62,11 +62,11 @@ std::string message_of(F&& f) {
 
 // A safetensors file from raw header text and `data_bytes` bytes of data (value i % 251).
 std::vector<uint8_t> raw_safetensors(const std::string& header, uint64_t data_bytes) {
-  std::vector<uint8_t> out(8);
   const uint64_t n = header.size();
+  std::vector<uint8_t> out(8 + n + data_bytes);
   for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(n >> (8 * i));
-  out.insert(out.end(), header.begin(), header.end());
-  for (uint64_t i = 0; i < data_bytes; ++i) out.push_back(static_cast<uint8_t>(i % 251));
+  for (uint64_t i = 0; i < n; ++i) out[8 + i] = static_cast<uint8_t>(header[i]);
+  for (uint64_t i = 0; i < data_bytes; ++i) out[8 + n + i] = static_cast<uint8_t>(i % 251);
   return out;
 }
 

@@ -50,6 +50,12 @@ std::string human_duration(double s) {
   return buf;
 }
 
+std::string fixed4(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f", v);
+  return buf;
+}
+
 c10::ScalarType compute_dtype(const config::TrainConfig& c) {
   if (c.bf16) return torch::kBFloat16;
   if (c.fp16.enabled) return torch::kFloat16;
@@ -298,8 +304,9 @@ TrainSummary Trainer::run() {
   summary.tokens_per_s = static_cast<double>(summary.tokens) / std::max(summary.elapsed_s, 1e-9);
   log::info("done: ", summary.steps, " steps, ", human_count(static_cast<double>(summary.tokens)),
             " tokens in ", human_duration(summary.elapsed_s), " (",
-            human_count(summary.tokens_per_s), " tok/s); loss ", summary.first_loss, " -> ",
-            summary.last_loss, summary.skipped_steps ? str_cat("; ", summary.skipped_steps, " skipped") : "");
+            human_count(summary.tokens_per_s), " tok/s); loss ", fixed4(summary.first_loss), " -> ",
+            fixed4(summary.last_loss),
+            summary.skipped_steps ? str_cat("; ", summary.skipped_steps, " skipped") : "");
   return summary;
 }
 

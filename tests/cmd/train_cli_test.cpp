@@ -1,0 +1,321 @@
+// `pstar train` end to end: runs the built binary as a subprocess and checks its exit codes, its
+// messages and the metrics file, as a user or a script would see them.
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <ostream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "pstar_test_paths.h"
+#include "test_util.h"
+
+namespace pstar::cmd {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using pstar::testing::read_text;
+using pstar::testing::ScratchDir;
+using pstar::testing::write_text;
+
+const char* const kPstar = PSTAR_BINARY_DIR "/pstar";
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::ostream& operator<<(std::ostream& os, const RunResult& r) {
+  return os << "exit code " << r.exit_code << "\n--- stdout ---\n"
+            << r.out << "--- stderr ---\n"
+            << r.err;
+}
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using UniqueFile = std::unique_ptr<std::FILE, FileCloser>;
+
+std::string read_all(std::FILE* f) {
+  std::string text;
+  std::rewind(f);
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  return text;
+}
+
+// Runs `pstar ARGS...` in `cwd` and waits for it. stdout and stderr go to anonymous temporary
+// files rather than pipes, so a chatty child can never block on a full pipe while we wait.
+RunResult run_pstar(const std::vector<std::string>& args, const fs::path& cwd) {
+  RunResult result;
+  UniqueFile out(std::tmpfile()), err(std::tmpfile());
+  if (!out || !err) {
+    ADD_FAILURE() << "tmpfile: " << std::strerror(errno);
+    return result;
+  }
+  // Everything the child needs is built before fork: after it, only async-signal-safe calls.
+  std::vector<std::string> storage{kPstar};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const std::string dir = cwd.string();
+  std::fflush(nullptr);
+
+  const pid_t pid = fork();
+  if (pid < 0) {
+    ADD_FAILURE() << "fork: " << std::strerror(errno);
+    return result;
+  }
+  if (pid == 0) {
+    if (dup2(fileno(out.get()), STDOUT_FILENO) < 0 || dup2(fileno(err.get()), STDERR_FILENO) < 0)
+      _exit(126);
+    if (chdir(dir.c_str()) != 0) {
+      static const char msg[] = "run_pstar: chdir failed\n";
+      (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+      _exit(126);
+    }
+    execv(argv[0], argv.data());
+    static const char msg[] = "run_pstar: execv failed\n";
+    (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) {
+      ADD_FAILURE() << "waitpid: " << std::strerror(errno);
+      return result;
+    }
+  }
+  if (WIFEXITED(status))
+    result.exit_code = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status))
+    result.exit_code = 128 + WTERMSIG(status);
+  result.out = read_all(out.get());
+  result.err = read_all(err.get());
+  return result;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// One JSON object per non-empty line.
+std::vector<json> read_metrics(const std::string& path) {
+  std::vector<json> lines;
+  std::istringstream in(read_text(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      lines.push_back(json::parse(line));
+    } catch (const json::exception& e) {
+      ADD_FAILURE() << path << ": not a JSON line: " << line << " (" << e.what() << ")";
+    }
+  }
+  return lines;
+}
+
+// Layout: the config and its corpus live in <scratch>/conf/, while pstar runs with <scratch> as
+// its working directory and is given the config as "conf/train.json". The file's relative
+// "corpus.txt" therefore only resolves if it is taken relative to the config file, and a relative
+// --set path only if it is taken relative to the working directory.
+class TrainCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::create_directories(dir_.path() / "conf");
+    write_text(dir_.file("conf/corpus.txt"), pstar::testing::repetitive_corpus());
+    write_config(base_config());
+  }
+
+  static json base_config() {
+    return {
+        {"model", {{"preset", "gpt-tiny"}, {"seq_len", 32}}},
+        {"data", {{"text", "corpus.txt"}}},
+        {"train_micro_batch_size_per_gpu", 4},
+        {"training", {{"steps", 3}}},
+        {"engine", {{"mode", "torch"}}},
+    };
+  }
+
+  void write_config(const json& config) {
+    write_text(dir_.file("conf/train.json"), config.dump(2));
+  }
+
+  // `pstar train conf/train.json --device cpu EXTRA...` in the scratch directory.
+  RunResult train(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args{"train", "conf/train.json", "--device", "cpu"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_pstar(args, dir_.path());
+  }
+
+  ScratchDir dir_;
+};
+
+TEST_F(TrainCliTest, RunWritesSummaryAndMetrics) {
+  const auto r = train({"--metrics", "metrics.jsonl"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  // 3 steps of 4 sequences x 32 tokens.
+  EXPECT_TRUE(contains(r.err, "[pstar] done: 3 steps, 384 tokens in ")) << r;
+
+  const auto metrics = read_metrics(dir_.file("metrics.jsonl"));
+  ASSERT_EQ(metrics.size(), 3u) << read_text(dir_.file("metrics.jsonl"));
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    const json& m = metrics[i];
+    for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s"})
+      EXPECT_TRUE(m.contains(key)) << "line " << i + 1 << " lacks '" << key << "': " << m.dump();
+    EXPECT_EQ(m.value("step", int64_t{-1}), static_cast<int64_t>(i + 1)) << m.dump();
+    EXPECT_TRUE(m["loss"].is_number()) << m.dump();
+  }
+  // The summary repeats the first and last loss (rounded for display).
+  std::smatch match;
+  static const std::regex kLosses(R"(done: [^\n]*; loss ([-+.0-9eE]+) -> ([-+.0-9eE]+))");
+  ASSERT_TRUE(std::regex_search(r.err, match, kLosses)) << r;
+  EXPECT_NEAR(std::stod(match[1]), metrics.front()["loss"].get<double>(), 1e-3) << r;
+  EXPECT_NEAR(std::stod(match[2]), metrics.back()["loss"].get<double>(), 1e-3) << r;
+}
+
+TEST_F(TrainCliTest, SetOverridesChangeTheRun) {
+  const auto r = train({"--metrics", "metrics.jsonl", "--set", "training.steps=2", "--set",
+                        "optimizer.params.lr=0.01", "--set", "training.lr_schedule.type=constant"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(contains(r.err, "done: 2 steps")) << r;
+  const auto metrics = read_metrics(dir_.file("metrics.jsonl"));
+  ASSERT_EQ(metrics.size(), 2u) << read_text(dir_.file("metrics.jsonl"));
+  for (const json& m : metrics) EXPECT_DOUBLE_EQ(m["lr"].get<double>(), 0.01) << m.dump();
+}
+
+TEST_F(TrainCliTest, UnknownKeyInFileIsAConfigErrorWithSuggestion) {
+  json config = base_config();
+  config["optimizer"] = {{"params", {{"lrr", 0.01}}}};
+  write_config(config);
+  const auto r = train();
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err, "train.json")) << r;
+  EXPECT_TRUE(contains(r.err, "'optimizer.params.lrr'")) << r;
+  EXPECT_TRUE(contains(r.err, "did you mean 'optimizer.params.lr'")) << r;
+}
+
+TEST_F(TrainCliTest, WrongTypeInFileIsAConfigErrorNamingThePath) {
+  json config = base_config();
+  config["training"]["steps"] = "ten";
+  write_config(config);
+  const auto r = train();
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err, "training.steps")) << r;
+  EXPECT_TRUE(contains(r.err, "\"ten\"")) << r;
+  EXPECT_FALSE(contains(r.err, "--set")) << r;
+}
+
+TEST_F(TrainCliTest, UnknownKeyFromSetSaysItCameFromSet) {
+  const auto r = train({"--set", "optimizer.params.lrr=0.01"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err, "did you mean 'optimizer.params.lr'")) << r;
+  EXPECT_TRUE(contains(r.err, "from --set 'optimizer.params.lrr=0.01'")) << r;
+}
+
+TEST_F(TrainCliTest, WrongTypeFromSetSaysItCameFromSet) {
+  const auto r = train({"--set", "training.steps=ten"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err, "training.steps")) << r;
+  EXPECT_TRUE(contains(r.err, "from --set 'training.steps=ten'")) << r;
+}
+
+TEST_F(TrainCliTest, MissingDataFileIsAnIoError) {
+  json config = base_config();
+  config["data"]["text"] = "missing.txt";
+  write_config(config);
+  const auto r = train();
+  EXPECT_EQ(r.exit_code, 3) << r;
+  EXPECT_TRUE(contains(r.err, "I/O error")) << r;
+  // Resolved against the config's directory, not the working directory.
+  EXPECT_TRUE(contains(r.err, "conf/missing.txt")) << r;
+}
+
+TEST_F(TrainCliTest, TokenIdOutsideVocabIsAConfigError) {
+  // uint16 little-endian ids, enough for one sequence of 32 + 1, one of them 300.
+  std::vector<uint16_t> ids(100, 7);
+  ids[50] = 300;
+  std::string bytes;
+  for (uint16_t id : ids) {
+    bytes.push_back(static_cast<char>(id & 0xff));
+    bytes.push_back(static_cast<char>(id >> 8));
+  }
+  write_text(dir_.file("tokens.bin"), bytes);
+  // tokens.bin is in the working directory only: a --set path resolves there.
+  const auto r = train(
+      {"--set", "model.vocab_size=256", "--set", "data.path=tokens.bin", "--set", "data.text="});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err, "tokens.bin")) << r;
+  EXPECT_TRUE(contains(r.err, "token id 300")) << r;
+  EXPECT_TRUE(contains(r.err, "model.vocab_size 256")) << r;
+}
+
+TEST_F(TrainCliTest, NonexistentConfigNamesTheFile) {
+  const auto r = run_pstar({"train", "no-such-config.json"}, dir_.path());
+  EXPECT_NE(r.exit_code, 0) << r;
+  EXPECT_TRUE(contains(r.out + r.err, "no-such-config.json")) << r;
+}
+
+TEST_F(TrainCliTest, HelpListsTrain) {
+  const auto r = run_pstar({"--help"}, dir_.path());
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(contains(r.out, "train")) << r;
+}
+
+TEST_F(TrainCliTest, TrainHelpListsOptions) {
+  const auto r = run_pstar({"train", "--help"}, dir_.path());
+  EXPECT_EQ(r.exit_code, 0) << r;
+  for (const char* option : {"--set", "--metrics", "--device", "--quiet"})
+    EXPECT_TRUE(contains(r.out, option)) << option << " missing:\n" << r;
+}
+
+TEST_F(TrainCliTest, NoSubcommandFails) {
+  const auto r = run_pstar({}, dir_.path());
+  EXPECT_NE(r.exit_code, 0) << r;
+  EXPECT_TRUE(contains(r.out + r.err, "subcommand")) << r;
+}
+
+TEST_F(TrainCliTest, QuietSuppressesProgressButStillTrains) {
+  const auto r = train({"-q", "--metrics", "metrics.jsonl"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_FALSE(contains(r.err, "done:")) << r;
+  EXPECT_FALSE(contains(r.err, "step 1/3")) << r;
+  EXPECT_FALSE(contains(r.err, "config:")) << r;
+  EXPECT_EQ(read_metrics(dir_.file("metrics.jsonl")).size(), 3u);
+}
+
+TEST_F(TrainCliTest, SameConfigGivesTheSameLosses) {
+  const auto a = train({"-q", "--metrics", "a.jsonl"});
+  const auto b = train({"-q", "--metrics", "b.jsonl"});
+  ASSERT_EQ(a.exit_code, 0) << a;
+  ASSERT_EQ(b.exit_code, 0) << b;
+  const auto ma = read_metrics(dir_.file("a.jsonl"));
+  const auto mb = read_metrics(dir_.file("b.jsonl"));
+  ASSERT_EQ(ma.size(), 3u);
+  ASSERT_EQ(mb.size(), 3u);
+  for (size_t i = 0; i < ma.size(); ++i) {
+    // Bit-identical, not merely close: same seed, same data order, same kernels.
+    EXPECT_EQ(ma[i]["loss"].get<double>(), mb[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(ma[i]["grad_norm"].get<double>(), mb[i]["grad_norm"].get<double>())
+        << "step " << i + 1;
+  }
+}
+
+}  // namespace
+}  // namespace pstar::cmd
