@@ -18,7 +18,7 @@ void register_train(CLI::App& app) {
   sub->add_option("--set", options->overrides,
                   "Override a config key: KEY=VALUE, KEY a dotted path (e.g. training.steps=50), "
                   "VALUE parsed as JSON or else taken as a string. Repeatable.")
-      ->take_all();
+      ->allow_extra_args(false);  // one KEY=VALUE per --set, so the config path may follow
   sub->add_option("--metrics", options->metrics_path,
                   "Write one JSON object per optimizer step to this file (JSON Lines)");
   sub->add_option("--device", options->device, "Compute device")

@@ -14,7 +14,6 @@
 #include <torch/torch.h>
 
 #include "pstar/base/error.h"
-#include "pstar/core/device.h"
 #include "pstar/formats/config.h"
 #include "pstar/model/causal_lm.h"
 #include "pstar/train/trainer.h"
@@ -55,7 +54,6 @@ int main(int argc, char** argv) {
   try {
     std::vector<std::string> overrides(argv + 2, argv + argc);
     auto config = pstar::config::load_train_config(argv[1], overrides);
-    pstar::core::configure_threads();
     torch::manual_seed(config.training.seed);
     auto model = std::make_shared<CharGru>(256, 128, config.model.seq_len.value_or(64));
 

@@ -266,9 +266,23 @@ TEST_F(TrainCliTest, TokenIdOutsideVocabIsAConfigError) {
   EXPECT_TRUE(contains(r.err, "model.vocab_size 256")) << r;
 }
 
+TEST_F(TrainCliTest, SetMayComeBeforeTheConfigPath) {
+  const auto r = run_pstar({"train", "--set", "training.steps=1", "conf/train.json", "--device",
+                            "cpu", "--set=training.log_interval=1"},
+                           dir_.path());
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(contains(r.err, "done: 1 steps")) << r;
+}
+
+TEST_F(TrainCliTest, DataTextThatIsADirectoryIsAnIoError) {
+  const auto r = train({"--set", "data.text=conf"});
+  EXPECT_EQ(r.exit_code, 3) << r;
+  EXPECT_TRUE(contains(r.err, "is not a regular file")) << r;
+}
+
 TEST_F(TrainCliTest, NonexistentConfigNamesTheFile) {
   const auto r = run_pstar({"train", "no-such-config.json"}, dir_.path());
-  EXPECT_NE(r.exit_code, 0) << r;
+  EXPECT_EQ(r.exit_code, 3) << r;
   EXPECT_TRUE(contains(r.out + r.err, "no-such-config.json")) << r;
 }
 

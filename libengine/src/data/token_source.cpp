@@ -1,6 +1,8 @@
 #include "pstar/data/token_source.h"
 
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <vector>
 
@@ -29,6 +31,11 @@ class TokenFileSource : public TokenSource {
 class TextSource : public TokenSource {
  public:
   explicit TextSource(const std::string& path) : path_(path) {
+    std::error_code ec;
+    PSTAR_CHECK(std::filesystem::is_regular_file(path, ec), IoError, "data.text: ", path,
+                std::filesystem::exists(path, ec) ? " is not a regular file"
+                                                  : " does not exist",
+                "; give a UTF-8 text file");
     std::ifstream in(path, std::ios::binary);
     PSTAR_CHECK(in.good(), IoError, "data.text: cannot open ", path, ": ", std::strerror(errno));
     bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

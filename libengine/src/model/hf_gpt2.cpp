@@ -1,5 +1,6 @@
 #include "pstar/model/hf_gpt2.h"
 
+#include <cstring>
 #include <set>
 
 #include "pstar/base/error.h"
@@ -65,9 +66,9 @@ int64_t load_hf_gpt2_safetensors(Gpt& model, const std::string& path) {
     const auto scalar = to_scalar_type(info->dtype);
     PSTAR_CHECK(scalar != torch::kByte, FormatError, path, ": tensor '", info->name, "' has dtype ",
                 formats::dtype_name(info->dtype), "; expected F32, F16, BF16 or F64");
-    // from_blob never writes; the mapping is read-only.
-    auto source = torch::from_blob(const_cast<uint8_t*>(reader.data(*info)), shape,
-                                   torch::dtype(scalar));
+    // The format packs tensors without alignment: copy the bytes out before viewing them as floats.
+    auto source = torch::empty(shape, torch::dtype(scalar));
+    std::memcpy(source.data_ptr(), reader.data(*info), info->size_bytes);
     param.copy_(source);
     used.insert(info->name);
     ++loaded;

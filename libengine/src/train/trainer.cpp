@@ -131,22 +131,30 @@ Trainer::Trainer(const config::TrainConfig& config, std::shared_ptr<model::Causa
   s.mixed = s.dtype != torch::kFloat32;
   check_dtype_supported(s.dtype, s.device);
 
+  core::configure_threads();
   const int64_t seq_len = s.model->max_seq_len();
   s.source = data::open_token_source(config.data, s.model->vocab_size(), seq_len);
   s.sampler = std::make_unique<data::BatchSampler>(
       *s.source, data::parse_sampling(config.data.sampling), config.train_micro_batch_size_per_gpu,
       seq_len, config.gradient_accumulation_steps, config.training.seed);
 
-  s.model->to(s.device, torch::kFloat32);
-  std::vector<torch::Tensor> optimized;
-  for (auto& p : s.model->parameters()) {
+  // Module::to(dtype) would also convert a custom model's integer buffers: only the device moves
+  // the whole module; dtypes change parameter by parameter.
+  s.model->to(s.device);
+  s.params = s.model->parameters();
+  torch::NoGradGuard no_grad;
+  for (auto& p : s.params) {
     PSTAR_CHECK(p.requires_grad(), ConfigError, "the model has a parameter without requires_grad; "
                 "register frozen tensors as buffers instead");
-    if (s.mixed) s.master.push_back(p.detach().clone());
+    PSTAR_CHECK(p.is_floating_point(), ConfigError, "the model has a parameter of dtype ",
+                p.scalar_type(), "; parameters must be floating point");
+    if (p.scalar_type() != torch::kFloat32) p.set_data(p.to(torch::kFloat32));
+    if (s.mixed) {
+      s.master.push_back(p.detach().clone());
+      p.set_data(p.to(s.dtype));
+    }
   }
-  if (s.mixed) s.model->to(s.dtype);
-  s.params = s.model->parameters();
-  optimized = s.mixed ? s.master : s.params;
+  const std::vector<torch::Tensor>& optimized = s.mixed ? s.master : s.params;
 
   const auto& opt = config.optimizer;
   if (opt.type == "AdamW") {
@@ -200,6 +208,10 @@ StepMetrics Trainer::Impl::run_step() {
     auto batch = sampler->batch(step, micro);
     auto inputs = batch.inputs.to(device), targets = batch.targets.to(device);
     auto logits = model->forward(inputs);
+    PSTAR_CHECK(logits.dim() == 3 && logits.size(0) == inputs.size(0) &&
+                    logits.size(1) == inputs.size(1) && logits.size(2) == vocab,
+                ConfigError, "the model's forward returned logits of shape ", logits.sizes(),
+                "; expected [batch, seq, vocab_size] = ", inputs.sizes(), " x ", vocab);
     auto loss = torch::nn::functional::cross_entropy(
         logits.reshape({-1, vocab}).to(torch::kFloat32), targets.reshape({-1}));
     loss_sum += loss.item<double>();
@@ -238,17 +250,19 @@ StepMetrics Trainer::Impl::run_step() {
       sq += n * n;
     }
     m.grad_norm = std::sqrt(sq);
-    const bool finite = std::isfinite(m.grad_norm) && std::isfinite(loss);
+    // The loss scale only touches gradients: a non-finite loss is divergence, not overflow.
+    PSTAR_CHECK(std::isfinite(loss), NumericError, "step ", step, ": the loss is not finite (",
+                loss, "); lower optimizer.params.lr, set gradient_clipping, or train in fp32");
+    const bool finite = std::isfinite(m.grad_norm);
     if (!finite && config.fp16.enabled && scaler.is_dynamic()) {
       m.skipped = true;
+      m.lr = 0;  // no update was made
       ++skipped;
       log::warn("step ", step, ": gradient overflow at loss scale ", loss_scale,
                 "; step skipped");
     } else {
-      PSTAR_CHECK(finite, NumericError, "step ", step, ": ",
-                  std::isfinite(loss) ? "gradient norm" : "loss", " is not finite (loss ", loss,
-                  ", grad norm ", m.grad_norm,
-                  "); lower optimizer.params.lr, set gradient_clipping, or train in fp32");
+      PSTAR_CHECK(finite, NumericError, "step ", step, ": the gradient norm is not finite (loss ",
+                  loss, "); lower optimizer.params.lr, set gradient_clipping, or train in fp32");
       if (config.gradient_clipping > 0 && m.grad_norm > config.gradient_clipping) {
         const double coef = config.gradient_clipping / (m.grad_norm + 1e-6);
         for (auto& g : gs) g.mul_(coef);
@@ -276,13 +290,15 @@ TrainSummary Trainer::run() {
   const int64_t total = s.config.training.steps;
   TrainSummary summary;
   log::info("training ", total - s.step, " steps");
+  const auto run_start = Clock::now();
+  const int64_t tokens_before = s.tokens;
   while (s.step < total) {
     StepMetrics m = step();
     if (summary.steps == 0) summary.first_loss = m.loss;
     summary.last_loss = m.loss;
     ++summary.steps;
     if (s.options.progress) {
-      const double per_step = m.elapsed_s / static_cast<double>(summary.steps);
+      const double per_step = seconds_since(run_start) / static_cast<double>(summary.steps);
       const double eta = per_step * static_cast<double>(total - m.step);
       char line[256];
       std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.2e  %s tok/s  %s  ETA %s",
@@ -299,8 +315,8 @@ TrainSummary Trainer::run() {
   }
   log::end_status();
   summary.skipped_steps = s.skipped;
-  summary.tokens = s.tokens;
-  summary.elapsed_s = s.start ? seconds_since(*s.start) : 0.0;
+  summary.tokens = s.tokens - tokens_before;
+  summary.elapsed_s = seconds_since(run_start);
   summary.tokens_per_s = static_cast<double>(summary.tokens) / std::max(summary.elapsed_s, 1e-9);
   log::info("done: ", summary.steps, " steps, ", human_count(static_cast<double>(summary.tokens)),
             " tokens in ", human_duration(summary.elapsed_s), " (",
@@ -319,7 +335,6 @@ std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config) 
 }
 
 TrainSummary train(const config::TrainConfig& config, const TrainOptions& options) {
-  core::configure_threads();
   log::info("config: ", config.source);
   Trainer trainer(config, build_model(config), options);
   return trainer.run();

@@ -1,0 +1,115 @@
+// The fused host Adam/AdamW kernel of hybrid Adam: one pass over a span of parameters that unscales
+// (and clips) the gradient, updates the fp32 master copy and both moments, and writes the
+// low-precision parameter copy. Vectorized for AVX-512 and AVX2 and parallel over OpenMP threads.
+//
+// Note [host adam bit identity]: every implementation (scalar, AVX2, AVX-512) and every thread
+// count gives the same bits, because which device or ISA updates a chunk must never change the
+// numbers. Each element goes through the same fp32 operations in the same order, none of them
+// fused (the three kernel files are compiled with -ffp-contract=off and use no FMA), and the
+// conversions to bf16/fp16 are exact integer recipes. The one exception is which NaN payload a
+// NaN in master/exp_avg/exp_avg_sq carries; the low-precision copy canonicalizes NaN as
+// LibTorch does.
+//
+// No LibTorch here: the chunk layer hands raw buffers.
+#pragma once
+
+#include <cstdint>
+
+namespace pstar::optim {
+
+// The dtype of a gradient buffer.
+enum class GradType { kF32, kBF16, kF16 };
+// The low-precision parameter copy to write, or none (fp32 training: the master is the param).
+enum class ParamOutType { kNone, kBF16, kF16 };
+
+struct AdamHyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  // AdamW (decoupled weight decay) if true, Adam with L2 regularization if false.
+  bool decoupled = true;
+  // 1-based step count after the increment, for bias correction.
+  int64_t step = 1;
+};
+
+// One contiguous run of parameters. master, exp_avg and exp_avg_sq are fp32 and updated in place;
+// grad is read only; param_out is written only (may be null with ParamOutType::kNone).
+struct AdamSpan {
+  float* master = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  const void* grad = nullptr;
+  GradType grad_type = GradType::kF32;
+  void* param_out = nullptr;
+  ParamOutType param_out_type = ParamOutType::kNone;
+  int64_t numel = 0;
+};
+
+// One fused pass: g = grad * grad_scale (grad_scale = clip coefficient / loss scale), then Adam or
+// AdamW exactly as torch::optim::Adam/AdamW 1.13 compute it (the same fp32 operations in the same
+// order, without fused multiply-adds), updating master, exp_avg and exp_avg_sq, and writing the
+// param copy rounded to nearest even if requested. Throws ConfigError for invalid hyperparameters
+// or buffers.
+void host_adam_step(const AdamHyper& hyper, float grad_scale, const AdamSpan& span);
+
+// The sum of squares of the gradient's fp32 values (grad_scale not applied), accumulated in double;
+// +inf or NaN if any element is non-finite. Deterministic: the result does not depend on the thread
+// count or the ISA (Note [grad sq sum order] in host_adam.cpp).
+double grad_sq_sum(const void* grad, GradType grad_type, int64_t numel);
+
+// "avx512", "avx2" or "scalar": the implementation in use, the best this CPU supports unless the
+// environment variable PSTAR_ADAM_ISA (scalar|avx2|avx512, read once) asks for a lower one.
+const char* host_adam_isa();
+
+namespace detail {
+
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+const char* isa_name(Isa isa);
+// The best ISA this CPU (and OS) supports.
+Isa detected_isa();
+// The ISA to use given the value of PSTAR_ADAM_ISA (null or empty: none) and the detected one:
+// never above `detected`. Throws ConfigError for an unknown value.
+Isa resolve_isa(const char* env_value, Isa detected);
+// Tests only: makes later calls in this process use `isa` (clamped to the detected one), or the
+// default again when `isa` is null. Returns the ISA now in use. Not thread-safe against running
+// kernels.
+Isa set_isa_for_testing(const Isa* isa);
+
+// Scalar coefficients of one step, computed in double as LibTorch does and rounded to float where
+// LibTorch converts a Scalar to the tensor's dtype.
+struct AdamCoeffs {
+  float grad_scale;
+  float beta1;
+  float one_minus_beta1;
+  float beta2;
+  float one_minus_beta2;
+  float bias_correction2_sqrt;
+  float eps;
+  float neg_step_size;  // -lr / bias_correction1
+  float weight_decay;   // Adam (L2): g = g + weight_decay * p
+  float decay;          // AdamW: p = p * (1 - lr * weight_decay)
+  bool decoupled;
+  bool has_weight_decay;
+};
+AdamCoeffs make_adam_coeffs(const AdamHyper& hyper, float grad_scale);
+
+// Per-ISA kernels over elements [begin, end) of a span (no threading). The AVX2 and AVX-512 ones
+// live in their own translation units, compiled for that ISA; call them only when it is supported.
+void adam_range_scalar(const AdamCoeffs& c, const AdamSpan& span, int64_t begin, int64_t end);
+void adam_range_avx2(const AdamCoeffs& c, const AdamSpan& span, int64_t begin, int64_t end);
+void adam_range_avx512(const AdamCoeffs& c, const AdamSpan& span, int64_t begin, int64_t end);
+
+// Note [grad sq sum order]: within one block, element k of the block is added to lane k % 16 of 16
+// double accumulators (in order of k), and the lanes are then summed 0..15 in order. Squares of
+// fp32 values are exact in double, so this fixes every rounding.
+constexpr int kSqSumLanes = 16;
+double sq_sum_block_scalar(const void* grad, GradType grad_type, int64_t begin, int64_t end);
+double sq_sum_block_avx2(const void* grad, GradType grad_type, int64_t begin, int64_t end);
+double sq_sum_block_avx512(const void* grad, GradType grad_type, int64_t begin, int64_t end);
+
+}  // namespace detail
+
+}  // namespace pstar::optim

@@ -1,0 +1,172 @@
+#include "pstar/chunk/eviction.h"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include "pstar/base/error.h"
+
+namespace pstar::chunk {
+namespace {
+
+std::string join_ids(const std::vector<int64_t>& ids) {
+  std::ostringstream out;
+  for (size_t i = 0; i < ids.size(); ++i) out << (i ? " " : "") << ids[i];
+  return out.str();
+}
+
+void check_run(const AccessTrace& trace, int64_t num_chunks, const std::vector<int64_t>& capacities,
+               int iterations, int measure_from_iteration, const char* what) {
+  trace.validate(num_chunks);
+  PSTAR_CHECK(static_cast<int64_t>(capacities.size()) == trace.num_moments(), InternalError, what,
+              ": ", capacities.size(), " capacities for ", trace.num_moments(),
+              " moments; expected one per moment");
+  for (size_t t = 0; t < capacities.size(); ++t) {
+    PSTAR_CHECK(capacities[t] >= 0, InternalError, what, ": moment ", t, " has capacity ",
+                capacities[t], "; expected at least 0");
+  }
+  PSTAR_CHECK(iterations >= 1, InternalError, what, ": ", iterations,
+              " iterations; expected at least 1");
+  PSTAR_CHECK(measure_from_iteration >= 0 && measure_from_iteration <= iterations, InternalError,
+              what, ": measuring from iteration ", measure_from_iteration, " of ", iterations,
+              "; expected 0..", iterations);
+}
+
+// Every moment's accessed chunks must fit by themselves.
+void check_fits(const AccessTrace& trace, const std::vector<int64_t>& capacities) {
+  for (int64_t t = 0; t < trace.num_moments(); ++t) {
+    const auto& needed = trace.accesses[t];
+    if (static_cast<int64_t>(needed.size()) > capacities[t]) {
+      PSTAR_THROW(OutOfMemoryError, "chunk eviction: moment ", t, " needs ", needed.size(),
+                  " chunks on the device at once (chunks ", join_ids(needed),
+                  ") but the device budget there holds only ", capacities[t],
+                  " chunks; raise the device memory budget or use smaller chunks");
+    }
+  }
+}
+
+int popcount(uint32_t bits) { return __builtin_popcount(bits); }
+
+}  // namespace
+
+std::vector<int64_t> choose_evictions(const NextUse& next_use, int64_t moment,
+                                      const std::vector<int64_t>& resident_movable, int64_t count) {
+  PSTAR_CHECK(count >= 0, InternalError, "choose_evictions: count ", count, " is negative");
+  PSTAR_CHECK(count <= static_cast<int64_t>(resident_movable.size()), OutOfMemoryError,
+              "chunk eviction: at moment ", moment, " ", count,
+              " chunks must leave the device but only ", resident_movable.size(),
+              " resident chunks are movable");
+  std::vector<std::pair<int64_t, int64_t>> keyed;  // (next use, chunk)
+  keyed.reserve(resident_movable.size());
+  for (int64_t chunk : resident_movable)
+    keyed.emplace_back(next_use.next_use(chunk, moment), chunk);
+  // Largest (next use, id) first: furthest next use, ties to the larger id.
+  auto first = [](const auto& a, const auto& b) { return a > b; };
+  std::partial_sort(keyed.begin(), keyed.begin() + count, keyed.end(), first);
+  std::vector<int64_t> chosen(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) chosen[i] = keyed[i].second;
+  return chosen;
+}
+
+MoveCounts simulate_opt(const AccessTrace& trace, int64_t num_chunks,
+                        const std::vector<int64_t>& capacity_chunks_per_moment, int iterations,
+                        int measure_from_iteration) {
+  check_run(trace, num_chunks, capacity_chunks_per_moment, iterations, measure_from_iteration,
+            "simulate_opt");
+  check_fits(trace, capacity_chunks_per_moment);
+  const NextUse next_use(trace, num_chunks);
+  std::vector<char> resident(static_cast<size_t>(num_chunks), 0);
+  std::vector<char> accessed(static_cast<size_t>(num_chunks), 0);
+  int64_t num_resident = 0;
+  MoveCounts counts;
+  std::vector<int64_t> movable;
+  for (int iteration = 0; iteration < iterations; ++iteration) {
+    const bool measured = iteration >= measure_from_iteration;
+    for (int64_t t = 0; t < trace.num_moments(); ++t) {
+      const auto& needed = trace.accesses[t];
+      int64_t missing = 0;
+      for (int64_t chunk : needed) {
+        accessed[chunk] = 1;
+        missing += resident[chunk] ? 0 : 1;
+      }
+      const int64_t excess = num_resident + missing - capacity_chunks_per_moment[t];
+      if (excess > 0) {
+        movable.clear();
+        for (int64_t chunk = 0; chunk < num_chunks; ++chunk) {
+          if (resident[chunk] && !accessed[chunk]) movable.push_back(chunk);
+        }
+        for (int64_t chunk : choose_evictions(next_use, t, movable, excess)) {
+          resident[chunk] = 0;
+          --num_resident;
+          if (measured) ++counts.evictions;
+        }
+      }
+      for (int64_t chunk : needed) {
+        accessed[chunk] = 0;
+        if (resident[chunk]) continue;
+        resident[chunk] = 1;
+        ++num_resident;
+        if (measured) ++counts.loads;
+      }
+    }
+  }
+  return counts;
+}
+
+MoveCounts optimal_moves_exhaustive(const AccessTrace& trace, int64_t num_chunks,
+                                    const std::vector<int64_t>& capacity_chunks_per_moment,
+                                    int iterations, int measure_from_iteration) {
+  check_run(trace, num_chunks, capacity_chunks_per_moment, iterations, measure_from_iteration,
+            "optimal_moves_exhaustive");
+  PSTAR_CHECK(num_chunks <= 12, ConfigError, "optimal_moves_exhaustive: ", num_chunks,
+              " chunks; the exhaustive search handles at most 12");
+  const int64_t steps = trace.num_moments() * iterations;
+  int64_t work = steps;
+  for (int64_t i = 0; i < num_chunks; ++i) work *= 3;
+  PSTAR_CHECK(work <= (int64_t{1} << 28), ConfigError, "optimal_moves_exhaustive: ", steps,
+              " moments over ", num_chunks, " chunks is too large for the exhaustive search");
+  check_fits(trace, capacity_chunks_per_moment);
+
+  // cost[S]: the least (moves, loads) that leaves exactly the set S on the device.
+  using Cost = std::pair<int64_t, int64_t>;
+  constexpr int64_t kUnreached = std::numeric_limits<int64_t>::max();
+  const size_t num_sets = size_t{1} << num_chunks;
+  std::vector<Cost> cost(num_sets, Cost{kUnreached, kUnreached});
+  std::vector<Cost> next(num_sets);
+  cost[0] = Cost{0, 0};
+  for (int iteration = 0; iteration < iterations; ++iteration) {
+    const int64_t weight = iteration >= measure_from_iteration ? 1 : 0;
+    for (int64_t t = 0; t < trace.num_moments(); ++t) {
+      uint32_t needed = 0;
+      for (int64_t chunk : trace.accesses[t]) needed |= uint32_t{1} << chunk;
+      const int capacity =
+          static_cast<int>(std::min<int64_t>(capacity_chunks_per_moment[t], num_chunks));
+      std::fill(next.begin(), next.end(), Cost{kUnreached, kUnreached});
+      for (uint32_t set = 0; set < num_sets; ++set) {
+        if (cost[set].first == kUnreached) continue;
+        const int64_t loads = popcount(needed & ~set) * weight;
+        const uint32_t others = set & ~needed;
+        // Keep any subset of the resident chunks not accessed now; evict the rest.
+        for (uint32_t kept = others;; kept = (kept - 1) & others) {
+          const uint32_t after = needed | kept;
+          if (popcount(after) <= capacity) {
+            const int64_t evictions = popcount(others & ~kept) * weight;
+            const Cost candidate{cost[set].first + loads + evictions, cost[set].second + loads};
+            next[after] = std::min(next[after], candidate);
+          }
+          if (kept == 0) break;
+        }
+      }
+      cost.swap(next);
+    }
+  }
+  const Cost best = *std::min_element(cost.begin(), cost.end());
+  PSTAR_INTERNAL_ASSERT(best.first != kUnreached, "no schedule fits, yet every moment fits");
+  MoveCounts counts;
+  counts.loads = best.second;
+  counts.evictions = best.first - best.second;
+  return counts;
+}
+
+}  // namespace pstar::chunk

@@ -1,0 +1,432 @@
+// Dispatch, argument checks, OpenMP partitioning and the scalar reference kernel of host Adam.
+// Compiled for baseline x86-64 with -ffp-contract=off (Note [host adam bit identity]).
+#include "pstar/optim/host_adam.h"
+
+#include <omp.h>
+#include <xmmintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "pstar/base/error.h"
+#include "pstar/core/log.h"
+
+namespace pstar::optim {
+namespace detail {
+namespace {
+
+// Below this many elements a step runs on the calling thread: waking the team costs more.
+constexpr int64_t kMinParallelNumel = 1 << 16;
+// Each thread's range starts on a multiple of this many elements (a cache line of fp32).
+constexpr int64_t kThreadAlign = 64;
+// grad_sq_sum's fixed blocking (Note [grad sq sum order]).
+constexpr int64_t kSqSumBlock = 1 << 16;
+
+uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+float bits_f32(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
+
+// Round to nearest even; NaN becomes 0x7FC0, as c10::BFloat16 does.
+uint16_t f32_to_bf16(float f) {
+  const uint32_t x = f32_bits(f);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+  return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+}
+
+// What F16C's vcvtph2ps does: exact, and a NaN keeps its payload with the quiet bit set.
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1Fu;
+  const uint32_t mantissa = h & 0x3FFu;
+  if (exponent == 0x1F) {
+    const uint32_t quiet = mantissa != 0 ? 0x00400000u : 0u;
+    return bits_f32(sign | 0x7F800000u | quiet | (mantissa << 13));
+  }
+  if (exponent == 0) {
+    // Zero or subnormal: mantissa * 2^-24, exact in fp32.
+    return bits_f32(sign | f32_bits(static_cast<float>(mantissa) * 0x1p-24f));
+  }
+  return bits_f32(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+// Round to nearest even, as F16C's vcvtps2ph does for non-NaN values; NaN becomes sign | 0x7E00, as
+// c10::Half does (the vector kernels make F16C give the same).
+uint16_t f32_to_f16(float f) {
+  const uint32_t x = f32_bits(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t ax = x & 0x7FFFFFFFu;
+  if (ax > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);
+  // 65520 and above round to infinity (65504 is the largest half; the tie goes to even = inf).
+  if (ax >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);
+  if (ax < 0x38800000u) {
+    // Below the smallest normal half (2^-14): a subnormal half, mantissa = round(|f| * 2^24).
+    const uint32_t e = ax >> 23;
+    if (e < 102) return static_cast<uint16_t>(sign);  // below 2^-25: rounds to zero
+    const uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;
+    const uint32_t shift = 126 - e;  // 14..24
+    uint32_t q = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1);
+    const uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) ++q;
+    return static_cast<uint16_t>(sign | q);
+  }
+  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped bits; a carry into the
+  // exponent is the right result.
+  uint32_t r = ax - 0x38000000u;
+  r += 0xFFFu + ((r >> 13) & 1u);
+  return static_cast<uint16_t>(sign | (r >> 13));
+}
+
+template <GradType G>
+float load_grad(const void* grad, int64_t i) {
+  if constexpr (G == GradType::kF32) return static_cast<const float*>(grad)[i];
+  if constexpr (G == GradType::kBF16) return bf16_to_f32(static_cast<const uint16_t*>(grad)[i]);
+  if constexpr (G == GradType::kF16) return f16_to_f32(static_cast<const uint16_t*>(grad)[i]);
+}
+
+enum WdMode { kNoWd, kL2, kDecoupled };
+
+// The reference: every vector kernel computes exactly this, in this order.
+template <GradType G, ParamOutType P, int kWd>
+void adam_scalar_impl(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int64_t end) {
+  float* __restrict master = s.master;
+  float* __restrict exp_avg = s.exp_avg;
+  float* __restrict exp_avg_sq = s.exp_avg_sq;
+  uint16_t* __restrict out = static_cast<uint16_t*>(s.param_out);
+  for (int64_t i = begin; i < end; ++i) {
+    float g = load_grad<G>(s.grad, i) * c.grad_scale;
+    float p = master[i];
+    if constexpr (kWd == kDecoupled) p = p * c.decay;
+    if constexpr (kWd == kL2) g = g + c.weight_decay * p;
+    const float m = exp_avg[i] * c.beta1 + c.one_minus_beta1 * g;
+    const float v = exp_avg_sq[i] * c.beta2 + c.one_minus_beta2 * g * g;
+    const float denom = std::sqrt(v) / c.bias_correction2_sqrt + c.eps;
+    p = p + c.neg_step_size * (m / denom);
+    master[i] = p;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    if constexpr (P == ParamOutType::kBF16) out[i] = f32_to_bf16(p);
+    if constexpr (P == ParamOutType::kF16) out[i] = f32_to_f16(p);
+  }
+}
+
+template <GradType G, ParamOutType P>
+void adam_scalar_wd(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int64_t end) {
+  if (!c.has_weight_decay) {
+    adam_scalar_impl<G, P, kNoWd>(c, s, begin, end);
+  } else if (c.decoupled) {
+    adam_scalar_impl<G, P, kDecoupled>(c, s, begin, end);
+  } else {
+    adam_scalar_impl<G, P, kL2>(c, s, begin, end);
+  }
+}
+
+template <GradType G>
+void adam_scalar_out(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int64_t end) {
+  switch (s.param_out_type) {
+    case ParamOutType::kNone:
+      return adam_scalar_wd<G, ParamOutType::kNone>(c, s, begin, end);
+    case ParamOutType::kBF16:
+      return adam_scalar_wd<G, ParamOutType::kBF16>(c, s, begin, end);
+    case ParamOutType::kF16:
+      return adam_scalar_wd<G, ParamOutType::kF16>(c, s, begin, end);
+  }
+}
+
+template <GradType G>
+double sq_sum_scalar_impl(const void* grad, int64_t begin, int64_t end) {
+  double lanes[kSqSumLanes] = {};
+  int64_t i = begin;
+  for (; i + kSqSumLanes <= end; i += kSqSumLanes) {
+    for (int j = 0; j < kSqSumLanes; ++j) {
+      const double x = load_grad<G>(grad, i + j);
+      lanes[j] += x * x;
+    }
+  }
+  for (int j = 0; i + j < end; ++j) {
+    const double x = load_grad<G>(grad, i + j);
+    lanes[j] += x * x;
+  }
+  double sum = 0.0;
+  for (double lane : lanes) sum += lane;
+  return sum;
+}
+
+std::atomic<int> g_isa_override{-1};
+
+Isa default_isa() {
+  static const Isa isa = resolve_isa(std::getenv("PSTAR_ADAM_ISA"), detected_isa());
+  return isa;
+}
+
+Isa active_isa() {
+  const int forced = g_isa_override.load(std::memory_order_relaxed);
+  return forced >= 0 ? static_cast<Isa>(forced) : default_isa();
+}
+
+using AdamRangeFn = void (*)(const AdamCoeffs&, const AdamSpan&, int64_t, int64_t);
+using SqSumBlockFn = double (*)(const void*, GradType, int64_t, int64_t);
+
+AdamRangeFn adam_range_fn(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return adam_range_scalar;
+    case Isa::kAvx2:
+      return adam_range_avx2;
+    case Isa::kAvx512:
+      return adam_range_avx512;
+  }
+  PSTAR_THROW(InternalError, "unknown Isa ", static_cast<int>(isa));
+}
+
+SqSumBlockFn sq_sum_block_fn(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return sq_sum_block_scalar;
+    case Isa::kAvx2:
+      return sq_sum_block_avx2;
+    case Isa::kAvx512:
+      return sq_sum_block_avx512;
+  }
+  PSTAR_THROW(InternalError, "unknown Isa ", static_cast<int>(isa));
+}
+
+// Worker threads take the caller's MXCSR (flush-to-zero, denormals-are-zero, rounding) for the
+// duration of a call, so that the thread an element lands on cannot change its result.
+class ScopedMxcsr {
+ public:
+  explicit ScopedMxcsr(unsigned csr) : saved_(_mm_getcsr()) { _mm_setcsr(csr); }
+  ~ScopedMxcsr() { _mm_setcsr(saved_); }
+  ScopedMxcsr(const ScopedMxcsr&) = delete;
+  ScopedMxcsr& operator=(const ScopedMxcsr&) = delete;
+
+ private:
+  unsigned saved_;
+};
+
+const char* grad_type_name(GradType type) {
+  switch (type) {
+    case GradType::kF32:
+      return "f32";
+    case GradType::kBF16:
+      return "bf16";
+    case GradType::kF16:
+      return "f16";
+  }
+  return "?";
+}
+
+// The enums may come from a cast; reject values outside them before any switch relies on them.
+void check_grad_type(GradType type) {
+  PSTAR_CHECK(type == GradType::kF32 || type == GradType::kBF16 || type == GradType::kF16,
+              ConfigError, "host Adam: invalid grad_type ", static_cast<int>(type));
+}
+
+void check_param_out_type(ParamOutType type) {
+  PSTAR_CHECK(type == ParamOutType::kNone || type == ParamOutType::kBF16 ||
+                  type == ParamOutType::kF16,
+              ConfigError, "host Adam: invalid param_out_type ", static_cast<int>(type));
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+Isa detected_isa() {
+  __builtin_cpu_init();
+  // GCC's checks include the OS's support for saving the AVX and AVX-512 registers (XCR0).
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return avx512 ? Isa::kAvx512 : avx2 ? Isa::kAvx2 : Isa::kScalar;
+}
+
+Isa resolve_isa(const char* env_value, Isa detected) {
+  if (env_value == nullptr || *env_value == '\0') return detected;
+  const std::string value = env_value;
+  Isa wanted;
+  if (value == "scalar") {
+    wanted = Isa::kScalar;
+  } else if (value == "avx2") {
+    wanted = Isa::kAvx2;
+  } else if (value == "avx512") {
+    wanted = Isa::kAvx512;
+  } else {
+    PSTAR_THROW(ConfigError, "PSTAR_ADAM_ISA='", value, "' is not an ISA; use scalar, avx2 or avx512");
+  }
+  if (static_cast<int>(wanted) > static_cast<int>(detected)) {
+    log::warn("PSTAR_ADAM_ISA=", value, " is not supported by this CPU; using ",
+              isa_name(detected));
+    return detected;
+  }
+  return wanted;
+}
+
+Isa set_isa_for_testing(const Isa* isa) {
+  if (isa == nullptr) {
+    g_isa_override.store(-1, std::memory_order_relaxed);
+  } else {
+    const int clamped = std::min(static_cast<int>(*isa), static_cast<int>(detected_isa()));
+    g_isa_override.store(clamped, std::memory_order_relaxed);
+  }
+  return active_isa();
+}
+
+AdamCoeffs make_adam_coeffs(const AdamHyper& hyper, float grad_scale) {
+  // Mirrors torch/csrc/api/src/optim/adam.cpp and adamw.cpp (1.13): the options are doubles, the
+  // coefficients are computed in double, and each becomes a float where it meets the tensor.
+  const double lr = hyper.lr;
+  const double beta1 = hyper.beta1;
+  const double beta2 = hyper.beta2;
+  const double weight_decay = hyper.weight_decay;
+  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(hyper.step));
+  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(hyper.step));
+  AdamCoeffs c;
+  c.grad_scale = grad_scale;
+  c.beta1 = hyper.beta1;
+  c.one_minus_beta1 = static_cast<float>(1 - beta1);
+  c.beta2 = hyper.beta2;
+  c.one_minus_beta2 = static_cast<float>(1 - beta2);
+  c.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  c.eps = hyper.eps;
+  c.neg_step_size = static_cast<float>(-(lr / bias_correction1));
+  c.weight_decay = hyper.weight_decay;
+  c.decay = static_cast<float>(1 - lr * weight_decay);
+  c.decoupled = hyper.decoupled;
+  c.has_weight_decay = hyper.weight_decay != 0;
+  return c;
+}
+
+void adam_range_scalar(const AdamCoeffs& c, const AdamSpan& span, int64_t begin, int64_t end) {
+  switch (span.grad_type) {
+    case GradType::kF32:
+      return adam_scalar_out<GradType::kF32>(c, span, begin, end);
+    case GradType::kBF16:
+      return adam_scalar_out<GradType::kBF16>(c, span, begin, end);
+    case GradType::kF16:
+      return adam_scalar_out<GradType::kF16>(c, span, begin, end);
+  }
+}
+
+double sq_sum_block_scalar(const void* grad, GradType grad_type, int64_t begin, int64_t end) {
+  switch (grad_type) {
+    case GradType::kF32:
+      return sq_sum_scalar_impl<GradType::kF32>(grad, begin, end);
+    case GradType::kBF16:
+      return sq_sum_scalar_impl<GradType::kBF16>(grad, begin, end);
+    case GradType::kF16:
+      return sq_sum_scalar_impl<GradType::kF16>(grad, begin, end);
+  }
+  return 0.0;
+}
+
+}  // namespace detail
+
+void host_adam_step(const AdamHyper& hyper, float grad_scale, const AdamSpan& span) {
+  // The same checks (and messages) as torch::optim::AdamOptions, plus ours on the buffers.
+  PSTAR_CHECK(hyper.lr >= 0, ConfigError, "host Adam: invalid learning rate: ", hyper.lr);
+  PSTAR_CHECK(hyper.eps >= 0, ConfigError, "host Adam: invalid epsilon value: ", hyper.eps);
+  PSTAR_CHECK(hyper.beta1 >= 0 && hyper.beta1 < 1, ConfigError,
+              "host Adam: invalid beta parameter at index 0: ", hyper.beta1);
+  PSTAR_CHECK(hyper.beta2 >= 0 && hyper.beta2 < 1, ConfigError,
+              "host Adam: invalid beta parameter at index 1: ", hyper.beta2);
+  PSTAR_CHECK(hyper.weight_decay >= 0, ConfigError,
+              "host Adam: invalid weight_decay value: ", hyper.weight_decay);
+  PSTAR_CHECK(hyper.step >= 1, ConfigError, "host Adam: step must be 1 or more, got ", hyper.step);
+  PSTAR_CHECK(std::isfinite(grad_scale), ConfigError, "host Adam: grad_scale must be finite, got ",
+              grad_scale);
+  PSTAR_CHECK(span.numel >= 0, ConfigError, "host Adam: numel must be >= 0, got ", span.numel);
+  detail::check_grad_type(span.grad_type);
+  detail::check_param_out_type(span.param_out_type);
+  if (span.numel == 0) return;
+  PSTAR_CHECK(span.master != nullptr && span.exp_avg != nullptr && span.exp_avg_sq != nullptr &&
+                  span.grad != nullptr,
+              ConfigError, "host Adam: master, exp_avg, exp_avg_sq and grad must not be null");
+  if (span.param_out_type == ParamOutType::kNone) {
+    PSTAR_CHECK(span.param_out == nullptr, ConfigError,
+                "host Adam: param_out is set but param_out_type is kNone");
+  } else {
+    PSTAR_CHECK(span.param_out != nullptr, ConfigError,
+                "host Adam: param_out_type asks for a param copy but param_out is null");
+  }
+
+  const detail::AdamCoeffs coeffs = detail::make_adam_coeffs(hyper, grad_scale);
+  const detail::AdamRangeFn kernel = detail::adam_range_fn(detail::active_isa());
+  const int max_threads = omp_get_max_threads();
+  if (span.numel < detail::kMinParallelNumel || max_threads <= 1 || omp_in_parallel()) {
+    kernel(coeffs, span, 0, span.numel);
+    return;
+  }
+  // One contiguous range per thread (long streams suit the prefetchers). Elements are independent,
+  // so the split does not change any result.
+  const unsigned csr = _mm_getcsr();
+#pragma omp parallel num_threads(max_threads)
+  {
+    const detail::ScopedMxcsr scoped(csr);
+    const int64_t threads = omp_get_num_threads();
+    const int64_t thread = omp_get_thread_num();
+    int64_t per_thread = (span.numel + threads - 1) / threads;
+    per_thread = (per_thread + detail::kThreadAlign - 1) / detail::kThreadAlign * detail::kThreadAlign;
+    const int64_t begin = std::min(thread * per_thread, span.numel);
+    const int64_t end = std::min(begin + per_thread, span.numel);
+    if (begin < end) kernel(coeffs, span, begin, end);
+  }
+}
+
+double grad_sq_sum(const void* grad, GradType grad_type, int64_t numel) {
+  PSTAR_CHECK(numel >= 0, ConfigError, "grad_sq_sum: numel must be >= 0, got ", numel);
+  detail::check_grad_type(grad_type);
+  if (numel == 0) return 0.0;
+  PSTAR_CHECK(grad != nullptr, ConfigError, "grad_sq_sum: grad (",
+              detail::grad_type_name(grad_type), ") must not be null");
+  const detail::SqSumBlockFn block_sum = detail::sq_sum_block_fn(detail::active_isa());
+  // Note [grad sq sum order]: fixed blocks, each summed by the fixed lane recipe, then the block
+  // sums added in block order; threads only decide who computes which block.
+  const int64_t blocks = (numel + detail::kSqSumBlock - 1) / detail::kSqSumBlock;
+  if (blocks == 1) return block_sum(grad, grad_type, 0, numel);
+  std::vector<double> partial(static_cast<size_t>(blocks));
+  const unsigned csr = _mm_getcsr();
+  const bool parallel = omp_get_max_threads() > 1 && !omp_in_parallel();
+#pragma omp parallel if (parallel)
+  {
+    const detail::ScopedMxcsr scoped(csr);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t begin = b * detail::kSqSumBlock;
+      const int64_t end = std::min(begin + detail::kSqSumBlock, numel);
+      partial[static_cast<size_t>(b)] = block_sum(grad, grad_type, begin, end);
+    }
+  }
+  double sum = 0.0;
+  for (double p : partial) sum += p;
+  return sum;
+}
+
+const char* host_adam_isa() { return detail::isa_name(detail::active_isa()); }
+
+}  // namespace pstar::optim

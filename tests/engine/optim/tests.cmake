@@ -1,0 +1,3 @@
+pstar_add_test(NAME engine_optim_tests LABEL unit PCH
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/host_adam_test.cpp
+  LIBS pstar::engine)
