@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "pstar/base/error.h"
+#include "pstar/base/size.h"
 
 namespace pstar::config {
 namespace {
@@ -217,6 +218,11 @@ Json to_json(const TrainConfig& c) {
 
   Json engine = Json::object();
   engine["mode"] = c.engine.mode;
+  engine["device_memory"] = optional_json(c.engine.device_memory);
+  engine["host_memory"] = optional_json(c.engine.host_memory);
+  engine["activation_checkpointing"] = c.engine.activation_checkpointing;
+  engine["warmup_iterations"] = c.engine.warmup_iterations;
+  engine["chunk_size_search"] = c.engine.chunk_size_search;
 
   Json j = Json::object();
   j["train_micro_batch_size_per_gpu"] = c.train_micro_batch_size_per_gpu;
@@ -415,6 +421,31 @@ class Level {
 
   void read_number(const std::string& key, double* out, const NumberRange& range) const {
     if (const Json* v = find(key)) *out = number_value(*v, path(key), range);
+  }
+
+  // A byte size: a positive integer (bytes) or a string such as "512MiB" or "80GiB"; null unsets.
+  void read_optional_size(const std::string& key, std::optional<int64_t>* out) const {
+    const Json* v = find(key);
+    if (v == nullptr) return;
+    if (v->is_null()) {
+      out->reset();
+      return;
+    }
+    const char* expected =
+        "expected a size such as \"512MiB\", \"80GiB\", \"1.5GB\" or a positive number of bytes, "
+        "found ";
+    if (v->is_string()) {
+      if (auto bytes = parse_size_bytes(v->get<std::string>())) {
+        *out = *bytes;
+        return;
+      }
+      ctx_.fail(path(key), expected + shown(*v));
+    }
+    if (v->is_number_integer() || v->is_number_unsigned()) {
+      *out = int_value(*v, path(key), 1, int64_t{1} << 62);
+      return;
+    }
+    ctx_.fail(path(key), expected + type_and_value(*v));
   }
 
   void read_bool(const std::string& key, bool* out) const {
@@ -679,8 +710,13 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   schedule.read_int("warmup_steps", &c.training.lr_schedule.warmup_steps, 0, kInt64Max);
   schedule.read_number("min_lr", &c.training.lr_schedule.min_lr, kNonNegative);
 
-  top.child("engine").read_choice("mode", &c.engine.mode, {"torch"},
-                                  "the \"chunked\" engine is not available yet in this build");
+  const Level engine = top.child("engine");
+  engine.read_choice("mode", &c.engine.mode, {"chunked", "torch"});
+  engine.read_optional_size("device_memory", &c.engine.device_memory);
+  engine.read_optional_size("host_memory", &c.engine.host_memory);
+  engine.read_bool("activation_checkpointing", &c.engine.activation_checkpointing);
+  engine.read_int("warmup_iterations", &c.engine.warmup_iterations, 1, 1000);
+  engine.read_bool("chunk_size_search", &c.engine.chunk_size_search);
 
   // Checks across keys.
   if (c.train_batch_size) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "pstar/base/error.h"
+#include "pstar/base/size.h"
 #include "pstar_test_paths.h"
 #include "test_util.h"
 
@@ -429,10 +430,42 @@ TEST(ConfigRange, ChoicesListTheValidValuesAndSuggest) {
                   {R"(optimizer.type: expected one of "Adam", "AdamW", found integer 3)"});
 }
 
-TEST(ConfigRange, ChunkedEngineIsNotAvailableYet) {
-  expect_contains(config_error(with_data(R"("engine": {"mode": "chunked"})")),
-                  {R"(engine.mode: expected "torch", found string "chunked")",
-                   "(the \"chunked\" engine is not available yet in this build)"});
+TEST(ConfigRange, EngineModeAndSizes) {
+  expect_contains(config_error(with_data(R"("engine": {"mode": "chunky"})")),
+                  {R"(engine.mode: expected one of "chunked", "torch", found string "chunky")",
+                   "did you mean \"chunked\"?"});
+  auto c = parse(with_data(R"("engine": {"mode": "chunked", "device_memory": "512MiB",
+                                           "host_memory": 1073741824,
+                                           "activation_checkpointing": true,
+                                           "warmup_iterations": 2, "chunk_size_search": true})"));
+  EXPECT_EQ(c.engine.mode, "chunked");
+  EXPECT_EQ(c.engine.device_memory, int64_t{512} << 20);
+  EXPECT_EQ(c.engine.host_memory, int64_t{1} << 30);
+  EXPECT_TRUE(c.engine.activation_checkpointing);
+  EXPECT_EQ(c.engine.warmup_iterations, 2);
+  EXPECT_TRUE(c.engine.chunk_size_search);
+  expect_contains(config_error(with_data(R"("engine": {"device_memory": "12 parsecs"})")),
+                  {"engine.device_memory: expected a size such as", R"(found "12 parsecs")"});
+  expect_contains(config_error(with_data(R"("engine": {"host_memory": -5})")),
+                  {"engine.host_memory"});
+  expect_contains(config_error(with_data(R"("engine": {"device_memory": true})")),
+                  {"engine.device_memory", "found boolean true"});
+}
+
+TEST(SizeTest, ParsesUnitsAndRejectsNonsense) {
+  EXPECT_EQ(parse_size_bytes("512MiB"), int64_t{512} << 20);
+  EXPECT_EQ(parse_size_bytes("80GiB"), int64_t{80} << 30);
+  EXPECT_EQ(parse_size_bytes("1.5GB"), int64_t{1500000000});
+  EXPECT_EQ(parse_size_bytes("2 kib"), 2048);
+  EXPECT_EQ(parse_size_bytes("4096"), 4096);
+  EXPECT_EQ(parse_size_bytes("16g"), int64_t{16} << 30);
+  EXPECT_FALSE(parse_size_bytes("").has_value());
+  EXPECT_FALSE(parse_size_bytes("0MiB").has_value());
+  EXPECT_FALSE(parse_size_bytes("-1GiB").has_value());
+  EXPECT_FALSE(parse_size_bytes("5 parsecs").has_value());
+  EXPECT_FALSE(parse_size_bytes("GiB").has_value());
+  EXPECT_EQ(format_bytes(17), "17 B");
+  EXPECT_EQ(format_bytes(int64_t{3} << 29), "1.50 GiB");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -122,10 +122,11 @@ MoveCounts optimal_moves_exhaustive(const AccessTrace& trace, int64_t num_chunks
   PSTAR_CHECK(num_chunks <= 12, ConfigError, "optimal_moves_exhaustive: ", num_chunks,
               " chunks; the exhaustive search handles at most 12");
   const int64_t steps = trace.num_moments() * iterations;
-  int64_t work = steps;
-  for (int64_t i = 0; i < num_chunks; ++i) work *= 3;
-  PSTAR_CHECK(work <= (int64_t{1} << 28), ConfigError, "optimal_moves_exhaustive: ", steps,
-              " moments over ", num_chunks, " chunks is too large for the exhaustive search");
+  int64_t sets_times_choices = 1;  // 3^C: each chunk is absent, kept or evicted
+  for (int64_t i = 0; i < num_chunks; ++i) sets_times_choices *= 3;
+  PSTAR_CHECK(steps <= (int64_t{1} << 28) / sets_times_choices, ConfigError,
+              "optimal_moves_exhaustive: ", steps, " moments over ", num_chunks,
+              " chunks is too large for the exhaustive search");
   check_fits(trace, capacity_chunks_per_moment);
 
   // cost[S]: the least (moves, loads) that leaves exactly the set S on the device.

@@ -4,6 +4,9 @@
 
 #include "pstar/base/error.h"
 #include "pstar/formats/config.h"
+#include "pstar/model/hooks.h"
+
+#include <torch/autograd.h>
 
 namespace pstar::model {
 
@@ -80,15 +83,57 @@ GptConfig resolve_gpt_config(const config::ModelConfig& model) {
   return c;
 }
 
+std::vector<int64_t> gpt_leaf_module_numels(const GptConfig& c) {
+  const int64_t h = c.hidden;
+  std::vector<int64_t> numels = {c.vocab_size * h, c.seq_len * h};
+  for (int64_t i = 0; i < c.layers; ++i) {
+    for (int64_t n : {2 * h, 3 * h * h + 3 * h, h * h + h, 2 * h, 4 * h * h + 4 * h, 4 * h * h + h})
+      numels.push_back(n);
+  }
+  numels.push_back(2 * h);
+  return numels;
+}
+
+namespace {
+
+// logits = x @ weightᵀ, saving the weight itself for backward rather than a transposed view of
+// it: the chunk engine may move the weight's memory between forward and backward and re-points
+// the parameter, which a saved view would not follow.
+struct TiedLmHead : public torch::autograd::Function<TiedLmHead> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
+                               torch::Tensor weight) {
+    ctx->save_for_backward({x, weight});
+    return torch::matmul(x, weight.t());
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const auto& weight = saved[1];
+    auto grad = grads[0];
+    auto grad_x = torch::matmul(grad, weight);
+    auto grad_w = torch::matmul(grad.reshape({-1, grad.size(-1)}).t(), x.reshape({-1, x.size(-1)}));
+    return {grad_x, grad_w};
+  }
+};
+
+}  // namespace
+
+torch::Tensor tied_lm_head(const torch::Tensor& x, const torch::Tensor& weight) {
+  return TiedLmHead::apply(x, weight);
+}
+
 Conv1D::Conv1D(int64_t in_features, int64_t out_features) {
   weight = register_parameter("weight", torch::empty({in_features, out_features}));
   bias = register_parameter("bias", torch::zeros({out_features}));
 }
 
 torch::Tensor Conv1D::forward(const torch::Tensor& x) {
-  auto sizes = x.sizes().vec();
-  sizes.back() = weight.size(1);
-  return torch::addmm(bias, x.reshape({-1, x.size(-1)}), weight).view(sizes);
+  return run_module(*this, [&] {
+    auto sizes = x.sizes().vec();
+    sizes.back() = weight.size(1);
+    return torch::addmm(bias, x.reshape({-1, x.size(-1)}), weight).view(sizes);
+  });
 }
 
 GptLayerNorm::GptLayerNorm(int64_t hidden, double eps_) : eps(eps_) {
@@ -97,16 +142,20 @@ GptLayerNorm::GptLayerNorm(int64_t hidden, double eps_) : eps(eps_) {
 }
 
 torch::Tensor GptLayerNorm::forward(const torch::Tensor& x) {
-  const auto f32 = torch::kFloat32;
-  return torch::layer_norm(x.to(f32), {weight.size(0)}, weight.to(f32), bias.to(f32), eps)
-      .to(x.scalar_type());
+  return run_module(*this, [&] {
+    const auto f32 = torch::kFloat32;
+    return torch::layer_norm(x.to(f32), {weight.size(0)}, weight.to(f32), bias.to(f32), eps)
+        .to(x.scalar_type());
+  });
 }
 
 GptEmbedding::GptEmbedding(int64_t count, int64_t dim) {
   weight = register_parameter("weight", torch::empty({count, dim}));
 }
 
-torch::Tensor GptEmbedding::forward(const torch::Tensor& ids) { return torch::embedding(weight, ids); }
+torch::Tensor GptEmbedding::forward(const torch::Tensor& ids) {
+  return run_module(*this, [&] { return torch::embedding(weight, ids); });
+}
 
 GptAttention::GptAttention(const GptConfig& config) : heads(config.heads) {
   c_attn = register_module("c_attn", std::make_shared<Conv1D>(config.hidden, 3 * config.hidden));
@@ -153,29 +202,42 @@ torch::Tensor GptBlock::forward(const torch::Tensor& x) {
   return h + mlp->forward(ln_2->forward(h));
 }
 
-GptTransformer::GptTransformer(const GptConfig& config) {
-  wte = register_module("wte", std::make_shared<GptEmbedding>(config.vocab_size, config.hidden));
-  wpe = register_module("wpe", std::make_shared<GptEmbedding>(config.seq_len, config.hidden));
-  auto blocks = register_module("h", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config.layers; ++i) {
-    h.push_back(std::make_shared<GptBlock>(config));
-    blocks->push_back(h.back());
-  }
-  ln_f = register_module("ln_f", std::make_shared<GptLayerNorm>(config.hidden, config.layer_norm_eps));
-}
-
-Gpt::Gpt(const GptConfig& config) : config_(config) {
-  transformer_ = register_module("transformer", std::make_shared<GptTransformer>(config));
+// Each unit is built, initialised and handed to on_unit_built before the next is built. The
+// normal_ calls run in the same order as building everything first would, so the init does not
+// depend on whether an engine takes the units as they come.
+GptTransformer::GptTransformer(const GptConfig& config, const UnitBuilt& on_unit_built) {
   torch::NoGradGuard no_grad;
   const double std = 0.02;
   const double residual_std = std / std::sqrt(2.0 * static_cast<double>(config.layers));
-  transformer_->wte->weight.normal_(0.0, std);
-  transformer_->wpe->weight.normal_(0.0, std);
-  for (auto& block : transformer_->h) {
+  auto built = [&](torch::nn::Module& unit, const std::string& prefix) {
+    if (on_unit_built) on_unit_built(unit, prefix);
+  };
+  wte = register_module("wte", std::make_shared<GptEmbedding>(config.vocab_size, config.hidden));
+  wte->weight.normal_(0.0, std);
+  built(*wte, "transformer.wte.");
+  wpe = register_module("wpe", std::make_shared<GptEmbedding>(config.seq_len, config.hidden));
+  wpe->weight.normal_(0.0, std);
+  built(*wpe, "transformer.wpe.");
+  auto blocks = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.layers; ++i) {
+    auto block = std::make_shared<GptBlock>(config);
     block->attn->c_attn->weight.normal_(0.0, std);
     block->attn->c_proj->weight.normal_(0.0, residual_std);
     block->mlp->c_fc->weight.normal_(0.0, std);
     block->mlp->c_proj->weight.normal_(0.0, residual_std);
+    h.push_back(block);
+    blocks->push_back(block);
+    built(*block, "transformer.h." + std::to_string(i) + ".");
+  }
+  ln_f = register_module("ln_f", std::make_shared<GptLayerNorm>(config.hidden, config.layer_norm_eps));
+  built(*ln_f, "transformer.ln_f.");
+}
+
+Gpt::Gpt(const GptConfig& config, const UnitBuilt& on_unit_built) : config_(config) {
+  transformer_ =
+      register_module("transformer", std::make_shared<GptTransformer>(config, on_unit_built));
+  for (auto& block : transformer_->h) {
+    block_fns_.emplace_back([block](const torch::Tensor& x) { return block->forward(x); });
   }
 }
 
@@ -188,10 +250,11 @@ torch::Tensor Gpt::forward(const torch::Tensor& input_ids) {
   auto& t = *transformer_;
   auto positions = torch::arange(seq, torch::dtype(torch::kLong).device(input_ids.device()));
   auto x = t.wte->forward(input_ids) + t.wpe->forward(positions).unsqueeze(0);
-  for (auto& block : t.h) x = block->forward(x);
+  for (size_t i = 0; i < t.h.size(); ++i)
+    x = checkpointing_ ? checkpoint(&block_fns_[i], x) : t.h[i]->forward(x);
   x = t.ln_f->forward(x);
-  // LM head tied to the token embedding.
-  return torch::matmul(x, t.wte->weight.t());
+  // LM head tied to the token embedding: a second use of wte, with its own hooks.
+  return run_module(*t.wte, [&] { return tied_lm_head(x, t.wte->weight); });
 }
 
 }  // namespace pstar::model

@@ -44,7 +44,8 @@ std::string shape_str(c10::IntArrayRef shape) { return str_cat(shape); }
 
 }  // namespace
 
-int64_t load_hf_gpt2_safetensors(Gpt& model, const std::string& path) {
+int64_t load_hf_gpt2_safetensors(Gpt& model, const std::string& path,
+                                  const ParameterWriter& write) {
   formats::SafetensorsReader reader(path);
   const std::string prefix = "transformer.";
   std::set<std::string> used;
@@ -69,7 +70,11 @@ int64_t load_hf_gpt2_safetensors(Gpt& model, const std::string& path) {
     // The format packs tensors without alignment: copy the bytes out before viewing them as floats.
     auto source = torch::empty(shape, torch::dtype(scalar));
     std::memcpy(source.data_ptr(), reader.data(*info), info->size_bytes);
-    param.copy_(source);
+    if (write) {
+      write(name, source);
+    } else {
+      param.copy_(source);
+    }
     used.insert(info->name);
     ++loaded;
   }

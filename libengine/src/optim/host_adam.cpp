@@ -101,7 +101,9 @@ float load_grad(const void* grad, int64_t i) {
 
 enum WdMode { kNoWd, kL2, kDecoupled };
 
-// The reference: every vector kernel computes exactly this, in this order.
+// The reference: every vector kernel computes exactly this, in this order (Note [host adam bit
+// identity]). std::fma is correctly rounded everywhere (glibc picks the FMA instruction when the CPU
+// has one), so this matches the vector kernels' FMA instructions bit for bit.
 template <GradType G, ParamOutType P, int kWd>
 void adam_scalar_impl(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int64_t end) {
   float* __restrict master = s.master;
@@ -112,11 +114,11 @@ void adam_scalar_impl(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int
     float g = load_grad<G>(s.grad, i) * c.grad_scale;
     float p = master[i];
     if constexpr (kWd == kDecoupled) p = p * c.decay;
-    if constexpr (kWd == kL2) g = g + c.weight_decay * p;
-    const float m = exp_avg[i] * c.beta1 + c.one_minus_beta1 * g;
-    const float v = exp_avg_sq[i] * c.beta2 + c.one_minus_beta2 * g * g;
+    if constexpr (kWd == kL2) g = std::fma(p, c.weight_decay, g);
+    const float m = std::fma(g, c.one_minus_beta1, exp_avg[i] * c.beta1);
+    const float v = std::fma(c.one_minus_beta2 * g, g, exp_avg_sq[i] * c.beta2);
     const float denom = std::sqrt(v) / c.bias_correction2_sqrt + c.eps;
-    p = p + c.neg_step_size * (m / denom);
+    p = p + (c.neg_step_size * m) / denom;
     master[i] = p;
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
@@ -169,8 +171,19 @@ double sq_sum_scalar_impl(const void* grad, int64_t begin, int64_t end) {
 
 std::atomic<int> g_isa_override{-1};
 
+Isa resolve_default_isa() {
+  const char* env = std::getenv("PSTAR_ADAM_ISA");
+  const Isa detected = detected_isa();
+  const Isa isa = resolve_isa(env, detected);
+  if (env != nullptr && *env != '\0' && std::string(env) != isa_name(isa)) {
+    log::warn("PSTAR_ADAM_ISA=", env, " is not supported by this CPU; host Adam uses ",
+              isa_name(detected));
+  }
+  return isa;
+}
+
 Isa default_isa() {
-  static const Isa isa = resolve_isa(std::getenv("PSTAR_ADAM_ISA"), detected_isa());
+  static const Isa isa = resolve_default_isa();
   return isa;
 }
 
@@ -260,7 +273,8 @@ const char* isa_name(Isa isa) {
 Isa detected_isa() {
   __builtin_cpu_init();
   // GCC's checks include the OS's support for saving the AVX and AVX-512 registers (XCR0).
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   return avx512 ? Isa::kAvx512 : avx2 ? Isa::kAvx2 : Isa::kScalar;
@@ -279,12 +293,7 @@ Isa resolve_isa(const char* env_value, Isa detected) {
   } else {
     PSTAR_THROW(ConfigError, "PSTAR_ADAM_ISA='", value, "' is not an ISA; use scalar, avx2 or avx512");
   }
-  if (static_cast<int>(wanted) > static_cast<int>(detected)) {
-    log::warn("PSTAR_ADAM_ISA=", value, " is not supported by this CPU; using ",
-              isa_name(detected));
-    return detected;
-  }
-  return wanted;
+  return static_cast<int>(wanted) > static_cast<int>(detected) ? detected : wanted;
 }
 
 Isa set_isa_for_testing(const Isa* isa) {

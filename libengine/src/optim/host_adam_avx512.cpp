@@ -1,10 +1,13 @@
 // The AVX-512 (F, BW, VL) + F16C host Adam kernels, 16 fp32 lanes, tails through masked loads and
-// stores. Compiled with -mavx512f -mavx512bw -mavx512vl -mf16c -ffp-contract=off and called only
-// on CPUs that have them. Each lane computes exactly what adam_scalar_impl in host_adam.cpp
+// stores. Compiled with -mavx512f -mavx512bw -mavx512vl -mfma -mf16c -ffp-contract=off and called
+// only on CPUs that have them. Each lane computes exactly what adam_scalar_impl in host_adam.cpp
 // computes (Note [host adam bit identity]).
 //
 // This file includes no standard library header with inline functions: a copy of one compiled
 // here for AVX-512 could be the one the linker keeps for the baseline code.
+// GCC 12 warns inside its own AVX-512 headers, whose _mm512_undefined_* helpers initialize a
+// variable from itself (GCC bug 105593); the pragma must precede the include to cover them.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include "pstar/optim/host_adam.h"
@@ -73,13 +76,12 @@ template <int kWd>
 void adam_lanes(const Consts& k, __m512 grad, __m512& p, __m512& m, __m512& v) {
   __m512 g = _mm512_mul_ps(grad, k.grad_scale);
   if constexpr (kWd == kDecoupled) p = _mm512_mul_ps(p, k.decay);
-  if constexpr (kWd == kL2) g = _mm512_add_ps(g, _mm512_mul_ps(k.weight_decay, p));
-  m = _mm512_add_ps(_mm512_mul_ps(m, k.beta1), _mm512_mul_ps(k.one_minus_beta1, g));
-  v = _mm512_add_ps(_mm512_mul_ps(v, k.beta2),
-                    _mm512_mul_ps(_mm512_mul_ps(k.one_minus_beta2, g), g));
+  if constexpr (kWd == kL2) g = _mm512_fmadd_ps(p, k.weight_decay, g);
+  m = _mm512_fmadd_ps(g, k.one_minus_beta1, _mm512_mul_ps(m, k.beta1));
+  v = _mm512_fmadd_ps(_mm512_mul_ps(k.one_minus_beta2, g), g, _mm512_mul_ps(v, k.beta2));
   const __m512 denom =
       _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(v), k.bias_correction2_sqrt), k.eps);
-  p = _mm512_add_ps(p, _mm512_mul_ps(k.neg_step_size, _mm512_div_ps(m, denom)));
+  p = _mm512_add_ps(p, _mm512_div_ps(_mm512_mul_ps(k.neg_step_size, m), denom));
 }
 
 template <GradType G, ParamOutType P, int kWd>

@@ -27,6 +27,14 @@ void MetricsWriter::write(const StepMetrics& m) {
       {"tokens_per_s", m.tokens_per_s},
       {"elapsed_s", m.elapsed_s},
   };
+  for (const auto& [key, value] :
+       {std::pair<const char*, int64_t>{"device_peak_bytes", m.device_peak_bytes},
+        {"host_peak_bytes", m.host_peak_bytes},
+        {"moved_h2d_bytes", m.moved_h2d_bytes},
+        {"moved_d2h_bytes", m.moved_d2h_bytes},
+        {"adam_device_chunks", m.adam_device_chunks}}) {
+    if (value >= 0) line[key] = value;  // chunk engine only
+  }
   const std::string text = line.dump() + "\n";
   PSTAR_CHECK(std::fwrite(text.data(), 1, text.size(), file_.get()) == text.size() &&
                   std::fflush(file_.get()) == 0,

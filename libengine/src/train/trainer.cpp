@@ -19,6 +19,10 @@
 #include "pstar/train/loss_scaler.h"
 #include "pstar/train/lr_schedule.h"
 #include "pstar/train/metrics.h"
+#include "pstar/train/chunked_engine.h"
+#include "pstar/train/param_engine.h"
+#include "pstar/train/torch_engine.h"
+#include "pstar/model/hooks.h"
 
 namespace pstar::train {
 namespace {
@@ -85,13 +89,10 @@ struct Trainer::Impl {
   TrainOptions options;
   c10::Device device{c10::kCPU};
   c10::ScalarType dtype = torch::kFloat32;
-  bool mixed = false;  // low-precision params with fp32 master copies
 
   std::unique_ptr<data::TokenSource> source;
   std::unique_ptr<data::BatchSampler> sampler;
-  std::vector<torch::Tensor> params;  // the model's (compute dtype)
-  std::vector<torch::Tensor> master;  // fp32 copies the optimizer updates (mixed only)
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::unique_ptr<ParamEngine> engine;
   LrSchedule schedule;
   LossScaler scaler;
   std::optional<MetricsWriter> metrics;
@@ -109,82 +110,89 @@ struct Trainer::Impl {
            model->max_seq_len();
   }
 
-  // The gradients the optimizer will read, fp32.
-  std::vector<torch::Tensor> grads() {
-    std::vector<torch::Tensor> out;
-    for (auto& p : mixed ? master : params)
-      if (p.grad().defined()) out.push_back(p.grad());
-    return out;
-  }
-
+  void init(std::unique_ptr<ParamEngine> prebuilt);
   StepMetrics run_step();
 };
+
+namespace {
+
+// The leaf modules that own parameters, in registration order, and their parameter counts.
+std::vector<int64_t> leaf_numels(torch::nn::Module& model) {
+  std::vector<int64_t> numels;
+  for (const auto& item : model.named_modules("", /*include_self=*/true)) {
+    int64_t n = 0;
+    for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) n += p.value().numel();
+    if (n > 0) numels.push_back(n);
+  }
+  return numels;
+}
+
+}  // namespace
+
+void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
+  core::configure_threads();
+  dtype = compute_dtype(config);
+  const bool chunked = config.engine.mode == "chunked";
+  if (chunked) {
+    // The device tier is emulated on the CPU in this build (Note [placement]).
+    PSTAR_CHECK(options.device != "cuda", ConfigError,
+                "--device cuda: the chunk engine's CUDA device tier is not built yet; use "
+                "--device cpu (an emulated device tier on the CPU) or engine.mode \"torch\"");
+    device = c10::Device(c10::kCPU);
+  } else {
+    device = core::resolve_device(options.device, "--device");
+  }
+  check_dtype_supported(dtype, device);
+
+  const int64_t seq_len = model->max_seq_len();
+  source = data::open_token_source(config.data, model->vocab_size(), seq_len);
+  sampler = std::make_unique<data::BatchSampler>(
+      *source, data::parse_sampling(config.data.sampling), config.train_micro_batch_size_per_gpu,
+      seq_len, config.gradient_accumulation_steps, config.training.seed);
+
+  if (auto* gpt = dynamic_cast<model::Gpt*>(model.get())) {
+    gpt->set_activation_checkpointing(config.engine.activation_checkpointing);
+  } else if (config.engine.activation_checkpointing) {
+    log::warn("engine.activation_checkpointing: this model does not support it; ignored");
+  }
+
+  int64_t num_params = 0;
+  for (auto& p : model->parameters()) num_params += p.numel();
+  if (prebuilt) {
+    engine = std::move(prebuilt);
+  } else if (chunked) {
+    // A model built outside the engine is taken into chunks module by module after the fact.
+    auto chunk_engine = std::make_unique<ChunkedEngine>(config, dtype, leaf_numels(*model));
+    chunk_engine->register_unit(*model, "");
+    chunk_engine->finish_registration();
+    engine = std::move(chunk_engine);
+  } else {
+    engine = make_torch_engine(config, *model, device, dtype);
+  }
+  if (!options.metrics_path.empty()) metrics.emplace(options.metrics_path);
+
+  log::info("model: ", human_count(static_cast<double>(num_params)), " parameters (", num_params,
+            "), vocab ", model->vocab_size(), ", seq_len ", seq_len);
+  log::info("engine: ", engine->describe(), "; compute on ", device.str(), " (",
+            torch::get_num_threads(), " threads), precision ",
+            dtype == torch::kFloat32 ? "fp32" : c10::toString(dtype), ", LibTorch ",
+            compat::torch_version());
+  log::info("data: ", source->describe(), " (", human_count(static_cast<double>(source->size())),
+            " tokens, ", config.data.sampling, " sampling), ", tokens_per_step(),
+            " tokens per step (", config.train_micro_batch_size_per_gpu, " x ", seq_len, " x ",
+            config.gradient_accumulation_steps, " accumulation)");
+}
 
 Trainer::Trainer(const config::TrainConfig& config, std::shared_ptr<model::CausalLM> model,
                  const TrainOptions& options)
     : impl_(std::make_unique<Impl>(config, std::move(model), options)) {
-  Impl& s = *impl_;
-  PSTAR_CHECK(config.engine.mode == "torch", ConfigError, "engine.mode: '", config.engine.mode,
-              "' is not available in this build; use \"torch\"");
-  s.device = core::resolve_device(options.device, "--device");
-  s.dtype = compute_dtype(config);
-  s.mixed = s.dtype != torch::kFloat32;
-  check_dtype_supported(s.dtype, s.device);
+  impl_->init(nullptr);
+}
 
-  core::configure_threads();
-  const int64_t seq_len = s.model->max_seq_len();
-  s.source = data::open_token_source(config.data, s.model->vocab_size(), seq_len);
-  s.sampler = std::make_unique<data::BatchSampler>(
-      *s.source, data::parse_sampling(config.data.sampling), config.train_micro_batch_size_per_gpu,
-      seq_len, config.gradient_accumulation_steps, config.training.seed);
-
-  // Module::to(dtype) would also convert a custom model's integer buffers: only the device moves
-  // the whole module; dtypes change parameter by parameter.
-  s.model->to(s.device);
-  s.params = s.model->parameters();
-  torch::NoGradGuard no_grad;
-  for (auto& p : s.params) {
-    PSTAR_CHECK(p.requires_grad(), ConfigError, "the model has a parameter without requires_grad; "
-                "register frozen tensors as buffers instead");
-    PSTAR_CHECK(p.is_floating_point(), ConfigError, "the model has a parameter of dtype ",
-                p.scalar_type(), "; parameters must be floating point");
-    if (p.scalar_type() != torch::kFloat32) p.set_data(p.to(torch::kFloat32));
-    if (s.mixed) {
-      s.master.push_back(p.detach().clone());
-      p.set_data(p.to(s.dtype));
-    }
-  }
-  const std::vector<torch::Tensor>& optimized = s.mixed ? s.master : s.params;
-
-  const auto& opt = config.optimizer;
-  if (opt.type == "AdamW") {
-    s.optimizer = std::make_unique<torch::optim::AdamW>(
-        optimized, torch::optim::AdamWOptions(opt.lr)
-                       .betas({opt.betas[0], opt.betas[1]})
-                       .eps(opt.eps)
-                       .weight_decay(opt.weight_decay));
-  } else {
-    PSTAR_CHECK(opt.type == "Adam", ConfigError, "optimizer.type: unknown optimizer '", opt.type,
-                "'; expected \"Adam\" or \"AdamW\"");
-    s.optimizer = std::make_unique<torch::optim::Adam>(
-        optimized, torch::optim::AdamOptions(opt.lr)
-                       .betas({opt.betas[0], opt.betas[1]})
-                       .eps(opt.eps)
-                       .weight_decay(opt.weight_decay));
-  }
-  if (!options.metrics_path.empty()) s.metrics.emplace(options.metrics_path);
-
-  int64_t num_params = 0;
-  for (auto& p : s.params) num_params += p.numel();
-  log::info("model: ", human_count(static_cast<double>(num_params)), " parameters (", num_params,
-            "), vocab ", s.model->vocab_size(), ", seq_len ", seq_len);
-  log::info("engine: torch, device ", s.device.str(), " (", torch::get_num_threads(),
-            " threads), precision ", s.mixed ? c10::toString(s.dtype) : "fp32",
-            s.mixed ? " with fp32 master weights" : "", ", LibTorch ", compat::torch_version());
-  log::info("data: ", s.source->describe(), " (", human_count(static_cast<double>(s.source->size())),
-            " tokens, ", config.data.sampling, " sampling), ", s.tokens_per_step(),
-            " tokens per step (", config.train_micro_batch_size_per_gpu, " x ", seq_len, " x ",
-            config.gradient_accumulation_steps, " accumulation)");
+Trainer::Trainer(const config::TrainConfig& config, ModelAndEngine built,
+                 const TrainOptions& options)
+    : impl_(std::make_unique<Impl>(config, std::move(built.model), options)) {
+  impl_->init(std::move(built.engine));
 }
 
 Trainer::~Trainer() = default;
@@ -202,36 +210,24 @@ StepMetrics Trainer::Impl::run_step() {
   const int64_t vocab = model->vocab_size();
 
   model->train();
-  std::vector<torch::Tensor> accumulated;  // fp32 grads across micro-batches (mixed only)
+  engine->begin_step();
   double loss_sum = 0;
-  for (int64_t micro = 1; micro <= accumulation; ++micro) {
-    auto batch = sampler->batch(step, micro);
-    auto inputs = batch.inputs.to(device), targets = batch.targets.to(device);
-    auto logits = model->forward(inputs);
-    PSTAR_CHECK(logits.dim() == 3 && logits.size(0) == inputs.size(0) &&
-                    logits.size(1) == inputs.size(1) && logits.size(2) == vocab,
-                ConfigError, "the model's forward returned logits of shape ", logits.sizes(),
-                "; expected [batch, seq, vocab_size] = ", inputs.sizes(), " x ", vocab);
-    auto loss = torch::nn::functional::cross_entropy(
-        logits.reshape({-1, vocab}).to(torch::kFloat32), targets.reshape({-1}));
-    loss_sum += loss.item<double>();
-    (loss * (loss_scale / static_cast<double>(accumulation))).backward();
-    if (mixed) {
-      // Accumulate in fp32 so many micro-batches do not lose low bits in bf16/fp16.
-      torch::NoGradGuard no_grad;
-      for (size_t i = 0; i < params.size(); ++i) {
-        auto& g = params[i].mutable_grad();
-        if (!g.defined()) continue;
-        if (accumulated.size() <= i) accumulated.resize(params.size());
-        if (accumulated[i].defined()) accumulated[i].add_(g.to(torch::kFloat32));
-        else accumulated[i] = g.to(torch::kFloat32);
-        g.reset();
-      }
+  {
+    model::ScopedModuleHooks hooks(engine->hooks());
+    for (int64_t micro = 1; micro <= accumulation; ++micro) {
+      auto batch = sampler->batch(step, micro);
+      auto inputs = batch.inputs.to(device), targets = batch.targets.to(device);
+      auto logits = model->forward(inputs);
+      PSTAR_CHECK(logits.dim() == 3 && logits.size(0) == inputs.size(0) &&
+                      logits.size(1) == inputs.size(1) && logits.size(2) == vocab,
+                  ConfigError, "the model's forward returned logits of shape ", logits.sizes(),
+                  "; expected [batch, seq, vocab_size] = ", inputs.sizes(), " x ", vocab);
+      auto loss = torch::nn::functional::cross_entropy(
+          logits.reshape({-1, vocab}).to(torch::kFloat32), targets.reshape({-1}));
+      loss_sum += loss.item<double>();
+      (loss * (loss_scale / static_cast<double>(accumulation))).backward();
+      engine->end_micro_batch();
     }
-  }
-  if (mixed) {
-    for (size_t i = 0; i < master.size(); ++i)
-      master[i].mutable_grad() = i < accumulated.size() ? accumulated[i] : torch::Tensor();
   }
   const double loss = loss_sum / static_cast<double>(accumulation);
 
@@ -240,41 +236,27 @@ StepMetrics Trainer::Impl::run_step() {
   m.loss = loss;
   m.loss_scale = loss_scale;
   m.lr = schedule.at(step);
-  {
-    torch::NoGradGuard no_grad;
-    auto gs = grads();
-    double sq = 0;
-    for (auto& g : gs) {
-      if (loss_scale != 1.0) g.mul_(1.0 / loss_scale);
-      const double n = g.norm().item<double>();
-      sq += n * n;
-    }
-    m.grad_norm = std::sqrt(sq);
-    // The loss scale only touches gradients: a non-finite loss is divergence, not overflow.
-    PSTAR_CHECK(std::isfinite(loss), NumericError, "step ", step, ": the loss is not finite (",
-                loss, "); lower optimizer.params.lr, set gradient_clipping, or train in fp32");
-    const bool finite = std::isfinite(m.grad_norm);
-    if (!finite && config.fp16.enabled && scaler.is_dynamic()) {
-      m.skipped = true;
-      m.lr = 0;  // no update was made
-      ++skipped;
-      log::warn("step ", step, ": gradient overflow at loss scale ", loss_scale,
-                "; step skipped");
-    } else {
-      PSTAR_CHECK(finite, NumericError, "step ", step, ": the gradient norm is not finite (loss ",
-                  loss, "); lower optimizer.params.lr, set gradient_clipping, or train in fp32");
-      if (config.gradient_clipping > 0 && m.grad_norm > config.gradient_clipping) {
-        const double coef = config.gradient_clipping / (m.grad_norm + 1e-6);
-        for (auto& g : gs) g.mul_(coef);
-      }
-      for (auto& group : optimizer->param_groups()) group.options().set_lr(m.lr);
-      optimizer->step();
-      if (mixed)
-        for (size_t i = 0; i < params.size(); ++i) params[i].copy_(master[i]);
-    }
-    if (config.fp16.enabled) scaler.update(m.skipped);
-    for (auto& p : mixed ? master : params) p.mutable_grad().reset();
+  // The loss scale only touches gradients: a non-finite loss is divergence, not overflow.
+  PSTAR_CHECK(std::isfinite(loss), NumericError, "step ", step, ": the loss is not finite (",
+              loss, "); lower optimizer.params.lr, set gradient_clipping, or train in fp32");
+  m.grad_norm = engine->grad_norm(loss_scale);
+  if (!std::isfinite(m.grad_norm) && config.fp16.enabled && scaler.is_dynamic()) {
+    m.skipped = true;
+    m.lr = 0;  // no update was made
+    ++skipped;
+    log::warn("step ", step, ": gradient overflow at loss scale ", loss_scale, "; step skipped");
+  } else {
+    PSTAR_CHECK(std::isfinite(m.grad_norm), NumericError, "step ", step,
+                ": the gradient norm is not finite (loss ", loss,
+                "); lower optimizer.params.lr, set gradient_clipping, or train in fp32");
+    double multiplier = 1.0 / loss_scale;
+    if (config.gradient_clipping > 0 && m.grad_norm > config.gradient_clipping)
+      multiplier *= config.gradient_clipping / (m.grad_norm + 1e-6);
+    engine->update(m.lr, multiplier);
   }
+  if (config.fp16.enabled) scaler.update(m.skipped);
+  engine->end_step();
+  engine->fill_metrics(m);
 
   tokens += tokens_per_step();
   m.tokens = tokens;
@@ -334,9 +316,28 @@ std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config) 
   return gpt;
 }
 
+ModelAndEngine build_model_and_engine(const config::TrainConfig& config) {
+  if (config.engine.mode != "chunked") return ModelAndEngine{build_model(config), nullptr};
+  auto shape = model::resolve_gpt_config(config.model);
+  auto engine = std::make_unique<ChunkedEngine>(config, compute_dtype(config),
+                                                model::gpt_leaf_module_numels(shape));
+  torch::manual_seed(config.training.seed);
+  auto gpt = std::make_shared<model::Gpt>(
+      shape, [&](torch::nn::Module& unit, const std::string& prefix) {
+        engine->register_unit(unit, prefix);
+      });
+  engine->finish_registration();
+  if (!config.model.init_from.empty()) {
+    model::load_hf_gpt2_safetensors(
+        *gpt, config.model.init_from,
+        [&](const std::string& name, const at::Tensor& value) { engine->load_parameter(name, value); });
+  }
+  return ModelAndEngine{gpt, std::move(engine)};
+}
+
 TrainSummary train(const config::TrainConfig& config, const TrainOptions& options) {
   log::info("config: ", config.source);
-  Trainer trainer(config, build_model(config), options);
+  Trainer trainer(config, build_model_and_engine(config), options);
   return trainer.run();
 }
 

@@ -63,7 +63,15 @@ struct TrainingConfig {
 };
 
 struct EngineConfig {
-  std::string mode = "torch";  // "torch": plain LibTorch training
+  // "chunked": model data in chunks moved between a device tier and the host (docs/engine.md);
+  // "torch": plain LibTorch training, the reference.
+  std::string mode = "torch";
+  // Tier budgets in bytes; unset: what the machine has, times 0.8.
+  std::optional<int64_t> device_memory;
+  std::optional<int64_t> host_memory;
+  bool activation_checkpointing = false;  // recompute each block's activations in backward
+  int64_t warmup_iterations = 1;          // iterations traced before OPT placement starts
+  bool chunk_size_search = false;         // pick the chunk size that wastes least (logged)
 };
 
 struct TrainConfig {

@@ -27,10 +27,9 @@ namespace pstar::chunk {
 // capacity drop would force out before its next use anyway, and at the window's end it does not
 // pay for that early eviction again. A planner that does not know when training stops cannot do
 // this at both ends. Evicting such "dead" chunks early only moves the eviction to an earlier
-// moment, which costs the same in a repeating schedule, so we keep plain Belady. The gap is a fixed
-// number of moves, whatever the window's length (in the tests it was never more than the largest
-// capacity). Over 16-iteration windows the planner stayed within 1.07x, and the tests require
-// 1.10x there.
+// moment, which costs the same in a repeating schedule, so we keep plain Belady. The gap does not
+// grow with the window's length (in the tests it never exceeded the largest capacity). Over
+// 16-iteration windows the planner stayed within 1.07x, and the tests require 1.10x there.
 
 // The `count` chunks of `resident_movable` to evict at `moment` (0..T-1): those whose next use
 // (NextUse::next_use) is furthest away, ties broken towards the larger chunk id, in eviction order.

@@ -8,6 +8,15 @@
   (TORCH_VERSION_MAJOR > (major) ||                \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
+// c10::Allocator::allocate lost its const in LibTorch 2.3, which also added copy_data().
+#if PSTAR_TORCH_VERSION_AT_LEAST(2, 3)
+#define PSTAR_ALLOCATE_CONST
+#define PSTAR_ALLOCATOR_HAS_COPY_DATA 1
+#else
+#define PSTAR_ALLOCATE_CONST const
+#define PSTAR_ALLOCATOR_HAS_COPY_DATA 0
+#endif
+
 namespace pstar::compat {
 
 // "1.13.1" etc., for logs and metadata.

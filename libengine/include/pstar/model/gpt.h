@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,19 @@ const std::vector<GptPreset>& gpt_presets();
 
 // Preset + explicit overrides -> a validated shape. ConfigError names the model.* key at fault.
 GptConfig resolve_gpt_config(const config::ModelConfig& model);
+
+// Element counts of the parameters of each leaf module that owns parameters, in construction
+// (= use) order: wte, wpe, then per block ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc,
+// mlp.c_proj, then ln_f. The chunk engine plans its chunk size from these before building.
+std::vector<int64_t> gpt_leaf_module_numels(const GptConfig& config);
+
+// Called as each unit of the model (wte, wpe, each block, ln_f) is built and initialised, with the
+// unit and its parameter-name prefix (e.g. "transformer.h.3."). The chunk engine moves the unit's
+// parameters into chunks here, so start-up never holds a second full copy of the model.
+using UnitBuilt = std::function<void(torch::nn::Module& unit, const std::string& prefix)>;
+
+// x @ weightᵀ for the LM head tied to the token embedding (see gpt.cpp for why it is custom).
+torch::Tensor tied_lm_head(const torch::Tensor& x, const torch::Tensor& weight);
 
 // A Conv1D-layout linear layer: y = x @ weight + bias, weight [in, out].
 class Conv1D : public torch::nn::Module {
@@ -96,7 +110,7 @@ class GptBlock : public torch::nn::Module {
 // HF's `transformer` submodule.
 class GptTransformer : public torch::nn::Module {
  public:
-  explicit GptTransformer(const GptConfig& config);
+  GptTransformer(const GptConfig& config, const UnitBuilt& on_unit_built);
   std::shared_ptr<GptEmbedding> wte, wpe;
   std::vector<std::shared_ptr<GptBlock>> h;
   std::shared_ptr<GptLayerNorm> ln_f;
@@ -107,9 +121,11 @@ class Gpt : public CausalLM {
   // Parameters are initialised as GPT-2 does: normal(0, 0.02), residual projections
   // (attn.c_proj, mlp.c_proj weights) normal(0, 0.02 / sqrt(2·layers)), biases 0, LayerNorm 1/0.
   // Seed with torch::manual_seed first for a reproducible init.
-  explicit Gpt(const GptConfig& config);
+  explicit Gpt(const GptConfig& config, const UnitBuilt& on_unit_built = nullptr);
 
   torch::Tensor forward(const torch::Tensor& input_ids) override;
+  // Recompute each block's activations in backward instead of keeping them.
+  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_seq_len() const override { return config_.seq_len; }
   const GptConfig& config() const { return config_; }
@@ -118,6 +134,9 @@ class Gpt : public CausalLM {
  private:
   GptConfig config_;
   std::shared_ptr<GptTransformer> transformer_;
+  bool checkpointing_ = false;
+  // One callable per block for checkpointing: autograd calls them again during backward.
+  std::vector<std::function<torch::Tensor(const torch::Tensor&)>> block_fns_;
 };
 
 }  // namespace pstar::model

@@ -4,11 +4,14 @@
 //
 // Note [host adam bit identity]: every implementation (scalar, AVX2, AVX-512) and every thread
 // count gives the same bits, because which device or ISA updates a chunk must never change the
-// numbers. Each element goes through the same fp32 operations in the same order, none of them
-// fused (the three kernel files are compiled with -ffp-contract=off and use no FMA), and the
-// conversions to bf16/fp16 are exact integer recipes. The one exception is which NaN payload a
-// NaN in master/exp_avg/exp_avg_sq carries; the low-precision copy canonicalizes NaN as
-// LibTorch does.
+// numbers. Each element goes through the same fp32 operations in the same order: the ones LibTorch
+// 1.13's CPU kernels perform for torch::optim::Adam/AdamW, fused multiply-adds where its vectorized
+// add(alpha) and addcmul use them (std::fma in the scalar kernel, which is correctly rounded with or
+// without the instruction), and no other contraction (the three kernel files are compiled with
+// -ffp-contract=off). So on a CPU where LibTorch runs its AVX2/AVX-512 kernels the results equal
+// LibTorch's bit for bit. The conversions to bf16/fp16 are exact integer recipes or F16C, which
+// agree. The one exception is which NaN payload a NaN in master/exp_avg/exp_avg_sq carries; the
+// low-precision copy canonicalizes NaN as LibTorch does.
 //
 // No LibTorch here: the chunk layer hands raw buffers.
 #pragma once
@@ -49,7 +52,7 @@ struct AdamSpan {
 
 // One fused pass: g = grad * grad_scale (grad_scale = clip coefficient / loss scale), then Adam or
 // AdamW exactly as torch::optim::Adam/AdamW 1.13 compute it (the same fp32 operations in the same
-// order, without fused multiply-adds), updating master, exp_avg and exp_avg_sq, and writing the
+// order, Note [host adam bit identity]), updating master, exp_avg and exp_avg_sq, and writing the
 // param copy rounded to nearest even if requested. Throws ConfigError for invalid hyperparameters
 // or buffers.
 void host_adam_step(const AdamHyper& hyper, float grad_scale, const AdamSpan& span);

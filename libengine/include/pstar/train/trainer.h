@@ -1,6 +1,6 @@
-// The training loop behind `pstar train`. engine.mode "torch" is plain LibTorch training — fp32,
-// or bf16/fp16 mixed precision with fp32 master weights — with AdamW/Adam, gradient accumulation
-// and global-norm clipping. It is the reference the chunk engine is checked against.
+// The training loop behind `pstar train`: data, micro-batches, loss, loss scaling, clipping, the
+// learning-rate schedule, metrics and progress. Parameters, gradients and the optimizer belong to
+// a ParamEngine: "chunked" (chunked_engine.h) or "torch" (plain LibTorch, the reference).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,9 @@ struct TrainConfig;
 }
 namespace pstar::model {
 class CausalLM;
+}
+namespace pstar::train {
+class ParamEngine;
 }
 
 namespace pstar::train {
@@ -33,6 +36,13 @@ struct StepMetrics {
   double step_time_s = 0;
   double tokens_per_s = 0; // this step's throughput
   double elapsed_s = 0;    // since the first step started
+  // Chunk engine only (-1 otherwise): peak bytes per tier over the step (model data + measured
+  // non-model), bytes moved each way, chunks whose Adam ran on the device.
+  int64_t device_peak_bytes = -1;
+  int64_t host_peak_bytes = -1;
+  int64_t moved_h2d_bytes = -1;
+  int64_t moved_d2h_bytes = -1;
+  int64_t adam_device_chunks = -1;
 };
 
 struct TrainSummary {
@@ -45,12 +55,21 @@ struct TrainSummary {
   double tokens_per_s = 0;  // over the whole run
 };
 
+// A model and, for the chunk engine, the engine that already holds its parameters.
+struct ModelAndEngine {
+  std::shared_ptr<model::CausalLM> model;
+  std::unique_ptr<ParamEngine> engine;  // null: the trainer makes one for engine.mode
+};
+
 class Trainer {
  public:
-  // Validates the data against the model, moves the model to the device and sets up precision
-  // and the optimizer. The model's parameters must already be initialised.
+  // Validates the data against the model and sets up the engine engine.mode names: "torch" moves
+  // the model to the device; "chunked" takes its parameters into chunks module by module. The
+  // model's parameters must already be initialised.
   Trainer(const config::TrainConfig& config, std::shared_ptr<model::CausalLM> model,
           const TrainOptions& options);
+  // With an engine built alongside the model (build_model_and_engine).
+  Trainer(const config::TrainConfig& config, ModelAndEngine built, const TrainOptions& options);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -68,6 +87,10 @@ class Trainer {
 
 // The configured model (GPT), initialised from training.seed, then from model.init_from if set.
 std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config);
+
+// The same, and for engine.mode "chunked" the chunk engine, which takes each unit of the model
+// into chunks as it is built (start-up never holds a second full copy of the model).
+ModelAndEngine build_model_and_engine(const config::TrainConfig& config);
 
 // `pstar train`: thread set-up, model, trainer, run.
 TrainSummary train(const config::TrainConfig& config, const TrainOptions& options);

@@ -1,0 +1,51 @@
+// Module hooks without Python. LibTorch C++ has no forward/backward hooks on modules, so a model
+// marks each module that owns parameters by running its forward through run_module(). With no
+// engine active this is a plain call; the chunk engine uses it to fetch the module's parameters
+// before its forward, release them after, and fetch them again before its backward (through an
+// autograd function on the module's output). Gradients are collected by hooks on the parameter
+// tensors, which need no change to the model.
+//
+// For a user's own model (the "small documented change", docs/engine.md): in each leaf module that
+// owns parameters, write
+//     return pstar::model::run_module(*this, [&] { return <the forward as before>; });
+#pragma once
+
+#include <functional>
+
+#include <torch/nn/module.h>
+
+namespace pstar::model {
+
+class ModuleHooks {
+ public:
+  virtual ~ModuleHooks() = default;
+  virtual void pre_forward(torch::nn::Module& module) = 0;
+  virtual void post_forward(torch::nn::Module& module) = 0;
+  virtual void pre_backward(torch::nn::Module& module) = 0;
+};
+
+// The engine's hooks while it trains; nullptr otherwise. Process-wide, because autograd may run
+// backward on its own threads.
+ModuleHooks* active_hooks();
+
+class ScopedModuleHooks {
+ public:
+  explicit ScopedModuleHooks(ModuleHooks* hooks);
+  ~ScopedModuleHooks();
+  ScopedModuleHooks(const ScopedModuleHooks&) = delete;
+  ScopedModuleHooks& operator=(const ScopedModuleHooks&) = delete;
+
+ private:
+  ModuleHooks* previous_;
+};
+
+// Runs `forward` as `module`'s forward, with the active hooks around it.
+torch::Tensor run_module(torch::nn::Module& module, const std::function<torch::Tensor()>& forward);
+
+// Activation checkpointing: runs block(x) without keeping its activations and runs it again in
+// backward. The recomputation is the same computation, so results are bit-identical. `block`
+// must outlive the backward pass.
+torch::Tensor checkpoint(const std::function<torch::Tensor(const torch::Tensor&)>* block,
+                         const torch::Tensor& x);
+
+}  // namespace pstar::model

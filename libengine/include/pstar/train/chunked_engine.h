@@ -1,0 +1,87 @@
+// The chunk engine (engine.mode "chunked"): PatrickStar-style heterogeneous memory training.
+// docs/engine.md describes the design; the notes below are the decisions code elsewhere relies on.
+//
+// Note [chunk layout]
+// Every parameter lives in chunks of `chunk_size` elements. Chunk k has a compute payload (the
+// fp16/bf16 or fp32 parameters, and an fp32 gradient payload when gradients cannot reuse the
+// parameter slot) and optimizer payloads (fp32 master — absent in fp32 training, where the
+// parameter is the master — momentum and variance) laid out exactly like it. A leaf module's
+// parameters share one chunk, placed in order of construction. Chunk k belongs to communication
+// group k / N and rank k % N owns it (N = world size, 1 in this build).
+//
+// Note [param/grad reuse]
+// With fp16/bf16 and no gradient accumulation, a parameter's gradient overwrites its own slot once
+// its module's backward is done (the parameter is not needed again this step): model data is
+// 14 bytes per parameter. With gradient accumulation the parameter is still needed by the next
+// micro-batch, so gradients accumulate in a separate fp32 payload (18 bytes per parameter), and
+// fp32 training always has one (16 bytes per parameter). Each parameter's .grad is set to a view of
+// its gradient slot, so autograd accumulates straight into chunk memory.
+//
+// Note [placement]
+// Moments are the pre-forward and pre-backward of every managed module and the optimizer step.
+// The warm-up iterations keep only the chunks in use on the device and record, per moment, the
+// chunks used and the peak non-model bytes since the previous moment. Afterwards the margin (as
+// many chunks as fit permanently with their optimizer state) stays on the device and is updated
+// there; the other chunks are evicted furthest-next-use first (Note [eviction order]) under
+// budget − max(non-model now, non-model next), and go to the host for the optimizer step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+
+#include "pstar/train/param_engine.h"
+
+namespace pstar::config {
+struct TrainConfig;
+}
+namespace torch::nn {
+class Module;
+}
+namespace pstar::model {
+class ModuleHooks;
+}
+
+namespace pstar::train {
+
+class ChunkedEngine : public ParamEngine {
+ public:
+  // Plans the chunk size from the leaf modules' parameter counts (in construction order) and
+  // checks that model data fits the two tiers, before anything is allocated.
+  ChunkedEngine(const config::TrainConfig& config, c10::ScalarType compute_dtype,
+                const std::vector<int64_t>& leaf_module_numels);
+  ~ChunkedEngine() override;
+
+  // Takes the parameters of every leaf module of `unit` into chunks: their values move into chunk
+  // memory and the original storage is freed. `prefix` prefixes parameter names.
+  void register_unit(torch::nn::Module& unit, const std::string& prefix);
+  // Writes a parameter's full-precision value (e.g. from a checkpoint) into its chunks.
+  void load_parameter(const std::string& name, const at::Tensor& value);
+  // After the last register_unit: checks every expected parameter arrived.
+  void finish_registration();
+
+  int64_t chunk_size() const;
+  int64_t num_chunks() const;
+
+  std::string describe() const override;
+  void begin_step() override;
+  void end_micro_batch() override;
+  double grad_norm(double loss_scale) override;
+  void update(double lr, double grad_multiplier) override;
+  void end_step() override;
+  void fill_metrics(StepMetrics& metrics) override;
+
+  // The hooks the model's run_module() calls while this engine trains.
+  model::ModuleHooks* hooks() override;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pstar::train

@@ -1,0 +1,78 @@
+#include "pstar/model/hooks.h"
+
+#include <atomic>
+
+#include <torch/autograd.h>
+
+namespace pstar::model {
+namespace {
+
+std::atomic<ModuleHooks*> g_hooks{nullptr};
+
+// Identity in forward; in backward it calls pre_backward before the module's own backward runs
+// (the gradient reaches this node first because it wraps the module's output).
+struct PreBackward : public torch::autograd::Function<PreBackward> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
+                               int64_t module_address) {
+    ctx->saved_data["module"] = module_address;
+    return x.view_as(x);
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    if (ModuleHooks* hooks = active_hooks()) {
+      auto* module = reinterpret_cast<torch::nn::Module*>(ctx->saved_data["module"].toInt());
+      hooks->pre_backward(*module);
+    }
+    return {grads[0], torch::Tensor()};
+  }
+};
+
+using BlockFn = std::function<torch::Tensor(const torch::Tensor&)>;
+
+struct Checkpoint : public torch::autograd::Function<Checkpoint> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
+                               int64_t block_address) {
+    ctx->saved_data["block"] = block_address;
+    ctx->save_for_backward({x});
+    torch::NoGradGuard no_grad;
+    return (*reinterpret_cast<const BlockFn*>(block_address))(x);
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto* block = reinterpret_cast<const BlockFn*>(ctx->saved_data["block"].toInt());
+    auto x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    torch::Tensor y;
+    {
+      torch::AutoGradMode enable(true);
+      y = (*block)(x);
+    }
+    torch::autograd::backward({y}, {grads[0]});
+    return {x.grad(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+ModuleHooks* active_hooks() { return g_hooks.load(std::memory_order_acquire); }
+
+ScopedModuleHooks::ScopedModuleHooks(ModuleHooks* hooks)
+    : previous_(g_hooks.exchange(hooks, std::memory_order_acq_rel)) {}
+
+ScopedModuleHooks::~ScopedModuleHooks() { g_hooks.store(previous_, std::memory_order_release); }
+
+torch::Tensor run_module(torch::nn::Module& module, const std::function<torch::Tensor()>& forward) {
+  ModuleHooks* hooks = active_hooks();
+  if (hooks == nullptr) return forward();
+  hooks->pre_forward(module);
+  torch::Tensor y = forward();
+  hooks->post_forward(module);
+  if (y.requires_grad()) y = PreBackward::apply(y, reinterpret_cast<int64_t>(&module));
+  return y;
+}
+
+torch::Tensor checkpoint(const BlockFn* block, const torch::Tensor& x) {
+  if (!torch::GradMode::is_enabled() || !x.requires_grad()) return (*block)(x);
+  return Checkpoint::apply(x, reinterpret_cast<int64_t>(block));
+}
+
+}  // namespace pstar::model

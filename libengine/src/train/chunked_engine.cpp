@@ -1,0 +1,656 @@
+#include "pstar/train/chunked_engine.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include <torch/torch.h>
+
+#include "pstar/base/error.h"
+#include "pstar/base/size.h"
+#include "pstar/chunk/access_trace.h"
+#include "pstar/chunk/eviction.h"
+#include "pstar/core/log.h"
+#include "pstar/formats/config.h"
+#include "pstar/memory/buffer.h"
+#include "pstar/memory/cpu_counter.h"
+#include "pstar/model/gpt.h"
+#include "pstar/model/hooks.h"
+#include "pstar/optim/host_adam.h"
+#include "pstar/train/trainer.h"
+
+namespace pstar::train {
+namespace {
+
+enum class Tier { kDevice, kHost };
+
+// PatrickStar's tensor lifecycle. Only chunks with no tensor in kCompute may move.
+enum class TensorState { kHold, kCompute, kHoldAfterFwd, kHoldAfterBwd };
+
+// Share of a tier pstar uses when no budget is given, and of the device the margin may fill.
+constexpr double kDefaultMemoryRatio = 0.8;
+constexpr double kMarginRatio = 0.9;
+
+int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{16} << 30;
+}
+
+int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+struct Chunk {
+  int64_t used = 0;  // elements
+  std::vector<int64_t> tensors;
+  // Compute payloads: they move together between tiers.
+  memory::Buffer param;  // compute dtype
+  memory::Buffer grad;   // fp32; only without param/grad reuse
+  // Optimizer payloads: they stay on optimizer_tier.
+  memory::Buffer master;  // fp32; absent in fp32 training (the param is the master)
+  memory::Buffer exp_avg, exp_avg_sq;
+  Tier compute_tier = Tier::kHost;
+  Tier optimizer_tier = Tier::kHost;
+  bool margin = false;       // pinned on the device and updated there
+  bool host_pinned = false;  // use_cpu_embedding: never on the device
+  int64_t compute_count = 0;  // tensors in kCompute
+};
+
+struct ManagedTensor {
+  std::string name;
+  torch::Tensor param;
+  int64_t chunk = 0;
+  int64_t offset = 0;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  TensorState state = TensorState::kHold;
+};
+
+struct StepStats {
+  int64_t h2d = 0, d2h = 0;
+  int64_t device_peak = 0, host_peak = 0;
+  int64_t adam_device_chunks = 0;
+};
+
+}  // namespace
+
+struct ChunkedEngine::Impl : public model::ModuleHooks {
+  const config::TrainConfig& config;
+  c10::ScalarType dtype;
+  int64_t elem_bytes;
+  bool fp32;   // compute dtype is fp32: the param payload is the master
+  bool reuse;  // Note [param/grad reuse]
+  int64_t chunk_size = 0;
+  int64_t device_budget = 0, host_budget = 0;
+  int64_t expected_leaves = 0, registered_leaves = 0;
+  bool next_chunk_host_pinned = false;
+
+  std::vector<Chunk> chunks;
+  std::vector<ManagedTensor> tensors;
+  std::unordered_map<const torch::nn::Module*, std::vector<int64_t>> module_tensors;
+  std::unordered_map<std::string, int64_t> tensor_by_name;
+
+  int64_t device_bytes = 0, host_bytes = 0;
+  StepStats step, last;
+
+  // Tracing (Note [placement]).
+  memory::CpuAllocationCounter& counter = memory::CpuAllocationCounter::instance();
+  int64_t iteration = 0;  // iterations finished
+  int64_t moment = -1;    // current moment in this iteration; -1 before the first
+  std::vector<std::vector<int64_t>> record_accesses;
+  std::vector<int64_t> record_non_model;
+  chunk::AccessTrace trace;
+  std::optional<chunk::NextUse> next_use;
+  bool planned = false;
+  int64_t interval_chunk_bytes = 0;  // device chunk bytes held since the current moment began
+  std::vector<std::string> moment_names;
+  int64_t adam_steps = 0;
+  bool updated = false;  // this step's update ran
+
+  Impl(const config::TrainConfig& c, c10::ScalarType d)
+      : config(c),
+        dtype(d),
+        elem_bytes(static_cast<int64_t>(c10::elementSize(d))),
+        fp32(d == torch::kFloat32),
+        reuse(d != torch::kFloat32 && c.gradient_accumulation_steps == 1) {}
+
+  int64_t compute_bytes() const { return chunk_size * (elem_bytes + (reuse ? 0 : 4)); }
+  int64_t optimizer_bytes() const { return chunk_size * ((fp32 ? 0 : 4) + 8); }
+
+  // ---- memory accounting ------------------------------------------------------------------
+
+  void add_bytes(Tier tier, int64_t bytes) {
+    if (tier == Tier::kDevice) {
+      device_bytes += bytes;
+    } else {
+      host_bytes += bytes;
+      step.host_peak = std::max(step.host_peak, host_bytes);
+    }
+  }
+
+  void check_host() const {
+    PSTAR_CHECK(host_bytes <= host_budget, OutOfMemoryError, "host tier: chunks need ",
+                format_bytes(host_bytes), " but engine.host_memory is ", format_bytes(host_budget),
+                "; raise engine.host_memory or engine.device_memory, or train a smaller model");
+  }
+
+  // ---- views ---------------------------------------------------------------------------------
+
+  static torch::Tensor view(const memory::Buffer& buffer, c10::ScalarType type, int64_t offset,
+                            const std::vector<int64_t>& shape) {
+    auto* base = static_cast<char*>(buffer.data()) + offset * c10::elementSize(type);
+    return torch::from_blob(base, shape, torch::dtype(type));
+  }
+
+  torch::Tensor param_view(const ManagedTensor& t) const {
+    return view(chunks[t.chunk].param, dtype, t.offset, t.shape);
+  }
+  torch::Tensor master_view(const ManagedTensor& t) const {
+    return view(fp32 ? chunks[t.chunk].param : chunks[t.chunk].master, torch::kFloat32, t.offset,
+                t.shape);
+  }
+  torch::Tensor grad_view(const ManagedTensor& t) const {
+    return reuse ? param_view(t) : view(chunks[t.chunk].grad, torch::kFloat32, t.offset, t.shape);
+  }
+
+  // Points every tensor of chunk k at the chunk's current payloads: the parameter's data, and its
+  // .grad at the gradient slot so autograd accumulates straight into the chunk.
+  void repoint(int64_t k) {
+    torch::NoGradGuard no_grad;
+    for (int64_t id : chunks[k].tensors) {
+      auto& t = tensors[id];
+      t.param.set_data(param_view(t));
+      t.param.mutable_grad() = grad_view(t);
+    }
+  }
+
+  // ---- chunks --------------------------------------------------------------------------------
+
+  void new_chunk() {
+    Chunk c;
+    c.param = memory::Buffer(chunk_size * elem_bytes);
+    if (!reuse) c.grad = memory::Buffer(chunk_size * 4);
+    if (!fp32) c.master = memory::Buffer(chunk_size * 4);
+    c.exp_avg = memory::Buffer(chunk_size * 4);
+    c.exp_avg_sq = memory::Buffer(chunk_size * 4);
+    c.host_pinned = next_chunk_host_pinned;
+    chunks.push_back(std::move(c));
+    add_bytes(Tier::kHost, compute_bytes() + optimizer_bytes());
+    check_host();
+  }
+
+  void move_compute(int64_t k, Tier to) {
+    Chunk& c = chunks[k];
+    if (c.compute_tier == to) return;
+    PSTAR_INTERNAL_ASSERT(c.compute_count == 0, "moving chunk ", k, " while it is in use");
+    memory::Buffer param(chunk_size * elem_bytes);
+    std::memcpy(param.data(), c.param.data(), static_cast<size_t>(chunk_size * elem_bytes));
+    c.param = std::move(param);
+    if (!reuse) {
+      memory::Buffer grad(chunk_size * 4);
+      std::memcpy(grad.data(), c.grad.data(), static_cast<size_t>(chunk_size * 4));
+      c.grad = std::move(grad);
+    }
+    add_bytes(c.compute_tier, -compute_bytes());
+    add_bytes(to, compute_bytes());
+    (to == Tier::kDevice ? step.h2d : step.d2h) += compute_bytes();
+    c.compute_tier = to;
+    repoint(k);
+  }
+
+  void move_optimizer_state(int64_t k, Tier to) {
+    Chunk& c = chunks[k];
+    if (c.optimizer_tier == to) return;
+    for (memory::Buffer* b : {&c.master, &c.exp_avg, &c.exp_avg_sq}) {
+      if (!*b) continue;
+      memory::Buffer moved(b->bytes());
+      std::memcpy(moved.data(), b->data(), static_cast<size_t>(b->bytes()));
+      *b = std::move(moved);
+    }
+    add_bytes(c.optimizer_tier, -optimizer_bytes());
+    add_bytes(to, optimizer_bytes());
+    (to == Tier::kDevice ? step.h2d : step.d2h) += optimizer_bytes();
+    c.optimizer_tier = to;
+  }
+
+  void set_state(ManagedTensor& t, TensorState state) {
+    Chunk& c = chunks[t.chunk];
+    if (t.state == TensorState::kCompute && state != TensorState::kCompute) --c.compute_count;
+    if (t.state != TensorState::kCompute && state == TensorState::kCompute) ++c.compute_count;
+    t.state = state;
+  }
+
+  // ---- registration ------------------------------------------------------------------------
+
+  void register_leaf(torch::nn::Module& module, const std::string& prefix, bool host_pinned) {
+    auto params = module.named_parameters(/*recurse=*/false);
+    int64_t numel = 0;
+    for (const auto& p : params) numel += p.value().numel();
+    PSTAR_INTERNAL_ASSERT(numel <= chunk_size, "module ", prefix, " was not in the chunk plan");
+    // A chunk holds only embedding (host-pinned) or only other tensors.
+    if (chunks.empty() || chunks.back().used + numel > chunk_size ||
+        chunks.back().host_pinned != host_pinned) {
+      next_chunk_host_pinned = host_pinned;
+      new_chunk();
+    }
+    const int64_t k = static_cast<int64_t>(chunks.size()) - 1;
+    torch::NoGradGuard no_grad;
+    for (const auto& p : params) {
+      ManagedTensor t;
+      t.name = prefix + p.key();
+      t.param = p.value();
+      t.chunk = k;
+      t.offset = chunks[k].used;
+      t.shape = t.param.sizes().vec();
+      t.numel = t.param.numel();
+      PSTAR_CHECK(t.param.is_floating_point(), ConfigError, "parameter ", t.name, " has dtype ",
+                  t.param.scalar_type(), "; parameters must be floating point");
+      PSTAR_CHECK(tensor_by_name.count(t.name) == 0, ConfigError, "parameter ", t.name,
+                  " is registered twice (tied weights must be one parameter used twice)");
+      chunks[k].used += t.numel;
+      master_view(t).copy_(t.param.detach());
+      if (!fp32) param_view(t).copy_(t.param.detach());
+      const int64_t id = static_cast<int64_t>(tensors.size());
+      t.param.register_hook([this, id](const torch::Tensor&) { on_grad(id); });
+      tensor_by_name[t.name] = id;
+      module_tensors[&module].push_back(id);
+      chunks[k].tensors.push_back(id);
+      tensors.push_back(std::move(t));
+    }
+    repoint(k);  // frees the module's original storage
+    ++registered_leaves;
+  }
+
+  // ---- hooks ---------------------------------------------------------------------------------
+
+  // A moment begins: close the non-model window of the previous one (Note [placement]).
+  void begin_moment(const std::string& what) {
+    const int64_t non_model = counter.reset_peak();
+    step.device_peak = std::max(step.device_peak, interval_chunk_bytes + non_model);
+    if (moment >= 0) {
+      record_non_model[moment] = std::max(record_non_model[moment], non_model);
+    } else if (!trace.non_model_bytes.empty()) {
+      // The window after last iteration's optimizer step ends here.
+      auto& last_nm = trace.non_model_bytes.back();
+      last_nm = std::max(last_nm, non_model);
+    }
+    PSTAR_CHECK(interval_chunk_bytes + non_model <= device_budget, OutOfMemoryError,
+                "device tier over budget before ", what, ": chunks ",
+                format_bytes(interval_chunk_bytes), " + non-model ", format_bytes(non_model),
+                " > engine.device_memory ", format_bytes(device_budget),
+                "; raise engine.device_memory, lower train_micro_batch_size_per_gpu, or turn on "
+                "engine.activation_checkpointing");
+    ++moment;
+    record_accesses.emplace_back();
+    record_non_model.push_back(0);
+    if (iteration == 0) moment_names.push_back(what);
+  }
+
+  const std::vector<int64_t>& tensors_of(torch::nn::Module& module) {
+    auto it = module_tensors.find(&module);
+    PSTAR_CHECK(it != module_tensors.end(), ConfigError, "a module (", module.name(),
+                ") ran through run_module but its parameters are not managed by the chunk "
+                "engine; build the model before training starts");
+    return it->second;
+  }
+
+  // Makes `needed` resident on the device, evicting others as the plan says.
+  void make_resident(const std::vector<int64_t>& needed, const std::string& what) {
+    std::set<int64_t> need(needed.begin(), needed.end());
+    std::vector<int64_t> candidates;  // resident, movable, not needed now
+    int64_t resident = 0;
+    for (int64_t k = 0; k < static_cast<int64_t>(chunks.size()); ++k) {
+      const Chunk& c = chunks[k];
+      if (c.margin || c.compute_tier != Tier::kDevice) continue;
+      ++resident;
+      if (!need.count(k) && c.compute_count == 0) candidates.push_back(k);
+    }
+    int64_t missing = 0;
+    for (int64_t k : need) missing += chunks[k].compute_tier == Tier::kHost ? 1 : 0;
+    int64_t evict = static_cast<int64_t>(candidates.size());  // warm-up: keep only what is in use
+    const int64_t t = moment;
+    if (planned && t < trace.num_moments()) {
+      int64_t pinned = 0;
+      for (const Chunk& c : chunks) pinned += c.margin ? compute_bytes() + optimizer_bytes() : 0;
+      const int64_t room = chunk::device_chunk_budget_bytes(trace, t, device_budget) - pinned;
+      const int64_t capacity = std::max<int64_t>(0, room / compute_bytes());
+      evict = std::max<int64_t>(0, resident + missing - capacity);
+      PSTAR_CHECK(evict <= static_cast<int64_t>(candidates.size()), OutOfMemoryError,
+                  "device tier: ", what, " needs ", need.size(), " chunk(s) of ",
+                  format_bytes(compute_bytes()), " on the device, but after non-model memory and "
+                  "the pinned margin only ", capacity, " fit in engine.device_memory ",
+                  format_bytes(device_budget),
+                  "; raise engine.device_memory or lower default_chunk_size");
+      for (int64_t k : chunk::choose_evictions(*next_use, t, candidates, evict))
+        move_compute(k, Tier::kHost);
+    } else {
+      for (int64_t k : candidates) move_compute(k, Tier::kHost);
+    }
+    for (int64_t k : need) move_compute(k, Tier::kDevice);
+    PSTAR_CHECK(device_bytes <= device_budget, OutOfMemoryError, "device tier: ", what,
+                " needs ", format_bytes(device_bytes), " of chunks on the device, more than "
+                "engine.device_memory ", format_bytes(device_budget),
+                "; raise engine.device_memory or lower default_chunk_size");
+    interval_chunk_bytes = device_bytes;
+  }
+
+  void access(torch::nn::Module& module, const char* phase) {
+    const auto& ids = tensors_of(module);
+    std::vector<int64_t> needed;
+    for (int64_t id : ids) {
+      const int64_t k = tensors[id].chunk;
+      if (!chunks[k].host_pinned &&
+          std::find(needed.begin(), needed.end(), k) == needed.end())
+        needed.push_back(k);
+    }
+    const std::string what = str_cat(phase, " of ", tensors[ids.front()].name);
+    begin_moment(what);
+    make_resident(needed, what);
+    record_accesses[moment] = needed;
+    for (int64_t id : ids) set_state(tensors[id], TensorState::kCompute);
+  }
+
+  void pre_forward(torch::nn::Module& module) override { access(module, "forward"); }
+  void pre_backward(torch::nn::Module& module) override { access(module, "backward"); }
+  void post_forward(torch::nn::Module& module) override {
+    for (int64_t id : tensors_of(module)) set_state(tensors[id], TensorState::kHoldAfterFwd);
+  }
+
+  // Runs just before autograd accumulates this tensor's gradient into its .grad, which views the
+  // gradient slot. With reuse the slot still holds the parameter: clear it so the sum is the grad.
+  void on_grad(int64_t id) {
+    ManagedTensor& t = tensors[id];
+    if (reuse) {
+      torch::NoGradGuard no_grad;
+      param_view(t).zero_();
+    }
+    set_state(t, TensorState::kHoldAfterBwd);
+  }
+
+  // ---- optimizer -----------------------------------------------------------------------------
+
+  // The optimizer moment: margin chunks are updated on the device, the rest on the host.
+  void optimizer_moment() {
+    begin_moment("optimizer step");
+    std::vector<int64_t> on_device;
+    for (int64_t k = 0; k < static_cast<int64_t>(chunks.size()); ++k) {
+      if (chunks[k].margin) on_device.push_back(k);
+      else move_compute(k, Tier::kHost);
+    }
+    record_accesses[moment] = on_device;
+    interval_chunk_bytes = device_bytes;
+  }
+
+  const void* grad_data(const Chunk& c) const { return reuse ? c.param.data() : c.grad.data(); }
+  optim::GradType grad_type() const {
+    if (!reuse) return optim::GradType::kF32;
+    return dtype == torch::kBFloat16 ? optim::GradType::kBF16 : optim::GradType::kF16;
+  }
+
+  // After the warm-up: fix the margin and build the next-use index (Note [placement]).
+  void plan() {
+    trace.accesses = record_accesses;
+    trace.non_model_bytes = record_non_model;
+    const int64_t num = static_cast<int64_t>(chunks.size());
+    int64_t max_non_model = 0;
+    int64_t max_needed = 0;
+    for (int64_t t = 0; t < trace.num_moments(); ++t) {
+      max_non_model = std::max(max_non_model, trace.non_model_bytes[t]);
+      max_needed = std::max<int64_t>(max_needed, static_cast<int64_t>(trace.accesses[t].size()));
+    }
+    const int64_t whole = compute_bytes() + optimizer_bytes();
+    const double usable = kMarginRatio * static_cast<double>(device_budget) -
+                          static_cast<double>(max_non_model);
+    int64_t margin = 0;
+    int64_t movable = 0;
+    for (const Chunk& c : chunks) movable += c.host_pinned ? 0 : 1;
+    if (static_cast<double>(movable * whole) <= usable) {
+      margin = movable;
+    } else {
+      // Keep room for the largest working set of the chunks that stay movable, plus one spare.
+      const double left = usable - static_cast<double>((max_needed + 1) * compute_bytes());
+      margin = std::clamp<int64_t>(static_cast<int64_t>(left / static_cast<double>(whole)), 0,
+                                   movable);
+    }
+    int64_t given = 0;
+    for (int64_t k = 0; k < num && given < margin; ++k) {
+      if (chunks[k].host_pinned) continue;
+      chunks[k].margin = true;
+      ++given;
+      // The margin is permanent device memory: count it against the budget now.
+      move_optimizer_state(k, Tier::kDevice);
+      move_compute(k, Tier::kDevice);
+    }
+    // The optimizer moment now keeps the margin on the device.
+    trace.accesses.back().clear();
+    for (int64_t k = 0; k < num; ++k)
+      if (chunks[k].margin) trace.accesses.back().push_back(k);
+    next_use.emplace(trace, num);
+    planned = true;
+    log::info("chunk plan after warm-up: ", trace.num_moments(), " moments, peak non-model ",
+              format_bytes(max_non_model), ", ", given, " of ", num,
+              " chunks in the device margin (Adam on the device), working set up to ",
+              max_needed, " chunk(s) of ", format_bytes(compute_bytes()));
+  }
+};
+
+ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType compute_dtype,
+                             const std::vector<int64_t>& leaf_module_numels)
+    : impl_(std::make_unique<Impl>(config, compute_dtype)) {
+  Impl& s = *impl_;
+  s.expected_leaves = static_cast<int64_t>(leaf_module_numels.size());
+  PSTAR_CHECK(!leaf_module_numels.empty(), ConfigError, "the model has no parameters to train");
+  const int64_t largest = *std::max_element(leaf_module_numels.begin(), leaf_module_numels.end());
+
+  // Chunk size: the configured one, raised to the largest module (Note [chunk layout]), or the
+  // least wasteful candidate when engine.chunk_size_search is on.
+  auto chunks_for = [&](int64_t size) {
+    int64_t count = 0, used = size;
+    for (int64_t n : leaf_module_numels) {
+      if (used + n > size) {
+        ++count;
+        used = 0;
+      }
+      used += n;
+    }
+    return count;
+  };
+  int64_t size = config.default_chunk_size;
+  if (config.engine.chunk_size_search) {
+    const int64_t step = 1 << 16;
+    const int64_t lo = round_up(largest, step);
+    const int64_t hi = std::max(lo, round_up(config.default_chunk_size, step) * 2);
+    int64_t best = lo;
+    int64_t best_waste = std::numeric_limits<int64_t>::max();
+    int64_t total = 0;
+    for (int64_t n : leaf_module_numels) total += n;
+    for (int64_t candidate = lo; candidate <= hi; candidate += step) {
+      const int64_t waste = chunks_for(candidate) * candidate - total;
+      if (waste < best_waste) {
+        best_waste = waste;
+        best = candidate;
+      }
+    }
+    log::info("chunk size search: ", best, " elements (", chunks_for(best), " chunks, ",
+              best_waste, " elements wasted) among ", lo, "..", hi);
+    size = best;
+  } else if (largest > size) {
+    const int64_t raised = round_up(largest, 1 << 16);
+    log::warn("default_chunk_size ", size, " is smaller than the largest module (", largest,
+              " parameters); raising the chunk size to ", raised, " elements");
+    size = raised;
+  }
+  s.chunk_size = size;
+
+  // Tier budgets and the fit check, before anything is allocated.
+  const int64_t ram = physical_memory_bytes();
+  s.device_budget = config.engine.device_memory.value_or(
+      static_cast<int64_t>(kDefaultMemoryRatio * static_cast<double>(ram)));
+  s.host_budget = config.engine.host_memory.value_or(
+      static_cast<int64_t>(kDefaultMemoryRatio * static_cast<double>(ram)));
+  const int64_t num_chunks = chunks_for(size) + 1;  // +1: embeddings may open their own chunks
+  const int64_t whole = s.compute_bytes() + s.optimizer_bytes();
+  const int64_t model_data = num_chunks * whole;
+  PSTAR_CHECK(model_data <= s.host_budget, OutOfMemoryError, "model data needs ",
+              format_bytes(model_data), " (", num_chunks, " chunks of ", format_bytes(whole),
+              ") and every chunk starts on the host, but engine.host_memory is ",
+              format_bytes(s.host_budget), "; raise engine.host_memory to at least ",
+              format_bytes(model_data), " or train a smaller model");
+  const int64_t working = 2 * s.compute_bytes();
+  PSTAR_CHECK(working < s.device_budget, OutOfMemoryError, "the device tier must hold at least ",
+              "two chunks (", format_bytes(working), ") plus activations, but engine.device_memory "
+              "is ", format_bytes(s.device_budget), "; raise engine.device_memory or lower "
+              "default_chunk_size (now ", size, " elements)");
+  const int64_t per_param = s.compute_bytes() / size + s.optimizer_bytes() / size;
+  log::info("chunk plan: ", num_chunks, " chunks of ", size, " elements, ", per_param,
+            " bytes per parameter (", s.reuse ? "param/grad reuse" : "separate fp32 gradients",
+            "), model data ", format_bytes(model_data), "; device tier ",
+            format_bytes(s.device_budget), " (emulated on the CPU), host tier ",
+            format_bytes(s.host_budget));
+}
+
+ChunkedEngine::~ChunkedEngine() = default;
+
+model::ModuleHooks* ChunkedEngine::hooks() { return impl_.get(); }
+int64_t ChunkedEngine::chunk_size() const { return impl_->chunk_size; }
+int64_t ChunkedEngine::num_chunks() const { return static_cast<int64_t>(impl_->chunks.size()); }
+
+void ChunkedEngine::register_unit(torch::nn::Module& unit, const std::string& prefix) {
+  for (const auto& item : unit.named_modules("", /*include_self=*/true)) {
+    torch::nn::Module& leaf = *item.value();
+    if (leaf.named_parameters(/*recurse=*/false).is_empty()) continue;
+    const bool embedding = dynamic_cast<model::GptEmbedding*>(&leaf) != nullptr;
+    const std::string name = item.key().empty() ? prefix : prefix + item.key() + ".";
+    impl_->register_leaf(leaf, name, embedding && impl_->config.use_cpu_embedding);
+  }
+}
+
+void ChunkedEngine::load_parameter(const std::string& name, const at::Tensor& value) {
+  Impl& s = *impl_;
+  auto it = s.tensor_by_name.find(name);
+  PSTAR_INTERNAL_ASSERT(it != s.tensor_by_name.end(), "unknown parameter ", name);
+  const ManagedTensor& t = s.tensors[it->second];
+  torch::NoGradGuard no_grad;
+  s.master_view(t).copy_(value);
+  if (!s.fp32) s.param_view(t).copy_(value);
+}
+
+void ChunkedEngine::finish_registration() {
+  Impl& s = *impl_;
+  PSTAR_INTERNAL_ASSERT(s.registered_leaves == s.expected_leaves, "registered ",
+                        s.registered_leaves, " modules, planned ", s.expected_leaves);
+  int64_t used = 0;
+  for (const Chunk& c : s.chunks) used += c.used;
+  const int64_t capacity = static_cast<int64_t>(s.chunks.size()) * s.chunk_size;
+  log::info("chunks: ", s.chunks.size(), " holding ", used, " parameters; ", capacity - used,
+            " elements (", format_bytes((capacity - used) * (s.compute_bytes() + s.optimizer_bytes()) /
+                                        s.chunk_size),
+            ") of padding");
+}
+
+std::string ChunkedEngine::describe() const {
+  const Impl& s = *impl_;
+  return str_cat("chunked (", s.chunks.size(), " chunks of ", s.chunk_size, " elements, device ",
+                 format_bytes(s.device_budget), " emulated on the CPU, host ",
+                 format_bytes(s.host_budget), ")");
+}
+
+void ChunkedEngine::begin_step() {
+  Impl& s = *impl_;
+  s.step = StepStats{};
+  s.step.host_peak = s.host_bytes;
+  s.moment = -1;
+  s.record_accesses.clear();
+  s.record_non_model.clear();
+}
+
+void ChunkedEngine::end_micro_batch() {
+  Impl& s = *impl_;
+  // A parameter no loss depends on gets no gradient: its slot must read as zero.
+  torch::NoGradGuard no_grad;
+  for (auto& t : s.tensors) {
+    if (t.state == TensorState::kCompute || t.state == TensorState::kHoldAfterFwd) {
+      if (s.reuse) s.param_view(t).zero_();
+      s.set_state(t, TensorState::kHoldAfterBwd);
+    }
+  }
+}
+
+double ChunkedEngine::grad_norm(double loss_scale) {
+  Impl& s = *impl_;
+  s.optimizer_moment();
+  double sum = 0;
+  for (const Chunk& c : s.chunks) sum += optim::grad_sq_sum(s.grad_data(c), s.grad_type(), c.used);
+  return std::sqrt(sum) / loss_scale;
+}
+
+void ChunkedEngine::update(double lr, double grad_multiplier) {
+  Impl& s = *impl_;
+  const auto& opt = s.config.optimizer;
+  optim::AdamHyper hyper;
+  hyper.lr = static_cast<float>(lr);
+  hyper.beta1 = static_cast<float>(opt.betas[0]);
+  hyper.beta2 = static_cast<float>(opt.betas[1]);
+  hyper.eps = static_cast<float>(opt.eps);
+  hyper.weight_decay = static_cast<float>(opt.weight_decay);
+  hyper.decoupled = opt.type == "AdamW";
+  hyper.step = ++s.adam_steps;
+  s.updated = true;
+  const optim::ParamOutType out = s.fp32                      ? optim::ParamOutType::kNone
+                                  : s.dtype == torch::kBFloat16 ? optim::ParamOutType::kBF16
+                                                                : optim::ParamOutType::kF16;
+  // Device-side and host-side updates run the same kernel on the emulated device, so placement
+  // never changes the numbers.
+  for (Chunk& c : s.chunks) {
+    optim::AdamSpan span;
+    span.master = static_cast<float*>(s.fp32 ? c.param.data() : c.master.data());
+    span.exp_avg = static_cast<float*>(c.exp_avg.data());
+    span.exp_avg_sq = static_cast<float*>(c.exp_avg_sq.data());
+    span.grad = s.grad_data(c);
+    span.grad_type = s.grad_type();
+    span.param_out = s.fp32 ? nullptr : c.param.data();
+    span.param_out_type = out;
+    span.numel = c.used;
+    optim::host_adam_step(hyper, static_cast<float>(grad_multiplier), span);
+    if (c.margin) ++s.step.adam_device_chunks;
+  }
+}
+
+void ChunkedEngine::end_step() {
+  Impl& s = *impl_;
+  if (!s.reuse) {
+    for (Chunk& c : s.chunks) std::memset(c.grad.data(), 0, static_cast<size_t>(c.used) * 4);
+  } else if (!s.updated) {
+    // A skipped update (fp16 overflow) leaves gradients in the parameter slots: restore the
+    // parameters from the masters (Note [param/grad reuse]).
+    torch::NoGradGuard no_grad;
+    for (auto& t : s.tensors) s.param_view(t).copy_(s.master_view(t));
+  }
+  s.updated = false;
+  for (auto& t : s.tensors) s.set_state(t, TensorState::kHold);
+  ++s.iteration;
+  if (!s.planned) {
+    if (s.iteration >= s.config.engine.warmup_iterations) s.plan();
+  } else if (static_cast<int64_t>(s.record_non_model.size()) == s.trace.num_moments()) {
+    // Later iterations keep the record current: non-model peaks only ever raise the plan's.
+    for (int64_t t = 0; t < s.trace.num_moments(); ++t)
+      s.trace.non_model_bytes[t] = std::max(s.trace.non_model_bytes[t], s.record_non_model[t]);
+  }
+  s.step.device_peak = std::max(s.step.device_peak, s.device_bytes);
+  s.last = s.step;
+}
+
+void ChunkedEngine::fill_metrics(StepMetrics& m) {
+  const Impl& s = *impl_;
+  m.device_peak_bytes = s.last.device_peak;
+  m.host_peak_bytes = s.last.host_peak;
+  m.moved_h2d_bytes = s.last.h2d;
+  m.moved_d2h_bytes = s.last.d2h;
+  m.adam_device_chunks = s.last.adam_device_chunks;
+}
+
+}  // namespace pstar::train

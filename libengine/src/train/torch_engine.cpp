@@ -1,0 +1,121 @@
+#include "pstar/train/torch_engine.h"
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "pstar/base/error.h"
+#include "pstar/formats/config.h"
+#include "pstar/model/causal_lm.h"
+
+namespace pstar::train {
+namespace {
+
+class TorchEngine : public ParamEngine {
+ public:
+  TorchEngine(const config::TrainConfig& config, model::CausalLM& model, c10::Device device,
+              c10::ScalarType dtype)
+      : dtype_(dtype), mixed_(dtype != torch::kFloat32) {
+    // Module::to(dtype) would also convert a custom model's integer buffers: only the device
+    // moves the whole module; dtypes change parameter by parameter.
+    model.to(device);
+    params_ = model.parameters();
+    torch::NoGradGuard no_grad;
+    for (auto& p : params_) {
+      PSTAR_CHECK(p.requires_grad(), ConfigError,
+                  "the model has a parameter without requires_grad; register frozen tensors as "
+                  "buffers instead");
+      PSTAR_CHECK(p.is_floating_point(), ConfigError, "the model has a parameter of dtype ",
+                  p.scalar_type(), "; parameters must be floating point");
+      if (p.scalar_type() != torch::kFloat32) p.set_data(p.to(torch::kFloat32));
+      if (mixed_) {
+        master_.push_back(p.detach().clone());
+        p.set_data(p.to(dtype));
+      }
+    }
+    const std::vector<torch::Tensor>& optimized = mixed_ ? master_ : params_;
+    const auto& opt = config.optimizer;
+    if (opt.type == "AdamW") {
+      optimizer_ = std::make_unique<torch::optim::AdamW>(
+          optimized, torch::optim::AdamWOptions(opt.lr)
+                         .betas({opt.betas[0], opt.betas[1]})
+                         .eps(opt.eps)
+                         .weight_decay(opt.weight_decay));
+    } else {
+      PSTAR_CHECK(opt.type == "Adam", ConfigError, "optimizer.type: unknown optimizer '",
+                  opt.type, "'; expected \"Adam\" or \"AdamW\"");
+      optimizer_ = std::make_unique<torch::optim::Adam>(
+          optimized, torch::optim::AdamOptions(opt.lr)
+                         .betas({opt.betas[0], opt.betas[1]})
+                         .eps(opt.eps)
+                         .weight_decay(opt.weight_decay));
+    }
+  }
+
+  std::string describe() const override {
+    return mixed_ ? std::string("torch, ") + c10::toString(dtype_) + " with fp32 master weights"
+                  : std::string("torch, fp32");
+  }
+
+  void end_micro_batch() override {
+    if (!mixed_) return;  // fp32: autograd accumulates into .grad across micro-batches
+    // Accumulate in fp32 so many micro-batches do not lose low bits in bf16/fp16.
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto& g = params_[i].mutable_grad();
+      if (!g.defined()) continue;
+      auto& acc = master_[i].mutable_grad();
+      if (acc.defined()) {
+        acc.add_(g.to(torch::kFloat32));
+      } else {
+        acc = g.to(torch::kFloat32);
+      }
+      g.reset();
+    }
+  }
+
+  double grad_norm(double loss_scale) override {
+    torch::NoGradGuard no_grad;
+    double sq = 0;
+    for (auto& p : optimized()) {
+      if (!p.grad().defined()) continue;
+      const double n = p.grad().norm().item<double>();
+      sq += n * n;
+    }
+    return std::sqrt(sq) / loss_scale;
+  }
+
+  void update(double lr, double grad_multiplier) override {
+    torch::NoGradGuard no_grad;
+    if (grad_multiplier != 1.0)
+      for (auto& p : optimized())
+        if (p.grad().defined()) p.mutable_grad().mul_(grad_multiplier);
+    for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+    optimizer_->step();
+    if (mixed_)
+      for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(master_[i]);
+  }
+
+  void end_step() override {
+    for (auto& p : optimized()) p.mutable_grad().reset();
+  }
+
+ private:
+  std::vector<torch::Tensor>& optimized() { return mixed_ ? master_ : params_; }
+
+  c10::ScalarType dtype_;
+  bool mixed_;
+  std::vector<torch::Tensor> params_;  // the model's, in the compute dtype
+  std::vector<torch::Tensor> master_;  // fp32 copies the optimizer updates (mixed only)
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+};
+
+}  // namespace
+
+std::unique_ptr<ParamEngine> make_torch_engine(const config::TrainConfig& config,
+                                               model::CausalLM& model, c10::Device device,
+                                               c10::ScalarType compute_dtype) {
+  return std::make_unique<TorchEngine>(config, model, device, compute_dtype);
+}
+
+}  // namespace pstar::train
