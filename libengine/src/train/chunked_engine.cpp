@@ -516,6 +516,15 @@ ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType 
 ChunkedEngine::~ChunkedEngine() = default;
 
 model::ModuleHooks* ChunkedEngine::hooks() { return impl_.get(); }
+const chunk::AccessTrace& ChunkedEngine::trace() const { return impl_->trace; }
+int64_t ChunkedEngine::compute_chunk_bytes() const { return impl_->compute_bytes(); }
+int64_t ChunkedEngine::optimizer_chunk_bytes() const { return impl_->optimizer_bytes(); }
+int64_t ChunkedEngine::device_budget_bytes() const { return impl_->device_budget; }
+int64_t ChunkedEngine::margin_chunks() const {
+  int64_t n = 0;
+  for (const Chunk& c : impl_->chunks) n += c.margin ? 1 : 0;
+  return n;
+}
 int64_t ChunkedEngine::chunk_size() const { return impl_->chunk_size; }
 int64_t ChunkedEngine::num_chunks() const { return static_cast<int64_t>(impl_->chunks.size()); }
 

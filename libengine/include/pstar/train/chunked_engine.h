@@ -45,6 +45,9 @@ class Module;
 namespace pstar::model {
 class ModuleHooks;
 }
+namespace pstar::chunk {
+struct AccessTrace;
+}
 
 namespace pstar::train {
 
@@ -66,6 +69,14 @@ class ChunkedEngine : public ParamEngine {
 
   int64_t chunk_size() const;
   int64_t num_chunks() const;
+
+  // For tests and reports: the trace the plan was made from (empty before the plan), the bytes of
+  // one chunk's compute payloads, the device budget, and how many chunks are in the margin.
+  const chunk::AccessTrace& trace() const;
+  int64_t compute_chunk_bytes() const;
+  int64_t optimizer_chunk_bytes() const;
+  int64_t device_budget_bytes() const;
+  int64_t margin_chunks() const;
 
   std::string describe() const override;
   void begin_step() override;

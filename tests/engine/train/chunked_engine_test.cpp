@@ -1,0 +1,313 @@
+// The chunk engine against the torch engine (the reference), across budgets, precisions,
+// accumulation, checkpointing and bad inputs; and its eviction against the OPT simulator.
+#include <cmath>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "pstar/base/error.h"
+#include "pstar/chunk/access_trace.h"
+#include "pstar/chunk/eviction.h"
+#include "pstar/formats/config.h"
+#include "pstar/model/causal_lm.h"
+#include "pstar/model/hooks.h"
+#include "pstar/train/chunked_engine.h"
+#include "pstar/train/trainer.h"
+#include "test_util.h"
+
+namespace pstar::train {
+namespace {
+
+class ChunkedEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    corpus_ = dir_.file("corpus.txt");
+    pstar::testing::write_text(corpus_, pstar::testing::repetitive_corpus());
+  }
+
+  // A small GPT whose chunks are small, so that a few MiB of device memory already forces moves.
+  config::TrainConfig small_config(const std::string& mode = "chunked") const {
+    config::TrainConfig c;
+    c.model.hidden = 64;
+    c.model.layers = 3;
+    c.model.heads = 4;
+    c.model.vocab_size = 256;
+    c.model.seq_len = 32;
+    c.data.text = corpus_;
+    c.train_micro_batch_size_per_gpu = 4;
+    c.optimizer.lr = 3e-3;
+    c.training.steps = 20;
+    c.training.lr_schedule.type = "constant";
+    c.default_chunk_size = 20000;
+    c.engine.mode = mode;
+    return c;
+  }
+
+  std::vector<StepMetrics> run(const config::TrainConfig& c, ChunkedEngine** engine_out = nullptr,
+                               std::unique_ptr<Trainer>* keep = nullptr) {
+    TrainOptions o;
+    o.device = "cpu";
+    o.progress = false;
+    auto built = build_model_and_engine(c);
+    if (engine_out) *engine_out = dynamic_cast<ChunkedEngine*>(built.engine.get());
+    auto trainer = std::make_unique<Trainer>(c, std::move(built), o);
+    std::vector<StepMetrics> out;
+    while (trainer->steps_done() < c.training.steps) out.push_back(trainer->step());
+    if (keep) *keep = std::move(trainer);
+    return out;
+  }
+
+  pstar::testing::ScratchDir dir_;
+  std::string corpus_;
+};
+
+std::vector<double> losses(const std::vector<StepMetrics>& m) {
+  std::vector<double> out;
+  for (const auto& s : m) out.push_back(s.loss);
+  return out;
+}
+
+TEST_F(ChunkedEngineTest, Fp32MatchesTheTorchEngine) {
+  auto c = small_config();
+  c.gradient_clipping = 0.5;
+  c.optimizer.weight_decay = 0.1;
+  auto chunked = run(c);
+  c.engine.mode = "torch";
+  auto reference = run(c);
+  for (size_t i = 0; i < reference.size(); ++i) {
+    EXPECT_NEAR(chunked[i].loss, reference[i].loss, 1e-5 * reference[i].loss) << "step " << i + 1;
+    EXPECT_NEAR(chunked[i].grad_norm, reference[i].grad_norm, 1e-4 * reference[i].grad_norm);
+  }
+  EXPECT_LT(chunked.back().loss, 0.7 * chunked.front().loss);
+}
+
+TEST_F(ChunkedEngineTest, Bf16MatchesTheTorchEngineAndConverges) {
+  auto c = small_config();
+  c.bf16 = true;
+  auto chunked = run(c);
+  c.engine.mode = "torch";
+  auto reference = run(c);
+  for (size_t i = 0; i < reference.size(); ++i)
+    EXPECT_NEAR(chunked[i].loss, reference[i].loss, 1e-2 * reference[i].loss) << "step " << i + 1;
+  EXPECT_LT(chunked.back().loss, 0.7 * chunked.front().loss);
+}
+
+TEST_F(ChunkedEngineTest, AccumulationMatchesTheTorchEngine) {
+  for (bool bf16 : {false, true}) {
+    auto c = small_config();
+    c.training.steps = 8;
+    c.gradient_accumulation_steps = 3;
+    c.bf16 = bf16;
+    auto chunked = run(c);
+    c.engine.mode = "torch";
+    auto reference = run(c);
+    const double tol = bf16 ? 1e-2 : 1e-5;
+    for (size_t i = 0; i < reference.size(); ++i)
+      EXPECT_NEAR(chunked[i].loss, reference[i].loss, tol * reference[i].loss)
+          << (bf16 ? "bf16" : "fp32") << " step " << i + 1;
+  }
+}
+
+TEST_F(ChunkedEngineTest, TightBudgetGivesBitIdenticalLossesUnderTheBudget) {
+  for (bool bf16 : {true, false}) {
+    auto c = small_config();
+    c.bf16 = bf16;
+    c.training.steps = 8;
+    ChunkedEngine* engine = nullptr;
+    std::unique_ptr<Trainer> keep;
+    auto free_run = run(c, &engine, &keep);
+    // Non-model peak from the unconstrained run's plan, plus room for three chunks.
+    int64_t non_model = 0;
+    for (int64_t b : engine->trace().non_model_bytes) non_model = std::max(non_model, b);
+    const int64_t chunk_bytes = engine->compute_chunk_bytes();
+    const int64_t num_chunks = engine->num_chunks();
+    keep.reset();
+    c.engine.device_memory = non_model + 3 * chunk_bytes + chunk_bytes / 2;
+    auto tight = run(c, &engine, &keep);
+    EXPECT_EQ(losses(tight), losses(free_run)) << (bf16 ? "bf16" : "fp32");
+    EXPECT_LT(engine->margin_chunks(), num_chunks);
+    int64_t moved = 0;
+    for (const auto& m : tight) {
+      EXPECT_LE(m.device_peak_bytes, *c.engine.device_memory) << "step " << m.step;
+      moved += m.moved_h2d_bytes;
+    }
+    EXPECT_GT(moved, 0);
+  }
+}
+
+TEST_F(ChunkedEngineTest, ActivationCheckpointingChangesNothing) {
+  for (const char* mode : {"chunked", "torch"}) {
+    auto c = small_config(mode);
+    c.training.steps = 5;
+    c.bf16 = true;
+    auto plain = run(c);
+    c.engine.activation_checkpointing = true;
+    auto recomputed = run(c);
+    EXPECT_EQ(losses(recomputed), losses(plain)) << mode;
+  }
+}
+
+// A user's own module, with the one documented change: run_module around the leaf forwards.
+class UserLinear : public torch::nn::Module {
+ public:
+  UserLinear(int64_t in, int64_t out) {
+    weight = register_parameter("weight", torch::randn({in, out}) * 0.05);
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return model::run_module(*this, [&] { return torch::matmul(x, weight); });
+  }
+  torch::Tensor weight;
+};
+
+class UserEmbedding : public torch::nn::Module {
+ public:
+  explicit UserEmbedding(int64_t vocab, int64_t dim) {
+    weight = register_parameter("weight", torch::randn({vocab, dim}) * 0.05);
+  }
+  torch::Tensor forward(const torch::Tensor& ids) {
+    return model::run_module(*this, [&] { return torch::embedding(weight, ids); });
+  }
+  torch::Tensor weight;
+};
+
+class UserModel : public model::CausalLM {
+ public:
+  UserModel() {
+    embed = register_module("embed", std::make_shared<UserEmbedding>(256, 48));
+    hidden = register_module("hidden", std::make_shared<UserLinear>(48, 48));
+    head = register_module("head", std::make_shared<UserLinear>(48, 256));
+  }
+  torch::Tensor forward(const torch::Tensor& ids) override {
+    return head->forward(torch::tanh(hidden->forward(embed->forward(ids))));
+  }
+  int64_t vocab_size() const override { return 256; }
+  int64_t max_seq_len() const override { return 32; }
+  std::shared_ptr<UserEmbedding> embed;
+  std::shared_ptr<UserLinear> hidden, head;
+};
+
+TEST_F(ChunkedEngineTest, TrainsAUserModuleLikeTheTorchEngine) {
+  auto c = small_config();
+  c.training.steps = 15;
+  c.optimizer.lr = 1e-2;
+  TrainOptions o;
+  o.device = "cpu";
+  o.progress = false;
+  torch::manual_seed(5);
+  Trainer chunked(c, std::make_shared<UserModel>(), o);
+  c.engine.mode = "torch";
+  torch::manual_seed(5);
+  Trainer reference(c, std::make_shared<UserModel>(), o);
+  double first = 0, last = 0;
+  for (int i = 0; i < 15; ++i) {
+    auto a = chunked.step(), b = reference.step();
+    EXPECT_NEAR(a.loss, b.loss, 1e-5 * b.loss) << "step " << i + 1;
+    if (i == 0) first = a.loss;
+    last = a.loss;
+  }
+  EXPECT_LT(last, 0.8 * first);
+}
+
+TEST_F(ChunkedEngineTest, ModelTooLargeForTheTiersIsRefusedBeforeTraining) {
+  auto c = small_config();
+  c.engine.host_memory = int64_t{1} << 20;
+  try {
+    run(c);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("model data needs"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("engine.host_memory is 1.00 MiB"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("raise engine.host_memory to at least"), std::string::npos) << msg;
+  }
+  c.engine.host_memory.reset();
+  c.engine.device_memory = 50000;  // less than two chunks
+  try {
+    run(c);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("engine.device_memory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("two chunks"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(ChunkedEngineTest, DeviceTooSmallForActivationsFailsClearlyMidRun) {
+  auto c = small_config();
+  c.engine.device_memory = 400000;  // two chunks fit, the activations do not
+  try {
+    run(c);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("device tier over budget"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("non-model"), std::string::npos) << msg;
+  }
+}
+
+TEST_F(ChunkedEngineTest, LargeModuleRaisesTheChunkSize) {
+  auto c = small_config();
+  c.default_chunk_size = 1000;  // smaller than every Conv1D
+  c.training.steps = 2;
+  ChunkedEngine* engine = nullptr;
+  std::unique_ptr<Trainer> keep;
+  run(c, &engine, &keep);
+  EXPECT_GE(engine->chunk_size(), 4 * 64 * 64 + 4 * 64);
+  c.engine.chunk_size_search = true;
+  run(c, &engine, &keep);
+  EXPECT_GE(engine->chunk_size(), 4 * 64 * 64 + 4 * 64);
+}
+
+// Steady-state moves per step against the OPT simulator on the engine's own recorded trace.
+TEST_F(ChunkedEngineTest, EvictionIsWithinTenPercentOfOpt) {
+  auto c = small_config();
+  c.bf16 = true;
+  c.use_cpu_embedding = false;
+  c.training.steps = 3;
+  ChunkedEngine* engine = nullptr;
+  std::unique_ptr<Trainer> keep;
+  run(c, &engine, &keep);
+  int64_t non_model = 0;
+  for (int64_t b : engine->trace().non_model_bytes) non_model = std::max(non_model, b);
+  const int64_t chunk_bytes = engine->compute_chunk_bytes();
+  keep.reset();
+  c.engine.device_memory = non_model + 4 * chunk_bytes + chunk_bytes / 2;
+  c.training.steps = 8;
+  auto tight = run(c, &engine, &keep);
+
+  // The simulator plays the recorded trace with the same capacities: margin chunks are always
+  // resident and left out; the optimizer moment sends every other chunk to the host.
+  const auto& trace = engine->trace();
+  const int64_t num = engine->num_chunks();
+  const int64_t margin = engine->margin_chunks();
+  ASSERT_LT(margin, num);
+  chunk::AccessTrace movable;
+  for (const auto& at : trace.accesses) {
+    std::vector<int64_t> kept;
+    for (int64_t k : at)
+      if (k >= margin) kept.push_back(k - margin);  // the margin is the first chunks
+    movable.accesses.push_back(kept);
+  }
+  movable.non_model_bytes = trace.non_model_bytes;
+  const int64_t pinned = margin * (chunk_bytes + engine->optimizer_chunk_bytes());
+  std::vector<int64_t> capacity;
+  for (int64_t t = 0; t < trace.num_moments(); ++t) {
+    capacity.push_back(std::max<int64_t>(
+        0, (chunk::device_chunk_budget_bytes(trace, t, engine->device_budget_bytes()) - pinned) /
+               chunk_bytes));
+  }
+  capacity.back() = 0;
+  auto opt = chunk::simulate_opt(movable, num - margin, capacity, 6, 2);
+  const double opt_bytes_per_step = static_cast<double>(opt.total() * chunk_bytes) / 4.0;
+  double measured = 0;
+  for (size_t i = 4; i < tight.size(); ++i)
+    measured += static_cast<double>(tight[i].moved_h2d_bytes + tight[i].moved_d2h_bytes);
+  measured /= static_cast<double>(tight.size() - 4);
+  RecordProperty("moved_bytes_per_step", std::to_string(measured));
+  RecordProperty("opt_bytes_per_step", std::to_string(opt_bytes_per_step));
+  EXPECT_GT(measured, 0);
+  EXPECT_LE(measured, 1.10 * opt_bytes_per_step)
+      << "measured " << measured << " vs OPT " << opt_bytes_per_step;
+}
+
+}  // namespace
+}  // namespace pstar::train
