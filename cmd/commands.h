@@ -16,6 +16,7 @@ struct TrainCommandOptions {
   std::vector<std::string> overrides;  // --set KEY=VALUE
   std::string metrics_path;
   std::string device = "auto";
+  std::string resume_dir;
   bool quiet = false;
 };
 

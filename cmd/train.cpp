@@ -24,6 +24,9 @@ void register_train(CLI::App& app) {
   sub->add_option("--device", options->device, "Compute device")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
+  sub->add_option("--resume", options->resume_dir,
+                  "Continue from a checkpoint: a step directory, or a training.save_dir (its newest "
+                  "checkpoint)");
   sub->add_flag("-q,--quiet", options->quiet, "Only warnings and errors; no progress line");
   sub->callback([options] { run_train(*options); });
 }
@@ -35,6 +38,7 @@ int run_train(const TrainCommandOptions& options) {
   train_options.device = options.device;
   train_options.metrics_path = options.metrics_path;
   train_options.progress = !options.quiet;
+  train_options.resume_dir = options.resume_dir;
   train::train(config, train_options);
   return 0;
 }

@@ -215,6 +215,8 @@ Json to_json(const TrainConfig& c) {
   training["seed"] = c.training.seed;
   training["log_interval"] = c.training.log_interval;
   training["lr_schedule"] = std::move(schedule);
+  training["save_dir"] = c.training.save_dir;
+  training["save_interval"] = c.training.save_interval;
 
   Json engine = Json::object();
   engine["mode"] = c.engine.mode;
@@ -705,6 +707,8 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   training.read_int("steps", &c.training.steps, 1, kInt64Max);
   training.read_uint64("seed", &c.training.seed);
   training.read_int("log_interval", &c.training.log_interval, 1, kInt64Max);
+  training.read_string("save_dir", &c.training.save_dir);
+  training.read_int("save_interval", &c.training.save_interval, 0, kInt64Max);
   const Level schedule = training.child("lr_schedule");
   schedule.read_choice("type", &c.training.lr_schedule.type, {"cosine", "constant"});
   schedule.read_int("warmup_steps", &c.training.lr_schedule.warmup_steps, 0, kInt64Max);

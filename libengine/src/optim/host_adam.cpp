@@ -102,8 +102,8 @@ float load_grad(const void* grad, int64_t i) {
 enum WdMode { kNoWd, kL2, kDecoupled };
 
 // The reference: every vector kernel computes exactly this, in this order (Note [host adam bit
-// identity]). std::fma is correctly rounded everywhere (glibc picks the FMA instruction when the CPU
-// has one), so this matches the vector kernels' FMA instructions bit for bit.
+// identity]). std::fma is correctly rounded everywhere (glibc picks the FMA instruction when the
+// CPU has one), so this matches the vector kernels' FMA instructions bit for bit.
 template <GradType G, ParamOutType P, int kWd>
 void adam_scalar_impl(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int64_t end) {
   float* __restrict master = s.master;
@@ -251,9 +251,9 @@ void check_grad_type(GradType type) {
 }
 
 void check_param_out_type(ParamOutType type) {
-  PSTAR_CHECK(type == ParamOutType::kNone || type == ParamOutType::kBF16 ||
-                  type == ParamOutType::kF16,
-              ConfigError, "host Adam: invalid param_out_type ", static_cast<int>(type));
+  PSTAR_CHECK(
+      type == ParamOutType::kNone || type == ParamOutType::kBF16 || type == ParamOutType::kF16,
+      ConfigError, "host Adam: invalid param_out_type ", static_cast<int>(type));
 }
 
 }  // namespace
@@ -291,7 +291,8 @@ Isa resolve_isa(const char* env_value, Isa detected) {
   } else if (value == "avx512") {
     wanted = Isa::kAvx512;
   } else {
-    PSTAR_THROW(ConfigError, "PSTAR_ADAM_ISA='", value, "' is not an ISA; use scalar, avx2 or avx512");
+    PSTAR_THROW(ConfigError, "PSTAR_ADAM_ISA='", value,
+                "' is not an ISA; use scalar, avx2 or avx512");
   }
   return static_cast<int>(wanted) > static_cast<int>(detected) ? detected : wanted;
 }
@@ -400,7 +401,8 @@ void host_adam_step(const AdamHyper& hyper, float grad_scale, const AdamSpan& sp
     const int64_t threads = omp_get_num_threads();
     const int64_t thread = omp_get_thread_num();
     int64_t per_thread = (span.numel + threads - 1) / threads;
-    per_thread = (per_thread + detail::kThreadAlign - 1) / detail::kThreadAlign * detail::kThreadAlign;
+    per_thread =
+        (per_thread + detail::kThreadAlign - 1) / detail::kThreadAlign * detail::kThreadAlign;
     const int64_t begin = std::min(thread * per_thread, span.numel);
     const int64_t end = std::min(begin + per_thread, span.numel);
     if (begin < end) kernel(coeffs, span, begin, end);

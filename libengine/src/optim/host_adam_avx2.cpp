@@ -1,6 +1,6 @@
 // The AVX2 + FMA + F16C host Adam kernels, 8 fp32 lanes. Compiled with -mavx2 -mfma -mf16c
-// -ffp-contract=off and called only on CPUs that have them. Each lane computes exactly what adam_scalar_impl in
-// host_adam.cpp computes (Note [host adam bit identity]).
+// -ffp-contract=off and called only on CPUs that have them. Each lane computes exactly what
+// adam_scalar_impl in host_adam.cpp computes (Note [host adam bit identity]).
 //
 // This file includes no standard library header with inline functions: a copy of one compiled
 // here for AVX2 could be the one the linker keeps for the baseline code.
@@ -50,8 +50,8 @@ __m256 load_grad(const void* grad, int64_t i) {
 __m128i to_bf16(__m256 p) {
   const __m256i x = _mm256_castps_si256(p);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb),
-                                16);
+  __m256i r =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb), 16);
   const __m256 nan = _mm256_cmp_ps(p, p, _CMP_UNORD_Q);
   r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(nan));
   return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
@@ -63,7 +63,8 @@ __m128i to_f16(__m256 p) {
   const __m256 nan = _mm256_cmp_ps(p, p, _CMP_UNORD_Q);
   const __m256 sign = _mm256_and_ps(p, _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN)));
   const __m256 quiet = _mm256_or_ps(sign, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)));
-  return _mm256_cvtps_ph(_mm256_blendv_ps(p, quiet, nan), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm256_cvtps_ph(_mm256_blendv_ps(p, quiet, nan),
+                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
 template <int kWd>
@@ -129,7 +130,8 @@ void adam_impl(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int64_t en
   _mm256_store_ps(pb, p);
   _mm256_store_ps(mb, m);
   _mm256_store_ps(vb, v);
-  if constexpr (P == ParamOutType::kBF16) _mm_store_si128(reinterpret_cast<__m128i*>(ob), to_bf16(p));
+  if constexpr (P == ParamOutType::kBF16)
+    _mm_store_si128(reinterpret_cast<__m128i*>(ob), to_bf16(p));
   if constexpr (P == ParamOutType::kF16) _mm_store_si128(reinterpret_cast<__m128i*>(ob), to_f16(p));
   for (int64_t j = 0; j < rest; ++j) {
     master[i + j] = pb[j];

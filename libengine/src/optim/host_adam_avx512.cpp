@@ -5,6 +5,7 @@
 //
 // This file includes no standard library header with inline functions: a copy of one compiled
 // here for AVX-512 could be the one the linker keeps for the baseline code.
+//
 // GCC 12 warns inside its own AVX-512 headers, whose _mm512_undefined_* helpers initialize a
 // variable from itself (GCC bug 105593); the pragma must precede the include to cover them.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -55,8 +56,8 @@ __m512 load_grad(const void* grad, int64_t i, __mmask16 mask) {
 __m256i to_bf16(__m512 p) {
   const __m512i x = _mm512_castps_si512(p);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+  __m512i r =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), lsb), 16);
   const __mmask16 nan = _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q);
   r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7FC0));
   return _mm512_cvtepi32_epi16(r);

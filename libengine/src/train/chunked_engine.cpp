@@ -653,6 +653,36 @@ void ChunkedEngine::end_step() {
   s.last = s.step;
 }
 
+void ChunkedEngine::state_dict(TensorList& out) {
+  const Impl& s = *impl_;
+  // World size 1: this rank owns every chunk (Note [chunk layout]).
+  for (const auto& t : s.tensors) {
+    const Chunk& c = s.chunks[t.chunk];
+    out.emplace_back(t.name, s.master_view(t).clone());
+    out.emplace_back(t.name + ".exp_avg",
+                     Impl::view(c.exp_avg, torch::kFloat32, t.offset, t.shape).clone());
+    out.emplace_back(t.name + ".exp_avg_sq",
+                     Impl::view(c.exp_avg_sq, torch::kFloat32, t.offset, t.shape).clone());
+  }
+  out.emplace_back("__pstar__.adam_step", torch::tensor(s.adam_steps, torch::kInt64));
+}
+
+void ChunkedEngine::load_state_dict(const TensorMap& in, const std::string& file) {
+  Impl& s = *impl_;
+  torch::NoGradGuard no_grad;
+  s.adam_steps =
+      checkpoint_tensor(in, "__pstar__.adam_step", file, {}, torch::kInt64).item<int64_t>();
+  for (const auto& t : s.tensors) {
+    const Chunk& c = s.chunks[t.chunk];
+    s.master_view(t).copy_(checkpoint_tensor(in, t.name, file, t.shape, torch::kFloat32));
+    if (!s.fp32) s.param_view(t).copy_(s.master_view(t));
+    Impl::view(c.exp_avg, torch::kFloat32, t.offset, t.shape)
+        .copy_(checkpoint_tensor(in, t.name + ".exp_avg", file, t.shape, torch::kFloat32));
+    Impl::view(c.exp_avg_sq, torch::kFloat32, t.offset, t.shape)
+        .copy_(checkpoint_tensor(in, t.name + ".exp_avg_sq", file, t.shape, torch::kFloat32));
+  }
+}
+
 void ChunkedEngine::fill_metrics(StepMetrics& m) {
   const Impl& s = *impl_;
   m.device_peak_bytes = s.last.device_peak;

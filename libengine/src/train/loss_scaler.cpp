@@ -15,6 +15,16 @@ LossScaler::LossScaler(const config::Fp16Config& config)
       hysteresis_(config.hysteresis),
       hysteresis_left_(config.hysteresis) {}
 
+std::array<double, 3> LossScaler::state() const {
+  return {scale_, static_cast<double>(steps_since_overflow_), static_cast<double>(hysteresis_left_)};
+}
+
+void LossScaler::set_state(const std::array<double, 3>& state) {
+  scale_ = state[0];
+  steps_since_overflow_ = static_cast<int64_t>(state[1]);
+  hysteresis_left_ = static_cast<int>(state[2]);
+}
+
 void LossScaler::update(bool overflow) {
   if (!dynamic_) return;
   if (overflow) {

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "pstar/base/error.h"
+#include "pstar/core/torch_compat.h"
 #include "pstar/formats/config.h"
 #include "pstar/model/causal_lm.h"
 
@@ -20,6 +21,7 @@ class TorchEngine : public ParamEngine {
     // moves the whole module; dtypes change parameter by parameter.
     model.to(device);
     params_ = model.parameters();
+    for (const auto& item : model.named_parameters()) names_.push_back(item.key());
     torch::NoGradGuard no_grad;
     for (auto& p : params_) {
       PSTAR_CHECK(p.requires_grad(), ConfigError,
@@ -35,6 +37,7 @@ class TorchEngine : public ParamEngine {
     }
     const std::vector<torch::Tensor>& optimized = mixed_ ? master_ : params_;
     const auto& opt = config.optimizer;
+    adamw_ = opt.type == "AdamW";
     if (opt.type == "AdamW") {
       optimizer_ = std::make_unique<torch::optim::AdamW>(
           optimized, torch::optim::AdamWOptions(opt.lr)
@@ -100,11 +103,76 @@ class TorchEngine : public ParamEngine {
     for (auto& p : optimized()) p.mutable_grad().reset();
   }
 
+  void state_dict(TensorList& out) override {
+    auto& state = optimizer_->state();
+    int64_t step = 0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto& p = optimized()[i];
+      out.emplace_back(names_[i], p.detach().to(torch::kCPU, torch::kFloat32).clone());
+      auto it = state.find(compat::optimizer_state_key(state, p));
+      torch::Tensor m = torch::zeros_like(p), v = torch::zeros_like(p);
+      if (it != state.end()) {
+        adam_state(*it->second, [&](auto& s) {
+          m = s.exp_avg();
+          v = s.exp_avg_sq();
+          step = s.step();
+        });
+      }
+      out.emplace_back(names_[i] + ".exp_avg", m.detach().cpu().clone());
+      out.emplace_back(names_[i] + ".exp_avg_sq", v.detach().cpu().clone());
+    }
+    out.emplace_back("__pstar__.adam_step", torch::tensor(step, torch::kInt64));
+  }
+
+  void load_state_dict(const TensorMap& in, const std::string& file) override {
+    torch::NoGradGuard no_grad;
+    const int64_t step =
+        checkpoint_tensor(in, "__pstar__.adam_step", file, {}, torch::kInt64).item<int64_t>();
+    auto& state = optimizer_->state();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto& p = optimized()[i];
+      const auto& value = checkpoint_tensor(in, names_[i], file, p.sizes(), torch::kFloat32);
+      p.copy_(value);
+      if (mixed_) params_[i].copy_(p);
+      auto m = checkpoint_tensor(in, names_[i] + ".exp_avg", file, p.sizes(), torch::kFloat32)
+                   .to(p.device());
+      auto v = checkpoint_tensor(in, names_[i] + ".exp_avg_sq", file, p.sizes(), torch::kFloat32)
+                   .to(p.device());
+      const auto key = compat::optimizer_state_key(state, p);
+      if (step == 0) {
+        state.erase(key);
+      } else if (adamw_) {
+        auto s = std::make_unique<torch::optim::AdamWParamState>();
+        s->step(step);
+        s->exp_avg(m.clone());
+        s->exp_avg_sq(v.clone());
+        state[key] = std::move(s);
+      } else {
+        auto s = std::make_unique<torch::optim::AdamParamState>();
+        s->step(step);
+        s->exp_avg(m.clone());
+        s->exp_avg_sq(v.clone());
+        state[key] = std::move(s);
+      }
+    }
+  }
+
  private:
   std::vector<torch::Tensor>& optimized() { return mixed_ ? master_ : params_; }
 
+  template <typename Fn>
+  void adam_state(torch::optim::OptimizerParamState& state, Fn&& fn) const {
+    if (adamw_) {
+      fn(static_cast<torch::optim::AdamWParamState&>(state));
+    } else {
+      fn(static_cast<torch::optim::AdamParamState&>(state));
+    }
+  }
+
   c10::ScalarType dtype_;
   bool mixed_;
+  bool adamw_ = true;
+  std::vector<std::string> names_;
   std::vector<torch::Tensor> params_;  // the model's, in the compute dtype
   std::vector<torch::Tensor> master_;  // fp32 copies the optimizer updates (mixed only)
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

@@ -3,7 +3,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
+
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <torch/torch.h>
 
@@ -14,6 +17,8 @@
 #include "pstar/data/batch_sampler.h"
 #include "pstar/data/token_source.h"
 #include "pstar/formats/config.h"
+#include "pstar/formats/mapped_file.h"
+#include "pstar/train/checkpoint.h"
 #include "pstar/model/gpt.h"
 #include "pstar/model/hf_gpt2.h"
 #include "pstar/train/loss_scaler.h"
@@ -112,7 +117,64 @@ struct Trainer::Impl {
 
   void init(std::unique_ptr<ParamEngine> prebuilt);
   StepMetrics run_step();
+  void save_checkpoint();
+  void resume(const std::string& dir);
 };
+
+// Note [checkpoint contents]
+// Besides the engine's parameters and Adam state, a checkpoint holds what makes the continuation
+// bit-identical: the step (which is also the data position, as sampling is a pure function of the
+// step), tokens so far, the loss scaler and LibTorch's CPU generator state.
+void Trainer::Impl::save_checkpoint() {
+  const auto begin = Clock::now();
+  const std::string dir = checkpoint_dir(config.training.save_dir, step);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  PSTAR_CHECK(!ec, IoError, "training.save_dir: cannot create ", dir, ": ", ec.message());
+  TensorList tensors;
+  engine->state_dict(tensors);
+  const auto scaler_state = scaler.state();
+  tensors.emplace_back("__pstar__.format_version", torch::tensor(int64_t{1}));
+  tensors.emplace_back("__pstar__.step", torch::tensor(step));
+  tensors.emplace_back("__pstar__.tokens", torch::tensor(tokens));
+  tensors.emplace_back("__pstar__.skipped_steps", torch::tensor(skipped));
+  tensors.emplace_back("__pstar__.loss_scaler",
+                       torch::tensor(std::vector<double>(scaler_state.begin(), scaler_state.end()),
+                                     torch::kFloat64));
+  tensors.emplace_back("__pstar__.rng", at::detail::getDefaultCPUGenerator().get_state());
+  const std::string file = (std::filesystem::path(dir) / "ckpt-0.pt").string();
+  write_checkpoint_file(file, tensors);
+  const std::string config_text = config::to_json_text(config);
+  formats::write_file_atomic((std::filesystem::path(dir) / "config.json").string(),
+                             config_text.data(), config_text.size());
+  write_latest(config.training.save_dir, dir);
+  log::info("checkpoint: ", file, " (", std::filesystem::file_size(file) >> 20, " MiB) in ",
+            human_duration(seconds_since(begin)));
+}
+
+void Trainer::Impl::resume(const std::string& where) {
+  const std::string dir = resolve_resume_dir(where);
+  const std::string file = (std::filesystem::path(dir) / "ckpt-0.pt").string();
+  const TensorMap tensors = read_checkpoint_file(file);
+  const int64_t version =
+      checkpoint_tensor(tensors, "__pstar__.format_version", file, {}, torch::kInt64).item<int64_t>();
+  PSTAR_CHECK(version == 1, FormatError, file, ": checkpoint format version ", version,
+              " is not supported by this pstar (expected 1)");
+  engine->load_state_dict(tensors, file);
+  step = checkpoint_tensor(tensors, "__pstar__.step", file, {}, torch::kInt64).item<int64_t>();
+  tokens = checkpoint_tensor(tensors, "__pstar__.tokens", file, {}, torch::kInt64).item<int64_t>();
+  skipped =
+      checkpoint_tensor(tensors, "__pstar__.skipped_steps", file, {}, torch::kInt64).item<int64_t>();
+  const auto s = checkpoint_tensor(tensors, "__pstar__.loss_scaler", file, {3}, torch::kFloat64);
+  scaler.set_state({s[0].item<double>(), s[1].item<double>(), s[2].item<double>()});
+  auto it = tensors.find("__pstar__.rng");
+  PSTAR_CHECK(it != tensors.end(), FormatError, file, ": tensor '__pstar__.rng' is missing");
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  generator.set_state(it->second);
+  PSTAR_CHECK(step <= config.training.steps, ConfigError, "--resume ", where, ": the checkpoint is at step ",
+              step, ", past training.steps ", config.training.steps, "; raise training.steps");
+  log::info("resumed from ", file, " at step ", step);
+}
 
 namespace {
 
@@ -170,6 +232,7 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
     engine = make_torch_engine(config, *model, device, dtype);
   }
   if (!options.metrics_path.empty()) metrics.emplace(options.metrics_path);
+  if (!options.resume_dir.empty()) resume(options.resume_dir);
 
   log::info("model: ", human_count(static_cast<double>(num_params)), " parameters (", num_params,
             "), vocab ", model->vocab_size(), ", seq_len ", seq_len);
@@ -264,6 +327,9 @@ StepMetrics Trainer::Impl::run_step() {
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / std::max(m.step_time_s, 1e-9);
   m.elapsed_s = seconds_since(*start);
   if (metrics) metrics->write(m);
+  const auto& t = config.training;
+  if (!t.save_dir.empty() && t.save_interval > 0 && (step % t.save_interval == 0 || step == t.steps))
+    save_checkpoint();
   return m;
 }
 

@@ -116,16 +116,12 @@ TorchResult torch_reference(const torch::Tensor& init, const std::vector<torch::
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (h.decoupled) {
     optimizer = std::make_unique<torch::optim::AdamW>(
-        std::vector<torch::Tensor>{p}, torch::optim::AdamWOptions(h.lr)
-                                           .betas(betas)
-                                           .eps(h.eps)
-                                           .weight_decay(h.weight_decay));
+        std::vector<torch::Tensor>{p},
+        torch::optim::AdamWOptions(h.lr).betas(betas).eps(h.eps).weight_decay(h.weight_decay));
   } else {
     optimizer = std::make_unique<torch::optim::Adam>(
-        std::vector<torch::Tensor>{p}, torch::optim::AdamOptions(h.lr)
-                                           .betas(betas)
-                                           .eps(h.eps)
-                                           .weight_decay(h.weight_decay));
+        std::vector<torch::Tensor>{p},
+        torch::optim::AdamOptions(h.lr).betas(betas).eps(h.eps).weight_decay(h.weight_decay));
   }
   for (const auto& g : grads) {
     // g * grad_scale in fp32: the kernel's first operation, one rounding.
@@ -421,12 +417,11 @@ TEST(HostAdam, EveryIsaIsBitIdenticalToScalar) {
         if (isa == Isa::kScalar) continue;
         ScopedIsa scoped(isa);
         const std::vector<torch::Tensor> got = run_case(c, numel);
-        const std::string what = std::string(pstar::optim::detail::isa_name(isa)) + " numel " +
-                                 std::to_string(numel) + " grad " +
-                                 std::to_string(static_cast<int>(c.grad_type)) + " out " +
-                                 std::to_string(static_cast<int>(c.out_type)) + " decoupled " +
-                                 std::to_string(c.decoupled) + " wd " +
-                                 std::to_string(c.weight_decay);
+        const std::string what =
+            std::string(pstar::optim::detail::isa_name(isa)) + " numel " + std::to_string(numel) +
+            " grad " + std::to_string(static_cast<int>(c.grad_type)) + " out " +
+            std::to_string(static_cast<int>(c.out_type)) + " decoupled " +
+            std::to_string(c.decoupled) + " wd " + std::to_string(c.weight_decay);
         expect_same_bits_or_nan(got[0], reference[0], what + " master");
         expect_same_bits_or_nan(got[1], reference[1], what + " exp_avg");
         expect_same_bits_or_nan(got[2], reference[2], what + " exp_avg_sq");
@@ -512,8 +507,8 @@ TEST(HostAdam, GradSqSumIsDeterministicAcrossThreadsAndIsas) {
       const double s = sq_sum(g, GradType::kF32);
       int64_t b;
       std::memcpy(&b, &s, sizeof(b));
-      EXPECT_EQ(b, reference_bits) << pstar::optim::detail::isa_name(isa) << " with " << threads
-                                   << " threads: " << s;
+      EXPECT_EQ(b, reference_bits)
+          << pstar::optim::detail::isa_name(isa) << " with " << threads << " threads: " << s;
     }
   }
 }

@@ -1,6 +1,7 @@
 // The chunk engine against the torch engine (the reference), across budgets, precisions,
 // accumulation, checkpointing and bad inputs; and its eviction against the OPT simulator.
 #include <cmath>
+#include <filesystem>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -11,6 +12,7 @@
 #include "pstar/formats/config.h"
 #include "pstar/model/causal_lm.h"
 #include "pstar/model/hooks.h"
+#include "pstar/train/checkpoint.h"
 #include "pstar/train/chunked_engine.h"
 #include "pstar/train/trainer.h"
 #include "test_util.h"
@@ -307,6 +309,101 @@ TEST_F(ChunkedEngineTest, EvictionIsWithinTenPercentOfOpt) {
   EXPECT_GT(measured, 0);
   EXPECT_LE(measured, 1.10 * opt_bytes_per_step)
       << "measured " << measured << " vs OPT " << opt_bytes_per_step;
+}
+
+}  // namespace
+}  // namespace pstar::train
+
+namespace pstar::train {
+namespace {
+
+class CheckpointTest : public ChunkedEngineTest {};
+
+TEST_F(CheckpointTest, ResumeIsBitIdentical) {
+  for (const char* mode : {"chunked", "torch"}) {
+    for (bool bf16 : {true, false}) {
+      auto c = small_config(mode);
+      c.bf16 = bf16;
+      c.training.steps = 10;
+      c.training.lr_schedule.type = "cosine";
+      c.training.lr_schedule.warmup_steps = 3;
+      auto full = run(c);
+      c.training.save_dir = dir_.file(std::string("ckpt-") + mode + (bf16 ? "-bf16" : "-fp32"));
+      c.training.save_interval = 4;
+      c.training.steps = 6;  // stops after saving at step 4 and step 6
+      run(c);
+      c.training.steps = 10;
+      TrainOptions o;
+      o.device = "cpu";
+      o.progress = false;
+      o.resume_dir = checkpoint_dir(c.training.save_dir, 4);
+      Trainer resumed(c, build_model_and_engine(c), o);
+      ASSERT_EQ(resumed.steps_done(), 4);
+      for (int64_t s = 5; s <= 10; ++s) {
+        auto m = resumed.step();
+        EXPECT_EQ(m.loss, full[s - 1].loss) << mode << (bf16 ? " bf16" : " fp32") << " step " << s;
+        EXPECT_EQ(m.grad_norm, full[s - 1].grad_norm);
+      }
+      // The first run saved steps 4 and 6; the resumed one steps 8 and 10, the newest.
+      EXPECT_EQ(resolve_resume_dir(c.training.save_dir), checkpoint_dir(c.training.save_dir, 10));
+      EXPECT_TRUE(std::filesystem::exists(checkpoint_dir(c.training.save_dir, 6) + "/ckpt-0.pt"));
+    }
+  }
+}
+
+TEST_F(CheckpointTest, FilesAreDictsOfNamedTensors) {
+  auto c = small_config();
+  c.training.steps = 2;
+  c.training.save_dir = dir_.file("ck");
+  c.training.save_interval = 2;
+  run(c);
+  auto tensors = read_checkpoint_file(checkpoint_dir(c.training.save_dir, 2) + "/ckpt-0.pt");
+  ASSERT_TRUE(tensors.count("transformer.h.0.attn.c_attn.weight"));
+  EXPECT_EQ(tensors["transformer.h.0.attn.c_attn.weight"].sizes().vec(),
+            (std::vector<int64_t>{64, 192}));
+  EXPECT_EQ(tensors["transformer.h.0.attn.c_attn.weight"].scalar_type(), torch::kFloat32);
+  EXPECT_TRUE(tensors.count("transformer.ln_f.bias.exp_avg_sq"));
+  EXPECT_EQ(tensors["__pstar__.step"].item<int64_t>(), 2);
+  EXPECT_EQ(tensors["__pstar__.adam_step"].item<int64_t>(), 2);
+}
+
+TEST_F(CheckpointTest, BadCheckpointsAreClearErrors) {
+  auto c = small_config();
+  c.training.steps = 2;
+  c.training.save_dir = dir_.file("ck");
+  c.training.save_interval = 2;
+  run(c);
+  const std::string dir = checkpoint_dir(c.training.save_dir, 2);
+  const std::string file = dir + "/ckpt-0.pt";
+  TrainOptions o;
+  o.device = "cpu";
+  o.progress = false;
+  o.resume_dir = dir;
+  // Another model shape.
+  auto wider = c;
+  wider.model.hidden = 96;
+  try {
+    Trainer t(wider, build_model_and_engine(wider), o);
+    FAIL() << "expected FormatError";
+  } catch (const FormatError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(file), std::string::npos) << msg;
+    EXPECT_NE(msg.find("transformer.wte.weight"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("another model shape"), std::string::npos) << msg;
+  }
+  // Truncated.
+  const std::string bytes = pstar::testing::read_text(file);
+  pstar::testing::write_text(file, bytes.substr(0, bytes.size() / 2));
+  try {
+    Trainer t(c, build_model_and_engine(c), o);
+    FAIL() << "expected FormatError";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("truncated or corrupt"), std::string::npos) << e.what();
+  }
+  // Nothing to resume from.
+  o.resume_dir = dir_.file("nowhere");
+  EXPECT_THROW(Trainer(c, build_model_and_engine(c), o), IoError);
 }
 
 }  // namespace

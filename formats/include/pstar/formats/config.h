@@ -60,6 +60,10 @@ struct TrainingConfig {
   uint64_t seed = 1234;
   int64_t log_interval = 10;
   LrScheduleConfig lr_schedule;
+  // Checkpoints: every save_interval steps and after the last step, into save_dir (relative to the
+  // working directory). save_interval 0 or an empty save_dir: no checkpoints.
+  std::string save_dir;
+  int64_t save_interval = 0;
 };
 
 struct EngineConfig {

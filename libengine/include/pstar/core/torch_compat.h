@@ -2,6 +2,10 @@
 // and 2.x CUDA builds) is absorbed here, so the rest of the code is version-free.
 #pragma once
 
+#include <sstream>
+#include <string>
+#include <type_traits>
+
 #include <torch/version.h>
 
 #define PSTAR_TORCH_VERSION_AT_LEAST(major, minor) \
@@ -21,5 +25,19 @@ namespace pstar::compat {
 
 // "1.13.1" etc., for logs and metadata.
 inline const char* torch_version() { return TORCH_VERSION; }
+
+// torch::optim keys per-parameter state by the TensorImpl address: as a string in 1.13, as the
+// pointer itself in later versions.
+template <typename StateMap, typename Tensor>
+auto optimizer_state_key(const StateMap&, const Tensor& param) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream out;
+    out << param.unsafeGetTensorImpl();
+    return out.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
+}
 
 }  // namespace pstar::compat

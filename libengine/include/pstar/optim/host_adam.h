@@ -6,8 +6,8 @@
 // count gives the same bits, because which device or ISA updates a chunk must never change the
 // numbers. Each element goes through the same fp32 operations in the same order: the ones LibTorch
 // 1.13's CPU kernels perform for torch::optim::Adam/AdamW, fused multiply-adds where its vectorized
-// add(alpha) and addcmul use them (std::fma in the scalar kernel, which is correctly rounded with or
-// without the instruction), and no other contraction (the three kernel files are compiled with
+// add(alpha) and addcmul use them (std::fma in the scalar kernel, which is correctly rounded with
+// or without the instruction), and no other contraction (the three kernel files are compiled with
 // -ffp-contract=off). So on a CPU where LibTorch runs its AVX2/AVX-512 kernels the results equal
 // LibTorch's bit for bit. The conversions to bf16/fp16 are exact integer recipes or F16C, which
 // agree. The one exception is which NaN payload a NaN in master/exp_avg/exp_avg_sq carries; the

@@ -85,6 +85,8 @@ class ChunkedEngine : public ParamEngine {
   void update(double lr, double grad_multiplier) override;
   void end_step() override;
   void fill_metrics(StepMetrics& metrics) override;
+  void state_dict(TensorList& out) override;
+  void load_state_dict(const TensorMap& in, const std::string& file) override;
 
   // The hooks the model's run_module() calls while this engine trains.
   model::ModuleHooks* hooks() override;

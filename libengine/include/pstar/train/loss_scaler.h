@@ -4,6 +4,7 @@
 // loss_scale_window steps without overflow, double it. A static scale (loss_scale > 0) never moves.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 namespace pstar::config {
@@ -19,6 +20,9 @@ class LossScaler {
   // Call once per optimizer step with whether the gradients overflowed.
   void update(bool overflow);
   bool is_dynamic() const { return dynamic_; }
+  // For checkpoints: {scale, steps since the last overflow, hysteresis left}.
+  std::array<double, 3> state() const;
+  void set_state(const std::array<double, 3>& state);
 
  private:
   bool dynamic_;

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "pstar/train/checkpoint.h"
+
 namespace pstar::model {
 class ModuleHooks;
 }
@@ -33,6 +35,11 @@ class ParamEngine {
   virtual void end_step() = 0;
   // Adds the engine's own figures to the step's metrics.
   virtual void fill_metrics(StepMetrics& metrics) {}
+  // Checkpoints: every parameter's fp32 master value under its name, its Adam state as
+  // <name>.exp_avg / <name>.exp_avg_sq, and "__pstar__.adam_step".
+  virtual void state_dict(TensorList& out) = 0;
+  // Restores what state_dict wrote; FormatError naming `file` and the tensor on any mismatch.
+  virtual void load_state_dict(const TensorMap& in, const std::string& file) = 0;
   // Hooks the model's run_module() calls during forward and backward; nullptr for none.
   virtual model::ModuleHooks* hooks() { return nullptr; }
 };

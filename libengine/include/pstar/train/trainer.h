@@ -23,6 +23,8 @@ struct TrainOptions {
   std::string device = "auto";  // cpu | cuda | auto
   std::string metrics_path;     // JSON Lines, one object per optimizer step; empty: none
   bool progress = true;         // live progress line and periodic log lines
+  // Continue from a checkpoint: a step directory, or a training.save_dir (its newest checkpoint).
+  std::string resume_dir;
 };
 
 struct StepMetrics {

@@ -1,0 +1,276 @@
+// Training a model whose model data is several times the chunk engine's device budget: the same
+// GPT trained unconstrained (engine.device_memory unset, every chunk in the device margin) and
+// under engine.device_memory = model data / --ratio, in the same run. Reports the budgeted run's
+// throughput against the unconstrained one, the bytes it moves per step, its device peak against
+// the budget, and whether its losses are bit-identical to the unconstrained run's (placement must
+// never change the numbers). The last line is one JSON object with the figures.
+//
+//   build/cpu-release/bench/pstar-bench-budgeted [--steps 10] [--warmup 3] [--ratio 4.5]
+//
+// The model is parameter-heavy and activation-light (hidden 512, 8 layers, seq_len 32, micro batch
+// 2, bf16, embeddings managed like every other module) so that the budget is dominated by chunks,
+// not activations. The device tier is emulated on the CPU in this build.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include "pstar/base/error.h"
+#include "pstar/chunk/access_trace.h"
+#include "pstar/core/device.h"
+#include "pstar/core/log.h"
+#include "pstar/formats/config.h"
+#include "pstar/train/chunked_engine.h"
+#include "pstar/train/trainer.h"
+
+namespace {
+
+struct Options {
+  int64_t steps = 10;
+  int64_t warmup = 3;  // steps left out of the steady-state figures (the first is the engine's)
+  double ratio = 4.5;  // model data / device budget
+};
+
+struct RunResult {
+  std::vector<pstar::train::StepMetrics> steps;
+  int64_t num_chunks = 0;
+  int64_t chunk_size = 0;
+  int64_t compute_chunk_bytes = 0;
+  int64_t optimizer_chunk_bytes = 0;
+  int64_t device_budget_bytes = 0;
+  int64_t margin_chunks = 0;
+  int64_t non_model_peak_bytes = 0;  // max of the trace's per-moment non-model peaks
+
+  int64_t model_data_bytes() const {
+    return num_chunks * (compute_chunk_bytes + optimizer_chunk_bytes);
+  }
+};
+
+RunResult train(const pstar::config::TrainConfig& config) {
+  pstar::train::TrainOptions options;
+  options.device = "cpu";
+  options.progress = false;
+  auto built = pstar::train::build_model_and_engine(config);
+  const auto* engine = dynamic_cast<const pstar::train::ChunkedEngine*>(built.engine.get());
+  PSTAR_INTERNAL_ASSERT(engine != nullptr, "engine.mode \"chunked\" built no chunk engine");
+  pstar::train::Trainer trainer(config, std::move(built), options);
+  RunResult r;
+  for (int64_t i = 0; i < config.training.steps; ++i) r.steps.push_back(trainer.step());
+  r.num_chunks = engine->num_chunks();
+  r.chunk_size = engine->chunk_size();
+  r.compute_chunk_bytes = engine->compute_chunk_bytes();
+  r.optimizer_chunk_bytes = engine->optimizer_chunk_bytes();
+  r.device_budget_bytes = engine->device_budget_bytes();
+  r.margin_chunks = engine->margin_chunks();
+  for (int64_t bytes : engine->trace().non_model_bytes)
+    r.non_model_peak_bytes = std::max(r.non_model_peak_bytes, bytes);
+  return r;
+}
+
+// Figures over the steady-state steps (after the warm-up).
+struct Steady {
+  double tokens_per_s = 0;
+  double h2d_per_step = 0, d2h_per_step = 0;
+  int64_t h2d_min = 0, h2d_max = 0, d2h_min = 0, d2h_max = 0;
+  int64_t device_peak_max = 0;     // over every step, warm-up included
+  int64_t adam_device_chunks = 0;  // the last step's
+};
+
+Steady steady(const RunResult& r, int64_t warmup) {
+  Steady s;
+  double seconds = 0;
+  int64_t tokens = 0, h2d = 0, d2h = 0, n = 0;
+  s.h2d_min = s.d2h_min = std::numeric_limits<int64_t>::max();
+  for (size_t i = 0; i < r.steps.size(); ++i) {
+    const auto& m = r.steps[i];
+    s.device_peak_max = std::max(s.device_peak_max, m.device_peak_bytes);
+    if (static_cast<int64_t>(i) < warmup) continue;
+    seconds += m.step_time_s;
+    tokens += m.tokens - (i == 0 ? 0 : r.steps[i - 1].tokens);
+    h2d += m.moved_h2d_bytes;
+    d2h += m.moved_d2h_bytes;
+    s.h2d_min = std::min(s.h2d_min, m.moved_h2d_bytes);
+    s.h2d_max = std::max(s.h2d_max, m.moved_h2d_bytes);
+    s.d2h_min = std::min(s.d2h_min, m.moved_d2h_bytes);
+    s.d2h_max = std::max(s.d2h_max, m.moved_d2h_bytes);
+    ++n;
+  }
+  s.tokens_per_s = static_cast<double>(tokens) / seconds;
+  s.h2d_per_step = static_cast<double>(h2d) / static_cast<double>(n);
+  s.d2h_per_step = static_cast<double>(d2h) / static_cast<double>(n);
+  s.adam_device_chunks = r.steps.back().adam_device_chunks;
+  return s;
+}
+
+double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+int run(const Options& o) {
+  pstar::core::configure_threads();
+  pstar::log::set_level(pstar::log::Level::kWarn);
+
+  // Random bytes: the data does not matter here, only that both runs see the same batches.
+  const auto corpus = std::filesystem::temp_directory_path() / "pstar-bench-budgeted-corpus.txt";
+  {
+    std::ofstream out(corpus, std::ios::binary);
+    std::mt19937 rng(1);
+    for (int i = 0; i < (1 << 20); ++i) out.put(static_cast<char>(rng() % 256));
+  }
+  pstar::config::TrainConfig config;
+  config.model.hidden = 512;
+  config.model.layers = 8;
+  config.model.heads = 8;
+  config.model.vocab_size = 256;
+  config.model.seq_len = 32;
+  config.data.text = corpus.string();
+  config.train_micro_batch_size_per_gpu = 2;
+  config.bf16 = true;
+  config.use_cpu_embedding = false;  // embeddings live in chunks and count against the budget
+  config.default_chunk_size = int64_t{1} << 20;  // raised to the largest module if needed
+  config.engine.mode = "chunked";
+  config.training.steps = o.steps;
+
+  // 1. Unconstrained: measures model data and the non-model peak, and is the baseline.
+  const RunResult free_run = train(config);
+  const int64_t model_data = free_run.model_data_bytes();
+  const int64_t budget = static_cast<int64_t>(static_cast<double>(model_data) / o.ratio);
+  const int64_t floor = free_run.non_model_peak_bytes + 4 * free_run.compute_chunk_bytes;
+  PSTAR_CHECK(budget >= floor, ConfigError, "a budget of model data / ", o.ratio, " = ", budget,
+              " bytes is below the measured non-model peak ", free_run.non_model_peak_bytes,
+              " + 4 chunks of ", free_run.compute_chunk_bytes, " bytes; lower --ratio");
+
+  // 2. The same model and data under the budget.
+  pstar::config::TrainConfig budgeted_config = config;
+  budgeted_config.engine.device_memory = budget;
+  const RunResult budgeted = train(budgeted_config);
+  std::filesystem::remove(corpus);
+
+  const Steady fs = steady(free_run, o.warmup);
+  const Steady bs = steady(budgeted, o.warmup);
+  bool losses_identical = free_run.steps.size() == budgeted.steps.size();
+  bool grad_norms_identical = losses_identical;
+  for (size_t i = 0; losses_identical && i < budgeted.steps.size(); ++i)
+    losses_identical = free_run.steps[i].loss == budgeted.steps[i].loss;
+  for (size_t i = 0; grad_norms_identical && i < budgeted.steps.size(); ++i)
+    grad_norms_identical = free_run.steps[i].grad_norm == budgeted.steps[i].grad_norm;
+  const bool within_budget = bs.device_peak_max <= budget;
+  const double ratio = bs.tokens_per_s / fs.tokens_per_s;
+
+  std::printf(
+      "budgeted chunk-engine training, GPT hidden 512, 8 layers, seq_len 32, batch 2, "
+      "bf16, %d threads\n",
+      torch::get_num_threads());
+  std::printf(
+      "  model data %.1f MiB (%lld chunks of %lld elements: %.2f MiB compute + %.2f MiB "
+      "optimizer each); measured non-model peak %.2f MiB\n",
+      mib(static_cast<double>(model_data)), static_cast<long long>(free_run.num_chunks),
+      static_cast<long long>(free_run.chunk_size),
+      mib(static_cast<double>(free_run.compute_chunk_bytes)),
+      mib(static_cast<double>(free_run.optimizer_chunk_bytes)),
+      mib(static_cast<double>(free_run.non_model_peak_bytes)));
+  std::printf("  device budget %.1f MiB = model data / %.2f (unconstrained: %.1f MiB)\n",
+              mib(static_cast<double>(budget)),
+              static_cast<double>(model_data) / static_cast<double>(budget),
+              mib(static_cast<double>(free_run.device_budget_bytes)));
+  std::printf(
+      "  step  loss unconstrained     loss budgeted          h2d MiB  d2h MiB  device "
+      "peak MiB  Adam on device\n");
+  for (size_t i = 0; i < budgeted.steps.size(); ++i) {
+    const auto& f = free_run.steps[i];
+    const auto& b = budgeted.steps[i];
+    std::printf(
+        "  %4lld  %.17g  %.17g  %7.1f  %7.1f  %15.1f  %lld/%lld%s\n",
+        static_cast<long long>(b.step), f.loss, b.loss, mib(static_cast<double>(b.moved_h2d_bytes)),
+        mib(static_cast<double>(b.moved_d2h_bytes)), mib(static_cast<double>(b.device_peak_bytes)),
+        static_cast<long long>(b.adam_device_chunks), static_cast<long long>(budgeted.num_chunks),
+        static_cast<int64_t>(i) < o.warmup ? "  (warm-up)" : "");
+  }
+  std::printf("  unconstrained: %8.0f tokens/s, %lld of %lld chunks in the device margin\n",
+              fs.tokens_per_s, static_cast<long long>(free_run.margin_chunks),
+              static_cast<long long>(free_run.num_chunks));
+  std::printf(
+      "  budgeted:      %8.0f tokens/s (%.3fx unconstrained), %lld of %lld chunks in the "
+      "device margin\n",
+      bs.tokens_per_s, ratio, static_cast<long long>(budgeted.margin_chunks),
+      static_cast<long long>(budgeted.num_chunks));
+  std::printf(
+      "  moved per steady-state step: h2d %.1f MiB (%.1f..%.1f), d2h %.1f MiB "
+      "(%.1f..%.1f)\n",
+      mib(bs.h2d_per_step), mib(static_cast<double>(bs.h2d_min)),
+      mib(static_cast<double>(bs.h2d_max)), mib(bs.d2h_per_step),
+      mib(static_cast<double>(bs.d2h_min)), mib(static_cast<double>(bs.d2h_max)));
+  std::printf("  device peak %.1f MiB %s the budget; losses %s, gradient norms %s\n",
+              mib(static_cast<double>(bs.device_peak_max)), within_budget ? "within" : "OVER",
+              losses_identical ? "bit-identical" : "DIFFER",
+              grad_norms_identical ? "bit-identical" : "DIFFER");
+  std::fflush(stdout);
+  if (!within_budget || !losses_identical)
+    std::fprintf(stderr, "pstar-bench-budgeted: the budgeted run %s\n",
+                 !within_budget ? "exceeded its device budget" : "changed the losses");
+
+  nlohmann::json result = {
+      {"bench", "budgeted"},
+      {"steps", o.steps},
+      {"warmup_steps", o.warmup},
+      {"num_chunks", budgeted.num_chunks},
+      {"chunk_size", budgeted.chunk_size},
+      {"model_data_bytes", model_data},
+      {"non_model_peak_bytes", free_run.non_model_peak_bytes},
+      {"device_memory_bytes", budget},
+      {"model_data_over_device", static_cast<double>(model_data) / static_cast<double>(budget)},
+      {"tokens_per_s", bs.tokens_per_s},
+      {"unconstrained_tokens_per_s", fs.tokens_per_s},
+      {"ratio_vs_unconstrained", ratio},
+      {"moved_h2d_bytes_per_step", bs.h2d_per_step},
+      {"moved_d2h_bytes_per_step", bs.d2h_per_step},
+      {"device_peak_bytes", bs.device_peak_max},
+      {"peak_within_budget", within_budget},
+      {"margin_chunks", budgeted.margin_chunks},
+      {"adam_device_chunks", bs.adam_device_chunks},
+      {"losses_bit_identical", losses_identical},
+      {"grad_norms_bit_identical", grad_norms_identical}};
+  std::printf("%s\n", result.dump().c_str());
+  return within_budget && losses_identical ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string key = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "option %s needs a value\n", argv[i]);
+      return 2;
+    }
+    const std::string value = argv[i + 1];
+    if (key == "--steps")
+      o.steps = std::stoll(value);
+    else if (key == "--warmup")
+      o.warmup = std::stoll(value);
+    else if (key == "--ratio")
+      o.ratio = std::stod(value);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if (o.warmup < 1 || o.steps <= o.warmup || o.ratio <= 1) {
+    std::fprintf(stderr, "need --warmup >= 1, --steps > --warmup and --ratio > 1\n");
+    return 2;
+  }
+  try {
+    return run(o);
+  } catch (const pstar::Error& e) {
+    std::fprintf(stderr, "pstar-bench-budgeted: %s error: %s\n", pstar::error_kind_name(e.kind()),
+                 e.what());
+    return pstar::error_exit_code(e.kind());
+  }
+}

@@ -1,0 +1,190 @@
+// The chunk engine's overhead: the same GPT trained with engine.mode "chunked" under an unlimited
+// device budget (every chunk fits in the device margin, so nothing moves after the warm-up) against
+// engine.mode "torch", the reference, measured in the same run. The last line is one JSON object
+// with the figures.
+//
+//   build/cpu-release/bench/pstar-bench-engine-overhead [--preset gpt-mini] [--batch 16]
+//       [--steps 10] [--warmup 3] [--rounds 2] [--fp32]
+//
+// Each round builds a fresh trainer per mode, runs the warm-up steps (the chunk engine traces its
+// first iteration), then times the steps. The order of the modes alternates between rounds so both
+// see the same moments of a shared machine; the figure per mode is its best round.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include "pstar/base/error.h"
+#include "pstar/core/device.h"
+#include "pstar/core/log.h"
+#include "pstar/formats/config.h"
+#include "pstar/train/chunked_engine.h"
+#include "pstar/train/trainer.h"
+
+namespace {
+
+struct Options {
+  std::string preset = "gpt-mini";
+  int64_t batch = 16;
+  int64_t steps = 10;
+  int64_t warmup = 3;
+  int64_t rounds = 2;
+  bool fp32 = false;
+};
+
+struct Run {
+  double tokens_per_s = 0;
+  double last_loss = 0;
+  // Chunk engine only (-1 otherwise), from the last timed step.
+  int64_t moved_bytes = -1;
+  int64_t adam_device_chunks = -1;
+  int64_t num_chunks = -1;
+  int64_t margin_chunks = -1;
+};
+
+Run run_mode(const pstar::config::TrainConfig& base, const std::string& mode, const Options& o) {
+  // The chunk engine keeps a reference to this config: it must outlive the trainer.
+  pstar::config::TrainConfig config = base;
+  config.engine.mode = mode;
+  config.training.steps = o.warmup + o.steps;
+  pstar::train::TrainOptions options;
+  options.device = "cpu";
+  options.progress = false;
+
+  auto built = pstar::train::build_model_and_engine(config);
+  const auto* chunked = dynamic_cast<const pstar::train::ChunkedEngine*>(built.engine.get());
+  pstar::train::Trainer trainer(config, std::move(built), options);
+  pstar::train::StepMetrics m;
+  for (int64_t i = 0; i < o.warmup; ++i) m = trainer.step();
+  const int64_t tokens_before = m.tokens;
+  double seconds = 0;
+  for (int64_t i = 0; i < o.steps; ++i) {
+    m = trainer.step();
+    seconds += m.step_time_s;
+  }
+  Run run;
+  run.tokens_per_s = static_cast<double>(m.tokens - tokens_before) / seconds;
+  run.last_loss = m.loss;
+  if (chunked != nullptr) {
+    run.moved_bytes = m.moved_h2d_bytes + m.moved_d2h_bytes;
+    run.adam_device_chunks = m.adam_device_chunks;
+    run.num_chunks = chunked->num_chunks();
+    run.margin_chunks = chunked->margin_chunks();
+  }
+  return run;
+}
+
+int run(const Options& o) {
+  pstar::core::configure_threads();
+  pstar::log::set_level(pstar::log::Level::kWarn);
+
+  // Random bytes: the data does not matter for throughput.
+  const auto corpus = std::filesystem::temp_directory_path() / "pstar-bench-overhead-corpus.txt";
+  {
+    std::ofstream out(corpus, std::ios::binary);
+    std::mt19937 rng(1);
+    for (int i = 0; i < (1 << 20); ++i) out.put(static_cast<char>(rng() % 256));
+  }
+  pstar::config::TrainConfig config;
+  config.model.preset = o.preset;
+  config.model.vocab_size = 256;
+  config.data.text = corpus.string();
+  config.train_micro_batch_size_per_gpu = o.batch;
+  config.bf16 = !o.fp32;
+  // engine.device_memory stays unset: the chunk engine's budget is most of the machine, so every
+  // chunk goes into the device margin and only the engine's own bookkeeping is measured.
+
+  Run best_torch, best_chunked;
+  for (int64_t round = 0; round < o.rounds; ++round) {
+    const bool torch_first = round % 2 == 0;
+    for (int i = 0; i < 2; ++i) {
+      const bool is_torch = (i == 0) == torch_first;
+      const Run r = run_mode(config, is_torch ? "torch" : "chunked", o);
+      std::printf("  round %lld %-7s %10.0f tokens/s\n", static_cast<long long>(round + 1),
+                  is_torch ? "torch" : "chunked", r.tokens_per_s);
+      std::fflush(stdout);
+      Run& best = is_torch ? best_torch : best_chunked;
+      if (r.tokens_per_s > best.tokens_per_s) best = r;
+    }
+  }
+  std::filesystem::remove(corpus);
+
+  const double ratio = best_chunked.tokens_per_s / best_torch.tokens_per_s;
+  std::printf(
+      "engine overhead, %s, batch %lld, %s, %d threads, %lld warm-up + %lld timed steps, "
+      "best of %lld rounds\n",
+      o.preset.c_str(), static_cast<long long>(o.batch), o.fp32 ? "fp32" : "bf16",
+      torch::get_num_threads(), static_cast<long long>(o.warmup), static_cast<long long>(o.steps),
+      static_cast<long long>(o.rounds));
+  std::printf("  torch:   %10.0f tokens/s (last loss %.4f)\n", best_torch.tokens_per_s,
+              best_torch.last_loss);
+  std::printf(
+      "  chunked: %10.0f tokens/s (last loss %.4f; %lld of %lld chunks in the device "
+      "margin, %lld bytes moved in the last step) = %.3fx torch\n",
+      best_chunked.tokens_per_s, best_chunked.last_loss,
+      static_cast<long long>(best_chunked.margin_chunks),
+      static_cast<long long>(best_chunked.num_chunks),
+      static_cast<long long>(best_chunked.moved_bytes), ratio);
+  nlohmann::json result = {{"bench", "engine_overhead"},
+                           {"preset", o.preset},
+                           {"batch", o.batch},
+                           {"precision", o.fp32 ? "fp32" : "bf16"},
+                           {"steps", o.steps},
+                           {"rounds", o.rounds},
+                           {"torch_tokens_per_s", best_torch.tokens_per_s},
+                           {"chunked_tokens_per_s", best_chunked.tokens_per_s},
+                           {"ratio_vs_torch", ratio},
+                           {"chunks", best_chunked.num_chunks},
+                           {"margin_chunks", best_chunked.margin_chunks},
+                           {"chunked_moved_bytes_per_step", best_chunked.moved_bytes}};
+  std::printf("%s\n", result.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string key = argv[i];
+    if (key == "--fp32") {
+      o.fp32 = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "option %s needs a value\n", argv[i]);
+      return 2;
+    }
+    const std::string value = argv[++i];
+    if (key == "--preset")
+      o.preset = value;
+    else if (key == "--batch")
+      o.batch = std::stoll(value);
+    else if (key == "--steps")
+      o.steps = std::stoll(value);
+    else if (key == "--warmup")
+      o.warmup = std::stoll(value);
+    else if (key == "--rounds")
+      o.rounds = std::stoll(value);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", argv[i - 1]);
+      return 2;
+    }
+  }
+  if (o.steps < 1 || o.rounds < 1 || o.warmup < 1 || o.batch < 1) {
+    std::fprintf(stderr, "--steps, --warmup, --rounds and --batch must be at least 1\n");
+    return 2;
+  }
+  try {
+    return run(o);
+  } catch (const pstar::Error& e) {
+    std::fprintf(stderr, "pstar-bench-engine-overhead: %s error: %s\n",
+                 pstar::error_kind_name(e.kind()), e.what());
+    return pstar::error_exit_code(e.kind());
+  }
+}

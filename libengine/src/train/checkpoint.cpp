@@ -1,0 +1,90 @@
+#include "pstar/train/checkpoint.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include "pstar/base/error.h"
+#include "pstar/formats/mapped_file.h"
+
+namespace pstar::train {
+
+namespace fs = std::filesystem;
+
+void write_checkpoint_file(const std::string& path, const TensorList& tensors) {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [name, tensor] : tensors) dict.insert(name, tensor.detach().cpu().contiguous());
+  const std::vector<char> bytes = torch::pickle_save(dict);
+  formats::write_file_atomic(path, bytes.data(), bytes.size());
+}
+
+TensorMap read_checkpoint_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  PSTAR_CHECK(in.good() && fs::is_regular_file(path), IoError, "cannot read checkpoint ", path);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(bytes);
+  } catch (const c10::Error& e) {
+    PSTAR_THROW(FormatError, path, ": not a readable checkpoint (truncated or corrupt: ",
+                e.what_without_backtrace(), ")");
+  } catch (const std::exception& e) {
+    PSTAR_THROW(FormatError, path, ": not a readable checkpoint (truncated or corrupt: ", e.what(),
+                ")");
+  }
+  PSTAR_CHECK(value.isGenericDict(), FormatError, path, ": expected a dict of tensors, found ",
+              value.tagKind());
+  TensorMap out;
+  for (const auto& item : value.toGenericDict()) {
+    PSTAR_CHECK(item.key().isString() && item.value().isTensor(), FormatError, path,
+                ": expected a dict of name -> tensor; found an entry of ", item.key().tagKind(),
+                " -> ", item.value().tagKind());
+    out.emplace(item.key().toStringRef(), item.value().toTensor());
+  }
+  return out;
+}
+
+const at::Tensor& checkpoint_tensor(const TensorMap& tensors, const std::string& name,
+                                    const std::string& file, c10::IntArrayRef shape,
+                                    c10::ScalarType dtype) {
+  auto it = tensors.find(name);
+  PSTAR_CHECK(it != tensors.end(), FormatError, file, ": tensor '", name,
+              "' is missing; was this checkpoint written for another model?");
+  const at::Tensor& t = it->second;
+  PSTAR_CHECK(t.sizes() == shape, FormatError, file, ": tensor '", name, "' has shape ",
+              t.sizes(), " but this run needs ", shape,
+              "; the checkpoint was written for another model shape");
+  PSTAR_CHECK(t.scalar_type() == dtype, FormatError, file, ": tensor '", name, "' has dtype ",
+              t.scalar_type(), " but this run needs ", dtype);
+  return t;
+}
+
+std::string checkpoint_dir(const std::string& save_dir, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  return (fs::path(save_dir) / name).string();
+}
+
+void write_latest(const std::string& save_dir, const std::string& dir) {
+  const std::string text = fs::path(dir).filename().string() + "\n";
+  formats::write_file_atomic((fs::path(save_dir) / "latest").string(), text.data(), text.size());
+}
+
+std::string resolve_resume_dir(const std::string& dir) {
+  if (fs::is_regular_file(fs::path(dir) / "ckpt-0.pt")) return dir;
+  const fs::path latest = fs::path(dir) / "latest";
+  std::ifstream in(latest);
+  std::string name;
+  PSTAR_CHECK(in.good() && std::getline(in, name) && !name.empty(), IoError, "--resume ", dir,
+              ": neither ", (fs::path(dir) / "ckpt-0.pt").string(), " nor ", latest.string(),
+              " exists; give a checkpoint directory (step-N) or a training.save_dir");
+  const std::string resolved = (fs::path(dir) / name).string();
+  PSTAR_CHECK(fs::is_regular_file(fs::path(resolved) / "ckpt-0.pt"), IoError, "--resume ", dir,
+              ": ", latest.string(), " names ", name, ", which has no ckpt-0.pt");
+  return resolved;
+}
+
+}  // namespace pstar::train
