@@ -459,16 +459,18 @@ ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType 
     }
     return count;
   };
-  int64_t size = config.default_chunk_size;
-  if (config.engine.chunk_size_search) {
+  int64_t total = 0;
+  for (int64_t n : leaf_module_numels) total += n;
+  // The least wasteful size in [lo, hi], on a 64Ki-element grid (PatrickStar's and Gemini's
+  // search): ties go to the smaller size.
+  auto search = [&](int64_t lo_elems, int64_t hi_elems) {
     const int64_t step = 1 << 16;
-    const int64_t lo = round_up(largest, step);
-    const int64_t hi = std::max(lo, round_up(config.default_chunk_size, step) * 2);
+    const int64_t lo = round_up(lo_elems, step);
+    const int64_t hi = std::max(lo, round_up(hi_elems, step));
+    const int64_t stride = std::max<int64_t>(step, (hi - lo) / 512 / step * step);
     int64_t best = lo;
     int64_t best_waste = std::numeric_limits<int64_t>::max();
-    int64_t total = 0;
-    for (int64_t n : leaf_module_numels) total += n;
-    for (int64_t candidate = lo; candidate <= hi; candidate += step) {
+    for (int64_t candidate = lo; candidate <= hi; candidate += stride) {
       const int64_t waste = chunks_for(candidate) * candidate - total;
       if (waste < best_waste) {
         best_waste = waste;
@@ -476,8 +478,17 @@ ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType 
       }
     }
     log::info("chunk size search: ", best, " elements (", chunks_for(best), " chunks, ",
-              best_waste, " elements wasted) among ", lo, "..", hi);
-    size = best;
+              best_waste, " elements of padding) among ", lo, "..", hi);
+    return best;
+  };
+  int64_t size = config.default_chunk_size;
+  if (config.engine.chunk_size_search) {
+    size = search(largest, std::max(largest, config.default_chunk_size) * 2);
+  } else if (size > total && size > largest) {
+    // One chunk larger than the whole model would be mostly padding.
+    log::info("default_chunk_size ", size, " exceeds the model's ", total,
+              " parameters; choosing a smaller chunk size");
+    size = search(std::max(largest, total / 16), total);
   } else if (largest > size) {
     const int64_t raised = round_up(largest, 1 << 16);
     log::warn("default_chunk_size ", size, " is smaller than the largest module (", largest,

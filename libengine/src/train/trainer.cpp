@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "pstar/base/error.h"
+#include "pstar/base/size.h"
 #include "pstar/core/device.h"
 #include "pstar/core/log.h"
 #include "pstar/core/torch_compat.h"
@@ -338,10 +339,15 @@ TrainSummary Trainer::run() {
   const int64_t total = s.config.training.steps;
   TrainSummary summary;
   log::info("training ", total - s.step, " steps");
+  int64_t device_peak = -1, host_peak = -1, moved = 0, adam_device = -1;
   const auto run_start = Clock::now();
   const int64_t tokens_before = s.tokens;
   while (s.step < total) {
     StepMetrics m = step();
+    device_peak = std::max(device_peak, m.device_peak_bytes);
+    host_peak = std::max(host_peak, m.host_peak_bytes);
+    moved += std::max<int64_t>(0, m.moved_h2d_bytes) + std::max<int64_t>(0, m.moved_d2h_bytes);
+    adam_device = m.adam_device_chunks;
     if (summary.steps == 0) summary.first_loss = m.loss;
     summary.last_loss = m.loss;
     ++summary.steps;
@@ -366,6 +372,11 @@ TrainSummary Trainer::run() {
   summary.tokens = s.tokens - tokens_before;
   summary.elapsed_s = seconds_since(run_start);
   summary.tokens_per_s = static_cast<double>(summary.tokens) / std::max(summary.elapsed_s, 1e-9);
+  if (device_peak >= 0) {
+    log::info("chunk engine: device peak ", format_bytes(device_peak), ", host peak ",
+              format_bytes(host_peak), ", moved ", format_bytes(moved / std::max<int64_t>(1, summary.steps)),
+              " per step on average, Adam on the device for ", adam_device, " chunk(s)");
+  }
   log::info("done: ", summary.steps, " steps, ", human_count(static_cast<double>(summary.tokens)),
             " tokens in ", human_duration(summary.elapsed_s), " (",
             human_count(summary.tokens_per_s), " tok/s); loss ", fixed4(summary.first_loss), " -> ",

@@ -69,7 +69,7 @@ struct TrainingConfig {
 struct EngineConfig {
   // "chunked": model data in chunks moved between a device tier and the host (docs/engine.md);
   // "torch": plain LibTorch training, the reference.
-  std::string mode = "torch";
+  std::string mode = "chunked";
   // Tier budgets in bytes; unset: what the machine has, times 0.8.
   std::optional<int64_t> device_memory;
   std::optional<int64_t> host_memory;

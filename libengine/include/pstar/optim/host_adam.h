@@ -38,7 +38,8 @@ struct AdamHyper {
 };
 
 // One contiguous run of parameters. master, exp_avg and exp_avg_sq are fp32 and updated in place;
-// grad is read only; param_out is written only (may be null with ParamOutType::kNone).
+// grad is read only; param_out is written only (may be null with ParamOutType::kNone). grad may be
+// the same buffer as param_out (param/grad reuse): each element is read before it is written.
 struct AdamSpan {
   float* master = nullptr;
   float* exp_avg = nullptr;
