@@ -6,7 +6,7 @@
 // never change the numbers). The last line is one JSON object with the figures.
 //
 //   build/cpu-release/bench/pstar-bench-budgeted [--steps 10] [--warmup 3] [--ratio 4.5]
-//       [--rounds 2]
+//       [--rounds 3]
 //
 // The model is parameter-heavy and activation-light (hidden 512, 8 layers, seq_len 32, micro batch
 // 2, bf16, embeddings managed like every other module) so that the budget is dominated by chunks,
@@ -41,7 +41,7 @@ namespace {
 struct Options {
   int64_t steps = 10;
   int64_t warmup = 3;  // steps left out of the steady-state figures (the first is the engine's)
-  int64_t rounds = 2;  // each trains both modes once
+  int64_t rounds = 3;  // each trains both modes once
   double ratio = 4.5;  // model data / device budget
 };
 

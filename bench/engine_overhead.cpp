@@ -179,6 +179,7 @@ int run(const Options& o) {
                            {"chunks", chunked.num_chunks},
                            {"margin_chunks", chunked.margin_chunks},
                            {"chunked_moved_bytes_per_step", chunked.moved_bytes},
+                           {"chunked_adam_device_chunks", chunked.adam_device_chunks},
                            {"max_loss_diff_vs_torch", loss_diff}};
   std::printf("%s\n", result.dump().c_str());
   return 0;

@@ -110,6 +110,12 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   std::vector<std::string> moment_names;
   int64_t adam_steps = 0;
   bool updated = false;  // this step's update ran
+  // Host bytes at start-up: chunk memory plus what LibTorch holds (the unit being taken in).
+  int64_t startup_peak = 0;
+
+  void sample_startup() {
+    startup_peak = std::max(startup_peak, host_bytes + device_bytes + counter.current_bytes());
+  }
 
   Impl(const config::TrainConfig& c, c10::ScalarType d)
       : config(c),
@@ -540,14 +546,18 @@ int64_t ChunkedEngine::chunk_size() const { return impl_->chunk_size; }
 int64_t ChunkedEngine::num_chunks() const { return static_cast<int64_t>(impl_->chunks.size()); }
 
 void ChunkedEngine::register_unit(torch::nn::Module& unit, const std::string& prefix) {
+  impl_->sample_startup();
   for (const auto& item : unit.named_modules("", /*include_self=*/true)) {
     torch::nn::Module& leaf = *item.value();
     if (leaf.named_parameters(/*recurse=*/false).is_empty()) continue;
     const bool embedding = dynamic_cast<model::GptEmbedding*>(&leaf) != nullptr;
     const std::string name = item.key().empty() ? prefix : prefix + item.key() + ".";
     impl_->register_leaf(leaf, name, embedding && impl_->config.use_cpu_embedding);
+    impl_->sample_startup();
   }
 }
+
+int64_t ChunkedEngine::startup_peak_bytes() const { return impl_->startup_peak; }
 
 void ChunkedEngine::load_parameter(const std::string& name, const at::Tensor& value) {
   Impl& s = *impl_;
@@ -566,10 +576,18 @@ void ChunkedEngine::finish_registration() {
   int64_t used = 0;
   for (const Chunk& c : s.chunks) used += c.used;
   const int64_t capacity = static_cast<int64_t>(s.chunks.size()) * s.chunk_size;
-  log::info("chunks: ", s.chunks.size(), " holding ", used, " parameters; ", capacity - used,
-            " elements (", format_bytes((capacity - used) * (s.compute_bytes() + s.optimizer_bytes()) /
-                                        s.chunk_size),
+  const int64_t model_data =
+      static_cast<int64_t>(s.chunks.size()) * (s.compute_bytes() + s.optimizer_bytes());
+  const int64_t n = static_cast<int64_t>(s.chunks.size());
+  log::info("chunks: ", n, " x {param ", s.fp32 ? "fp32" : c10::toString(s.dtype),
+            s.reuse ? "+grad" : "", s.reuse ? "" : ", grad fp32", s.fp32 ? "" : ", master fp32",
+            ", momentum fp32, variance fp32} = ", n * (s.reuse ? 4 : 5) - (s.fp32 ? n : 0),
+            " payloads holding ", used, " parameters; ", capacity - used, " elements (",
+            format_bytes((capacity - used) * (s.compute_bytes() + s.optimizer_bytes()) /
+                         s.chunk_size),
             ") of padding");
+  log::info("start-up peak: ", format_bytes(s.startup_peak), " of host memory for ",
+            format_bytes(model_data), " of model data (units taken into chunks as they are built)");
 }
 
 std::string ChunkedEngine::describe() const {

@@ -10,6 +10,7 @@
 #include "pstar/chunk/access_trace.h"
 #include "pstar/chunk/eviction.h"
 #include "pstar/formats/config.h"
+#include "pstar/memory/cpu_counter.h"
 #include "pstar/model/causal_lm.h"
 #include "pstar/model/hooks.h"
 #include "pstar/train/checkpoint.h"
@@ -61,6 +62,7 @@ class ChunkedEngineTest : public ::testing::Test {
 
   pstar::testing::ScratchDir dir_;
   std::string corpus_;
+  int64_t memory_in_use_before_ = memory::CpuAllocationCounter::instance().current_bytes();
 };
 
 std::vector<double> losses(const std::vector<StepMetrics>& m) {
@@ -246,6 +248,26 @@ TEST_F(ChunkedEngineTest, DeviceTooSmallForActivationsFailsClearlyMidRun) {
   }
 }
 
+TEST_F(ChunkedEngineTest, StartUpNeverHoldsASecondCopyOfTheModel) {
+  auto c = small_config();
+  c.model.layers = 12;
+  c.model.hidden = 128;
+  c.bf16 = true;
+  c.default_chunk_size = 1 << 17;
+  auto built = build_model_and_engine(c);
+  auto* engine = dynamic_cast<ChunkedEngine*>(built.engine.get());
+  int64_t params = 0;
+  for (const auto& p : built.model->parameters()) params += p.numel();
+  const int64_t model_data = engine->num_chunks() * (engine->compute_chunk_bytes() +
+                                                     engine->optimizer_chunk_bytes());
+  const int64_t before = memory_in_use_before_;
+  // Beyond the chunks, start-up holds at most a unit in flight (a block: 12h² fp32 values) and
+  // what was allocated before, far less than the 4 bytes per parameter of a full fp32 copy.
+  const int64_t extra = engine->startup_peak_bytes() - model_data - before;
+  EXPECT_LT(extra, params * 4 / 4) << "extra " << extra << " model " << params * 4;
+  EXPECT_GE(engine->startup_peak_bytes(), model_data);
+}
+
 TEST_F(ChunkedEngineTest, LargeModuleRaisesTheChunkSize) {
   auto c = small_config();
   c.default_chunk_size = 1000;  // smaller than every Conv1D
@@ -408,3 +430,25 @@ TEST_F(CheckpointTest, BadCheckpointsAreClearErrors) {
 
 }  // namespace
 }  // namespace pstar::train
+
+namespace pstar::memory {
+namespace {
+
+TEST(CpuAllocationCounterTest, SeesTensorBytesAndKeepsThePeak) {
+  auto& counter = CpuAllocationCounter::instance();
+  const int64_t base = counter.current_bytes();
+  counter.reset_peak();
+  {
+    auto t = torch::empty({1 << 20}, torch::kFloat32);  // 4 MiB
+    EXPECT_GE(counter.current_bytes() - base, int64_t{4} << 20);
+    auto activations = torch::relu(torch::randn({512, 512}));  // more through LibTorch ops
+    EXPECT_GE(counter.current_bytes() - base, (int64_t{4} << 20) + 512 * 512 * 4);
+  }
+  EXPECT_LT(counter.current_bytes() - base, int64_t{1} << 20);
+  // The spike between the two samples is not missed.
+  EXPECT_GE(counter.reset_peak() - base, (int64_t{4} << 20) + 512 * 512 * 4);
+  EXPECT_LT(counter.peak_bytes() - base, int64_t{1} << 20);
+}
+
+}  // namespace
+}  // namespace pstar::memory

@@ -77,6 +77,9 @@ class ChunkedEngine : public ParamEngine {
   int64_t optimizer_chunk_bytes() const;
   int64_t device_budget_bytes() const;
   int64_t margin_chunks() const;
+  // The most host memory held while the model was taken into chunks: chunk payloads plus the
+  // tensors LibTorch held at the time.
+  int64_t startup_peak_bytes() const;
 
   std::string describe() const override;
   void begin_step() override;
