@@ -15,6 +15,7 @@
 #include "pstar/base/size.h"
 #include "pstar/chunk/access_trace.h"
 #include "pstar/chunk/eviction.h"
+#include "pstar/chunk/sharding.h"
 #include "pstar/core/log.h"
 #include "pstar/formats/config.h"
 #include "pstar/memory/buffer.h"
@@ -108,6 +109,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   bool planned = false;
   int64_t interval_chunk_bytes = 0;  // device chunk bytes held since the current moment began
   std::vector<std::string> moment_names;
+  chunk::Sharding sharding;  // world size 1 in this build
   int64_t adam_steps = 0;
   bool updated = false;  // this step's update ran
   // Host bytes at start-up: chunk memory plus what LibTorch holds (the unit being taken in).
@@ -684,8 +686,9 @@ void ChunkedEngine::end_step() {
 
 void ChunkedEngine::state_dict(TensorList& out) {
   const Impl& s = *impl_;
-  // World size 1: this rank owns every chunk (Note [chunk layout]).
+  // Each rank writes the chunks it owns (Note [chunk layout]).
   for (const auto& t : s.tensors) {
+    if (!s.sharding.owns(t.chunk)) continue;
     const Chunk& c = s.chunks[t.chunk];
     out.emplace_back(t.name, s.master_view(t).clone());
     out.emplace_back(t.name + ".exp_avg",
@@ -702,6 +705,7 @@ void ChunkedEngine::load_state_dict(const TensorMap& in, const std::string& file
   s.adam_steps =
       checkpoint_tensor(in, "__pstar__.adam_step", file, {}, torch::kInt64).item<int64_t>();
   for (const auto& t : s.tensors) {
+    if (!s.sharding.owns(t.chunk)) continue;
     const Chunk& c = s.chunks[t.chunk];
     s.master_view(t).copy_(checkpoint_tensor(in, t.name, file, t.shape, torch::kFloat32));
     if (!s.fp32) s.param_view(t).copy_(s.master_view(t));

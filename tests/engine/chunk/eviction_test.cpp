@@ -11,6 +11,7 @@
 #include "pstar/base/error.h"
 #include "pstar/chunk/access_trace.h"
 #include "pstar/chunk/eviction.h"
+#include "pstar/chunk/sharding.h"
 
 namespace pstar::chunk {
 namespace {
@@ -308,6 +309,30 @@ TEST(SimulateOptTest, ShortWindowsLoseAtMostTheLargestCapacity) {
   }
   std::cout << "[ eviction ] short windows (1-2 iterations): worst ratio " << worst
             << ", worst gap " << worst_gap << " moves\n";
+}
+
+}  // namespace
+}  // namespace pstar::chunk
+
+namespace pstar::chunk {
+namespace {
+
+TEST(ShardingTest, ChunkKIsInGroupKOverNAndOwnedByRankKModN) {
+  Sharding single;
+  for (int64_t k = 0; k < 5; ++k) {
+    EXPECT_TRUE(single.owns(k));
+    EXPECT_EQ(single.group_of(k), k);
+  }
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    Sharding s{rank, 4};
+    EXPECT_EQ(s.group_of(9), 2);
+    EXPECT_EQ(s.owner_of(9), 1);
+    EXPECT_EQ(s.owns(9), rank == 1);
+    EXPECT_EQ(s.first_of_group(2), 8);
+    int64_t owned = 0;
+    for (int64_t k = 0; k < 10; ++k) owned += s.owns(k) ? 1 : 0;
+    EXPECT_EQ(owned, rank < 2 ? 3 : 2);
+  }
 }
 
 }  // namespace
