@@ -332,4 +332,45 @@ TEST_F(TrainCliTest, SameConfigGivesTheSameLosses) {
 }
 
 }  // namespace
+
+TEST_F(TrainCliTest, ChunkedRunReportsChunkMetricsAndResumesExactly) {
+  // A constant rate, so that the shorter run that writes the checkpoint takes the same steps.
+  const std::vector<std::string> chunked = {"--set", "engine.mode=chunked", "--set",
+                                            "training.steps=6", "--set", "bf16.enabled=true",
+                                            "--set", "training.lr_schedule.type=constant"};
+  auto args = chunked;
+  args.insert(args.end(), {"--metrics", "full.jsonl"});
+  auto r = train(args);
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(contains(r.err, "chunk engine: device peak")) << r;
+  const auto full = read_metrics(dir_.file("full.jsonl"));
+  ASSERT_EQ(full.size(), 6u);
+  for (const char* key : {"device_peak_bytes", "host_peak_bytes", "moved_h2d_bytes",
+                          "moved_d2h_bytes", "adam_device_chunks", "loss_scale"})
+    EXPECT_TRUE(full[0].contains(key)) << key;
+
+  args = chunked;
+  args.insert(args.end(), {"--set", "training.steps=3", "--set", "training.save_dir=ck", "--set",
+                           "training.save_interval=3"});
+  r = train(args);
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(fs::exists(dir_.path() / "ck" / "latest")) << r;
+  args = chunked;
+  args.insert(args.end(), {"--resume", "ck", "--metrics", "resumed.jsonl"});
+  r = train(args);
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(contains(r.err, "resumed from")) << r;
+  const auto resumed = read_metrics(dir_.file("resumed.jsonl"));
+  ASSERT_EQ(resumed.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(resumed[i]["step"], full[i + 3]["step"]);
+    EXPECT_EQ(resumed[i]["loss"], full[i + 3]["loss"]) << "step " << i + 4;
+  }
+  // A resume directory with nothing in it is an I/O error naming what was looked for.
+  fs::create_directories(dir_.path() / "empty");
+  r = train({"--resume", "empty"});
+  EXPECT_EQ(r.exit_code, 3) << r;
+  EXPECT_TRUE(contains(r.err, "latest")) << r;
+}
+
 }  // namespace pstar::cmd
