@@ -15,6 +15,8 @@
 // tokens per step over the fastest steady-state step of each mode's rounds (medians beside), and
 // every run's losses are compared with the first unconstrained run's.
 // Exit status 1 when the budget was exceeded or a loss differed.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -23,6 +25,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <torch/torch.h>
@@ -37,6 +40,25 @@
 #include "pstar/train/trainer.h"
 
 namespace {
+
+// 1 MiB of random bytes in a temporary text file, removed when the benchmark ends.
+struct TempCorpus {
+  std::filesystem::path path;
+
+  explicit TempCorpus(const std::string& name)
+      : path(std::filesystem::temp_directory_path() /
+             ("pstar-bench-" + name + "-" + std::to_string(::getpid()) + ".txt")) {
+    std::ofstream out(path, std::ios::binary);
+    std::mt19937 rng(1);
+    for (int i = 0; i < (1 << 20); ++i) out.put(static_cast<char>(rng() % 256));
+  }
+  ~TempCorpus() {
+    std::error_code ignored;
+    std::filesystem::remove(path, ignored);
+  }
+  TempCorpus(const TempCorpus&) = delete;
+  TempCorpus& operator=(const TempCorpus&) = delete;
+};
 
 struct Options {
   int64_t steps = 10;
@@ -142,19 +164,14 @@ int run(const Options& o) {
   pstar::log::set_level(pstar::log::Level::kWarn);
 
   // Random bytes: the data does not matter here, only that both runs see the same batches.
-  const auto corpus = std::filesystem::temp_directory_path() / "pstar-bench-budgeted-corpus.txt";
-  {
-    std::ofstream out(corpus, std::ios::binary);
-    std::mt19937 rng(1);
-    for (int i = 0; i < (1 << 20); ++i) out.put(static_cast<char>(rng() % 256));
-  }
+  const TempCorpus corpus("budgeted");
   pstar::config::TrainConfig config;
   config.model.hidden = 512;
   config.model.layers = 8;
   config.model.heads = 8;
   config.model.vocab_size = 256;
   config.model.seq_len = 32;
-  config.data.text = corpus.string();
+  config.data.text = corpus.path.string();
   config.train_micro_batch_size_per_gpu = 2;
   config.bf16 = true;
   config.use_cpu_embedding = false;  // embeddings live in chunks and count against the budget
@@ -189,7 +206,6 @@ int run(const Options& o) {
     free_runs.push_back(train(config));
     if (!budgeted_first) budgeted_runs.push_back(train(budgeted_config));
   }
-  std::filesystem::remove(corpus);
   const RunResult& budgeted = budgeted_runs.front();
 
   auto same = [&](const RunResult& r, double pstar::train::StepMetrics::*field) {

@@ -12,6 +12,8 @@
 // timed step of all rounds (other processes on a shared machine slow some steps down by several
 // times; the fastest step is the one that ran alone, as STREAM reports its best run), with the
 // median step beside it.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <torch/torch.h>
@@ -32,6 +35,25 @@
 #include "pstar/train/trainer.h"
 
 namespace {
+
+// 1 MiB of random bytes in a temporary text file, removed when the benchmark ends.
+struct TempCorpus {
+  std::filesystem::path path;
+
+  explicit TempCorpus(const std::string& name)
+      : path(std::filesystem::temp_directory_path() /
+             ("pstar-bench-" + name + "-" + std::to_string(::getpid()) + ".txt")) {
+    std::ofstream out(path, std::ios::binary);
+    std::mt19937 rng(1);
+    for (int i = 0; i < (1 << 20); ++i) out.put(static_cast<char>(rng() % 256));
+  }
+  ~TempCorpus() {
+    std::error_code ignored;
+    std::filesystem::remove(path, ignored);
+  }
+  TempCorpus(const TempCorpus&) = delete;
+  TempCorpus& operator=(const TempCorpus&) = delete;
+};
 
 struct Options {
   std::string preset = "gpt-mini";
@@ -108,16 +130,11 @@ int run(const Options& o) {
   pstar::log::set_level(pstar::log::Level::kWarn);
 
   // Random bytes: the data does not matter for throughput.
-  const auto corpus = std::filesystem::temp_directory_path() / "pstar-bench-overhead-corpus.txt";
-  {
-    std::ofstream out(corpus, std::ios::binary);
-    std::mt19937 rng(1);
-    for (int i = 0; i < (1 << 20); ++i) out.put(static_cast<char>(rng() % 256));
-  }
+  const TempCorpus corpus("overhead");
   pstar::config::TrainConfig config;
   config.model.preset = o.preset;
   config.model.vocab_size = 256;
-  config.data.text = corpus.string();
+  config.data.text = corpus.path.string();
   config.train_micro_batch_size_per_gpu = o.batch;
   config.bf16 = !o.fp32;
   // engine.device_memory stays unset: the chunk engine's budget is most of the machine, so every
@@ -137,7 +154,6 @@ int run(const Options& o) {
       (is_torch ? torch_runs : chunked_runs).push_back(std::move(r));
     }
   }
-  std::filesystem::remove(corpus);
 
   const Figures torch_f = figures(torch_runs), chunked_f = figures(chunked_runs);
   const double ratio = chunked_f.best / torch_f.best;

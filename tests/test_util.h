@@ -7,7 +7,9 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -46,6 +48,27 @@ inline void write_text(const std::string& path, const std::string& text) {
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  write_text(path, std::string(bytes.begin(), bytes.end()));
+}
+
+inline std::vector<uint8_t> read_bytes(const std::string& path) {
+  const std::string text = read_text(path);
+  return std::vector<uint8_t>(text.begin(), text.end());
+}
+
+// The message of the E that `f` throws; a test failure (and "") if it throws nothing.
+template <typename E, typename F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception, but none was thrown";
+  return "";
 }
 
 // A small, highly repetitive corpus: a model learns it within a few dozen steps.

@@ -22,26 +22,9 @@ class TokenFileTest : public ::testing::Test {
   pstar::testing::ScratchDir scratch_;
 };
 
-void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
-  pstar::testing::write_text(path, std::string(bytes.begin(), bytes.end()));
-}
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  const std::string text = pstar::testing::read_text(path);
-  return std::vector<uint8_t>(text.begin(), text.end());
-}
-
-// The message of the E that `f` throws; a failure (and "") if it throws nothing.
-template <typename E, typename F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception, but none was thrown";
-  return "";
-}
+using pstar::testing::message_of;
+using pstar::testing::read_bytes;
+using pstar::testing::write_bytes;
 
 TEST(TokenDTypeTest, ParsesValidNames) {
   EXPECT_EQ(parse_token_dtype("uint16", "data.dtype"), TokenDType::kU16);

@@ -16,6 +16,7 @@
 namespace pstar::chunk {
 namespace {
 
+// The message of the pstar::Error `fn` throws, or "<no error>".
 template <typename Fn>
 std::string error_of(Fn&& fn) {
   try {

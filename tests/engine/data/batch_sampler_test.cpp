@@ -26,12 +26,7 @@ config::DataConfig counting_file(const pstar::testing::ScratchDir& dir, int64_t 
 
 template <typename Fn>
 std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
+  return pstar::testing::message_of<Error>(std::forward<Fn>(fn));
 }
 
 TEST(BatchSamplerTest, SequentialTakesExactlyTheDescribedWindows) {
