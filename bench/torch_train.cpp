@@ -9,8 +9,8 @@
 #include <random>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "pstar/core/device.h"
 #include "pstar/core/log.h"
@@ -43,9 +43,12 @@ int main(int argc, char** argv) {
   int64_t steps = 10, batch = 16;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string key = argv[i];
-    if (key == "--preset") preset = argv[i + 1];
-    else if (key == "--steps") steps = std::stoll(argv[i + 1]);
-    else if (key == "--batch") batch = std::stoll(argv[i + 1]);
+    if (key == "--preset")
+      preset = argv[i + 1];
+    else if (key == "--steps")
+      steps = std::stoll(argv[i + 1]);
+    else if (key == "--batch")
+      batch = std::stoll(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
@@ -76,9 +79,12 @@ int main(int argc, char** argv) {
               static_cast<long long>(batch), torch::get_num_threads());
   std::printf("  fp32: %10.0f tokens/s\n  bf16: %10.0f tokens/s (%.2fx fp32)\n", fp32, bf16,
               bf16 / fp32);
-  nlohmann::json result = {{"bench", "torch_train"},       {"preset", preset},
-                           {"batch", batch},               {"fp32_tokens_per_s", fp32},
-                           {"bf16_tokens_per_s", bf16},    {"bf16_speedup_vs_fp32", bf16 / fp32}};
+  nlohmann::json result = {{"bench", "torch_train"},
+                           {"preset", preset},
+                           {"batch", batch},
+                           {"fp32_tokens_per_s", fp32},
+                           {"bf16_tokens_per_s", bf16},
+                           {"bf16_speedup_vs_fp32", bf16 / fp32}};
   std::printf("%s\n", result.dump().c_str());
   return 0;
 }

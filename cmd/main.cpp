@@ -2,8 +2,8 @@
 #include <cstdio>
 #include <exception>
 
-#include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
+#include <CLI/CLI.hpp>
 
 #include "commands.h"
 #include "pstar/base/error.h"

@@ -12,7 +12,8 @@ namespace pstar::cmd {
 
 void register_train(CLI::App& app) {
   auto options = std::make_shared<TrainCommandOptions>();
-  CLI::App* sub = app.add_subcommand("train", "Train a model as CONFIG.json describes (see docs/config.md)");
+  CLI::App* sub =
+      app.add_subcommand("train", "Train a model as CONFIG.json describes (see docs/config.md)");
   sub->add_option("config", options->config_path, "Training config (JSON)")
       ->required();  // existence is checked by the config loader, which reports an I/O error
   sub->add_option("--set", options->overrides,
@@ -24,9 +25,10 @@ void register_train(CLI::App& app) {
   sub->add_option("--device", options->device, "Compute device")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
-  sub->add_option("--resume", options->resume_dir,
-                  "Continue from a checkpoint: a step directory, or a training.save_dir (its newest "
-                  "checkpoint)");
+  sub->add_option(
+      "--resume", options->resume_dir,
+      "Continue from a checkpoint: a step directory, or a training.save_dir (its newest "
+      "checkpoint)");
   sub->add_flag("-q,--quiet", options->quiet, "Only warnings and errors; no progress line");
   sub->callback([options] { run_train(*options); });
 }

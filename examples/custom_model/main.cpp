@@ -25,8 +25,8 @@ class CharGru : public pstar::model::CausalLM {
  public:
   CharGru(int64_t vocab, int64_t hidden, int64_t seq_len) : vocab_(vocab), seq_len_(seq_len) {
     embed_ = register_module("embed", torch::nn::Embedding(vocab, hidden));
-    gru_ = register_module(
-        "gru", torch::nn::GRU(torch::nn::GRUOptions(hidden, hidden).batch_first(true)));
+    gru_ = register_module("gru",
+                           torch::nn::GRU(torch::nn::GRUOptions(hidden, hidden).batch_first(true)));
     head_ = register_module("head", torch::nn::Linear(hidden, vocab));
   }
 

@@ -19,11 +19,10 @@ std::optional<int64_t> parse_size_bytes(const std::string& text) {
     const char* name;
     double scale;
   };
-  static const Unit units[] = {{"", 1},          {"b", 1},           {"kib", 0x1p10},
-                               {"mib", 0x1p20},  {"gib", 0x1p30},    {"tib", 0x1p40},
-                               {"kb", 1e3},      {"mb", 1e6},        {"gb", 1e9},
-                               {"tb", 1e12},     {"k", 0x1p10},      {"m", 0x1p20},
-                               {"g", 0x1p30},    {"t", 0x1p40}};
+  static const Unit units[] = {{"", 1},         {"b", 1},        {"kib", 0x1p10}, {"mib", 0x1p20},
+                               {"gib", 0x1p30}, {"tib", 0x1p40}, {"kb", 1e3},     {"mb", 1e6},
+                               {"gb", 1e9},     {"tb", 1e12},    {"k", 0x1p10},   {"m", 0x1p20},
+                               {"g", 0x1p30},   {"t", 0x1p40}};
   for (const auto& u : units) {
     if (unit != u.name) continue;
     const double bytes = std::floor(value * u.scale);
@@ -42,8 +41,10 @@ std::string format_bytes(int64_t bytes) {
     ++i;
   }
   char buf[48];
-  if (i == 0) std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
-  else std::snprintf(buf, sizeof buf, "%.2f %s", v, names[i]);
+  if (i == 0)
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, names[i]);
   return buf;
 }
 

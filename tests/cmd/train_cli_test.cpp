@@ -335,9 +335,9 @@ TEST_F(TrainCliTest, SameConfigGivesTheSameLosses) {
 
 TEST_F(TrainCliTest, ChunkedRunReportsChunkMetricsAndResumesExactly) {
   // A constant rate, so that the shorter run that writes the checkpoint takes the same steps.
-  const std::vector<std::string> chunked = {"--set", "engine.mode=chunked", "--set",
-                                            "training.steps=6", "--set", "bf16.enabled=true",
-                                            "--set", "training.lr_schedule.type=constant"};
+  const std::vector<std::string> chunked = {
+      "--set", "engine.mode=chunked", "--set", "training.steps=6",
+      "--set", "bf16.enabled=true",   "--set", "training.lr_schedule.type=constant"};
   auto args = chunked;
   args.insert(args.end(), {"--metrics", "full.jsonl"});
   auto r = train(args);

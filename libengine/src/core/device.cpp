@@ -15,8 +15,10 @@ c10::Device resolve_device(const std::string& name, const std::string& what) {
   const bool cuda_ok = torch::cuda::is_available();
   if (name == "cpu") return c10::Device(c10::kCPU);
   if (name == "cuda") {
-    PSTAR_CHECK(cuda_ok, ConfigError, what, " cuda: no CUDA device is usable (this build's LibTorch ",
-                (torch::cuda::device_count() > 0 ? "sees a GPU but CUDA failed" : "has no CUDA or sees no GPU"),
+    PSTAR_CHECK(cuda_ok, ConfigError, what,
+                " cuda: no CUDA device is usable (this build's LibTorch ",
+                (torch::cuda::device_count() > 0 ? "sees a GPU but CUDA failed"
+                                                 : "has no CUDA or sees no GPU"),
                 "); use ", what, " cpu or auto");
     return c10::Device(c10::kCUDA, 0);
   }

@@ -25,10 +25,14 @@ State& state() {
 
 const char* level_tag(Level level) {
   switch (level) {
-    case Level::kDebug: return "debug: ";
-    case Level::kInfo: return "";
-    case Level::kWarn: return "warning: ";
-    case Level::kError: return "error: ";
+    case Level::kDebug:
+      return "debug: ";
+    case Level::kInfo:
+      return "";
+    case Level::kWarn:
+      return "warning: ";
+    case Level::kError:
+      return "error: ";
   }
   return "";
 }

@@ -33,8 +33,7 @@ class TextSource : public TokenSource {
   explicit TextSource(const std::string& path) : path_(path) {
     std::error_code ec;
     PSTAR_CHECK(std::filesystem::is_regular_file(path, ec), IoError, "data.text: ", path,
-                std::filesystem::exists(path, ec) ? " is not a regular file"
-                                                  : " does not exist",
+                std::filesystem::exists(path, ec) ? " is not a regular file" : " does not exist",
                 "; give a UTF-8 text file");
     std::ifstream in(path, std::ios::binary);
     PSTAR_CHECK(in.good(), IoError, "data.text: cannot open ", path, ": ", std::strerror(errno));
@@ -63,12 +62,13 @@ class TextSource : public TokenSource {
 };
 
 template <typename Source>
-void check_tokens(const Source& source, const TokenSource& base, int64_t vocab_size, int64_t seq_len) {
+void check_tokens(const Source& source, const TokenSource& base, int64_t vocab_size,
+                  int64_t seq_len) {
   PSTAR_CHECK(base.size() >= seq_len + 1, ConfigError, base.describe(), " has ", base.size(),
               " tokens, fewer than model.seq_len + 1 = ", seq_len + 1,
               " needed for one sample; use more data or a shorter model.seq_len");
-  const int64_t bad = source.find_token_at_least(static_cast<uint32_t>(
-      std::min<int64_t>(vocab_size, std::numeric_limits<uint32_t>::max())));
+  const int64_t bad = source.find_token_at_least(
+      static_cast<uint32_t>(std::min<int64_t>(vocab_size, std::numeric_limits<uint32_t>::max())));
   if (bad >= 0) {
     int64_t token = 0;
     base.read(bad, 1, &token);

@@ -20,26 +20,16 @@ int64_t GptConfig::num_params() const {
 const std::vector<GptPreset>& gpt_presets() {
   // PatrickStar's ladder (seq 1024, GPT-2 vocab) and GPT-2's own sizes, plus byte-vocab CPU sizes.
   static const std::vector<GptPreset> presets = {
-      {"gpt-tiny", 64, 2, 4, 256, 64},
-      {"gpt-mini", 256, 4, 8, 256, 128},
-      {"gpt2-small", 768, 12, 12, 50257, 1024},
-      {"gpt2-medium", 1024, 24, 16, 50257, 1024},
-      {"gpt2-large", 1280, 36, 20, 50257, 1024},
-      {"gpt2-xl", 1600, 48, 25, 50257, 1024},
-      {"GPT2_1B", 2048, 20, 16, 50257, 1024},
-      {"GPT2_2B", 2048, 40, 16, 50257, 1024},
-      {"GPT2_4B", 2304, 64, 16, 50257, 1024},
-      {"GPT3_6B", 3072, 53, 16, 50257, 1024},
-      {"GPT3_8B", 3072, 72, 16, 50257, 1024},
-      {"GPT3_10B", 4096, 50, 16, 50257, 1024},
-      {"GPT3_12B", 4096, 60, 16, 50257, 1024},
-      {"GPT3_15B", 4096, 78, 16, 50257, 1024},
-      {"GPT3_18B", 4096, 90, 16, 50257, 1024},
-      {"GPT_DS_20B", 8192, 25, 16, 50257, 1024},
-      {"GPT_DS_40B", 8192, 50, 16, 50257, 1024},
-      {"GPT_DS_50B", 8192, 62, 16, 50257, 1024},
-      {"GPT_DS_60B", 8192, 75, 16, 50257, 1024},
-      {"GPT_DS_68B", 9216, 66, 16, 50257, 1024},
+      {"gpt-tiny", 64, 2, 4, 256, 64},           {"gpt-mini", 256, 4, 8, 256, 128},
+      {"gpt2-small", 768, 12, 12, 50257, 1024},  {"gpt2-medium", 1024, 24, 16, 50257, 1024},
+      {"gpt2-large", 1280, 36, 20, 50257, 1024}, {"gpt2-xl", 1600, 48, 25, 50257, 1024},
+      {"GPT2_1B", 2048, 20, 16, 50257, 1024},    {"GPT2_2B", 2048, 40, 16, 50257, 1024},
+      {"GPT2_4B", 2304, 64, 16, 50257, 1024},    {"GPT3_6B", 3072, 53, 16, 50257, 1024},
+      {"GPT3_8B", 3072, 72, 16, 50257, 1024},    {"GPT3_10B", 4096, 50, 16, 50257, 1024},
+      {"GPT3_12B", 4096, 60, 16, 50257, 1024},   {"GPT3_15B", 4096, 78, 16, 50257, 1024},
+      {"GPT3_18B", 4096, 90, 16, 50257, 1024},   {"GPT_DS_20B", 8192, 25, 16, 50257, 1024},
+      {"GPT_DS_40B", 8192, 50, 16, 50257, 1024}, {"GPT_DS_50B", 8192, 62, 16, 50257, 1024},
+      {"GPT_DS_60B", 8192, 75, 16, 50257, 1024}, {"GPT_DS_68B", 9216, 66, 16, 50257, 1024},
       {"GPT_175B", 12288, 96, 96, 50257, 1024},
   };
   return presets;
@@ -73,8 +63,10 @@ GptConfig resolve_gpt_config(const config::ModelConfig& model) {
   if (model.heads) c.heads = *model.heads;
   if (model.vocab_size) c.vocab_size = *model.vocab_size;
   if (model.seq_len) c.seq_len = *model.seq_len;
-  const char* missing = c.hidden <= 0 ? "model.hidden" : c.layers <= 0 ? "model.layers"
-                        : c.heads <= 0 ? "model.heads" : nullptr;
+  const char* missing = c.hidden <= 0   ? "model.hidden"
+                        : c.layers <= 0 ? "model.layers"
+                        : c.heads <= 0  ? "model.heads"
+                                        : nullptr;
   PSTAR_CHECK(missing == nullptr, ConfigError, missing,
               ": not set; give model.preset (one of: ", preset_names(),
               ") or all of model.hidden, model.layers and model.heads");
@@ -191,9 +183,11 @@ torch::Tensor GptMlp::forward(const torch::Tensor& x) {
 }
 
 GptBlock::GptBlock(const GptConfig& config) {
-  ln_1 = register_module("ln_1", std::make_shared<GptLayerNorm>(config.hidden, config.layer_norm_eps));
+  ln_1 =
+      register_module("ln_1", std::make_shared<GptLayerNorm>(config.hidden, config.layer_norm_eps));
   attn = register_module("attn", std::make_shared<GptAttention>(config));
-  ln_2 = register_module("ln_2", std::make_shared<GptLayerNorm>(config.hidden, config.layer_norm_eps));
+  ln_2 =
+      register_module("ln_2", std::make_shared<GptLayerNorm>(config.hidden, config.layer_norm_eps));
   mlp = register_module("mlp", std::make_shared<GptMlp>(config));
 }
 
@@ -229,7 +223,8 @@ GptTransformer::GptTransformer(const GptConfig& config, const UnitBuilt& on_unit
     blocks->push_back(block);
     built(*block, "transformer.h." + std::to_string(i) + ".");
   }
-  ln_f = register_module("ln_f", std::make_shared<GptLayerNorm>(config.hidden, config.layer_norm_eps));
+  ln_f =
+      register_module("ln_f", std::make_shared<GptLayerNorm>(config.hidden, config.layer_norm_eps));
   built(*ln_f, "transformer.ln_f.");
 }
 

@@ -13,10 +13,14 @@ namespace {
 
 c10::ScalarType to_scalar_type(formats::DType dtype) {
   switch (dtype) {
-    case formats::DType::kF64: return torch::kFloat64;
-    case formats::DType::kF32: return torch::kFloat32;
-    case formats::DType::kF16: return torch::kFloat16;
-    case formats::DType::kBF16: return torch::kBFloat16;
+    case formats::DType::kF64:
+      return torch::kFloat64;
+    case formats::DType::kF32:
+      return torch::kFloat32;
+    case formats::DType::kF16:
+      return torch::kFloat16;
+    case formats::DType::kBF16:
+      return torch::kBFloat16;
     case formats::DType::kI64:
     case formats::DType::kI32:
     case formats::DType::kI16:
@@ -25,13 +29,15 @@ c10::ScalarType to_scalar_type(formats::DType dtype) {
     case formats::DType::kBool:
     case formats::DType::kU16:
     case formats::DType::kU32:
-    case formats::DType::kU64: break;
+    case formats::DType::kU64:
+      break;
   }
   return torch::kByte;  // sentinel: not a float type
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // HF keeps these in GPT-2 files but they are not parameters.
@@ -45,7 +51,7 @@ std::string shape_str(c10::IntArrayRef shape) { return str_cat(shape); }
 }  // namespace
 
 int64_t load_hf_gpt2_safetensors(Gpt& model, const std::string& path,
-                                  const ParameterWriter& write) {
+                                 const ParameterWriter& write) {
   formats::SafetensorsReader reader(path);
   const std::string prefix = "transformer.";
   std::set<std::string> used;
@@ -54,10 +60,12 @@ int64_t load_hf_gpt2_safetensors(Gpt& model, const std::string& path,
   for (auto& item : model.named_parameters()) {
     const std::string& name = item.key();
     const formats::TensorInfo* info = reader.find(name);
-    if (info == nullptr && name.rfind(prefix, 0) == 0) info = reader.find(name.substr(prefix.size()));
+    if (info == nullptr && name.rfind(prefix, 0) == 0)
+      info = reader.find(name.substr(prefix.size()));
     PSTAR_CHECK(info != nullptr, FormatError, path, ": tensor '", name, "' (or '",
                 name.substr(name.rfind(prefix, 0) == 0 ? prefix.size() : 0),
-                "') is missing; is this a GPT-2 checkpoint with ", model.config().layers, " layers?");
+                "') is missing; is this a GPT-2 checkpoint with ", model.config().layers,
+                " layers?");
     torch::Tensor& param = item.value();
     std::vector<int64_t> shape = info->shape;
     PSTAR_CHECK(c10::IntArrayRef(shape) == param.sizes(), FormatError, path, ": tensor '",

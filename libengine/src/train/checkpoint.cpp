@@ -29,8 +29,9 @@ TensorMap read_checkpoint_file(const std::string& path) {
   try {
     value = torch::pickle_load(bytes);
   } catch (const c10::Error& e) {
-    PSTAR_THROW(FormatError, path, ": not a readable checkpoint (truncated or corrupt: ",
-                e.what_without_backtrace(), ")");
+    PSTAR_THROW(FormatError, path,
+                ": not a readable checkpoint (truncated or corrupt: ", e.what_without_backtrace(),
+                ")");
   } catch (const std::exception& e) {
     PSTAR_THROW(FormatError, path, ": not a readable checkpoint (truncated or corrupt: ", e.what(),
                 ")");
@@ -54,8 +55,8 @@ const at::Tensor& checkpoint_tensor(const TensorMap& tensors, const std::string&
   PSTAR_CHECK(it != tensors.end(), FormatError, file, ": tensor '", name,
               "' is missing; was this checkpoint written for another model?");
   const at::Tensor& t = it->second;
-  PSTAR_CHECK(t.sizes() == shape, FormatError, file, ": tensor '", name, "' has shape ",
-              t.sizes(), " but this run needs ", shape,
+  PSTAR_CHECK(t.sizes() == shape, FormatError, file, ": tensor '", name, "' has shape ", t.sizes(),
+              " but this run needs ", shape,
               "; the checkpoint was written for another model shape");
   PSTAR_CHECK(t.scalar_type() == dtype, FormatError, file, ": tensor '", name, "' has dtype ",
               t.scalar_type(), " but this run needs ", dtype);

@@ -56,8 +56,8 @@ struct Chunk {
   memory::Buffer exp_avg, exp_avg_sq;
   Tier compute_tier = Tier::kHost;
   Tier optimizer_tier = Tier::kHost;
-  bool margin = false;       // pinned on the device and updated there
-  bool host_pinned = false;  // use_cpu_embedding: never on the device
+  bool margin = false;        // pinned on the device and updated there
+  bool host_pinned = false;   // use_cpu_embedding: never on the device
   int64_t compute_count = 0;  // tensors in kCompute
 };
 
@@ -329,9 +329,10 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       evict = std::max<int64_t>(0, resident + missing - capacity);
       PSTAR_CHECK(evict <= static_cast<int64_t>(candidates.size()), OutOfMemoryError,
                   "device tier: ", what, " needs ", need.size(), " chunk(s) of ",
-                  format_bytes(compute_bytes()), " on the device, but after non-model memory and "
-                  "the pinned margin only ", capacity, " fit in engine.device_memory ",
-                  format_bytes(device_budget),
+                  format_bytes(compute_bytes()),
+                  " on the device, but after non-model memory and "
+                  "the pinned margin only ",
+                  capacity, " fit in engine.device_memory ", format_bytes(device_budget),
                   "; raise engine.device_memory or lower default_chunk_size");
       for (int64_t k : chunk::choose_evictions(*next_use, t, candidates, evict))
         move_compute(k, Tier::kHost);
@@ -339,9 +340,11 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       for (int64_t k : candidates) move_compute(k, Tier::kHost);
     }
     for (int64_t k : need) move_compute(k, Tier::kDevice);
-    PSTAR_CHECK(device_bytes <= device_budget, OutOfMemoryError, "device tier: ", what,
-                " needs ", format_bytes(device_bytes), " of chunks on the device, more than "
-                "engine.device_memory ", format_bytes(device_budget),
+    PSTAR_CHECK(device_bytes <= device_budget, OutOfMemoryError, "device tier: ", what, " needs ",
+                format_bytes(device_bytes),
+                " of chunks on the device, more than "
+                "engine.device_memory ",
+                format_bytes(device_budget),
                 "; raise engine.device_memory or lower default_chunk_size");
     interval_chunk_bytes = device_bytes;
   }
@@ -351,8 +354,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     std::vector<int64_t> needed;
     for (int64_t id : ids) {
       const int64_t k = tensors[id].chunk;
-      if (!chunks[k].host_pinned &&
-          std::find(needed.begin(), needed.end(), k) == needed.end())
+      if (!chunks[k].host_pinned && std::find(needed.begin(), needed.end(), k) == needed.end())
         needed.push_back(k);
     }
     const std::string what = str_cat(phase, " of ", tensors[ids.front()].name);
@@ -386,8 +388,10 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     begin_moment("optimizer step");
     std::vector<int64_t> on_device;
     for (int64_t k = 0; k < static_cast<int64_t>(chunks.size()); ++k) {
-      if (chunks[k].margin) on_device.push_back(k);
-      else move_compute(k, Tier::kHost);
+      if (chunks[k].margin)
+        on_device.push_back(k);
+      else
+        move_compute(k, Tier::kHost);
     }
     record_accesses[moment] = on_device;
     interval_chunk_bytes = device_bytes;
@@ -411,8 +415,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       max_needed = std::max<int64_t>(max_needed, static_cast<int64_t>(trace.accesses[t].size()));
     }
     const int64_t whole = compute_bytes() + optimizer_bytes();
-    const double usable = kMarginRatio * static_cast<double>(device_budget) -
-                          static_cast<double>(max_non_model);
+    const double usable =
+        kMarginRatio * static_cast<double>(device_budget) - static_cast<double>(max_non_model);
     int64_t margin = 0;
     int64_t movable = 0;
     for (const Chunk& c : chunks) movable += c.host_pinned ? 0 : 1;
@@ -421,8 +425,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     } else {
       // Keep room for the largest working set of the chunks that stay movable, plus one spare.
       const double left = usable - static_cast<double>((max_needed + 1) * compute_bytes());
-      margin = std::clamp<int64_t>(static_cast<int64_t>(left / static_cast<double>(whole)), 0,
-                                   movable);
+      margin =
+          std::clamp<int64_t>(static_cast<int64_t>(left / static_cast<double>(whole)), 0, movable);
     }
     int64_t given = 0;
     for (int64_t k = 0; k < num && given < margin; ++k) {
@@ -441,8 +445,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     planned = true;
     log::info("chunk plan after warm-up: ", trace.num_moments(), " moments, peak non-model ",
               format_bytes(max_non_model), ", ", given, " of ", num,
-              " chunks in the device margin (Adam on the device), working set up to ",
-              max_needed, " chunk(s) of ", format_bytes(compute_bytes()));
+              " chunks in the device margin (Adam on the device), working set up to ", max_needed,
+              " chunk(s) of ", format_bytes(compute_bytes()));
   }
 };
 
@@ -485,8 +489,8 @@ ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType 
         best = candidate;
       }
     }
-    log::info("chunk size search: ", best, " elements (", chunks_for(best), " chunks, ",
-              best_waste, " elements of padding) among ", lo, "..", hi);
+    log::info("chunk size search: ", best, " elements (", chunks_for(best), " chunks, ", best_waste,
+              " elements of padding) among ", lo, "..", hi);
     return best;
   };
   int64_t size = config.default_chunk_size;
@@ -521,9 +525,13 @@ ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType 
               format_bytes(model_data), " or train a smaller model");
   const int64_t working = 2 * s.compute_bytes();
   PSTAR_CHECK(working < s.device_budget, OutOfMemoryError, "the device tier must hold at least ",
-              "two chunks (", format_bytes(working), ") plus activations, but engine.device_memory "
-              "is ", format_bytes(s.device_budget), "; raise engine.device_memory or lower "
-              "default_chunk_size (now ", size, " elements)");
+              "two chunks (", format_bytes(working),
+              ") plus activations, but engine.device_memory "
+              "is ",
+              format_bytes(s.device_budget),
+              "; raise engine.device_memory or lower "
+              "default_chunk_size (now ",
+              size, " elements)");
   const int64_t per_param = s.compute_bytes() / size + s.optimizer_bytes() / size;
   log::info("chunk plan: ", num_chunks, " chunks of ", size, " elements, ", per_param,
             " bytes per parameter (", s.reuse ? "param/grad reuse" : "separate fp32 gradients",
@@ -581,13 +589,13 @@ void ChunkedEngine::finish_registration() {
   const int64_t model_data =
       static_cast<int64_t>(s.chunks.size()) * (s.compute_bytes() + s.optimizer_bytes());
   const int64_t n = static_cast<int64_t>(s.chunks.size());
-  log::info("chunks: ", n, " x {param ", s.fp32 ? "fp32" : c10::toString(s.dtype),
-            s.reuse ? "+grad" : "", s.reuse ? "" : ", grad fp32", s.fp32 ? "" : ", master fp32",
-            ", momentum fp32, variance fp32} = ", n * (s.reuse ? 4 : 5) - (s.fp32 ? n : 0),
-            " payloads holding ", used, " parameters; ", capacity - used, " elements (",
-            format_bytes((capacity - used) * (s.compute_bytes() + s.optimizer_bytes()) /
-                         s.chunk_size),
-            ") of padding");
+  log::info(
+      "chunks: ", n, " x {param ", s.fp32 ? "fp32" : c10::toString(s.dtype), s.reuse ? "+grad" : "",
+      s.reuse ? "" : ", grad fp32", s.fp32 ? "" : ", master fp32",
+      ", momentum fp32, variance fp32} = ", n * (s.reuse ? 4 : 5) - (s.fp32 ? n : 0),
+      " payloads holding ", used, " parameters; ", capacity - used, " elements (",
+      format_bytes((capacity - used) * (s.compute_bytes() + s.optimizer_bytes()) / s.chunk_size),
+      ") of padding");
   log::info("start-up peak: ", format_bytes(s.startup_peak), " of host memory for ",
             format_bytes(model_data), " of model data (units taken into chunks as they are built)");
 }
@@ -640,7 +648,7 @@ void ChunkedEngine::update(double lr, double grad_multiplier) {
   hyper.decoupled = opt.type == "AdamW";
   hyper.step = ++s.adam_steps;
   s.updated = true;
-  const optim::ParamOutType out = s.fp32                      ? optim::ParamOutType::kNone
+  const optim::ParamOutType out = s.fp32                        ? optim::ParamOutType::kNone
                                   : s.dtype == torch::kBFloat16 ? optim::ParamOutType::kBF16
                                                                 : optim::ParamOutType::kF16;
   // Device-side and host-side updates run the same kernel on the emulated device, so placement

@@ -16,7 +16,8 @@ LossScaler::LossScaler(const config::Fp16Config& config)
       hysteresis_left_(config.hysteresis) {}
 
 std::array<double, 3> LossScaler::state() const {
-  return {scale_, static_cast<double>(steps_since_overflow_), static_cast<double>(hysteresis_left_)};
+  return {scale_, static_cast<double>(steps_since_overflow_),
+          static_cast<double>(hysteresis_left_)};
 }
 
 void LossScaler::set_state(const std::array<double, 3>& state) {

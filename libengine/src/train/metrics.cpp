@@ -10,8 +10,10 @@
 
 namespace pstar::train {
 
-MetricsWriter::MetricsWriter(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "w")) {
-  PSTAR_CHECK(file_ != nullptr, IoError, "--metrics: cannot create ", path, ": ", std::strerror(errno));
+MetricsWriter::MetricsWriter(const std::string& path)
+    : path_(path), file_(std::fopen(path.c_str(), "w")) {
+  PSTAR_CHECK(file_ != nullptr, IoError, "--metrics: cannot create ", path, ": ",
+              std::strerror(errno));
 }
 
 void MetricsWriter::write(const StepMetrics& m) {

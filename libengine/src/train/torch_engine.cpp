@@ -39,19 +39,19 @@ class TorchEngine : public ParamEngine {
     const auto& opt = config.optimizer;
     adamw_ = opt.type == "AdamW";
     if (opt.type == "AdamW") {
-      optimizer_ = std::make_unique<torch::optim::AdamW>(
-          optimized, torch::optim::AdamWOptions(opt.lr)
-                         .betas({opt.betas[0], opt.betas[1]})
-                         .eps(opt.eps)
-                         .weight_decay(opt.weight_decay));
+      optimizer_ =
+          std::make_unique<torch::optim::AdamW>(optimized, torch::optim::AdamWOptions(opt.lr)
+                                                               .betas({opt.betas[0], opt.betas[1]})
+                                                               .eps(opt.eps)
+                                                               .weight_decay(opt.weight_decay));
     } else {
-      PSTAR_CHECK(opt.type == "Adam", ConfigError, "optimizer.type: unknown optimizer '",
-                  opt.type, "'; expected \"Adam\" or \"AdamW\"");
-      optimizer_ = std::make_unique<torch::optim::Adam>(
-          optimized, torch::optim::AdamOptions(opt.lr)
-                         .betas({opt.betas[0], opt.betas[1]})
-                         .eps(opt.eps)
-                         .weight_decay(opt.weight_decay));
+      PSTAR_CHECK(opt.type == "Adam", ConfigError, "optimizer.type: unknown optimizer '", opt.type,
+                  "'; expected \"Adam\" or \"AdamW\"");
+      optimizer_ =
+          std::make_unique<torch::optim::Adam>(optimized, torch::optim::AdamOptions(opt.lr)
+                                                              .betas({opt.betas[0], opt.betas[1]})
+                                                              .eps(opt.eps)
+                                                              .weight_decay(opt.weight_decay));
     }
   }
 

@@ -19,16 +19,16 @@
 #include "pstar/data/token_source.h"
 #include "pstar/formats/config.h"
 #include "pstar/formats/mapped_file.h"
-#include "pstar/train/checkpoint.h"
 #include "pstar/model/gpt.h"
 #include "pstar/model/hf_gpt2.h"
+#include "pstar/model/hooks.h"
+#include "pstar/train/checkpoint.h"
+#include "pstar/train/chunked_engine.h"
 #include "pstar/train/loss_scaler.h"
 #include "pstar/train/lr_schedule.h"
 #include "pstar/train/metrics.h"
-#include "pstar/train/chunked_engine.h"
 #include "pstar/train/param_engine.h"
 #include "pstar/train/torch_engine.h"
-#include "pstar/model/hooks.h"
 
 namespace pstar::train {
 namespace {
@@ -41,10 +41,14 @@ double seconds_since(Clock::time_point start) {
 
 std::string human_count(double n) {
   char buf[32];
-  if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", n / 1e9);
-  else if (n >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
-  else if (n >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", n / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f", n);
+  if (n >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fG", n / 1e9);
+  else if (n >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else if (n >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fk", n / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", n);
   return buf;
 }
 
@@ -158,22 +162,24 @@ void Trainer::Impl::resume(const std::string& where) {
   const std::string file = (std::filesystem::path(dir) / "ckpt-0.pt").string();
   const TensorMap tensors = read_checkpoint_file(file);
   const int64_t version =
-      checkpoint_tensor(tensors, "__pstar__.format_version", file, {}, torch::kInt64).item<int64_t>();
+      checkpoint_tensor(tensors, "__pstar__.format_version", file, {}, torch::kInt64)
+          .item<int64_t>();
   PSTAR_CHECK(version == 1, FormatError, file, ": checkpoint format version ", version,
               " is not supported by this pstar (expected 1)");
   engine->load_state_dict(tensors, file);
   step = checkpoint_tensor(tensors, "__pstar__.step", file, {}, torch::kInt64).item<int64_t>();
   tokens = checkpoint_tensor(tensors, "__pstar__.tokens", file, {}, torch::kInt64).item<int64_t>();
-  skipped =
-      checkpoint_tensor(tensors, "__pstar__.skipped_steps", file, {}, torch::kInt64).item<int64_t>();
+  skipped = checkpoint_tensor(tensors, "__pstar__.skipped_steps", file, {}, torch::kInt64)
+                .item<int64_t>();
   const auto s = checkpoint_tensor(tensors, "__pstar__.loss_scaler", file, {3}, torch::kFloat64);
   scaler.set_state({s[0].item<double>(), s[1].item<double>(), s[2].item<double>()});
   auto it = tensors.find("__pstar__.rng");
   PSTAR_CHECK(it != tensors.end(), FormatError, file, ": tensor '__pstar__.rng' is missing");
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   generator.set_state(it->second);
-  PSTAR_CHECK(step <= config.training.steps, ConfigError, "--resume ", where, ": the checkpoint is at step ",
-              step, ", past training.steps ", config.training.steps, "; raise training.steps");
+  PSTAR_CHECK(step <= config.training.steps, ConfigError, "--resume ", where,
+              ": the checkpoint is at step ", step, ", past training.steps ", config.training.steps,
+              "; raise training.steps");
   log::info("resumed from ", file, " at step ", step);
 }
 
@@ -301,8 +307,8 @@ StepMetrics Trainer::Impl::run_step() {
   m.loss_scale = loss_scale;
   m.lr = schedule.at(step);
   // The loss scale only touches gradients: a non-finite loss is divergence, not overflow.
-  PSTAR_CHECK(std::isfinite(loss), NumericError, "step ", step, ": the loss is not finite (",
-              loss, "); lower optimizer.params.lr, set gradient_clipping, or train in fp32");
+  PSTAR_CHECK(std::isfinite(loss), NumericError, "step ", step, ": the loss is not finite (", loss,
+              "); lower optimizer.params.lr, set gradient_clipping, or train in fp32");
   m.grad_norm = engine->grad_norm(loss_scale);
   if (!std::isfinite(m.grad_norm) && config.fp16.enabled && scaler.is_dynamic()) {
     m.skipped = true;
@@ -329,7 +335,8 @@ StepMetrics Trainer::Impl::run_step() {
   m.elapsed_s = seconds_since(*start);
   if (metrics) metrics->write(m);
   const auto& t = config.training;
-  if (!t.save_dir.empty() && t.save_interval > 0 && (step % t.save_interval == 0 || step == t.steps))
+  if (!t.save_dir.empty() && t.save_interval > 0 &&
+      (step % t.save_interval == 0 || step == t.steps))
     save_checkpoint();
   return m;
 }
@@ -374,7 +381,8 @@ TrainSummary Trainer::run() {
   summary.tokens_per_s = static_cast<double>(summary.tokens) / std::max(summary.elapsed_s, 1e-9);
   if (device_peak >= 0) {
     log::info("chunk engine: device peak ", format_bytes(device_peak), ", host peak ",
-              format_bytes(host_peak), ", moved ", format_bytes(moved / std::max<int64_t>(1, summary.steps)),
+              format_bytes(host_peak), ", moved ",
+              format_bytes(moved / std::max<int64_t>(1, summary.steps)),
               " per step on average, Adam on the device for ", adam_device, " chunk(s)");
   }
   log::info("done: ", summary.steps, " steps, ", human_count(static_cast<double>(summary.tokens)),
@@ -389,7 +397,8 @@ std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config) 
   auto shape = model::resolve_gpt_config(config.model);
   torch::manual_seed(config.training.seed);
   auto gpt = std::make_shared<model::Gpt>(shape);
-  if (!config.model.init_from.empty()) model::load_hf_gpt2_safetensors(*gpt, config.model.init_from);
+  if (!config.model.init_from.empty())
+    model::load_hf_gpt2_safetensors(*gpt, config.model.init_from);
   return gpt;
 }
 
@@ -399,15 +408,16 @@ ModelAndEngine build_model_and_engine(const config::TrainConfig& config) {
   auto engine = std::make_unique<ChunkedEngine>(config, compute_dtype(config),
                                                 model::gpt_leaf_module_numels(shape));
   torch::manual_seed(config.training.seed);
-  auto gpt = std::make_shared<model::Gpt>(
-      shape, [&](torch::nn::Module& unit, const std::string& prefix) {
+  auto gpt =
+      std::make_shared<model::Gpt>(shape, [&](torch::nn::Module& unit, const std::string& prefix) {
         engine->register_unit(unit, prefix);
       });
   engine->finish_registration();
   if (!config.model.init_from.empty()) {
-    model::load_hf_gpt2_safetensors(
-        *gpt, config.model.init_from,
-        [&](const std::string& name, const at::Tensor& value) { engine->load_parameter(name, value); });
+    model::load_hf_gpt2_safetensors(*gpt, config.model.init_from,
+                                    [&](const std::string& name, const at::Tensor& value) {
+                                      engine->load_parameter(name, value);
+                                    });
   }
   return ModelAndEngine{gpt, std::move(engine)};
 }

@@ -88,8 +88,8 @@ TEST(BatchSamplerTest, RandomIsSeededInRangeAndIndependentOfHistory) {
         seen.insert(o);
       }
     }
-  EXPECT_GT(differs, 390);           // another seed gives other windows
-  EXPECT_GT(seen.size(), 400u);      // 1600 draws over 484 starts cover most of them
+  EXPECT_GT(differs, 390);       // another seed gives other windows
+  EXPECT_GT(seen.size(), 400u);  // 1600 draws over 484 starts cover most of them
   EXPECT_TRUE(seen.count(0) || seen.count(1));
   EXPECT_TRUE(seen.count(N - S - 1) || seen.count(N - S - 2));
   // Step 50 alone gives what it gave in sequence.

@@ -573,7 +573,6 @@ TEST(HostAdam, RejectsInvalidArguments) {
   pstar::optim::host_adam_step(AdamHyper(), 1, AdamSpan());
 }
 
-
 // The chunk engine's param/grad reuse passes the same buffer as grad and param_out: each element's
 // gradient is read before its new value is written over it.
 TEST(HostAdam, GradMayAliasTheParamCopy) {
@@ -597,8 +596,8 @@ TEST(HostAdam, GradMayAliasTheParamCopy) {
                      AdamSpan{master.data_ptr<float>(), m1.data_ptr<float>(), v1.data_ptr<float>(),
                               grad.data_ptr(), g, out.data_ptr(), o, n});
       host_adam_step(hyper, 0.5f,
-                     AdamSpan{master2.data_ptr<float>(), m2.data_ptr<float>(),
-                              v2.data_ptr<float>(), shared.data_ptr(), g, shared.data_ptr(), o, n});
+                     AdamSpan{master2.data_ptr<float>(), m2.data_ptr<float>(), v2.data_ptr<float>(),
+                              shared.data_ptr(), g, shared.data_ptr(), o, n});
       EXPECT_TRUE(torch::equal(shared, out)) << pstar::optim::detail::isa_name(isa);
       EXPECT_TRUE(torch::equal(master2, master));
     }

@@ -258,8 +258,8 @@ TEST_F(ChunkedEngineTest, StartUpNeverHoldsASecondCopyOfTheModel) {
   auto* engine = dynamic_cast<ChunkedEngine*>(built.engine.get());
   int64_t params = 0;
   for (const auto& p : built.model->parameters()) params += p.numel();
-  const int64_t model_data = engine->num_chunks() * (engine->compute_chunk_bytes() +
-                                                     engine->optimizer_chunk_bytes());
+  const int64_t model_data =
+      engine->num_chunks() * (engine->compute_chunk_bytes() + engine->optimizer_chunk_bytes());
   const int64_t before = memory_in_use_before_;
   // Beyond the chunks, start-up holds at most a unit in flight (a block: 12h² fp32 values) and
   // what was allocated before, far less than the 4 bytes per parameter of a full fp32 copy.

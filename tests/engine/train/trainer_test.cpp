@@ -4,8 +4,8 @@
 #include <fstream>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "pstar/base/error.h"
 #include "pstar/data/batch_sampler.h"
@@ -99,8 +99,8 @@ TEST_F(TrainerTest, MatchesAPlainLibTorchLoop) {
     for (int64_t micro = 1; micro <= 2; ++micro) {
       auto b = sampler.batch(step, micro);
       auto logits = model->forward(b.inputs);
-      auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 256}),
-                                                       b.targets.reshape({-1}));
+      auto loss =
+          torch::nn::functional::cross_entropy(logits.reshape({-1, 256}), b.targets.reshape({-1}));
       loss_sum += loss.item<double>();
       (loss / 2.0).backward();
     }

@@ -32,9 +32,9 @@ class Error : public std::runtime_error {
   ErrorKind kind_;
 };
 
-#define PSTAR_DEFINE_ERROR(Name, Kind) \
-  class Name : public Error {          \
-   public:                             \
+#define PSTAR_DEFINE_ERROR(Name, Kind)                                             \
+  class Name : public Error {                                                      \
+   public:                                                                         \
     explicit Name(const std::string& message) : Error(ErrorKind::Kind, message) {} \
   };
 PSTAR_DEFINE_ERROR(ConfigError, kConfig)
@@ -57,18 +57,18 @@ std::string str_cat(const Args&... args) {
 }  // namespace pstar
 
 // PSTAR_CHECK(cond, ConfigError, "what went wrong: ", value, "; what would work")
-#define PSTAR_CHECK(cond, ErrorType, ...)                       \
-  do {                                                          \
+#define PSTAR_CHECK(cond, ErrorType, ...)                                 \
+  do {                                                                    \
     if (!(cond)) throw ::pstar::ErrorType(::pstar::str_cat(__VA_ARGS__)); \
   } while (0)
 
 #define PSTAR_THROW(ErrorType, ...) throw ::pstar::ErrorType(::pstar::str_cat(__VA_ARGS__))
 
 // For invariants only, never for anything a user can cause.
-#define PSTAR_INTERNAL_ASSERT(cond, ...)                                                   \
-  do {                                                                                     \
-    if (!(cond))                                                                           \
-      throw ::pstar::InternalError(::pstar::str_cat("internal error at ", __FILE__, ":",   \
-                                                    __LINE__, ": assertion '", #cond,      \
-                                                    "' failed. ", ##__VA_ARGS__));         \
+#define PSTAR_INTERNAL_ASSERT(cond, ...)                                                           \
+  do {                                                                                             \
+    if (!(cond))                                                                                   \
+      throw ::pstar::InternalError(::pstar::str_cat("internal error at ", __FILE__, ":", __LINE__, \
+                                                    ": assertion '", #cond, "' failed. ",          \
+                                                    ##__VA_ARGS__));                               \
   } while (0)

@@ -43,16 +43,16 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string path;             // flat binary token ids (resolved path), or empty
-  std::string dtype = "uint16"; // "uint16" or "uint32", for `path`
-  std::string text;             // UTF-8 text tokenized as bytes (resolved path), or empty
+  std::string path;                 // flat binary token ids (resolved path), or empty
+  std::string dtype = "uint16";     // "uint16" or "uint32", for `path`
+  std::string text;                 // UTF-8 text tokenized as bytes (resolved path), or empty
   std::string sampling = "random";  // "random" or "sequential"
 };
 
 struct LrScheduleConfig {
   std::string type = "cosine";  // "cosine" or "constant" (both after a linear warm-up)
   int64_t warmup_steps = 0;
-  double min_lr = 0.0;          // the floor cosine decays to
+  double min_lr = 0.0;  // the floor cosine decays to
 };
 
 struct TrainingConfig {
@@ -101,11 +101,12 @@ struct TrainConfig {
 };
 
 // Reads and validates a config file. `overrides` are `--set KEY=VALUE` strings applied before
-// validation: KEY is a dotted path, VALUE is parsed as JSON, or taken as a string if it is not JSON.
-// Relative paths in the file (model.init_from, data.path, data.text) resolve against the
+// validation: KEY is a dotted path, VALUE is parsed as JSON, or taken as a string if it is not
+// JSON. Relative paths in the file (model.init_from, data.path, data.text) resolve against the
 // file's directory; relative paths given in overrides resolve against the working directory.
 // Throws ConfigError (bad content) or IoError (unreadable file).
-TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides = {});
+TrainConfig load_train_config(const std::string& path,
+                              const std::vector<std::string>& overrides = {});
 
 // The same from JSON text; `source` names it in messages and `base_dir` resolves relative paths.
 TrainConfig parse_train_config(const std::string& json_text, const std::string& source,

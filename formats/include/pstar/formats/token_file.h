@@ -36,6 +36,7 @@ class TokenFile {
 };
 
 // Writes tokens atomically; throws ConfigError if a token does not fit the dtype.
-void write_token_file(const std::string& path, TokenDType dtype, const std::vector<uint32_t>& tokens);
+void write_token_file(const std::string& path, TokenDType dtype,
+                      const std::vector<uint32_t>& tokens);
 
 }  // namespace pstar::formats

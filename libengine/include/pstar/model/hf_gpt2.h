@@ -19,6 +19,6 @@ using ParameterWriter = std::function<void(const std::string& name, const at::Te
 // (attn.bias, attn.masked_bias) and the tied lm_head.weight are ignored. A missing or misshaped
 // tensor is a FormatError naming it and the file. Returns the number of tensors loaded.
 int64_t load_hf_gpt2_safetensors(Gpt& model, const std::string& path,
-                                  const ParameterWriter& write = nullptr);
+                                 const ParameterWriter& write = nullptr);
 
 }  // namespace pstar::model

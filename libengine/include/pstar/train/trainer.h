@@ -28,16 +28,16 @@ struct TrainOptions {
 };
 
 struct StepMetrics {
-  int64_t step = 0;        // 1-based
-  double loss = 0;         // mean cross-entropy over the step's tokens, before the update
-  double lr = 0;           // the rate this step's update used
-  double grad_norm = 0;    // global L2 norm of the (unscaled) gradient, before clipping
-  double loss_scale = 1;   // fp16 loss scale used this step (1 otherwise)
-  bool skipped = false;    // fp16 overflow: no update was made
-  int64_t tokens = 0;      // tokens trained on so far, this step included
+  int64_t step = 0;       // 1-based
+  double loss = 0;        // mean cross-entropy over the step's tokens, before the update
+  double lr = 0;          // the rate this step's update used
+  double grad_norm = 0;   // global L2 norm of the (unscaled) gradient, before clipping
+  double loss_scale = 1;  // fp16 loss scale used this step (1 otherwise)
+  bool skipped = false;   // fp16 overflow: no update was made
+  int64_t tokens = 0;     // tokens trained on so far, this step included
   double step_time_s = 0;
-  double tokens_per_s = 0; // this step's throughput
-  double elapsed_s = 0;    // since the first step started
+  double tokens_per_s = 0;  // this step's throughput
+  double elapsed_s = 0;     // since the first step started
   // Chunk engine only (-1 otherwise): peak bytes per tier over the step (model data + measured
   // non-model), bytes moved each way, chunks whose Adam ran on the device.
   int64_t device_peak_bytes = -1;
