@@ -24,6 +24,7 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -331,14 +332,21 @@ int main(int argc, char** argv) {
       return 2;
     }
     const std::string value = argv[i + 1];
-    if (key == "--steps")
-      o.steps = std::stoll(value);
-    else if (key == "--warmup")
-      o.warmup = std::stoll(value);
-    else if (key == "--ratio")
-      o.ratio = std::stod(value);
-    else {
-      std::fprintf(stderr, "unknown option %s\n", argv[i]);
+    try {
+      if (key == "--steps") {
+        o.steps = std::stoll(value);
+      } else if (key == "--warmup") {
+        o.warmup = std::stoll(value);
+      } else if (key == "--ratio") {
+        o.ratio = std::stod(value);
+      } else if (key == "--rounds") {
+        o.rounds = std::stoll(value);
+      } else {
+        std::fprintf(stderr, "unknown option %s\n", argv[i]);
+        return 2;
+      }
+    } catch (const std::logic_error&) {  // std::stoll / std::stod: not a number
+      std::fprintf(stderr, "option %s: '%s' is not a number\n", argv[i], value.c_str());
       return 2;
     }
   }
@@ -349,8 +357,11 @@ int main(int argc, char** argv) {
   try {
     return run(o);
   } catch (const pstar::Error& e) {
-    std::fprintf(stderr, "pstar-bench-budgeted: %s error: %s\n", pstar::error_kind_name(e.kind()),
+    std::fprintf(stderr, "pstar-bench-budgeted: %s: %s\n", pstar::error_kind_name(e.kind()),
                  e.what());
     return pstar::error_exit_code(e.kind());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pstar-bench-budgeted: %s\n", e.what());
+    return 1;
   }
 }

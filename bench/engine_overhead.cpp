@@ -26,6 +26,7 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -244,18 +245,23 @@ int main(int argc, char** argv) {
       return 2;
     }
     const std::string value = argv[++i];
-    if (key == "--preset")
-      o.preset = value;
-    else if (key == "--batch")
-      o.batch = std::stoll(value);
-    else if (key == "--steps")
-      o.steps = std::stoll(value);
-    else if (key == "--warmup")
-      o.warmup = std::stoll(value);
-    else if (key == "--rounds")
-      o.rounds = std::stoll(value);
-    else {
-      std::fprintf(stderr, "unknown option %s\n", argv[i - 1]);
+    try {
+      if (key == "--preset") {
+        o.preset = value;
+      } else if (key == "--batch") {
+        o.batch = std::stoll(value);
+      } else if (key == "--steps") {
+        o.steps = std::stoll(value);
+      } else if (key == "--warmup") {
+        o.warmup = std::stoll(value);
+      } else if (key == "--rounds") {
+        o.rounds = std::stoll(value);
+      } else {
+        std::fprintf(stderr, "unknown option %s\n", key.c_str());
+        return 2;
+      }
+    } catch (const std::logic_error&) {  // std::stoll: not a number
+      std::fprintf(stderr, "option %s: '%s' is not a number\n", key.c_str(), value.c_str());
       return 2;
     }
   }
@@ -266,8 +272,11 @@ int main(int argc, char** argv) {
   try {
     return run(o);
   } catch (const pstar::Error& e) {
-    std::fprintf(stderr, "pstar-bench-engine-overhead: %s error: %s\n",
-                 pstar::error_kind_name(e.kind()), e.what());
+    std::fprintf(stderr, "pstar-bench-engine-overhead: %s: %s\n", pstar::error_kind_name(e.kind()),
+                 e.what());
     return pstar::error_exit_code(e.kind());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pstar-bench-engine-overhead: %s\n", e.what());
+    return 1;
   }
 }

@@ -5,6 +5,7 @@
 #include "pstar/base/error.h"
 #include "pstar/formats/config.h"
 #include "pstar/model/hooks.h"
+#include "pstar/model/ops.h"
 
 #include <torch/autograd.h>
 
@@ -84,35 +85,6 @@ std::vector<int64_t> gpt_leaf_module_numels(const GptConfig& c) {
   }
   numels.push_back(2 * h);
   return numels;
-}
-
-namespace {
-
-// logits = x @ weightᵀ, saving the weight itself for backward rather than a transposed view of
-// it: the chunk engine may move the weight's memory between forward and backward and re-points
-// the parameter, which a saved view would not follow.
-struct TiedLmHead : public torch::autograd::Function<TiedLmHead> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
-                               torch::Tensor weight) {
-    ctx->save_for_backward({x, weight});
-    return torch::matmul(x, weight.t());
-  }
-  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
-                                               torch::autograd::tensor_list grads) {
-    auto saved = ctx->get_saved_variables();
-    const auto& x = saved[0];
-    const auto& weight = saved[1];
-    auto grad = grads[0];
-    auto grad_x = torch::matmul(grad, weight);
-    auto grad_w = torch::matmul(grad.reshape({-1, grad.size(-1)}).t(), x.reshape({-1, x.size(-1)}));
-    return {grad_x, grad_w};
-  }
-};
-
-}  // namespace
-
-torch::Tensor tied_lm_head(const torch::Tensor& x, const torch::Tensor& weight) {
-  return TiedLmHead::apply(x, weight);
 }
 
 Conv1D::Conv1D(int64_t in_features, int64_t out_features) {
@@ -249,7 +221,7 @@ torch::Tensor Gpt::forward(const torch::Tensor& input_ids) {
     x = checkpointing_ ? checkpoint(&block_fns_[i], x) : t.h[i]->forward(x);
   x = t.ln_f->forward(x);
   // LM head tied to the token embedding: a second use of wte, with its own hooks.
-  return run_module(*t.wte, [&] { return tied_lm_head(x, t.wte->weight); });
+  return run_module(*t.wte, [&] { return pstar::model::linear(x, t.wte->weight); });
 }
 
 }  // namespace pstar::model

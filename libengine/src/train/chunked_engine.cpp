@@ -80,7 +80,7 @@ struct StepStats {
 }  // namespace
 
 struct ChunkedEngine::Impl : public model::ModuleHooks {
-  const config::TrainConfig& config;
+  const config::TrainConfig config;
   c10::ScalarType dtype;
   int64_t elem_bytes;
   bool fp32;   // compute dtype is fp32: the param payload is the master
@@ -108,6 +108,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   std::optional<chunk::NextUse> next_use;
   bool planned = false;
   int64_t interval_chunk_bytes = 0;  // device chunk bytes held since the current moment began
+  std::vector<int64_t> warmup_non_model;  // running max over the warm-up iterations
   std::vector<std::string> moment_names;
   chunk::Sharding sharding;  // world size 1 in this build
   int64_t adam_steps = 0;
@@ -257,6 +258,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       t.numel = t.param.numel();
       PSTAR_CHECK(t.param.is_floating_point(), ConfigError, "parameter ", t.name, " has dtype ",
                   t.param.scalar_type(), "; parameters must be floating point");
+      PSTAR_CHECK(t.param.requires_grad(), ConfigError, "parameter ", t.name,
+                  " does not require grad; register frozen tensors as buffers instead");
       PSTAR_CHECK(tensor_by_name.count(t.name) == 0, ConfigError, "parameter ", t.name,
                   " is registered twice (tied weights must be one parameter used twice)");
       chunks[k].used += t.numel;
@@ -451,28 +454,34 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
 };
 
 ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType compute_dtype,
-                             const std::vector<int64_t>& leaf_module_numels)
+                             const std::vector<LeafModule>& leaves)
     : impl_(std::make_unique<Impl>(config, compute_dtype)) {
   Impl& s = *impl_;
-  s.expected_leaves = static_cast<int64_t>(leaf_module_numels.size());
-  PSTAR_CHECK(!leaf_module_numels.empty(), ConfigError, "the model has no parameters to train");
-  const int64_t largest = *std::max_element(leaf_module_numels.begin(), leaf_module_numels.end());
+  s.expected_leaves = static_cast<int64_t>(leaves.size());
+  PSTAR_CHECK(!leaves.empty(), ConfigError, "the model has no parameters to train");
+  int64_t largest = 0, total = 0;
+  for (const auto& leaf : leaves) {
+    largest = std::max(largest, leaf.numel);
+    total += leaf.numel;
+  }
 
   // Chunk size: the configured one, raised to the largest module (Note [chunk layout]), or the
-  // least wasteful candidate when engine.chunk_size_search is on.
+  // least wasteful candidate when engine.chunk_size_search is on. The count packs modules the way
+  // register_leaf does, host-pinned embeddings in chunks of their own.
   auto chunks_for = [&](int64_t size) {
     int64_t count = 0, used = size;
-    for (int64_t n : leaf_module_numels) {
-      if (used + n > size) {
+    bool pinned = false;
+    for (const auto& leaf : leaves) {
+      const bool leaf_pinned = leaf.embedding && config.use_cpu_embedding;
+      if (used + leaf.numel > size || (count > 0 && leaf_pinned != pinned)) {
         ++count;
         used = 0;
       }
-      used += n;
+      pinned = leaf_pinned;
+      used += leaf.numel;
     }
     return count;
   };
-  int64_t total = 0;
-  for (int64_t n : leaf_module_numels) total += n;
   // The least wasteful size in [lo, hi], on a 64Ki-element grid (PatrickStar's and Gemini's
   // search): ties go to the smaller size.
   auto search = [&](int64_t lo_elems, int64_t hi_elems) {
@@ -515,7 +524,7 @@ ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType 
       static_cast<int64_t>(kDefaultMemoryRatio * static_cast<double>(ram)));
   s.host_budget = config.engine.host_memory.value_or(
       static_cast<int64_t>(kDefaultMemoryRatio * static_cast<double>(ram)));
-  const int64_t num_chunks = chunks_for(size) + 1;  // +1: embeddings may open their own chunks
+  const int64_t num_chunks = chunks_for(size);
   const int64_t whole = s.compute_bytes() + s.optimizer_bytes();
   const int64_t model_data = num_chunks * whole;
   PSTAR_CHECK(model_data <= s.host_budget, OutOfMemoryError, "model data needs ",
@@ -682,6 +691,12 @@ void ChunkedEngine::end_step() {
   for (auto& t : s.tensors) s.set_state(t, TensorState::kHold);
   ++s.iteration;
   if (!s.planned) {
+    // Several warm-up iterations: keep each moment's highest non-model peak.
+    if (s.warmup_non_model.size() == s.record_non_model.size()) {
+      for (size_t t = 0; t < s.record_non_model.size(); ++t)
+        s.record_non_model[t] = std::max(s.record_non_model[t], s.warmup_non_model[t]);
+    }
+    s.warmup_non_model = s.record_non_model;
     if (s.iteration >= s.config.engine.warmup_iterations) s.plan();
   } else if (static_cast<int64_t>(s.record_non_model.size()) == s.trace.num_moments()) {
     // Later iterations keep the record current: non-model peaks only ever raise the plan's.

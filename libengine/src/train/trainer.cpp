@@ -185,15 +185,23 @@ void Trainer::Impl::resume(const std::string& where) {
 
 namespace {
 
-// The leaf modules that own parameters, in registration order, and their parameter counts.
-std::vector<int64_t> leaf_numels(torch::nn::Module& model) {
-  std::vector<int64_t> numels;
+// The leaf modules that own parameters, in registration order.
+std::vector<LeafModule> leaf_modules(torch::nn::Module& model) {
+  std::vector<LeafModule> leaves;
   for (const auto& item : model.named_modules("", /*include_self=*/true)) {
     int64_t n = 0;
     for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) n += p.value().numel();
-    if (n > 0) numels.push_back(n);
+    const bool embedding = dynamic_cast<model::GptEmbedding*>(item.value().get()) != nullptr;
+    if (n > 0) leaves.push_back(LeafModule{n, embedding});
   }
-  return numels;
+  return leaves;
+}
+
+std::vector<LeafModule> gpt_leaf_modules(const model::GptConfig& shape) {
+  std::vector<LeafModule> leaves;
+  for (int64_t n : model::gpt_leaf_module_numels(shape)) leaves.push_back(LeafModule{n, false});
+  leaves[0].embedding = leaves[1].embedding = true;  // wte, wpe
+  return leaves;
 }
 
 }  // namespace
@@ -231,7 +239,7 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
     engine = std::move(prebuilt);
   } else if (chunked) {
     // A model built outside the engine is taken into chunks module by module after the fact.
-    auto chunk_engine = std::make_unique<ChunkedEngine>(config, dtype, leaf_numels(*model));
+    auto chunk_engine = std::make_unique<ChunkedEngine>(config, dtype, leaf_modules(*model));
     chunk_engine->register_unit(*model, "");
     chunk_engine->finish_registration();
     engine = std::move(chunk_engine);
@@ -345,6 +353,10 @@ TrainSummary Trainer::run() {
   Impl& s = *impl_;
   const int64_t total = s.config.training.steps;
   TrainSummary summary;
+  if (s.step >= total) {
+    log::info("nothing to train: already at step ", s.step, " of training.steps ", total);
+    return summary;
+  }
   log::info("training ", total - s.step, " steps");
   int64_t device_peak = -1, host_peak = -1, moved = 0, adam_device = -1;
   const auto run_start = Clock::now();
@@ -405,8 +417,8 @@ std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config) 
 ModelAndEngine build_model_and_engine(const config::TrainConfig& config) {
   if (config.engine.mode != "chunked") return ModelAndEngine{build_model(config), nullptr};
   auto shape = model::resolve_gpt_config(config.model);
-  auto engine = std::make_unique<ChunkedEngine>(config, compute_dtype(config),
-                                                model::gpt_leaf_module_numels(shape));
+  auto engine =
+      std::make_unique<ChunkedEngine>(config, compute_dtype(config), gpt_leaf_modules(shape));
   torch::manual_seed(config.training.seed);
   auto gpt =
       std::make_shared<model::Gpt>(shape, [&](torch::nn::Module& unit, const std::string& prefix) {

@@ -9,6 +9,7 @@
 #include "pstar/base/error.h"
 #include "pstar/formats/config.h"
 #include "pstar/model/gpt.h"
+#include "pstar/model/ops.h"
 
 namespace pstar::model {
 namespace {
@@ -221,6 +222,39 @@ TEST(GptConfigTest, ErrorsNameTheKey) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("divisible"), std::string::npos) << e.what();
   }
+}
+
+
+TEST(OpsTest, LinearMatchesLibTorchAndSavesTheWeightItself) {
+  torch::manual_seed(4);
+  for (bool with_bias : {true, false}) {
+    auto x = torch::randn({3, 5, 8}, torch::requires_grad());
+    auto w = torch::randn({6, 8}, torch::requires_grad());
+    auto b = torch::randn({6}, torch::requires_grad());
+    auto y = pstar::model::linear(x, w, with_bias ? b : torch::Tensor());
+    auto x2 = x.detach().clone().requires_grad_(), w2 = w.detach().clone().requires_grad_();
+    auto b2 = b.detach().clone().requires_grad_();
+    auto ref = torch::nn::functional::linear(x2, w2, with_bias ? b2 : torch::Tensor());
+    EXPECT_TRUE(torch::allclose(y, ref, 1e-6, 1e-6));
+    auto g = torch::randn_like(ref);
+    y.backward(g);
+    ref.backward(g);
+    EXPECT_TRUE(torch::allclose(x.grad(), x2.grad(), 1e-5, 1e-6));
+    EXPECT_TRUE(torch::allclose(w.grad(), w2.grad(), 1e-5, 1e-6));
+    if (with_bias) EXPECT_TRUE(torch::allclose(b.grad(), b2.grad(), 1e-5, 1e-6));
+  }
+  // Backward reads the weight's current data: re-pointing it (as the chunk engine does when it
+  // moves a chunk) is followed. Moving the same values elsewhere gives the same gradients.
+  auto x = torch::randn({4, 8}, torch::requires_grad());
+  auto w = torch::randn({6, 8}, torch::requires_grad());
+  auto y = pstar::model::linear(x, w);
+  auto expected = torch::matmul(torch::ones({4, 6}), w.detach());
+  {
+    torch::NoGradGuard no_grad;
+    w.set_data(w.detach().clone());  // same values, new memory
+  }
+  y.sum().backward();
+  EXPECT_TRUE(torch::allclose(x.grad(), expected));
 }
 
 }  // namespace

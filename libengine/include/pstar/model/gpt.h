@@ -56,9 +56,6 @@ std::vector<int64_t> gpt_leaf_module_numels(const GptConfig& config);
 // parameters into chunks here, so start-up never holds a second full copy of the model.
 using UnitBuilt = std::function<void(torch::nn::Module& unit, const std::string& prefix)>;
 
-// x @ weightᵀ for the LM head tied to the token embedding (see gpt.cpp for why it is custom).
-torch::Tensor tied_lm_head(const torch::Tensor& x, const torch::Tensor& weight);
-
 // A Conv1D-layout linear layer: y = x @ weight + bias, weight [in, out].
 class Conv1D : public torch::nn::Module {
  public:

@@ -20,7 +20,7 @@
 // Note [placement]
 // Moments are the pre-forward and pre-backward of every managed module and the optimizer step.
 // The warm-up iterations keep only the chunks in use on the device and record, per moment, the
-// chunks used and the peak non-model bytes since the previous moment. Afterwards the margin (as
+// chunks used and the peak non-model bytes from each moment until the next. Afterwards the margin (as
 // many chunks as fit permanently with their optimizer state) stays on the device and is updated
 // there; the other chunks are evicted furthest-next-use first (Note [eviction order]) under
 // budget − max(non-model now, non-model next), and go to the host for the optimizer step.
@@ -51,12 +51,18 @@ struct AccessTrace;
 
 namespace pstar::train {
 
+// A leaf module that owns parameters, as the chunk plan sees it.
+struct LeafModule {
+  int64_t numel = 0;
+  bool embedding = false;  // kept on the host with use_cpu_embedding
+};
+
 class ChunkedEngine : public ParamEngine {
  public:
-  // Plans the chunk size from the leaf modules' parameter counts (in construction order) and
-  // checks that model data fits the two tiers, before anything is allocated.
+  // Plans the chunk size from the leaf modules (in construction order) and checks that model
+  // data fits the two tiers, before anything is allocated.
   ChunkedEngine(const config::TrainConfig& config, c10::ScalarType compute_dtype,
-                const std::vector<int64_t>& leaf_module_numels);
+                const std::vector<LeafModule>& leaves);
   ~ChunkedEngine() override;
 
   // Takes the parameters of every leaf module of `unit` into chunks: their values move into chunk

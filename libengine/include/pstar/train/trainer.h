@@ -38,8 +38,8 @@ struct StepMetrics {
   double step_time_s = 0;
   double tokens_per_s = 0;  // this step's throughput
   double elapsed_s = 0;     // since the first step started
-  // Chunk engine only (-1 otherwise): peak bytes per tier over the step (model data + measured
-  // non-model), bytes moved each way, chunks whose Adam ran on the device.
+  // Chunk engine only (-1 otherwise): peak bytes per tier over the step (device: chunks + measured
+  // non-model; host: chunks), bytes moved each way, chunks whose Adam ran on the device.
   int64_t device_peak_bytes = -1;
   int64_t host_peak_bytes = -1;
   int64_t moved_h2d_bytes = -1;

@@ -1,0 +1,39 @@
+#include "pstar/model/ops.h"
+
+#include <torch/autograd.h>
+#include <torch/torch.h>
+
+namespace pstar::model {
+namespace {
+
+// Note [saved parameter views]
+struct Linear : public torch::autograd::Function<Linear> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
+                               torch::Tensor weight, torch::Tensor bias) {
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["has_bias"] = bias.defined();
+    auto y = torch::matmul(x, weight.t());
+    return bias.defined() ? y + bias : y;
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const auto& weight = saved[1];
+    const auto& grad = grads[0];
+    auto grad_2d = grad.reshape({-1, grad.size(-1)});
+    auto grad_x = torch::matmul(grad, weight);
+    auto grad_w = torch::matmul(grad_2d.t(), x.reshape({-1, x.size(-1)}));
+    torch::Tensor grad_b;
+    if (ctx->saved_data["has_bias"].toBool()) grad_b = grad_2d.sum(0);
+    return {grad_x, grad_w, grad_b};
+  }
+};
+
+}  // namespace
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  return Linear::apply(x, weight, bias);
+}
+
+}  // namespace pstar::model
