@@ -9,11 +9,9 @@ namespace {
 // Note [saved parameter views]
 struct Linear : public torch::autograd::Function<Linear> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
-                               torch::Tensor weight, torch::Tensor bias) {
+                               torch::Tensor weight) {
     ctx->save_for_backward({x, weight});
-    ctx->saved_data["has_bias"] = bias.defined();
-    auto y = torch::matmul(x, weight.t());
-    return bias.defined() ? y + bias : y;
+    return torch::matmul(x, weight.t());
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
@@ -24,16 +22,16 @@ struct Linear : public torch::autograd::Function<Linear> {
     auto grad_2d = grad.reshape({-1, grad.size(-1)});
     auto grad_x = torch::matmul(grad, weight);
     auto grad_w = torch::matmul(grad_2d.t(), x.reshape({-1, x.size(-1)}));
-    torch::Tensor grad_b;
-    if (ctx->saved_data["has_bias"].toBool()) grad_b = grad_2d.sum(0);
-    return {grad_x, grad_w, grad_b};
+    return {grad_x, grad_w};
   }
 };
 
 }  // namespace
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  return Linear::apply(x, weight, bias);
+  // The bias is added outside: the addition saves nothing of it.
+  auto y = Linear::apply(x, weight);
+  return bias.defined() ? y + bias : y;
 }
 
 }  // namespace pstar::model
