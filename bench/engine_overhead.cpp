@@ -204,7 +204,7 @@ int run(const Options& o) {
       ratio, pair_ratios.size(), chunked_best / torch_best, chunked_median / torch_median);
   std::printf(
       "  chunked: %lld of %lld chunks in the device margin (use_cpu_embedding keeps the "
-      "embeddings' chunk on the host), Adam on the device for %lld, %lld bytes moved in its "
+      "embeddings' chunks on the host), Adam on the device for %lld, %lld bytes moved in its "
       "last step; losses within %.2g of torch's\n",
       static_cast<long long>(margin_chunks), static_cast<long long>(chunks),
       static_cast<long long>(adam_device), static_cast<long long>(moved_bytes), loss_diff);
