@@ -35,6 +35,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "pstar/base/error.h"
 #include "pstar/core/device.h"
 #include "pstar/core/log.h"
@@ -44,24 +45,7 @@
 
 namespace {
 
-// 1 MiB of random bytes in a temporary text file, removed when the benchmark ends.
-struct TempCorpus {
-  std::filesystem::path path;
-
-  explicit TempCorpus(const std::string& name)
-      : path(std::filesystem::temp_directory_path() /
-             ("pstar-bench-" + name + "-" + std::to_string(::getpid()) + ".txt")) {
-    std::ofstream out(path, std::ios::binary);
-    std::mt19937 rng(1);
-    for (int i = 0; i < (1 << 20); ++i) out.put(static_cast<char>(rng() % 256));
-  }
-  ~TempCorpus() {
-    std::error_code ignored;
-    std::filesystem::remove(path, ignored);
-  }
-  TempCorpus(const TempCorpus&) = delete;
-  TempCorpus& operator=(const TempCorpus&) = delete;
-};
+using pstar::bench::TempCorpus;
 
 struct Options {
   std::string preset = "gpt-mini";

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "pstar/core/device.h"
 #include "pstar/core/log.h"
 #include "pstar/formats/config.h"
@@ -58,23 +59,17 @@ int main(int argc, char** argv) {
   pstar::log::set_level(pstar::log::Level::kWarn);
 
   // Random bytes: the data does not matter for throughput.
-  const auto corpus = std::filesystem::temp_directory_path() / "pstar-bench-corpus.txt";
-  {
-    std::ofstream out(corpus, std::ios::binary);
-    std::mt19937 rng(1);
-    for (int i = 0; i < (1 << 20); ++i) out.put(static_cast<char>(rng() % 256));
-  }
+  pstar::bench::TempCorpus corpus("torch-train");
   pstar::config::TrainConfig config;
   config.model.preset = preset;
   config.model.vocab_size = 256;
-  config.data.text = corpus.string();
+  config.data.text = corpus.path.string();
   config.train_micro_batch_size_per_gpu = batch;
   config.engine.mode = "torch";  // this benchmark measures the reference engine
 
   const double fp32 = tokens_per_s(config, 2, steps);
   config.bf16 = true;
   const double bf16 = tokens_per_s(config, 2, steps);
-  std::filesystem::remove(corpus);
 
   std::printf("torch-mode training, %s, batch %lld, %d threads\n", preset.c_str(),
               static_cast<long long>(batch), torch::get_num_threads());
