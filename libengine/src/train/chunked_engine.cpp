@@ -107,7 +107,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   chunk::AccessTrace trace;
   std::optional<chunk::NextUse> next_use;
   bool planned = false;
-  int64_t interval_chunk_bytes = 0;  // device chunk bytes held since the current moment began
+  int64_t interval_chunk_bytes = 0;       // device chunk bytes held since the current moment began
   std::vector<int64_t> warmup_non_model;  // running max over the warm-up iterations
   std::vector<std::string> moment_names;
   chunk::Sharding sharding;  // world size 1 in this build

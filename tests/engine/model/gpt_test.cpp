@@ -224,7 +224,6 @@ TEST(GptConfigTest, ErrorsNameTheKey) {
   }
 }
 
-
 TEST(OpsTest, LinearMatchesLibTorchAndSavesTheWeightItself) {
   torch::manual_seed(4);
   for (bool with_bias : {true, false}) {

@@ -20,8 +20,8 @@
 // Note [placement]
 // Moments are the pre-forward and pre-backward of every managed module and the optimizer step.
 // The warm-up iterations keep only the chunks in use on the device and record, per moment, the
-// chunks used and the peak non-model bytes from each moment until the next. Afterwards the margin (as
-// many chunks as fit permanently with their optimizer state) stays on the device and is updated
+// chunks used and the peak non-model bytes from each moment until the next. Afterwards the margin
+// (as many chunks as fit permanently with their optimizer state) stays on the device and is updated
 // there; the other chunks are evicted furthest-next-use first (Note [eviction order]) under
 // budget − max(non-model now, non-model next), and go to the host for the optimizer step.
 #pragma once
