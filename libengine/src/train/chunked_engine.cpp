@@ -564,16 +564,41 @@ int64_t ChunkedEngine::margin_chunks() const {
 int64_t ChunkedEngine::chunk_size() const { return impl_->chunk_size; }
 int64_t ChunkedEngine::num_chunks() const { return static_cast<int64_t>(impl_->chunks.size()); }
 
-void ChunkedEngine::register_unit(torch::nn::Module& unit, const std::string& prefix) {
-  impl_->sample_startup();
+namespace {
+
+// The leaf modules that own parameters, with their names relative to `unit`: one walk serves
+// both the chunk plan and the registration, so the two always agree.
+template <typename Fn>
+void for_each_leaf(torch::nn::Module& unit, Fn&& fn) {
   for (const auto& item : unit.named_modules("", /*include_self=*/true)) {
     torch::nn::Module& leaf = *item.value();
-    if (leaf.named_parameters(/*recurse=*/false).is_empty()) continue;
+    const auto params = leaf.named_parameters(/*recurse=*/false);
+    if (params.is_empty()) continue;
+    int64_t numel = 0;
+    for (const auto& p : params) numel += p.value().numel();
     const bool embedding = dynamic_cast<model::GptEmbedding*>(&leaf) != nullptr;
-    const std::string name = item.key().empty() ? prefix : prefix + item.key() + ".";
-    impl_->register_leaf(leaf, name, embedding && impl_->config.use_cpu_embedding);
-    impl_->sample_startup();
+    fn(leaf, item.key(), LeafModule{numel, embedding});
   }
+}
+
+}  // namespace
+
+std::vector<LeafModule> ChunkedEngine::leaf_modules(torch::nn::Module& unit) {
+  std::vector<LeafModule> leaves;
+  for_each_leaf(unit, [&](torch::nn::Module&, const std::string&, const LeafModule& leaf) {
+    leaves.push_back(leaf);
+  });
+  return leaves;
+}
+
+void ChunkedEngine::register_unit(torch::nn::Module& unit, const std::string& prefix) {
+  impl_->sample_startup();
+  for_each_leaf(unit,
+                [&](torch::nn::Module& leaf, const std::string& name, const LeafModule& spec) {
+                  impl_->register_leaf(leaf, name.empty() ? prefix : prefix + name + ".",
+                                       spec.embedding && impl_->config.use_cpu_embedding);
+                  impl_->sample_startup();
+                });
 }
 
 int64_t ChunkedEngine::startup_peak_bytes() const { return impl_->startup_peak; }

@@ -185,18 +185,6 @@ void Trainer::Impl::resume(const std::string& where) {
 
 namespace {
 
-// The leaf modules that own parameters, in registration order.
-std::vector<LeafModule> leaf_modules(torch::nn::Module& model) {
-  std::vector<LeafModule> leaves;
-  for (const auto& item : model.named_modules("", /*include_self=*/true)) {
-    int64_t n = 0;
-    for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) n += p.value().numel();
-    const bool embedding = dynamic_cast<model::GptEmbedding*>(item.value().get()) != nullptr;
-    if (n > 0) leaves.push_back(LeafModule{n, embedding});
-  }
-  return leaves;
-}
-
 std::vector<LeafModule> gpt_leaf_modules(const model::GptConfig& shape) {
   std::vector<LeafModule> leaves;
   for (int64_t n : model::gpt_leaf_module_numels(shape)) leaves.push_back(LeafModule{n, false});
@@ -239,7 +227,8 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
     engine = std::move(prebuilt);
   } else if (chunked) {
     // A model built outside the engine is taken into chunks module by module after the fact.
-    auto chunk_engine = std::make_unique<ChunkedEngine>(config, dtype, leaf_modules(*model));
+    auto chunk_engine =
+        std::make_unique<ChunkedEngine>(config, dtype, ChunkedEngine::leaf_modules(*model));
     chunk_engine->register_unit(*model, "");
     chunk_engine->finish_registration();
     engine = std::move(chunk_engine);

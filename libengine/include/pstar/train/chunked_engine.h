@@ -65,6 +65,9 @@ class ChunkedEngine : public ParamEngine {
                 const std::vector<LeafModule>& leaves);
   ~ChunkedEngine() override;
 
+  // The leaf modules of `unit` that own parameters, in the order register_unit takes them.
+  static std::vector<LeafModule> leaf_modules(torch::nn::Module& unit);
+
   // Takes the parameters of every leaf module of `unit` into chunks: their values move into chunk
   // memory and the original storage is freed. `prefix` prefixes parameter names.
   void register_unit(torch::nn::Module& unit, const std::string& prefix);
