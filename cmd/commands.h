@@ -2,6 +2,8 @@
 // that adds it to the CLI, and a run function that calls the engine (tests may call run directly).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,5 +24,24 @@ struct TrainCommandOptions {
 
 void register_train(CLI::App& app);
 int run_train(const TrainCommandOptions& options);
+
+struct EstimateCommandOptions {
+  // Hardware.
+  std::string hardware, gpu_mem, cpu_mem;
+  int64_t gpus_per_node = 1, nodes = 1;
+  std::optional<double> gpu_tflops, pcie_gbps, cpu_mem_gbps, link_gbps, net_gbps;
+  double mfu = 0.5;
+  // Workload.
+  int64_t seq_len = 1024, micro_batch = 4, vocab = 50257;
+  std::string checkpointing = "on", precision = "bf16", chunk_size = "64M";
+  std::optional<int64_t> hidden, heads, layers;
+  // A config to check instead of a search.
+  std::string config_path;
+  std::vector<std::string> overrides;
+  bool json = false, compare = false;
+};
+
+void register_estimate(CLI::App& app);
+int run_estimate(const EstimateCommandOptions& options);
 
 }  // namespace pstar::cmd

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "pstar 0.1.0");
   pstar::cmd::register_train(app);
+  pstar::cmd::register_estimate(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,7 +1,5 @@
 #include "pstar/train/chunked_engine.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,6 +21,7 @@
 #include "pstar/model/gpt.h"
 #include "pstar/model/hooks.h"
 #include "pstar/optim/host_adam.h"
+#include "pstar/plan/memory_plan.h"
 #include "pstar/train/trainer.h"
 
 namespace pstar::train {
@@ -32,18 +31,6 @@ enum class Tier { kDevice, kHost };
 
 // PatrickStar's tensor lifecycle. Only chunks with no tensor in kCompute may move.
 enum class TensorState { kHold, kCompute, kHoldAfterFwd, kHoldAfterBwd };
-
-// Share of a tier pstar uses when no budget is given, and of the device the margin may fill.
-constexpr double kDefaultMemoryRatio = 0.8;
-constexpr double kMarginRatio = 0.9;
-
-int64_t physical_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{16} << 30;
-}
-
-int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 
 struct Chunk {
   int64_t used = 0;  // elements
@@ -85,8 +72,11 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   int64_t elem_bytes;
   bool fp32;   // compute dtype is fp32: the param payload is the master
   bool reuse;  // Note [param/grad reuse]
+  plan::PayloadBytes payload;
   int64_t chunk_size = 0;
   int64_t device_budget = 0, host_budget = 0;
+  plan::Fit fit;                   // the start-up plan (Note [fit])
+  int64_t first_device_chunk = 0;  // chunks from here on start on the device, in the margin
   int64_t expected_leaves = 0, registered_leaves = 0;
   bool next_chunk_host_pinned = false;
 
@@ -125,10 +115,14 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
         dtype(d),
         elem_bytes(static_cast<int64_t>(c10::elementSize(d))),
         fp32(d == torch::kFloat32),
-        reuse(d != torch::kFloat32 && c.gradient_accumulation_steps == 1) {}
+        reuse(d != torch::kFloat32 && c.gradient_accumulation_steps == 1),
+        payload(plan::payload_bytes(elem_bytes, c.gradient_accumulation_steps > 1)) {
+    PSTAR_INTERNAL_ASSERT(payload.compute() == elem_bytes + (reuse ? 0 : 4));
+  }
 
-  int64_t compute_bytes() const { return chunk_size * (elem_bytes + (reuse ? 0 : 4)); }
-  int64_t optimizer_bytes() const { return chunk_size * ((fp32 ? 0 : 4) + 8); }
+  int64_t compute_bytes() const { return chunk_size * payload.compute(); }
+  int64_t optimizer_bytes() const { return chunk_size * payload.optimizer(); }
+  int64_t whole_bytes() const { return chunk_size * payload.whole(); }
 
   // ---- memory accounting ------------------------------------------------------------------
 
@@ -187,8 +181,15 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     c.exp_avg = memory::Buffer(chunk_size * 4);
     c.exp_avg_sq = memory::Buffer(chunk_size * 4);
     c.host_pinned = next_chunk_host_pinned;
+    if (static_cast<int64_t>(chunks.size()) >= first_device_chunk) {
+      // Past the host's share (Note [fit]): the chunk lives on the device for good.
+      PSTAR_INTERNAL_ASSERT(!c.host_pinned, "an embedding chunk was planned onto the device");
+      c.margin = true;
+      c.compute_tier = c.optimizer_tier = Tier::kDevice;
+    }
+    const Tier tier = c.compute_tier;
     chunks.push_back(std::move(c));
-    add_bytes(Tier::kHost, compute_bytes() + optimizer_bytes());
+    add_bytes(tier, whole_bytes());
     check_host();
   }
 
@@ -418,8 +419,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       max_needed = std::max<int64_t>(max_needed, static_cast<int64_t>(trace.accesses[t].size()));
     }
     const int64_t whole = compute_bytes() + optimizer_bytes();
-    const double usable =
-        kMarginRatio * static_cast<double>(device_budget) - static_cast<double>(max_non_model);
+    const double usable = plan::kDeviceFillRatio * static_cast<double>(device_budget) -
+                          static_cast<double>(max_non_model);
     int64_t margin = 0;
     int64_t movable = 0;
     for (const Chunk& c : chunks) movable += c.host_pinned ? 0 : 1;
@@ -431,9 +432,12 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       margin =
           std::clamp<int64_t>(static_cast<int64_t>(left / static_cast<double>(whole)), 0, movable);
     }
+    // Chunks placed on the device at start-up (Note [fit]) are in the margin already.
     int64_t given = 0;
+    for (const Chunk& c : chunks) given += c.margin ? 1 : 0;
+    const int64_t fixed = given;
     for (int64_t k = 0; k < num && given < margin; ++k) {
-      if (chunks[k].host_pinned) continue;
+      if (chunks[k].host_pinned || chunks[k].margin) continue;
       chunks[k].margin = true;
       ++given;
       // The margin is permanent device memory: count it against the budget now.
@@ -448,105 +452,66 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     planned = true;
     log::info("chunk plan after warm-up: ", trace.num_moments(), " moments, peak non-model ",
               format_bytes(max_non_model), ", ", given, " of ", num,
-              " chunks in the device margin (Adam on the device), working set up to ", max_needed,
-              " chunk(s) of ", format_bytes(compute_bytes()));
+              " chunks in the device margin (Adam on the device; ", fixed,
+              " of them placed there at start-up), working set up to ", max_needed, " chunk(s) of ",
+              format_bytes(compute_bytes()));
   }
 };
 
 ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType compute_dtype,
-                             const std::vector<LeafModule>& leaves)
+                             const std::vector<LeafModule>& leaves, int64_t predicted_non_model)
     : impl_(std::make_unique<Impl>(config, compute_dtype)) {
   Impl& s = *impl_;
   s.expected_leaves = static_cast<int64_t>(leaves.size());
-  PSTAR_CHECK(!leaves.empty(), ConfigError, "the model has no parameters to train");
-  int64_t largest = 0, total = 0;
-  for (const auto& leaf : leaves) {
-    largest = std::max(largest, leaf.numel);
-    total += leaf.numel;
+  const plan::ChunkLayout layout = plan::plan_layout(
+      leaves, plan::LayoutOptions{config.default_chunk_size, config.engine.chunk_size_search,
+                                  config.use_cpu_embedding});
+  switch (layout.choice) {
+    case plan::ChunkLayout::Choice::kConfigured:
+      break;
+    case plan::ChunkLayout::Choice::kSearched:
+    case plan::ChunkLayout::Choice::kShrunk:
+      if (layout.choice == plan::ChunkLayout::Choice::kShrunk)
+        log::info("default_chunk_size ", config.default_chunk_size, " exceeds the model's ",
+                  layout.params, " parameters; choosing a smaller chunk size");
+      log::info("chunk size search: ", layout.chunk_size, " elements (", layout.num_chunks,
+                " chunks, ", layout.padding_elements(), " elements of padding) among ",
+                layout.searched_lo, "..", layout.searched_hi);
+      break;
+    case plan::ChunkLayout::Choice::kRaised:
+      log::warn("default_chunk_size ", config.default_chunk_size,
+                " is smaller than the largest module (", layout.largest_leaf,
+                " parameters); raising the chunk size to ", layout.chunk_size, " elements");
+      break;
   }
+  s.chunk_size = layout.chunk_size;
 
-  // Chunk size: the configured one, raised to the largest module (Note [chunk layout]), or the
-  // least wasteful candidate when engine.chunk_size_search is on. The count packs modules the way
-  // register_leaf does, host-pinned embeddings in chunks of their own.
-  auto chunks_for = [&](int64_t size) {
-    int64_t count = 0, used = size;
-    bool pinned = false;
-    for (const auto& leaf : leaves) {
-      const bool leaf_pinned = leaf.embedding && config.use_cpu_embedding;
-      if (used + leaf.numel > size || (count > 0 && leaf_pinned != pinned)) {
-        ++count;
-        used = 0;
-      }
-      pinned = leaf_pinned;
-      used += leaf.numel;
-    }
-    return count;
-  };
-  // The least wasteful size in [lo, hi], on a 64Ki-element grid (PatrickStar's and Gemini's
-  // search): ties go to the smaller size.
-  auto search = [&](int64_t lo_elems, int64_t hi_elems) {
-    const int64_t step = 1 << 16;
-    const int64_t lo = round_up(lo_elems, step);
-    const int64_t hi = std::max(lo, round_up(hi_elems, step));
-    const int64_t stride = std::max<int64_t>(step, (hi - lo) / 512 / step * step);
-    int64_t best = lo;
-    int64_t best_waste = std::numeric_limits<int64_t>::max();
-    for (int64_t candidate = lo; candidate <= hi; candidate += stride) {
-      const int64_t waste = chunks_for(candidate) * candidate - total;
-      if (waste < best_waste) {
-        best_waste = waste;
-        best = candidate;
-      }
-    }
-    log::info("chunk size search: ", best, " elements (", chunks_for(best), " chunks, ", best_waste,
-              " elements of padding) among ", lo, "..", hi);
-    return best;
-  };
-  int64_t size = config.default_chunk_size;
-  if (config.engine.chunk_size_search) {
-    size = search(largest, std::max(largest, config.default_chunk_size) * 2);
-  } else if (size > total && size > largest) {
-    // One chunk larger than the whole model would be mostly padding.
-    log::info("default_chunk_size ", size, " exceeds the model's ", total,
-              " parameters; choosing a smaller chunk size");
-    size = search(std::max(largest, total / 16), total);
-  } else if (largest > size) {
-    const int64_t raised = round_up(largest, 1 << 16);
-    log::warn("default_chunk_size ", size, " is smaller than the largest module (", largest,
-              " parameters); raising the chunk size to ", raised, " elements");
-    size = raised;
-  }
-  s.chunk_size = size;
-
-  // Tier budgets and the fit check, before anything is allocated.
-  const int64_t ram = physical_memory_bytes();
+  // Tier budgets and the fit check (Note [fit]), before anything is allocated.
+  const int64_t ram = plan::physical_memory_bytes();
   s.device_budget = config.engine.device_memory.value_or(
-      static_cast<int64_t>(kDefaultMemoryRatio * static_cast<double>(ram)));
+      static_cast<int64_t>(plan::kDefaultMemoryRatio * static_cast<double>(ram)));
   s.host_budget = config.engine.host_memory.value_or(
-      static_cast<int64_t>(kDefaultMemoryRatio * static_cast<double>(ram)));
-  const int64_t num_chunks = chunks_for(size);
-  const int64_t whole = s.compute_bytes() + s.optimizer_bytes();
-  const int64_t model_data = num_chunks * whole;
-  PSTAR_CHECK(model_data <= s.host_budget, OutOfMemoryError, "model data needs ",
-              format_bytes(model_data), " (", num_chunks, " chunks of ", format_bytes(whole),
-              ") and every chunk starts on the host, but engine.host_memory is ",
-              format_bytes(s.host_budget), "; raise engine.host_memory to at least ",
-              format_bytes(model_data), " or train a smaller model");
-  const int64_t working = 2 * s.compute_bytes();
-  PSTAR_CHECK(working < s.device_budget, OutOfMemoryError, "the device tier must hold at least ",
-              "two chunks (", format_bytes(working),
-              ") plus activations, but engine.device_memory "
-              "is ",
-              format_bytes(s.device_budget),
-              "; raise engine.device_memory or lower "
-              "default_chunk_size (now ",
-              size, " elements)");
-  const int64_t per_param = s.compute_bytes() / size + s.optimizer_bytes() / size;
-  log::info("chunk plan: ", num_chunks, " chunks of ", size, " elements, ", per_param,
-            " bytes per parameter (", s.reuse ? "param/grad reuse" : "separate fp32 gradients",
-            "), model data ", format_bytes(model_data), "; device tier ",
-            format_bytes(s.device_budget), " (emulated on the CPU), host tier ",
-            format_bytes(s.host_budget));
+      static_cast<int64_t>(plan::kDefaultMemoryRatio * static_cast<double>(ram)));
+  plan::FitInput in;
+  in.layout = layout;
+  in.payload = s.payload;
+  in.device_budget = s.device_budget;
+  in.host_budget = s.host_budget;
+  in.non_model = predicted_non_model;
+  s.fit = plan::check_fit(in);
+  if (!s.fit.fits) {
+    PSTAR_THROW(OutOfMemoryError, s.fit.reason, " (engine.device_memory ",
+                format_bytes(s.device_budget), ", engine.host_memory ", format_bytes(s.host_budget),
+                "; `pstar estimate --config` shows the breakdown)");
+  }
+  s.first_device_chunk = s.fit.host_chunks;
+  log::info("chunk plan: ", layout.num_chunks, " chunks of ", layout.chunk_size, " elements, ",
+            s.payload.whole(), " bytes per parameter (",
+            s.reuse ? "param/grad reuse" : "separate fp32 gradients", "), model data ",
+            format_bytes(layout.num_chunks * s.whole_bytes()), "; ", s.fit.host_chunks,
+            " chunks on the host tier (", format_bytes(s.host_budget), "), ", s.fit.device_chunks,
+            " on the device tier (", format_bytes(s.device_budget),
+            ", emulated on the CPU); predicted non-model peak ", format_bytes(predicted_non_model));
 }
 
 ChunkedEngine::~ChunkedEngine() = default;
@@ -556,6 +521,7 @@ const chunk::AccessTrace& ChunkedEngine::trace() const { return impl_->trace; }
 int64_t ChunkedEngine::compute_chunk_bytes() const { return impl_->compute_bytes(); }
 int64_t ChunkedEngine::optimizer_chunk_bytes() const { return impl_->optimizer_bytes(); }
 int64_t ChunkedEngine::device_budget_bytes() const { return impl_->device_budget; }
+const plan::Fit& ChunkedEngine::fit() const { return impl_->fit; }
 int64_t ChunkedEngine::margin_chunks() const {
   int64_t n = 0;
   for (const Chunk& c : impl_->chunks) n += c.margin ? 1 : 0;

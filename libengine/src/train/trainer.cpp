@@ -22,6 +22,7 @@
 #include "pstar/model/gpt.h"
 #include "pstar/model/hf_gpt2.h"
 #include "pstar/model/hooks.h"
+#include "pstar/plan/memory_plan.h"
 #include "pstar/train/checkpoint.h"
 #include "pstar/train/chunked_engine.h"
 #include "pstar/train/loss_scaler.h"
@@ -182,17 +183,6 @@ void Trainer::Impl::resume(const std::string& where) {
               "; raise training.steps");
   log::info("resumed from ", file, " at step ", step);
 }
-
-namespace {
-
-std::vector<LeafModule> gpt_leaf_modules(const model::GptConfig& shape) {
-  std::vector<LeafModule> leaves;
-  for (int64_t n : model::gpt_leaf_module_numels(shape)) leaves.push_back(LeafModule{n, false});
-  leaves[0].embedding = leaves[1].embedding = true;  // wte, wpe
-  return leaves;
-}
-
-}  // namespace
 
 void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   core::configure_threads();
@@ -406,8 +396,10 @@ std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config) 
 ModelAndEngine build_model_and_engine(const config::TrainConfig& config) {
   if (config.engine.mode != "chunked") return ModelAndEngine{build_model(config), nullptr};
   auto shape = model::resolve_gpt_config(config.model);
-  auto engine =
-      std::make_unique<ChunkedEngine>(config, compute_dtype(config), gpt_leaf_modules(shape));
+  const int64_t non_model =
+      plan::estimate_gpt_activations(plan::gpt_activation_input(config, shape)).peak;
+  auto engine = std::make_unique<ChunkedEngine>(config, compute_dtype(config),
+                                                plan::gpt_leaf_modules(shape), non_model);
   torch::manual_seed(config.training.seed);
   auto gpt =
       std::make_shared<model::Gpt>(shape, [&](torch::nn::Module& unit, const std::string& prefix) {

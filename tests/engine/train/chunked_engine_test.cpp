@@ -214,16 +214,26 @@ TEST_F(ChunkedEngineTest, TrainsAUserModuleLikeTheTorchEngine) {
 
 TEST_F(ChunkedEngineTest, ModelTooLargeForTheTiersIsRefusedBeforeTraining) {
   auto c = small_config();
+  // The host holds a few chunks; the rest cannot stay on a 3 MiB device next to the activations.
   c.engine.host_memory = int64_t{1} << 20;
+  c.engine.device_memory = int64_t{3} << 20;
   try {
     run(c);
     FAIL() << "expected OutOfMemoryError";
   } catch (const OutOfMemoryError& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("model data needs"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("engine.host_memory is 1.00 MiB"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("raise engine.host_memory to at least"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("engine.host_memory 1.00 MiB"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("raise the host or device memory"), std::string::npos) << msg;
   }
+  // With room on the device, the chunks the host cannot hold stay there and training runs.
+  c.engine.device_memory = int64_t{16} << 20;
+  c.training.steps = 3;
+  ChunkedEngine* engine = nullptr;
+  std::unique_ptr<Trainer> keep;
+  auto metrics = run(c, &engine, &keep);
+  EXPECT_GT(engine->fit().device_chunks, 0);
+  EXPECT_GE(engine->margin_chunks(), engine->fit().device_chunks);
   c.engine.host_memory.reset();
   c.engine.device_memory = 50000;  // less than two chunks
   try {
@@ -231,15 +241,34 @@ TEST_F(ChunkedEngineTest, ModelTooLargeForTheTiersIsRefusedBeforeTraining) {
     FAIL() << "expected OutOfMemoryError";
   } catch (const OutOfMemoryError& e) {
     EXPECT_NE(std::string(e.what()).find("engine.device_memory"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("two chunks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("working set"), std::string::npos) << e.what();
   }
 }
 
-TEST_F(ChunkedEngineTest, DeviceTooSmallForActivationsFailsClearlyMidRun) {
+TEST_F(ChunkedEngineTest, DeviceTooSmallForActivationsIsRefusedAtStartUp) {
   auto c = small_config();
-  c.engine.device_memory = 400000;  // two chunks fit, the activations do not
+  c.engine.device_memory = 400000;  // two chunks fit, the predicted activations do not
   try {
     run(c);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("predicted non-model peak"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("micro-batch"), std::string::npos) << msg;
+  }
+}
+
+// A model built outside build_model_and_engine has no activation prediction (0): the runtime
+// check against the measured non-model memory catches it in the first step.
+TEST_F(ChunkedEngineTest, DeviceTooSmallForActivationsFailsClearlyMidRun) {
+  auto c = small_config();
+  c.engine.device_memory = 400000;
+  TrainOptions o;
+  o.device = "cpu";
+  o.progress = false;
+  try {
+    Trainer trainer(c, ModelAndEngine{build_model(c), nullptr}, o);
+    trainer.step();
     FAIL() << "expected OutOfMemoryError";
   } catch (const OutOfMemoryError& e) {
     const std::string msg = e.what();

@@ -23,7 +23,9 @@
 // chunks used and the peak non-model bytes from each moment until the next. Afterwards the margin
 // (as many chunks as fit permanently with their optimizer state) stays on the device and is updated
 // there; the other chunks are evicted furthest-next-use first (Note [eviction order]) under
-// budget − max(non-model now, non-model next), and go to the host for the optimizer step.
+// budget − max(non-model now, non-model next), and go to the host for the optimizer step. Chunks
+// the host budget cannot hold start on the device and are in the margin from the start
+// (Note [fit] in plan/memory_plan.h).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +36,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
+#include "pstar/plan/memory_plan.h"
 #include "pstar/train/param_engine.h"
 
 namespace pstar::config {
@@ -51,18 +54,16 @@ struct AccessTrace;
 
 namespace pstar::train {
 
-// A leaf module that owns parameters, as the chunk plan sees it.
-struct LeafModule {
-  int64_t numel = 0;
-  bool embedding = false;  // kept on the host with use_cpu_embedding
-};
+using plan::LeafModule;
 
 class ChunkedEngine : public ParamEngine {
  public:
   // Plans the chunk size from the leaf modules (in construction order) and checks that model
-  // data fits the two tiers, before anything is allocated.
+  // data, the working set and `predicted_non_model` bytes (plan::estimate_gpt_activations for a
+  // GPT; 0 when unknown, and the warm-up measures it) fit the two tiers (Note [fit]), before
+  // anything is allocated. Throws OutOfMemoryError when they do not.
   ChunkedEngine(const config::TrainConfig& config, c10::ScalarType compute_dtype,
-                const std::vector<LeafModule>& leaves);
+                const std::vector<LeafModule>& leaves, int64_t predicted_non_model = 0);
   ~ChunkedEngine() override;
 
   // The leaf modules of `unit` that own parameters, in the order register_unit takes them.
@@ -85,6 +86,8 @@ class ChunkedEngine : public ParamEngine {
   int64_t compute_chunk_bytes() const;
   int64_t optimizer_chunk_bytes() const;
   int64_t device_budget_bytes() const;
+  // The start-up fit: which chunks start on which tier, and the per-tier accounting.
+  const plan::Fit& fit() const;
   int64_t margin_chunks() const;
   // The most host memory held while the model was taken into chunks: chunk payloads plus the
   // tensors LibTorch held at the time.

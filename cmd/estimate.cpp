@@ -1,0 +1,518 @@
+// `pstar estimate`: the largest GPT given hardware trains, or whether a config fits
+// (docs/estimate.md).
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "pstar/base/error.h"
+#include "pstar/base/size.h"
+#include "pstar/formats/config.h"
+#include "pstar/model/gpt_shape.h"
+#include "pstar/plan/estimate.h"
+
+namespace pstar::cmd {
+namespace {
+
+using nlohmann::json;
+
+int64_t parse_size_flag(const std::string& flag, const std::string& text) {
+  auto bytes = parse_size_bytes(text);
+  PSTAR_CHECK(bytes.has_value(), ConfigError, flag, ": '", text,
+              "' is not a positive size; write a number with a unit, e.g. 80GB, 32GiB or 1TB "
+              "(units B, KB, MB, GB, TB and KiB, MiB, GiB, TiB)");
+  return *bytes;
+}
+
+// Element counts: a positive integer, optionally with a binary K/M/G suffix (64M = 64·2^20).
+int64_t parse_count_flag(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  std::string suffix(end);
+  double scale = suffix.empty() ? 1 : 0;
+  if (suffix == "K" || suffix == "k") scale = 0x1p10;
+  if (suffix == "M" || suffix == "m") scale = 0x1p20;
+  if (suffix == "G" || suffix == "g") scale = 0x1p30;
+  const double n = value * scale;
+  PSTAR_CHECK(end != text.c_str() && scale > 0 && std::isfinite(n) && n >= 1 && n < 0x1p50 &&
+                  n == std::floor(n),
+              ConfigError, flag, ": '", text,
+              "' is not a positive whole number of elements; e.g. 67108864 or 64M");
+  return static_cast<int64_t>(n);
+}
+
+void check_positive(const std::string& flag, double value) {
+  PSTAR_CHECK(value > 0 && std::isfinite(value), ConfigError, flag, ": ", value,
+              " must be positive");
+}
+
+std::string preset_list() {
+  std::string names;
+  for (const auto& p : plan::gpu_presets())
+    names += (names.empty() ? "" : ", ") + std::string(p.name);
+  return names;
+}
+
+std::string params_text(int64_t params) {
+  char buf[32];
+  const double p = static_cast<double>(params);
+  if (p >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fB", p / 1e9);
+  else
+    std::snprintf(buf, sizeof buf, "%.1fM", p / 1e6);
+  return buf;
+}
+
+plan::Hardware resolve_hardware(const EstimateCommandOptions& o) {
+  plan::Hardware hw;
+  if (!o.hardware.empty()) {
+    const plan::GpuPreset* p = plan::find_gpu_preset(o.hardware);
+    PSTAR_CHECK(p != nullptr, ConfigError, "--hardware: unknown GPU '", o.hardware,
+                "'; known: ", preset_list(), " (or give --gpu-mem and the speeds yourself)");
+    hw.name = p->name;
+    hw.gpu_memory = p->memory;
+    hw.tflops_16 = p->tflops_16;
+    hw.tflops_32 = p->tflops_32;
+    hw.pcie_gbps = p->pcie_gbps;
+    hw.link_gbps = p->link_gbps;
+    hw.cpu_mem_gbps = p->cpu_mem_gbps;
+  }
+  if (!o.gpu_mem.empty()) hw.gpu_memory = parse_size_flag("--gpu-mem", o.gpu_mem);
+  PSTAR_CHECK(hw.gpu_memory > 0, ConfigError, "give the GPU: --hardware NAME (", preset_list(),
+              ") or --gpu-mem SIZE");
+  PSTAR_CHECK(!o.cpu_mem.empty(), ConfigError,
+              "--cpu-mem: the host memory per node is required, e.g. --cpu-mem 240GB");
+  hw.cpu_memory = parse_size_flag("--cpu-mem", o.cpu_mem);
+  PSTAR_CHECK(o.gpus_per_node >= 1, ConfigError, "--gpus-per-node: ", o.gpus_per_node,
+              " must be at least 1");
+  PSTAR_CHECK(o.nodes >= 1, ConfigError, "--nodes: ", o.nodes, " must be at least 1");
+  hw.gpus_per_node = o.gpus_per_node;
+  hw.nodes = o.nodes;
+  if (o.gpu_tflops) {
+    check_positive("--gpu-tflops", *o.gpu_tflops);
+    hw.tflops_16 = *o.gpu_tflops;
+    hw.tflops_32 = *o.gpu_tflops / 2;  // stated in docs/estimate.md
+  }
+  if (o.pcie_gbps) check_positive("--pcie-gbps", *o.pcie_gbps), hw.pcie_gbps = *o.pcie_gbps;
+  if (o.cpu_mem_gbps)
+    check_positive("--cpu-mem-gbps", *o.cpu_mem_gbps), hw.cpu_mem_gbps = *o.cpu_mem_gbps;
+  if (o.link_gbps) check_positive("--link-gbps", *o.link_gbps), hw.link_gbps = *o.link_gbps;
+  if (o.net_gbps) check_positive("--net-gbps", *o.net_gbps), hw.net_gbps = *o.net_gbps;
+  check_positive("--mfu", o.mfu);
+  PSTAR_CHECK(o.mfu <= 1, ConfigError, "--mfu: ", o.mfu, " must be at most 1");
+  hw.mfu = o.mfu;
+  if (hw.world() > 1 && hw.link_gbps <= 0) hw.link_gbps = hw.pcie_gbps;
+  return hw;
+}
+
+bool has_time_model(const plan::Hardware& hw) {
+  return hw.tflops_16 > 0 && hw.pcie_gbps > 0 && hw.cpu_mem_gbps > 0 &&
+         (hw.world() == 1 || hw.link_gbps > 0);
+}
+
+plan::Workload resolve_workload(const EstimateCommandOptions& o) {
+  plan::Workload w;
+  PSTAR_CHECK(o.seq_len >= 1, ConfigError, "--seq-len: ", o.seq_len, " must be at least 1");
+  PSTAR_CHECK(o.micro_batch >= 1, ConfigError, "--micro-batch: ", o.micro_batch,
+              " must be at least 1");
+  PSTAR_CHECK(o.vocab >= 1, ConfigError, "--vocab: ", o.vocab, " must be at least 1");
+  w.seq_len = o.seq_len;
+  w.micro_batch = o.micro_batch;
+  w.vocab = o.vocab;
+  w.checkpointing = o.checkpointing == "on";
+  w.precision = o.precision;
+  w.elem_bytes = o.precision == "fp32" ? 4 : 2;
+  w.chunk_size = parse_count_flag("--chunk-size", o.chunk_size);
+  return w;
+}
+
+// ---- report ------------------------------------------------------------------------------------
+
+struct Tiers {
+  json gpu, host;
+};
+
+Tiers memory_items(const plan::Evaluation& e, int64_t gpu_capacity, int64_t host_capacity,
+                   int64_t ranks_per_host) {
+  const auto& f = e.fit;
+  const int64_t chunk = e.layout.chunk_size;
+  const double device_share =
+      f.owned_chunks ? static_cast<double>(f.device_chunks) / static_cast<double>(f.owned_chunks)
+                     : 0;
+  Tiers t;
+  t.gpu = json{
+      {"param_grad_chunks", f.device_chunks * chunk * e.payload.compute()},
+      {"optimizer_chunks", f.device_chunks * chunk * e.payload.optimizer()},
+      {"activations", e.activations.peak},
+      {"activations_checkpointing_on",
+       e.activations.stored_with_checkpointing + (e.activations.peak - e.activations.stored)},
+      {"activations_checkpointing_off",
+       e.activations.stored_without_checkpointing + (e.activations.peak - e.activations.stored)},
+      {"working_set", f.device_working},
+      {"staging", 0},
+      {"padding", static_cast<int64_t>(device_share * static_cast<double>(f.padding_bytes))},
+      {"used", f.device_used},
+      {"limit", f.device_limit},
+      {"headroom", f.device_limit - f.device_used},
+      {"budget", e.device_budget},
+      {"reserve", gpu_capacity - f.device_limit},
+      {"capacity", gpu_capacity},
+  };
+  t.host = json{
+      {"param_grad_chunks", ranks_per_host * f.host_chunks * chunk * e.payload.compute()},
+      {"optimizer_chunks", ranks_per_host * f.host_chunks * chunk * e.payload.optimizer()},
+      {"activations", 0},
+      {"working_set", 0},
+      {"staging", f.host_staging},
+      {"padding", static_cast<int64_t>((1 - device_share) * static_cast<double>(f.padding_bytes) *
+                                       static_cast<double>(ranks_per_host))},
+      {"used", f.host_used},
+      {"limit", e.host_budget},
+      {"headroom", e.host_budget - f.host_used},
+      {"budget", e.host_budget},
+      {"reserve", host_capacity - e.host_budget},
+      {"capacity", host_capacity},
+  };
+  return t;
+}
+
+json time_json(const plan::StepTime& t, const plan::Workload& w, const plan::Hardware& hw) {
+  return json{
+      {"mfu", hw.mfu},
+      {"gpu_compute_s", t.compute_s},
+      {"transfer_s", t.transfer_s},
+      {"host_adam_s", t.host_adam_s},
+      {"communication_s", t.comm_s},
+      {"step_s", t.step_s()},
+      {"tflops_per_gpu", t.tflops_per_gpu()},
+      {"tokens_per_s", static_cast<double>(w.micro_batch * w.seq_len * hw.world()) / t.step_s()}};
+}
+
+void print_memory(const Tiers& t, const plan::Evaluation& e, const plan::Workload& w,
+                  bool hardware) {
+  const std::string device_label = hardware ? "per GPU" : "device tier";
+  const std::string host_label = hardware ? "per node host" : "host tier";
+  auto row = [](const char* name, const json& gpu, const json& host) {
+    auto cell = [](const json& v) {
+      return v.is_null() ? std::string("-") : format_bytes(v.get<int64_t>());
+    };
+    std::printf("  %-46s %14s %16s\n", name, cell(gpu).c_str(), cell(host).c_str());
+  };
+  const std::string dtype = w.precision;
+  std::printf("\nMemory                                           %14s %16s\n",
+              device_label.c_str(), host_label.c_str());
+  row((dtype + " param+grad chunks").c_str(), t.gpu["param_grad_chunks"],
+      t.host["param_grad_chunks"]);
+  row(e.payload.master ? "fp32 master + momentum + variance chunks"
+                       : "momentum + variance chunks (fp32 param is master)",
+      t.gpu["optimizer_chunks"], t.host["optimizer_chunks"]);
+  row(w.checkpointing ? "activations (checkpointing on; planned)"
+                      : "activations (checkpointing off; planned)",
+      t.gpu["activations"], nullptr);
+  row(w.checkpointing ? "  with checkpointing off it would be"
+                      : "  with checkpointing on it would be",
+      w.checkpointing ? t.gpu["activations_checkpointing_off"]
+                      : t.gpu["activations_checkpointing_on"],
+      nullptr);
+  row("working set: gathered chunks + comm buffers", t.gpu["working_set"], nullptr);
+  row("pinned staging buffers", nullptr, t.host["staging"]);
+  row("  of the chunks above, padding (fragmentation)", t.gpu["padding"], t.host["padding"]);
+  row("total planned", t.gpu["used"], t.host["used"]);
+  row("limit the plan may fill", t.gpu["limit"], t.host["limit"]);
+  row("headroom", t.gpu["headroom"], t.host["headroom"]);
+  row("reserve (not planned)", t.gpu["reserve"], t.host["reserve"]);
+  row("capacity", t.gpu["capacity"], t.host["capacity"]);
+  if (!hardware) return;  // the config's budgets are the capacities
+  const double gpu_reserve = 1 - plan::kDefaultMemoryRatio * plan::kDeviceFillRatio;
+  std::printf(
+      "  reserve ratio: %.0f%% of each GPU (budget %.0f%%, of which the plan fills %.0f%%), "
+      "%.0f%% of host memory\n",
+      gpu_reserve * 100, plan::kDefaultMemoryRatio * 100, plan::kDeviceFillRatio * 100,
+      (1 - plan::kDefaultMemoryRatio) * 100);
+}
+
+void print_time(const plan::StepTime& t, const plan::Workload& w, const plan::Hardware& hw) {
+  const double step = t.step_s();
+  auto row = [&](const char* name, double s) {
+    std::printf("  %-46s %10.3f s %5.1f%%\n", name, s, 100 * s / step);
+  };
+  std::printf("\nStep time (micro-batch %lld x %lld tokens per GPU, no overlap assumed)\n",
+              static_cast<long long>(w.micro_batch), static_cast<long long>(w.seq_len));
+  char compute[96];
+  std::snprintf(compute, sizeof compute, "GPU compute (%.0f TFLOPS peak at %.0f%% MFU)",
+                w.elem_bytes == 4 ? hw.tflops_32 : hw.tflops_16, hw.mfu * 100);
+  row(compute, t.compute_s);
+  row("host<->device transfer (PCIe)", t.transfer_s);
+  row("host Adam (memory-bandwidth bound)", t.host_adam_s);
+  row("communication (all-gather, reduce-scatter)", t.comm_s);
+  std::printf("  %-46s %10.3f s\n", "total", step);
+  std::printf("  => %.1f TFLOPS per GPU, %.0f tokens/s in all\n", t.tflops_per_gpu(),
+              static_cast<double>(w.micro_batch * w.seq_len * hw.world()) / step);
+}
+
+json evaluation_json(const plan::Evaluation& e, const Tiers& tiers) {
+  return json{
+      {"max_params", e.params},
+      {"model",
+       {{"hidden", e.hidden}, {"layers", e.layers}, {"heads", e.heads}, {"params", e.params}}},
+      {"chunks",
+       {{"chunk_size", e.layout.chunk_size},
+        {"num_chunks", e.layout.num_chunks},
+        {"per_rank", e.fit.owned_chunks},
+        {"on_host_per_rank", e.fit.host_chunks},
+        {"on_device_per_rank", e.fit.device_chunks},
+        {"bytes_per_param", e.payload.whole()}}},
+      {"memory", {{"gpu", tiers.gpu}, {"host", tiers.host}}},
+  };
+}
+
+void print_report(const EstimateCommandOptions& o, const plan::Hardware& hw,
+                  const plan::Workload& w, const plan::Estimate& est, const Tiers& tiers,
+                  const std::vector<plan::DeepSpeedEstimate>& ds) {
+  const plan::Evaluation& e = est.best;
+  const bool timed = has_time_model(hw);
+  std::printf("Hardware: %lld node(s) x %lld %s (%s each), %s host memory per node\n",
+              static_cast<long long>(hw.nodes), static_cast<long long>(hw.gpus_per_node),
+              hw.name.c_str(), format_bytes(hw.gpu_memory).c_str(),
+              format_bytes(hw.cpu_memory).c_str());
+  std::printf(
+      "Workload: seq %lld, micro-batch %lld per GPU, %s, activation checkpointing %s, "
+      "chunks of %lld elements, vocab %lld\n",
+      static_cast<long long>(w.seq_len), static_cast<long long>(w.micro_batch), w.precision.c_str(),
+      w.checkpointing ? "on" : "off", static_cast<long long>(e.layout.chunk_size),
+      static_cast<long long>(w.vocab));
+  std::printf("\n%s GPT: %s parameters (%lld): hidden %lld, %lld layers, %lld heads\n",
+              o.layers ? (e.fit.fits ? "This" : "This (does NOT fit)") : "Largest",
+              params_text(e.params).c_str(), static_cast<long long>(e.params),
+              static_cast<long long>(e.hidden), static_cast<long long>(e.layers),
+              static_cast<long long>(e.heads));
+  std::printf("  search: %s\n", est.how.c_str());
+  std::printf(
+      "  %lld chunks of %lld elements at %lld bytes/parameter; per GPU %lld owned: %lld "
+      "on the host, %lld kept on the GPU\n",
+      static_cast<long long>(e.layout.num_chunks), static_cast<long long>(e.layout.chunk_size),
+      static_cast<long long>(e.payload.whole()), static_cast<long long>(e.fit.owned_chunks),
+      static_cast<long long>(e.fit.host_chunks), static_cast<long long>(e.fit.device_chunks));
+  if (!e.fit.fits) std::printf("  why not: %s\n", e.fit.reason.c_str());
+  print_memory(tiers, e, w, true);
+  if (timed)
+    print_time(e.time, w, hw);
+  else
+    std::printf(
+        "\nStep time: give --gpu-tflops, --pcie-gbps and --cpu-mem-gbps (or --hardware) "
+        "for a prediction\n");
+  if (!o.layers) {
+    std::printf("\nLargest GPT by micro-batch (the batch trades activations for model data):\n");
+    for (int64_t mb : {1, 2, 4, 8, 16, 32}) {
+      plan::Workload wb = w;
+      wb.micro_batch = mb;
+      const auto b = plan::estimate_largest(
+          hw, wb, o.hidden,
+          e.heads > 0 && o.hidden ? std::optional<int64_t>(e.heads) : std::nullopt);
+      std::printf("  micro-batch %2lld: %9s", static_cast<long long>(mb),
+                  b.best.params ? params_text(b.best.params).c_str() : "none");
+      if (b.best.params && timed)
+        std::printf("  (hidden %lld, %lld layers; %.1f TFLOPS per GPU)",
+                    static_cast<long long>(b.best.hidden), static_cast<long long>(b.best.layers),
+                    b.best.time.tflops_per_gpu());
+      std::printf("%s\n", mb == w.micro_batch ? "  <- this estimate" : "");
+    }
+  }
+  if (!est.ladder.empty()) {
+    std::printf("\nPreset ladder (seq %lld, this workload):\n", static_cast<long long>(w.seq_len));
+    for (const auto& l : est.ladder)
+      std::printf("  %-12s %9s  %s\n", l.name.c_str(), params_text(l.params).c_str(),
+                  l.fits ? "fits" : "does not fit");
+  }
+  if (o.compare) {
+    std::printf(
+        "\nDeepSpeed's own estimator formulas (theirs: model states only, no activations, "
+        "f = 1.5):\n");
+    for (const auto& d : ds)
+      std::printf("  %-44s GPU %-4s CPU %-32s => %s\n", d.name.c_str(), d.gpu_formula.c_str(),
+                  d.cpu_formula.c_str(),
+                  d.max_params ? params_text(d.max_params).c_str() : "no fit (4L > GPU)");
+    std::printf("  %-44s => %s\n", "pstar (this estimate)", params_text(e.params).c_str());
+  }
+}
+
+int run_config_check(const EstimateCommandOptions& o) {
+  const auto config = config::load_train_config(o.config_path, o.overrides);
+  PSTAR_CHECK(config.engine.mode == "chunked", ConfigError, o.config_path, ": engine.mode is \"",
+              config.engine.mode,
+              "\"; pstar estimate checks chunk-engine configs (engine.mode \"chunked\")");
+  const auto shape = model::resolve_gpt_config(config.model);
+  const plan::Workload w = plan::workload_from_config(config, shape);
+  const bool hardware = !o.hardware.empty() || !o.gpu_mem.empty();
+  plan::Evaluation e;
+  plan::Hardware hw;
+  int64_t gpu_capacity = 0, host_capacity = 0;
+  std::string where;
+  if (hardware) {
+    hw = resolve_hardware(o);
+    e = plan::evaluate(hw, w, shape.hidden, shape.layers, shape.heads);
+    gpu_capacity = hw.gpu_memory;
+    host_capacity = hw.cpu_memory;
+    where = str_cat(hw.world(), " x ", hw.name, " (", format_bytes(hw.gpu_memory), "), ",
+                    format_bytes(hw.cpu_memory), " host per node");
+  } else {
+    // What `pstar train` checks at start-up: the config's budgets, one rank, no staging.
+    const int64_t ram = plan::physical_memory_bytes();
+    const int64_t device = config.engine.device_memory.value_or(
+        static_cast<int64_t>(plan::kDefaultMemoryRatio * static_cast<double>(ram)));
+    const int64_t host = config.engine.host_memory.value_or(
+        static_cast<int64_t>(plan::kDefaultMemoryRatio * static_cast<double>(ram)));
+    e = plan::evaluate_budgets(device, host, w, shape.hidden, shape.layers, shape.heads);
+    gpu_capacity = device;
+    host_capacity = host;
+    where = str_cat("the config's budgets: engine.device_memory ", format_bytes(device),
+                    ", engine.host_memory ", format_bytes(host));
+  }
+  const Tiers tiers = memory_items(e, gpu_capacity, host_capacity, hardware ? hw.gpus_per_node : 1);
+  if (o.json) {
+    json j = evaluation_json(e, tiers);
+    j["fits"] = e.fit.fits;
+    j["reason"] = e.fit.reason;
+    j["margin"] = {{"gpu", e.fit.device_limit - e.fit.device_used},
+                   {"host", e.host_budget - e.fit.host_used}};
+    if (hardware && has_time_model(hw)) j["time"] = time_json(e.time, w, hw);
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("%s: GPT hidden %lld, %lld layers, %lld heads (%s parameters) on %s\n",
+                o.config_path.c_str(), static_cast<long long>(e.hidden),
+                static_cast<long long>(e.layers), static_cast<long long>(e.heads),
+                params_text(e.params).c_str(), where.c_str());
+    print_memory(tiers, e, w, hardware);
+    if (hardware && has_time_model(hw)) print_time(e.time, w, hw);
+    std::printf("\n%s: device margin %s, host margin %s\n", e.fit.fits ? "FITS" : "DOES NOT FIT",
+                format_bytes(e.fit.device_limit - e.fit.device_used).c_str(),
+                format_bytes(e.host_budget - e.fit.host_used).c_str());
+  }
+  PSTAR_CHECK(e.fit.fits, OutOfMemoryError, o.config_path, " does not fit: ", e.fit.reason);
+  return 0;
+}
+
+}  // namespace
+
+void register_estimate(CLI::App& app) {
+  auto o = std::make_shared<EstimateCommandOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "estimate",
+      "Predict the largest GPT the given hardware trains, or check a config against it "
+      "(see docs/estimate.md)");
+  sub->add_option("--hardware", o->hardware, "GPU preset: " + preset_list());
+  sub->add_option("--gpu-mem", o->gpu_mem, "Memory per GPU, e.g. 80GB (overrides the preset's)");
+  sub->add_option("--cpu-mem", o->cpu_mem, "Host memory per node, e.g. 1TB");
+  sub->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node")->capture_default_str();
+  sub->add_option("--nodes", o->nodes, "Nodes")->capture_default_str();
+  sub->add_option("--gpu-tflops", o->gpu_tflops, "Dense fp16/bf16 peak TFLOPS per GPU");
+  sub->add_option("--pcie-gbps", o->pcie_gbps, "Achieved host<->device GB/s per direction");
+  sub->add_option("--cpu-mem-gbps", o->cpu_mem_gbps, "Achieved host memory GB/s per node");
+  sub->add_option("--link-gbps", o->link_gbps, "GPU<->GPU GB/s per direction within a node");
+  sub->add_option("--net-gbps", o->net_gbps, "Inter-node GB/s per node (default 25)");
+  sub->add_option("--mfu", o->mfu, "Share of peak FLOPS the GPU compute reaches")
+      ->capture_default_str();
+  sub->add_option("--seq-len", o->seq_len, "Tokens per sequence")->capture_default_str();
+  sub->add_option("--micro-batch", o->micro_batch, "Sequences per GPU per step")
+      ->capture_default_str();
+  sub->add_option("--activation-checkpointing", o->checkpointing, "on or off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  sub->add_option("--precision", o->precision, "fp16, bf16 or fp32")
+      ->check(CLI::IsMember({"fp16", "bf16", "fp32"}))
+      ->capture_default_str();
+  sub->add_option("--chunk-size", o->chunk_size, "Chunk size in elements, e.g. 64M")
+      ->capture_default_str();
+  sub->add_option("--vocab", o->vocab, "Vocabulary size")->capture_default_str();
+  sub->add_option("--hidden", o->hidden, "Fix the hidden size and search the layer count");
+  sub->add_option("--heads", o->heads, "Attention heads (default hidden/128)");
+  sub->add_option("--layers", o->layers, "With --hidden: evaluate this exact shape");
+  sub->add_option("--config", o->config_path,
+                  "Check this training config against the hardware (or, with no hardware "
+                  "flags, against its own engine budgets)");
+  sub->add_option("--set", o->overrides, "With --config: override a config key, KEY=VALUE")
+      ->allow_extra_args(false);
+  sub->add_flag("--json", o->json, "Print JSON instead of tables");
+  sub->add_flag("--compare", o->compare, "Add DeepSpeed's estimator formulas, side by side");
+  sub->callback([o] { run_estimate(*o); });
+}
+
+int run_estimate(const EstimateCommandOptions& o) {
+  if (!o.config_path.empty()) return run_config_check(o);
+  const plan::Hardware hw = resolve_hardware(o);
+  const plan::Workload w = resolve_workload(o);
+  std::optional<int64_t> hidden = o.hidden, heads = o.heads;
+  PSTAR_CHECK(!heads || hidden, ConfigError, "--heads needs --hidden");
+  PSTAR_CHECK(!o.layers || hidden, ConfigError, "--layers needs --hidden");
+  if (hidden) {
+    PSTAR_CHECK(*hidden >= 1, ConfigError, "--hidden: ", *hidden, " must be positive");
+    if (heads) PSTAR_CHECK(*heads >= 1, ConfigError, "--heads: ", *heads, " must be positive");
+    const int64_t a = heads.value_or(std::max<int64_t>(1, *hidden / 128));
+    PSTAR_CHECK(*hidden % a == 0, ConfigError, "--hidden ", *hidden,
+                " is not divisible by --heads ", a, "; choose heads that divide hidden");
+    heads = a;
+  }
+  plan::Estimate est;
+  if (o.layers) {
+    PSTAR_CHECK(*o.layers >= 1, ConfigError, "--layers: ", *o.layers, " must be positive");
+    est.best = plan::evaluate(hw, w, *hidden, *o.layers, *heads);
+    est.how = "the shape given";
+  } else {
+    est = plan::estimate_largest(hw, w, hidden, heads);
+    if (est.best.params == 0) {
+      // Nothing fits: explain with the smallest shape tried.
+      const int64_t h = hidden.value_or(256);
+      const auto e = plan::evaluate(hw, w, h, 1, heads.value_or(std::max<int64_t>(1, h / 128)));
+      PSTAR_THROW(OutOfMemoryError, "no GPT of ",
+                  hidden ? "hidden " + std::to_string(h) : "any searched width",
+                  " fits this hardware; even one layer of hidden ", h, ": ", e.fit.reason);
+    }
+  }
+  const plan::Evaluation& e = est.best;
+  const Tiers tiers = memory_items(e, hw.gpu_memory, hw.cpu_memory, hw.gpus_per_node);
+  const auto ds = plan::deepspeed_estimates(hw, e.hidden, w.vocab);
+  if (o.json) {
+    json j = evaluation_json(e, tiers);
+    j["fits"] = e.fit.fits;
+    j["reason"] = e.fit.reason;
+    j["search"] = est.how;
+    j["hardware"] = {{"name", hw.name},
+                     {"gpu_memory", hw.gpu_memory},
+                     {"cpu_memory", hw.cpu_memory},
+                     {"gpus_per_node", hw.gpus_per_node},
+                     {"nodes", hw.nodes}};
+    j["workload"] = {{"seq_len", w.seq_len},
+                     {"micro_batch", w.micro_batch},
+                     {"activation_checkpointing", w.checkpointing},
+                     {"precision", w.precision},
+                     {"chunk_size", w.chunk_size},
+                     {"vocab", w.vocab}};
+    if (has_time_model(hw)) j["time"] = time_json(e.time, w, hw);
+    json ladder = json::array();
+    for (const auto& l : est.ladder)
+      ladder.push_back({{"name", l.name}, {"params", l.params}, {"fits", l.fits}});
+    j["ladder"] = ladder;
+    if (o.compare) {
+      json c = json::array();
+      for (const auto& d : ds)
+        c.push_back({{"name", d.name},
+                     {"max_params", d.max_params},
+                     {"gpu_formula", d.gpu_formula},
+                     {"cpu_formula", d.cpu_formula},
+                     {"source", "DeepSpeed's published estimator formulas (theirs)"}});
+      j["compare"] = c;
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    print_report(o, hw, w, est, tiers, ds);
+  }
+  PSTAR_CHECK(e.fit.fits, OutOfMemoryError, "hidden ", e.hidden, ", ", e.layers, " layers, ",
+              e.heads, " heads does not fit: ", e.fit.reason);
+  return 0;
+}
+
+}  // namespace pstar::cmd

@@ -1,0 +1,117 @@
+// `pstar estimate`: the largest GPT a set of hardware trains, from the engine's own accounting
+// (memory_plan.h) plus a step-time model. docs/estimate.md lists every assumption and its source.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pstar/plan/memory_plan.h"
+
+namespace pstar::plan {
+
+// A GPU model's figures (docs/estimate.md gives each source).
+struct GpuPreset {
+  const char* name;
+  int64_t memory;       // bytes
+  double tflops_16;     // dense fp16/bf16 tensor-core peak
+  double tflops_32;     // dense fp32 peak (TF32 tensor cores where the GPU has them)
+  double pcie_gbps;     // achieved host<->device per direction, GB/s
+  double link_gbps;     // GPU<->GPU within a node per direction, GB/s
+  double cpu_mem_gbps;  // host memory bandwidth of the typical server around it, GB/s
+};
+const std::vector<GpuPreset>& gpu_presets();
+const GpuPreset* find_gpu_preset(const std::string& name);  // case-insensitive; nullptr if none
+
+struct Hardware {
+  std::string name = "custom";
+  int64_t gpu_memory = 0;  // per GPU
+  int64_t cpu_memory = 0;  // per node
+  int64_t gpus_per_node = 1;
+  int64_t nodes = 1;
+  double tflops_16 = 0, tflops_32 = 0;
+  double pcie_gbps = 0, link_gbps = 0, cpu_mem_gbps = 0;
+  double net_gbps = 25;  // between nodes, per node
+  double mfu = 0.5;      // share of peak the GPU compute reaches
+  int64_t world() const { return gpus_per_node * nodes; }
+};
+
+struct Workload {
+  int64_t seq_len = 1024;
+  int64_t micro_batch = 4;
+  bool checkpointing = true;
+  int64_t elem_bytes = 2;  // 2: fp16/bf16, 4: fp32
+  std::string precision = "bf16";
+  int64_t chunk_size = int64_t{64} << 20;  // elements
+  int64_t vocab = 50257;
+  bool use_cpu_embedding = false;
+  bool chunk_size_search = false;
+  bool gradient_accumulation = false;
+};
+
+// What `pstar train` runs for a config: the model's shape and the config's batch, precision,
+// checkpointing and chunk options.
+Workload workload_from_config(const config::TrainConfig& config, const model::GptConfig& shape);
+
+struct StepTime {
+  double flops_per_gpu = 0;
+  double compute_s = 0, transfer_s = 0, host_adam_s = 0, comm_s = 0;
+  double step_s() const { return compute_s + transfer_s + host_adam_s + comm_s; }
+  double tflops_per_gpu() const { return flops_per_gpu / step_s() / 1e12; }
+};
+
+// One GPT shape on the hardware: the fit per tier, the activations, the time.
+struct Evaluation {
+  int64_t hidden = 0, layers = 0, heads = 0, params = 0;
+  ChunkLayout layout;
+  PayloadBytes payload;
+  ActivationEstimate activations;
+  Fit fit;
+  int64_t device_budget = 0, host_budget = 0;  // kDefaultMemoryRatio of each tier
+  int64_t staging_per_rank = 0;
+  StepTime time;
+};
+
+Evaluation evaluate(const Hardware& hw, const Workload& w, int64_t hidden, int64_t layers,
+                    int64_t heads);
+
+// The fit and time of an explicit device/host budget pair (the engine's emulated tier, or a
+// config's engine.device_memory/host_memory), one rank, no staging: what `pstar train` checks.
+Evaluation evaluate_budgets(int64_t device_budget, int64_t host_budget, const Workload& w,
+                            int64_t hidden, int64_t layers, int64_t heads);
+
+// The most layers of width `hidden` that fit (0 if none), up to `limit`: on hardware, or on one
+// rank's explicit budgets (the emulated device tier).
+int64_t max_layers(const Hardware& hw, const Workload& w, int64_t hidden, int64_t heads,
+                   int64_t limit = 4096);
+int64_t max_layers_budgets(int64_t device_budget, int64_t host_budget, const Workload& w,
+                           int64_t hidden, int64_t heads, int64_t limit = 4096);
+
+struct LadderEntry {
+  std::string name;
+  int64_t params = 0;
+  bool fits = false;
+};
+
+struct Estimate {
+  Evaluation best;  // params 0 when nothing fits
+  std::string how;  // "layers searched at hidden H" / "continuous shapes" ...
+  std::vector<LadderEntry> ladder;
+};
+
+// With hidden/heads: the most layers. Without: the preset ladder's widths and a continuous grid of
+// widths (head size 128), layers free within hidden/160..hidden/32 (docs/estimate.md).
+Estimate estimate_largest(const Hardware& hw, const Workload& w, std::optional<int64_t> hidden,
+                          std::optional<int64_t> heads);
+
+// DeepSpeed's published estimator formulas (model states only), inverted to the largest P.
+struct DeepSpeedEstimate {
+  std::string name;
+  int64_t max_params = 0;
+  std::string gpu_formula, cpu_formula;
+};
+std::vector<DeepSpeedEstimate> deepspeed_estimates(const Hardware& hw, int64_t hidden,
+                                                   int64_t vocab);
+
+}  // namespace pstar::plan

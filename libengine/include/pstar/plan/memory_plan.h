@@ -1,0 +1,157 @@
+// The memory accounting of the chunk engine, shared by the engine's start-up fit check and by
+// `pstar estimate`: there is no second formula (docs/estimate.md).
+//
+// Note [fit]
+// Model data lives in chunks (Note [chunk layout] in chunked_engine.h). A rank owns
+// ceil(chunks / world) of them. Owned chunks live on the host while the host budget has room;
+// the rest start on the device and stay there for good (the "static" part of the device margin,
+// updated by device Adam). The device must hold, at once: the static chunks with their optimizer
+// state, the working set (two communication groups of gathered compute payloads: the group in use
+// and the next), and the non-model peak (activations and temporaries). The working set and the
+// non-model peak must fit the device budget. With static chunks, everything must fit in
+// kDeviceFillRatio of it: those chunks cannot be evicted, so the rest absorbs misprediction of
+// non-model memory. Without them, the warm-up's measurement and eviction absorb it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pstar::config {
+struct TrainConfig;
+}
+namespace pstar::model {
+struct GptConfig;
+}
+
+namespace pstar::plan {
+
+// Share of a tier pstar uses when no budget is given (PatrickStar's tracer uses 0.8 too).
+inline constexpr double kDefaultMemoryRatio = 0.8;
+// Share of the device budget the start-up plan may fill; the warm-up plan uses the same share
+// for the margin.
+inline constexpr double kDeviceFillRatio = 0.9;
+
+// This machine's physical memory (the default budgets are kDefaultMemoryRatio of it).
+int64_t physical_memory_bytes();
+
+// A leaf module that owns parameters, as the chunk plan sees it.
+struct LeafModule {
+  int64_t numel = 0;
+  bool embedding = false;  // kept on the host with use_cpu_embedding
+};
+
+// ---- chunk layout ----------------------------------------------------------------------------
+
+struct LayoutOptions {
+  int64_t configured_size = 0;  // default_chunk_size, elements
+  bool search = false;          // engine.chunk_size_search
+  bool use_cpu_embedding = false;
+};
+
+struct ChunkLayout {
+  enum class Choice { kConfigured, kSearched, kShrunk, kRaised };
+  int64_t chunk_size = 0;  // elements
+  int64_t num_chunks = 0;
+  int64_t host_pinned_chunks = 0;  // embedding chunks with use_cpu_embedding
+  int64_t params = 0;
+  int64_t largest_leaf = 0;
+  Choice choice = Choice::kConfigured;
+  int64_t searched_lo = 0, searched_hi = 0;  // the searched range, for kSearched and kShrunk
+
+  int64_t padding_elements() const { return num_chunks * chunk_size - params; }
+};
+
+// Chunks needed for `leaves` (in construction order) at `size` elements per chunk: first fit in
+// order, a new chunk whenever a leaf does not fit, host-pinned leaves in chunks of their own.
+int64_t count_chunks(const std::vector<LeafModule>& leaves, int64_t size, bool use_cpu_embedding);
+
+// The chunk size: the configured one, raised to the largest leaf, or the least wasteful size on a
+// 64Ki-element grid when searching (and when the configured size exceeds the whole model).
+ChunkLayout plan_layout(const std::vector<LeafModule>& leaves, const LayoutOptions& options);
+
+// ---- bytes per element of a chunk --------------------------------------------------------------
+
+struct PayloadBytes {
+  int64_t param = 0;   // compute dtype (2 for fp16/bf16, 4 for fp32)
+  int64_t grad = 0;    // separate fp32 gradient: 4 without param/grad reuse, else 0
+  int64_t master = 0;  // fp32 master: 4, or 0 in fp32 training (the param is the master)
+  int64_t adam = 8;    // momentum + variance
+  int64_t compute() const { return param + grad; }  // moves between tiers with use
+  int64_t optimizer() const { return master + adam; }
+  int64_t whole() const { return compute() + optimizer(); }
+};
+
+// Note [param/grad reuse] in chunked_engine.h: fp16/bf16 without gradient accumulation reuse the
+// parameter slot for the gradient.
+PayloadBytes payload_bytes(int64_t elem_bytes, bool gradient_accumulation);
+
+// ---- non-model memory --------------------------------------------------------------------------
+
+// One GPT micro-batch as pstar's model computes it (model/gpt.cpp): LayerNorm and softmax in fp32,
+// loss in fp32 over the full vocabulary.
+struct GptActivationInput {
+  int64_t hidden = 0, layers = 0, heads = 0, vocab = 0;
+  int64_t seq = 0, micro_batch = 0;
+  int64_t elem_bytes = 2;
+  bool checkpointing = false;
+};
+
+// Note [activation model]: the bytes autograd keeps per block, and the transient peaks of the
+// loss/LM head and of one block's backward. docs/estimate.md derives each term.
+struct ActivationEstimate {
+  int64_t block_saved = 0;     // one block's saved tensors (kept per block without checkpointing)
+  int64_t stored = 0;          // all blocks' saved tensors during backward
+  int64_t head_peak = 0;       // final LayerNorm + logits + fp32 loss and their gradients
+  int64_t block_backward = 0;  // one block's backward transients (+ recompute with checkpointing)
+  int64_t peak = 0;            // the non-model peak: the larger of the two phases
+  int64_t stored_without_checkpointing = 0, stored_with_checkpointing = 0;  // for reports
+};
+ActivationEstimate estimate_gpt_activations(const GptActivationInput& in);
+
+// What a training config asks of one rank: the model's shape, the micro-batch of full-length
+// sequences, the compute dtype and checkpointing.
+GptActivationInput gpt_activation_input(const config::TrainConfig& config,
+                                        const model::GptConfig& shape);
+// Bytes per compute element under a config: 2 for bf16/fp16, 4 for fp32.
+int64_t compute_elem_bytes(const config::TrainConfig& config);
+// The GPT's leaf modules in construction order, embeddings (wte, wpe) marked.
+std::vector<LeafModule> gpt_leaf_modules(const model::GptConfig& shape);
+
+// ---- the fit ----------------------------------------------------------------------------------
+
+struct FitInput {
+  ChunkLayout layout;
+  PayloadBytes payload;
+  int64_t world_size = 1;        // ranks sharing the chunks (ZeRO ownership)
+  int64_t ranks_per_host = 1;    // ranks sharing one host budget
+  int64_t device_budget = 0;     // per rank
+  int64_t host_budget = 0;       // per host
+  int64_t non_model = 0;         // predicted non-model peak per rank (0: unknown, measured later)
+  int64_t staging_per_rank = 0;  // pinned host staging buffers (0 on the emulated device tier)
+};
+
+struct Fit {
+  bool fits = false;
+  int64_t owned_chunks = 0;   // per rank
+  int64_t host_chunks = 0;    // per rank, on the host
+  int64_t device_chunks = 0;  // per rank, static on the device
+  // Per rank, on the device.
+  int64_t device_static = 0;   // device_chunks * whole payload
+  int64_t device_working = 0;  // two groups of gathered compute payloads
+  int64_t device_non_model = 0;
+  int64_t device_used = 0;
+  int64_t device_limit = 0;  // kDeviceFillRatio * device_budget
+  // Per host.
+  int64_t host_model = 0;  // ranks_per_host * host_chunks * whole payload
+  int64_t host_staging = 0;
+  int64_t host_used = 0;
+  int64_t padding_bytes = 0;  // per rank: the owned share of chunk padding, all payloads
+  std::string reason;         // why not, naming the tier and what to change; empty when it fits
+
+  int64_t device_margin() const { return device_limit - device_used; }
+};
+
+Fit check_fit(const FitInput& in);
+
+}  // namespace pstar::plan

@@ -1,0 +1,109 @@
+// Runs the built `pstar` binary as a subprocess, as a user or a script would, for the cmd tests.
+#pragma once
+
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "pstar_test_paths.h"
+
+namespace pstar::cmd {
+
+namespace fs = std::filesystem;
+
+inline const char* const kPstar = PSTAR_BINARY_DIR "/pstar";
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+inline std::ostream& operator<<(std::ostream& os, const RunResult& r) {
+  return os << "exit code " << r.exit_code << "\n--- stdout ---\n"
+            << r.out << "--- stderr ---\n"
+            << r.err;
+}
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using UniqueFile = std::unique_ptr<std::FILE, FileCloser>;
+
+inline std::string read_all(std::FILE* f) {
+  std::string text;
+  std::rewind(f);
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  return text;
+}
+
+// Runs `pstar ARGS...` in `cwd` and waits for it. stdout and stderr go to anonymous temporary
+// files rather than pipes, so a chatty child can never block on a full pipe while we wait.
+inline RunResult run_pstar(const std::vector<std::string>& args, const fs::path& cwd) {
+  RunResult result;
+  UniqueFile out(std::tmpfile()), err(std::tmpfile());
+  if (!out || !err) {
+    ADD_FAILURE() << "tmpfile: " << std::strerror(errno);
+    return result;
+  }
+  // Everything the child needs is built before fork: after it, only async-signal-safe calls.
+  std::vector<std::string> storage{kPstar};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const std::string dir = cwd.string();
+  std::fflush(nullptr);
+
+  const pid_t pid = fork();
+  if (pid < 0) {
+    ADD_FAILURE() << "fork: " << std::strerror(errno);
+    return result;
+  }
+  if (pid == 0) {
+    if (dup2(fileno(out.get()), STDOUT_FILENO) < 0 || dup2(fileno(err.get()), STDERR_FILENO) < 0)
+      _exit(126);
+    if (chdir(dir.c_str()) != 0) {
+      static const char msg[] = "run_pstar: chdir failed\n";
+      (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+      _exit(126);
+    }
+    execv(argv[0], argv.data());
+    static const char msg[] = "run_pstar: execv failed\n";
+    (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) {
+      ADD_FAILURE() << "waitpid: " << std::strerror(errno);
+      return result;
+    }
+  }
+  if (WIFEXITED(status))
+    result.exit_code = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status))
+    result.exit_code = 128 + WTERMSIG(status);
+  result.out = read_all(out.get());
+  result.err = read_all(err.get());
+  return result;
+}
+
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace pstar::cmd

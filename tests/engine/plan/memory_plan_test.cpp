@@ -1,0 +1,237 @@
+// The memory accounting against hand-computed values: chunk layouts, payload bytes, the fit, the
+// estimator's search and DeepSpeed's formulas.
+#include <gtest/gtest.h>
+
+#include "pstar/base/error.h"
+#include "pstar/model/gpt_shape.h"
+#include "pstar/plan/estimate.h"
+#include "pstar/plan/memory_plan.h"
+
+namespace pstar::plan {
+namespace {
+
+constexpr int64_t kGB = 1000 * 1000 * 1000;
+
+TEST(PayloadBytesTest, MatchesTheChunkLayoutNote) {
+  EXPECT_EQ(payload_bytes(2, false).whole(), 14);  // param/grad reuse (PatrickStar's 14 B)
+  EXPECT_EQ(payload_bytes(2, false).compute(), 2);
+  EXPECT_EQ(payload_bytes(2, true).whole(), 18);  // separate fp32 gradient
+  EXPECT_EQ(payload_bytes(2, true).compute(), 6);
+  EXPECT_EQ(payload_bytes(4, false).whole(), 16);  // fp32: the param is the master
+  EXPECT_EQ(payload_bytes(4, false).optimizer(), 8);
+}
+
+TEST(ChunkLayoutTest, FirstFitInOrder) {
+  const std::vector<LeafModule> leaves = {{3}, {5}, {4}, {2}, {7}};
+  // size 8: [3,5] [4,2] [7]
+  EXPECT_EQ(count_chunks(leaves, 8, false), 3);
+  // size 10: [3,5] [4,2] [7]; size 14: [3,5,4,2] [7]
+  EXPECT_EQ(count_chunks(leaves, 10, false), 3);
+  EXPECT_EQ(count_chunks(leaves, 14, false), 2);
+}
+
+TEST(ChunkLayoutTest, HostPinnedEmbeddingsGetChunksOfTheirOwn) {
+  const std::vector<LeafModule> leaves = {{3, true}, {2, true}, {1}, {1}};
+  EXPECT_EQ(count_chunks(leaves, 8, false), 1);
+  EXPECT_EQ(count_chunks(leaves, 8, true), 2);
+  // Size 5 (below the model's 7, so not shrunk): [3, 2] pinned, [1, 1].
+  const auto layout = plan_layout(leaves, LayoutOptions{5, false, true});
+  EXPECT_EQ(layout.choice, ChunkLayout::Choice::kConfigured);
+  EXPECT_EQ(layout.num_chunks, 2);
+  EXPECT_EQ(layout.host_pinned_chunks, 1);
+  EXPECT_EQ(layout.padding_elements(), 2 * 5 - 7);
+}
+
+TEST(ChunkLayoutTest, RaisesToTheLargestLeafOnTheGrid) {
+  const std::vector<LeafModule> leaves = {{100000}, {70000}, {300000}};
+  const auto layout = plan_layout(leaves, LayoutOptions{1 << 17, false, false});
+  EXPECT_EQ(layout.choice, ChunkLayout::Choice::kRaised);
+  EXPECT_EQ(layout.chunk_size, 5 * 65536);  // 300000 rounded up to 64Ki elements
+  EXPECT_EQ(layout.num_chunks, 2);          // [100000, 70000] [300000]
+}
+
+TEST(ChunkLayoutTest, GptLeavesCountTheModelExactly) {
+  model::GptConfig shape;
+  shape.hidden = 64;
+  shape.layers = 3;
+  shape.heads = 4;
+  shape.vocab_size = 256;
+  shape.seq_len = 32;
+  const auto leaves = gpt_leaf_modules(shape);
+  int64_t total = 0;
+  for (const auto& l : leaves) total += l.numel;
+  EXPECT_EQ(total, shape.num_params());
+  EXPECT_TRUE(leaves[0].embedding && leaves[1].embedding && !leaves[2].embedding);
+}
+
+FitInput small_fit(int64_t chunks, int64_t device_budget, int64_t host_budget) {
+  FitInput in;
+  in.layout.chunk_size = 1000;
+  in.layout.num_chunks = chunks;
+  in.layout.params = chunks * 1000 - 10;
+  in.payload = payload_bytes(2, false);  // 14 B: 14000 B per chunk, 2000 B compute
+  in.device_budget = device_budget;
+  in.host_budget = host_budget;
+  return in;
+}
+
+TEST(FitTest, HostFirstThenTheDeviceKeepsTheRest) {
+  // Host holds floor(50000 / 14000) = 3 chunks; 7 - 3 = 4 go to the device: 56000 B, plus a
+  // working set of 2 * 2000 B and 5000 B non-model = 65000 <= 0.9 * 80000.
+  FitInput in = small_fit(7, 80000, 50000);
+  in.non_model = 5000;
+  Fit f = check_fit(in);
+  EXPECT_TRUE(f.fits) << f.reason;
+  EXPECT_EQ(f.host_chunks, 3);
+  EXPECT_EQ(f.device_chunks, 4);
+  EXPECT_EQ(f.device_used, 4 * 14000 + 4000 + 5000);
+  EXPECT_EQ(f.device_limit, 72000);
+  EXPECT_EQ(f.host_used, 3 * 14000);
+  EXPECT_EQ(f.padding_bytes, 10 * 14);
+  // One more chunk needs 79000 > 72000.
+  in.layout.num_chunks = 8;
+  f = check_fit(in);
+  EXPECT_FALSE(f.fits);
+  EXPECT_NE(f.reason.find("model data"), std::string::npos) << f.reason;
+}
+
+TEST(FitTest, NonModelMemoryAloneCanExceedTheDevice) {
+  FitInput in = small_fit(1, 80000, 1 << 20);
+  in.non_model = 77000;  // + 4000 working > 80000
+  const Fit f = check_fit(in);
+  EXPECT_FALSE(f.fits);
+  EXPECT_NE(f.reason.find("device tier"), std::string::npos) << f.reason;
+  EXPECT_NE(f.reason.find("micro-batch"), std::string::npos) << f.reason;
+  // Within the budget but past the fill ratio: fine while no chunk has to stay on the device.
+  in.non_model = 70000;
+  EXPECT_TRUE(check_fit(in).fits);
+  in.host_budget = 0;  // now the one chunk must stay on the device
+  EXPECT_FALSE(check_fit(in).fits);
+}
+
+TEST(FitTest, RanksShareChunksAndTheHost) {
+  // 16 chunks over 4 ranks, 2 ranks per host: 4 owned each; host 100000 - 2 * 3000 staging
+  // holds floor(94000 / 2 / 14000) = 3 per rank.
+  FitInput in = small_fit(16, 1 << 20, 100000);
+  in.world_size = 4;
+  in.ranks_per_host = 2;
+  in.staging_per_rank = 3000;
+  const Fit f = check_fit(in);
+  EXPECT_TRUE(f.fits) << f.reason;
+  EXPECT_EQ(f.owned_chunks, 4);
+  EXPECT_EQ(f.host_chunks, 3);
+  EXPECT_EQ(f.device_chunks, 1);
+  EXPECT_EQ(f.device_working, 2 * 4 * 2000);  // two gathered groups of 4 chunks
+  EXPECT_EQ(f.host_used, 2 * 3 * 14000 + 6000);
+}
+
+TEST(FitTest, EmbeddingChunksMustStayOnTheHost) {
+  FitInput in = small_fit(4, 1 << 20, 20000);  // host holds 1 chunk
+  in.layout.host_pinned_chunks = 2;
+  const Fit f = check_fit(in);
+  EXPECT_FALSE(f.fits);
+  EXPECT_NE(f.reason.find("use_cpu_embedding"), std::string::npos) << f.reason;
+}
+
+// A hand count of the activation model for one tiny shape (Note [activation model]):
+// B=2, S=4, h=8, a=2, V=16, L=3, bf16.
+TEST(ActivationModelTest, HandComputedTinyShape) {
+  GptActivationInput in{8, 3, 2, 16, 4, 2, 2, false};
+  const int64_t bsh = 2 * 4 * 8, bs = 8, scores = 2 * 2 * 4 * 4, bsv = 2 * 4 * 16;
+  const int64_t block = 8 * bsh + 14 * 2 * bsh + 16 * bs + 6 * scores + 16;
+  auto a = estimate_gpt_activations(in);
+  EXPECT_EQ(a.block_saved, block);
+  EXPECT_EQ(a.stored, 3 * block);
+  EXPECT_EQ(a.head_peak, 6 * bsh + 8 * bs + 14 * bsv);
+  const int64_t mlp = 9 * 2 * bsh + 4 * 64 * 2;
+  EXPECT_EQ(a.block_backward, std::max(6 * scores, mlp) + 2 * bsv);
+  EXPECT_EQ(a.peak, 3 * block + std::max(a.head_peak, a.block_backward));
+  in.checkpointing = true;
+  a = estimate_gpt_activations(in);
+  EXPECT_EQ(a.stored, 3 * 2 * bsh);
+  EXPECT_EQ(a.block_backward, block + std::max(6 * scores, mlp) + 2 * bsv);
+}
+
+TEST(ActivationModelTest, CheckpointingSavesMemoryAtScale) {
+  GptActivationInput in{4096, 48, 32, 50257, 1024, 4, 2, false};
+  const auto off = estimate_gpt_activations(in);
+  in.checkpointing = true;
+  const auto on = estimate_gpt_activations(in);
+  EXPECT_LT(on.peak * 4, off.peak);
+  // Korthikanti et al.: ~seq·batch·hidden·(34 + 5·heads·seq/hidden) bytes per layer without
+  // recomputation; pstar keeps fp32 LayerNorm inputs and softmax outputs, so it is a bit above.
+  const double korthikanti = 1024.0 * 4 * 4096 * (34 + 5.0 * 32 * 1024 / 4096);
+  EXPECT_GT(static_cast<double>(off.block_saved), korthikanti);
+  EXPECT_LT(static_cast<double>(off.block_saved), 1.25 * korthikanti);
+}
+
+Hardware preset_hardware(const char* name, int64_t gpus, int64_t cpu_memory) {
+  const GpuPreset* p = find_gpu_preset(name);
+  EXPECT_NE(p, nullptr) << name;
+  Hardware hw;
+  hw.name = p->name;
+  hw.gpu_memory = p->memory;
+  hw.cpu_memory = cpu_memory;
+  hw.gpus_per_node = gpus;
+  hw.tflops_16 = p->tflops_16;
+  hw.tflops_32 = p->tflops_32;
+  hw.pcie_gbps = p->pcie_gbps;
+  hw.link_gbps = p->link_gbps;
+  hw.cpu_mem_gbps = p->cpu_mem_gbps;
+  return hw;
+}
+
+TEST(EstimateTest, PresetsAreFoundWhateverTheCase) {
+  EXPECT_NE(find_gpu_preset("a100-80gb"), nullptr);
+  EXPECT_NE(find_gpu_preset("RTX 4090-24GB"), nullptr);
+  EXPECT_EQ(find_gpu_preset("A100"), nullptr);
+}
+
+// PatrickStar's published maxima (../shared/reference/patrickstar.md), seq 1024, checkpointing.
+TEST(EstimateTest, ReachesPatrickStarsPublishedScale) {
+  const Workload w;  // seq 1024, checkpointing on, bf16, micro-batch 4
+  const auto v100 = estimate_largest(preset_hardware("V100-32GB", 8, 240 * kGB), w, {}, {});
+  EXPECT_GE(v100.best.params, 18 * kGB);
+  EXPECT_TRUE(v100.best.fit.fits);
+  const auto a100 = estimate_largest(preset_hardware("A100-80GB", 8, 1000 * kGB), w, {}, {});
+  EXPECT_GE(a100.best.params, 68 * kGB);
+  EXPECT_TRUE(a100.best.fit.fits);
+}
+
+TEST(EstimateTest, LayerSearchStopsAtTheLastFit) {
+  const Hardware hw = preset_hardware("H100-80GB", 1, 128 * kGB);
+  const Workload w;
+  const int64_t layers = max_layers(hw, w, 8192, 64);
+  ASSERT_GT(layers, 0);
+  EXPECT_TRUE(evaluate(hw, w, 8192, layers, 64).fit.fits);
+  EXPECT_FALSE(evaluate(hw, w, 8192, layers + 1, 64).fit.fits);
+  // Model data is the limit: 128 GB of host at 80% plus the GPU's share, at 14 B per parameter.
+  const auto e = evaluate(hw, w, 8192, layers, 64);
+  EXPECT_LT(static_cast<double>(e.params) * 14, 0.8 * 128e9 + 0.72 * hw.gpu_memory);
+}
+
+TEST(EstimateTest, StepTimeAddsItsParts) {
+  const Hardware hw = preset_hardware("A100-80GB", 8, 1000 * kGB);
+  const Workload w;
+  const auto e = evaluate(hw, w, 4096, 50, 32);
+  // FLOPs: 8 · P · tokens with recomputation (PatrickStar's count).
+  EXPECT_DOUBLE_EQ(e.time.flops_per_gpu, 8.0 * static_cast<double>(e.params) * 4 * 1024);
+  EXPECT_DOUBLE_EQ(e.time.compute_s, e.time.flops_per_gpu / (312e12 * 0.5));
+  EXPECT_GT(e.time.comm_s, 0);
+  EXPECT_NEAR(e.time.step_s(),
+              e.time.compute_s + e.time.transfer_s + e.time.host_adam_s + e.time.comm_s, 1e-12);
+  EXPECT_LT(e.time.tflops_per_gpu(), 312 * 0.5);
+}
+
+TEST(EstimateTest, DeepSpeedFormulasHandComputed) {
+  const Hardware hw = preset_hardware("A100-80GB", 8, 1000 * kGB);
+  const auto ds = deepspeed_estimates(hw, 8192, 50257);
+  ASSERT_EQ(ds.size(), 2u);
+  // ZeRO-2 offload: min(GPU / 2, CPU / (max(4·8, 16) · 1.5)) = min(42.9e9, 20.8e9).
+  EXPECT_EQ(ds[0].max_params, static_cast<int64_t>(1000e9 / 48));
+  // ZeRO-3 offload: CPU / (18 · 1.5) per node; 4L = 4 · 50257 · 8192 fits 80 GiB.
+  EXPECT_EQ(ds[1].max_params, static_cast<int64_t>(1000e9 / 27));
+}
+
+}  // namespace
+}  // namespace pstar::plan

@@ -1,0 +1,126 @@
+// The estimator against real runs of the chunk engine on the emulated device tier: the largest
+// predicted model trains, a model ~15% larger is refused at start-up by the engine's own fit
+// check, and the predicted non-model peak is within 15% of the one the warm-up measures.
+#include <algorithm>
+#include <cstdio>
+
+#include <gtest/gtest.h>
+
+#include "pstar/base/error.h"
+#include "pstar/chunk/access_trace.h"
+#include "pstar/formats/config.h"
+#include "pstar/model/gpt_shape.h"
+#include "pstar/plan/estimate.h"
+#include "pstar/train/chunked_engine.h"
+#include "pstar/train/trainer.h"
+#include "test_util.h"
+
+namespace pstar::plan {
+namespace {
+
+struct Case {
+  const char* name;
+  int64_t hidden, heads, seq, micro_batch;
+  bool bf16, checkpointing;
+  int64_t device_mib, host_mib;
+};
+
+class EstimateValidationTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    corpus_ = dir_.file("corpus.txt");
+    pstar::testing::write_text(corpus_, pstar::testing::repetitive_corpus());
+  }
+
+  config::TrainConfig config_for(const Case& c, int64_t layers) const {
+    config::TrainConfig t;
+    t.model.hidden = c.hidden;
+    t.model.layers = layers;
+    t.model.heads = c.heads;
+    t.model.vocab_size = 256;
+    t.model.seq_len = c.seq;
+    t.data.text = corpus_;
+    t.train_micro_batch_size_per_gpu = c.micro_batch;
+    t.bf16 = c.bf16;
+    t.optimizer.lr = 1e-3;
+    t.training.steps = 3;
+    t.training.lr_schedule.type = "constant";
+    t.default_chunk_size = 1 << 16;
+    t.engine.mode = "chunked";
+    t.engine.activation_checkpointing = c.checkpointing;
+    t.engine.device_memory = c.device_mib << 20;
+    t.engine.host_memory = c.host_mib << 20;
+    return t;
+  }
+
+  static model::GptConfig shape_of(const config::TrainConfig& t) {
+    return model::resolve_gpt_config(t.model);
+  }
+
+  pstar::testing::ScratchDir dir_;
+  std::string corpus_;
+};
+
+TEST_P(EstimateValidationTest, PredictionMatchesTheEngine) {
+  const Case& c = GetParam();
+  const auto probe = config_for(c, 1);
+  const Workload w = workload_from_config(probe, shape_of(probe));
+  const int64_t device = c.device_mib << 20, host = c.host_mib << 20;
+  const int64_t layers = max_layers_budgets(device, host, w, c.hidden, c.heads);
+  ASSERT_GE(layers, 2) << "the case's budgets should hold a few layers";
+  const Evaluation predicted = evaluate_budgets(device, host, w, c.hidden, layers, c.heads);
+  ASSERT_TRUE(predicted.fit.fits);
+
+  // The largest predicted model trains, and the engine's start-up fit is the estimator's.
+  const auto config = config_for(c, layers);
+  auto built = train::build_model_and_engine(config);
+  auto* engine = dynamic_cast<train::ChunkedEngine*>(built.engine.get());
+  ASSERT_NE(engine, nullptr);
+  EXPECT_EQ(engine->fit().host_chunks, predicted.fit.host_chunks);
+  EXPECT_EQ(engine->fit().device_chunks, predicted.fit.device_chunks);
+  EXPECT_EQ(engine->fit().device_used, predicted.fit.device_used);
+  train::TrainOptions o;
+  o.device = "cpu";
+  o.progress = false;
+  train::Trainer trainer(config, std::move(built), o);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(std::isfinite(trainer.step().loss));
+
+  // The activation model against the warm-up's measured non-model peak.
+  const auto& nm = engine->trace().non_model_bytes;
+  ASSERT_FALSE(nm.empty());
+  const int64_t measured = *std::max_element(nm.begin(), nm.end());
+  const int64_t modelled = predicted.activations.peak;
+  EXPECT_NEAR(static_cast<double>(modelled), static_cast<double>(measured), 0.15 * measured);
+
+  // About 15% more parameters: refused at start-up, before any chunk is allocated.
+  int64_t bigger = layers + 1;
+  auto params_at = [&](int64_t l) { return shape_of(config_for(c, l)).num_params(); };
+  while (params_at(bigger) < 1.15 * static_cast<double>(predicted.params)) ++bigger;
+  const auto too_big = config_for(c, bigger);
+  std::printf(
+      "[validation] %s: %lld layers (%lld params), %lld chunks on the host, %lld on the "
+      "device; %lld layers (%lld params) refused; non-model predicted %.2f MiB, measured %.2f MiB "
+      "(%+.1f%%)\n",
+      c.name, static_cast<long long>(layers), static_cast<long long>(predicted.params),
+      static_cast<long long>(predicted.fit.host_chunks),
+      static_cast<long long>(predicted.fit.device_chunks), static_cast<long long>(bigger),
+      static_cast<long long>(params_at(bigger)), modelled / 1048576.0, measured / 1048576.0,
+      100.0 * (static_cast<double>(modelled) / measured - 1));
+
+  try {
+    train::build_model_and_engine(too_big);
+    FAIL() << c.name << ": " << bigger << " layers were accepted";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("pstar estimate"), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Budgets, EstimateValidationTest,
+    ::testing::Values(Case{"bf16", 128, 4, 64, 8, true, false, 48, 24},
+                      Case{"bf16_checkpointing", 192, 6, 128, 8, true, true, 48, 32},
+                      Case{"fp32", 96, 4, 64, 4, false, false, 40, 16}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace pstar::plan
