@@ -361,11 +361,8 @@ int run_config_check(const EstimateCommandOptions& o) {
                     format_bytes(hw.cpu_memory), " host per node");
   } else {
     // What `pstar train` checks at start-up: the config's budgets, one rank, no staging.
-    const int64_t ram = plan::physical_memory_bytes();
-    const int64_t device = config.engine.device_memory.value_or(
-        static_cast<int64_t>(plan::kDefaultMemoryRatio * static_cast<double>(ram)));
-    const int64_t host = config.engine.host_memory.value_or(
-        static_cast<int64_t>(plan::kDefaultMemoryRatio * static_cast<double>(ram)));
+    const plan::Budgets budgets = plan::config_budgets(config);
+    const int64_t device = budgets.device, host = budgets.host;
     e = plan::evaluate_budgets(device, host, w, shape.hidden, shape.layers, shape.heads);
     gpu_capacity = device;
     host_capacity = host;

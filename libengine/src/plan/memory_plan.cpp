@@ -24,6 +24,13 @@ int64_t physical_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{16} << 30;
 }
 
+Budgets config_budgets(const config::TrainConfig& config) {
+  const auto fallback =
+      static_cast<int64_t>(kDefaultMemoryRatio * static_cast<double>(physical_memory_bytes()));
+  return Budgets{config.engine.device_memory.value_or(fallback),
+                 config.engine.host_memory.value_or(fallback)};
+}
+
 int64_t count_chunks(const std::vector<LeafModule>& leaves, int64_t size, bool use_cpu_embedding) {
   int64_t count = 0, used = size;
   bool pinned = false;

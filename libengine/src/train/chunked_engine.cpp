@@ -487,11 +487,9 @@ ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType 
   s.chunk_size = layout.chunk_size;
 
   // Tier budgets and the fit check (Note [fit]), before anything is allocated.
-  const int64_t ram = plan::physical_memory_bytes();
-  s.device_budget = config.engine.device_memory.value_or(
-      static_cast<int64_t>(plan::kDefaultMemoryRatio * static_cast<double>(ram)));
-  s.host_budget = config.engine.host_memory.value_or(
-      static_cast<int64_t>(plan::kDefaultMemoryRatio * static_cast<double>(ram)));
+  const plan::Budgets budgets = plan::config_budgets(config);
+  s.device_budget = budgets.device;
+  s.host_budget = budgets.host;
   plan::FitInput in;
   in.layout = layout;
   in.payload = s.payload;

@@ -35,6 +35,12 @@ inline constexpr double kDeviceFillRatio = 0.9;
 // This machine's physical memory (the default budgets are kDefaultMemoryRatio of it).
 int64_t physical_memory_bytes();
 
+// A config's engine.device_memory and engine.host_memory, defaulted as the chunk engine does.
+struct Budgets {
+  int64_t device = 0, host = 0;
+};
+Budgets config_budgets(const config::TrainConfig& config);
+
 // A leaf module that owns parameters, as the chunk plan sees it.
 struct LeafModule {
   int64_t numel = 0;
