@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--numel and --iters must be positive, --warmup not negative\n");
     return 2;
   }
-  pstar::core::configure_threads();
+  pstar::core::configure_runtime();
   const int threads = omp_get_max_threads();
   const std::string isa = pstar::optim::host_adam_isa();
 

@@ -166,7 +166,7 @@ double median(std::vector<double> v) {
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 int run(const Options& o) {
-  pstar::core::configure_threads();
+  pstar::core::configure_runtime();
   pstar::log::set_level(pstar::log::Level::kWarn);
 
   // Random bytes: the data does not matter here, only that both runs see the same batches.
@@ -179,7 +179,7 @@ int run(const Options& o) {
   config.model.seq_len = 32;
   config.data.text = corpus.path.string();
   config.train_micro_batch_size_per_gpu = 2;
-  config.bf16 = true;
+  config.bf16.enabled = true;
   config.use_cpu_embedding = false;  // embeddings live in chunks and count against the budget
   // Small against the budget: the largest module (c_fc, 4h² + 4h = 1,050,624 parameters) rounded
   // up to a multiple of 64K elements, which is what the engine would raise 1 << 20 to anyway.

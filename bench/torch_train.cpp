@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  pstar::core::configure_threads();
+  pstar::core::configure_runtime();
   pstar::log::set_level(pstar::log::Level::kWarn);
 
   // Random bytes: the data does not matter for throughput.
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   config.engine.mode = "torch";  // this benchmark measures the reference engine
 
   const double fp32 = tokens_per_s(config, 2, steps);
-  config.bf16 = true;
+  config.bf16.enabled = true;
   const double bf16 = tokens_per_s(config, 2, steps);
 
   std::printf("torch-mode training, %s, batch %lld, %d threads\n", preset.c_str(),

@@ -11,9 +11,13 @@
 #include "commands.h"
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
+#include "pstar/core/device.h"
+#include "pstar/core/log.h"
 #include "pstar/formats/config.h"
 #include "pstar/model/gpt_shape.h"
 #include "pstar/plan/estimate.h"
+#include "pstar/train/precision.h"
+#include "pstar/train/trainer.h"
 
 namespace pstar::cmd {
 namespace {
@@ -341,13 +345,24 @@ void print_report(const EstimateCommandOptions& o, const plan::Hardware& hw,
 }
 
 int run_config_check(const EstimateCommandOptions& o) {
-  const auto config = config::load_train_config(o.config_path, o.overrides);
+  auto config = config::load_train_config(o.config_path, o.overrides);
   PSTAR_CHECK(config.engine.mode == "chunked", ConfigError, o.config_path, ": engine.mode is \"",
               config.engine.mode,
               "\"; pstar estimate checks chunk-engine configs (engine.mode \"chunked\")");
+  const bool hardware = !o.hardware.empty() || !o.gpu_mem.empty();
+  if (config.bf16.auto_select) {
+    if (hardware) {
+      // GPUs since Ampere run bf16 at twice their fp32 tensor rate: "auto" picks it there.
+      config.bf16 = {true, false};
+      log::info("bf16.enabled \"auto\": estimated as bf16 on GPUs");
+    } else {
+      // The config's own budgets describe this machine: decide as `pstar train` would here.
+      core::configure_runtime();
+      config = train::resolve_precision(config, train::compute_device(config, "auto"));
+    }
+  }
   const auto shape = model::resolve_gpt_config(config.model);
   const plan::Workload w = plan::workload_from_config(config, shape);
-  const bool hardware = !o.hardware.empty() || !o.gpu_mem.empty();
   plan::Evaluation e;
   plan::Hardware hw;
   int64_t gpu_capacity = 0, host_capacity = 0;

@@ -188,7 +188,7 @@ Json to_json(const TrainConfig& c) {
   fp16["min_loss_scale"] = c.fp16.min_loss_scale;
 
   Json bf16 = Json::object();
-  bf16["enabled"] = c.bf16;
+  bf16["enabled"] = c.bf16.auto_select ? Json("auto") : Json(c.bf16.enabled);
 
   Json model = Json::object();
   model["type"] = c.model.type;
@@ -458,6 +458,23 @@ class Level {
     *out = v->get<bool>();
   }
 
+  // true, false, or the string "auto" (which sets *is_auto and leaves *out false).
+  void read_bool_or_auto(const std::string& key, bool* out, bool* is_auto) const {
+    const Json* v = find(key);
+    if (v == nullptr) return;
+    if (v->is_boolean()) {
+      *out = v->get<bool>();
+      *is_auto = false;
+      return;
+    }
+    if (v->is_string() && v->get<std::string>() == "auto") {
+      *out = false;
+      *is_auto = true;
+      return;
+    }
+    ctx_.fail(path(key), "expected true, false or \"auto\", found " + type_and_value(*v));
+  }
+
   void read_string(const std::string& key, std::string* out) const {
     if (const Json* v = find(key)) *out = string_value(*v, path(key), "a string");
   }
@@ -681,7 +698,7 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   fp16.read_int("hysteresis", &c.fp16.hysteresis, 1, kIntMax);
   fp16.read_number("min_loss_scale", &c.fp16.min_loss_scale, kPositive);
 
-  top.child("bf16").read_bool("enabled", &c.bf16);
+  top.child("bf16").read_bool_or_auto("enabled", &c.bf16.enabled, &c.bf16.auto_select);
   top.read_number("gradient_clipping", &c.gradient_clipping, kNonNegative);
   top.read_int("default_chunk_size", &c.default_chunk_size, 1, kInt64Max);
   top.read_bool("use_cpu_embedding", &c.use_cpu_embedding);
@@ -738,9 +755,12 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
                   "train_batch_size to that product or leave it out)"));
     }
   }
-  if (c.fp16.enabled && c.bf16) {
+  if (c.fp16.enabled && (c.bf16.enabled || c.bf16.auto_select)) {
     ctx.fail_about({"fp16.enabled", "bf16.enabled"},
-                   "fp16.enabled and bf16.enabled are both true; enable at most one of them");
+                   c.bf16.auto_select
+                       ? "fp16.enabled is true and bf16.enabled is \"auto\"; enable at most one "
+                         "of them (\"auto\" may choose bf16)"
+                       : "fp16.enabled and bf16.enabled are both true; enable at most one of them");
   }
   if (c.model.hidden && c.model.heads && *c.model.hidden % *c.model.heads != 0) {
     ctx.fail_about(

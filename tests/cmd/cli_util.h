@@ -50,9 +50,11 @@ inline std::string read_all(std::FILE* f) {
   return text;
 }
 
-// Runs `pstar ARGS...` in `cwd` and waits for it. stdout and stderr go to anonymous temporary
-// files rather than pipes, so a chatty child can never block on a full pipe while we wait.
-inline RunResult run_pstar(const std::vector<std::string>& args, const fs::path& cwd) {
+// Runs `pstar ARGS...` in `cwd` and waits for it, with `env` ("NAME=VALUE") added to this
+// process's environment. stdout and stderr go to anonymous temporary files rather than pipes, so a
+// chatty child can never block on a full pipe while we wait.
+inline RunResult run_pstar(const std::vector<std::string>& args, const fs::path& cwd,
+                           const std::vector<std::string>& env = {}) {
   RunResult result;
   UniqueFile out(std::tmpfile()), err(std::tmpfile());
   if (!out || !err) {
@@ -65,6 +67,17 @@ inline RunResult run_pstar(const std::vector<std::string>& args, const fs::path&
   std::vector<char*> argv;
   for (auto& s : storage) argv.push_back(s.data());
   argv.push_back(nullptr);
+  std::vector<std::string> env_storage(env);
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('=') + 1);
+    bool replaced = false;
+    for (const auto& extra : env) replaced = replaced || extra.rfind(name, 0) == 0;
+    if (!replaced) env_storage.push_back(entry);
+  }
+  std::vector<char*> envp;
+  for (auto& s : env_storage) envp.push_back(s.data());
+  envp.push_back(nullptr);
   const std::string dir = cwd.string();
   std::fflush(nullptr);
 
@@ -81,8 +94,8 @@ inline RunResult run_pstar(const std::vector<std::string>& args, const fs::path&
       (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
       _exit(126);
     }
-    execv(argv[0], argv.data());
-    static const char msg[] = "run_pstar: execv failed\n";
+    execve(argv[0], argv.data(), envp.data());
+    static const char msg[] = "run_pstar: execve failed\n";
     (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
     _exit(127);
   }

@@ -75,10 +75,11 @@ class TrainCliTest : public ::testing::Test {
   }
 
   // `pstar train conf/train.json --device cpu EXTRA...` in the scratch directory.
-  RunResult train(const std::vector<std::string>& extra = {}) {
+  RunResult train(const std::vector<std::string>& extra = {},
+                  const std::vector<std::string>& env = {}) {
     std::vector<std::string> args{"train", "conf/train.json", "--device", "cpu"};
     args.insert(args.end(), extra.begin(), extra.end());
-    return run_pstar(args, dir_.path());
+    return run_pstar(args, dir_.path(), env);
   }
 
   ScratchDir dir_;
@@ -105,6 +106,47 @@ TEST_F(TrainCliTest, RunWritesSummaryAndMetrics) {
   ASSERT_TRUE(std::regex_search(r.err, match, kLosses)) << r;
   EXPECT_NEAR(std::stod(match[1]), metrics.front()["loss"].get<double>(), 1e-3) << r;
   EXPECT_NEAR(std::stod(match[2]), metrics.back()["loss"].get<double>(), 1e-3) << r;
+}
+
+size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+// bf16.enabled "auto" logs its choice with the probe's numbers (Note [bf16 on CPUs]). PSTAR_ONEDNN=0
+// sends bf16 matmuls to LibTorch's fallback GEMM, the one CPUs without AVX-512 use: auto must
+// then choose fp32, and explicit bf16 trains but warns, once.
+TEST_F(TrainCliTest, Bf16AutoNamesTheChoiceAndWhy) {
+  const auto r = train({"--set", "bf16.enabled=auto"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  static const std::regex kChoice(
+      R"(precision: (bf16|fp32) \(bf16.enabled "auto" on cpu: bf16 matmul ([0-9.]+) GFLOP/s vs fp32 ([0-9.]+) GFLOP/s \(([0-9.]+)x\), accumulation error ([0-9.e+-]+);)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, kChoice)) << r;
+  const double speedup = std::stod(m[4]), error = std::stod(m[5]);
+  EXPECT_NEAR(speedup, std::stod(m[2]) / std::stod(m[3]), 0.01 + 0.01 * speedup) << r;
+  EXPECT_EQ(m[1], speedup >= 1.0 && error <= 1e-2 ? "bf16" : "fp32") << r;
+  EXPECT_TRUE(contains(r.err, m[1] == "bf16" ? "precision BFloat16" : "precision fp32")) << r;
+}
+
+TEST_F(TrainCliTest, Bf16AutoChoosesFp32WithoutFastBf16Kernels) {
+  const auto r = train({"--set", "bf16.enabled=auto"}, {"PSTAR_ONEDNN=0"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(contains(r.err, "precision: fp32 (bf16.enabled \"auto\" on cpu")) << r;
+  EXPECT_TRUE(contains(r.err, "precision fp32")) << r;
+  EXPECT_FALSE(contains(r.err, "warning")) << r;
+
+  const auto forced = train({"--set", "bf16.enabled=true"}, {"PSTAR_ONEDNN=0"});
+  ASSERT_EQ(forced.exit_code, 0) << forced;
+  EXPECT_EQ(count(forced.err, "warning: bf16.enabled is true, but bf16 is slow or inexact on cpu"),
+            1u)
+      << forced;
+  EXPECT_TRUE(contains(forced.err, "precision BFloat16")) << forced;
+
+  const auto bad = train({}, {"PSTAR_ONEDNN=no"});
+  EXPECT_EQ(bad.exit_code, 2) << bad;
+  EXPECT_TRUE(contains(bad.err, "PSTAR_ONEDNN=no: expected 0")) << bad;
 }
 
 TEST_F(TrainCliTest, SetOverridesChangeTheRun) {

@@ -70,7 +70,8 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.fp16.loss_scale_window, b.fp16.loss_scale_window);
   EXPECT_EQ(a.fp16.hysteresis, b.fp16.hysteresis);
   EXPECT_EQ(a.fp16.min_loss_scale, b.fp16.min_loss_scale);
-  EXPECT_EQ(a.bf16, b.bf16);
+  EXPECT_EQ(a.bf16.enabled, b.bf16.enabled);
+  EXPECT_EQ(a.bf16.auto_select, b.bf16.auto_select);
   EXPECT_EQ(a.gradient_clipping, b.gradient_clipping);
   EXPECT_EQ(a.default_chunk_size, b.default_chunk_size);
   EXPECT_EQ(a.use_cpu_embedding, b.use_cpu_embedding);
@@ -167,7 +168,7 @@ TEST(ConfigParse, FullConfigReadsEveryKey) {
   EXPECT_EQ(c.fp16.loss_scale_window, 500);
   EXPECT_EQ(c.fp16.hysteresis, 3);
   EXPECT_DOUBLE_EQ(c.fp16.min_loss_scale, 0.5);
-  EXPECT_FALSE(c.bf16);
+  EXPECT_FALSE(c.bf16.enabled);
   EXPECT_DOUBLE_EQ(c.gradient_clipping, 1.0);
   EXPECT_EQ(c.default_chunk_size, 1048576);
   EXPECT_FALSE(c.use_cpu_embedding);
@@ -493,7 +494,28 @@ TEST(ConfigCross, Fp16AndBf16AreExclusive) {
   expect_contains(
       config_error(with_data(R"("fp16": {"enabled": true}, "bf16": {"enabled": true})")),
       {"fp16.enabled and bf16.enabled are both true"});
-  EXPECT_TRUE(parse(with_data(R"("bf16": {"enabled": true})")).bf16);
+  EXPECT_TRUE(parse(with_data(R"("bf16": {"enabled": true})")).bf16.enabled);
+}
+
+// bf16.enabled "auto" is left for the engine to decide (train/precision.h).
+TEST(ConfigCross, Bf16AutoIsKeptUndecided) {
+  const TrainConfig c = parse(with_data(R"("bf16": {"enabled": "auto"})"));
+  EXPECT_TRUE(c.bf16.auto_select);
+  EXPECT_FALSE(c.bf16.enabled);
+  const TrainConfig set = parse(with_data(), {"bf16.enabled=auto"});
+  EXPECT_TRUE(set.bf16.auto_select);
+  const TrainConfig off = parse(with_data(R"("bf16": {"enabled": "auto"})"), {"bf16.enabled=false"});
+  EXPECT_FALSE(off.bf16.auto_select);
+  EXPECT_FALSE(off.bf16.enabled);
+  expect_same(parse(to_json_text(c)), c);
+  EXPECT_NE(to_json_text(c).find(R"("enabled": "auto")"), std::string::npos) << to_json_text(c);
+  expect_contains(config_error(with_data(R"("bf16": {"enabled": "yes"})")),
+                  {R"(bf16.enabled: expected true, false or "auto", found string "yes")"});
+  expect_contains(config_error(with_data(R"("bf16": {"enabled": 1})")),
+                  {R"(bf16.enabled: expected true, false or "auto", found integer 1)"});
+  expect_contains(
+      config_error(with_data(R"("fp16": {"enabled": true}, "bf16": {"enabled": "auto"})")),
+      {R"(fp16.enabled is true and bf16.enabled is "auto")"});
 }
 
 TEST(ConfigCross, HiddenMustBeAMultipleOfHeads) {
@@ -530,7 +552,7 @@ TEST(ConfigOverride, ValueIsJsonWhenItParsesElseAString) {
   EXPECT_EQ(c.training.steps, 50);
   EXPECT_EQ(c.model.preset, "gpt2-small");
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
-  EXPECT_TRUE(c.bf16);
+  EXPECT_TRUE(c.bf16.enabled);
   EXPECT_DOUBLE_EQ(c.optimizer.betas[0], 0.8);
   EXPECT_DOUBLE_EQ(c.optimizer.betas[1], 0.9);
   EXPECT_FALSE(c.train_batch_size.has_value());

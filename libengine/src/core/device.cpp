@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include <ATen/Context.h>
 #include <torch/cuda.h>
 #include <torch/utils.h>
 
@@ -26,10 +27,17 @@ c10::Device resolve_device(const std::string& name, const std::string& what) {
   PSTAR_THROW(ConfigError, what, ": unknown device '", name, "'; expected cpu, cuda or auto");
 }
 
-void configure_threads() {
-  if (std::getenv("OMP_NUM_THREADS") != nullptr) return;
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  if (cores > 0 && torch::get_num_threads() < cores) torch::set_num_threads(cores);
+void configure_runtime() {
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    if (cores > 0 && torch::get_num_threads() < cores) torch::set_num_threads(cores);
+  }
+  if (const char* onednn = std::getenv("PSTAR_ONEDNN")) {
+    const std::string value = onednn;
+    PSTAR_CHECK(value == "0" || value == "1", ConfigError, "PSTAR_ONEDNN=", value,
+                ": expected 0 (LibTorch's oneDNN CPU kernels off) or 1 (on, the default)");
+    at::globalContext().setUserEnabledMkldnn(value == "1");
+  }
 }
 
 }  // namespace pstar::core

@@ -107,7 +107,7 @@ Workload workload_from_config(const config::TrainConfig& config, const model::Gp
   w.micro_batch = config.train_micro_batch_size_per_gpu;
   w.checkpointing = config.engine.activation_checkpointing;
   w.elem_bytes = compute_elem_bytes(config);
-  w.precision = config.bf16 ? "bf16" : config.fp16.enabled ? "fp16" : "fp32";
+  w.precision = config.bf16.enabled ? "bf16" : config.fp16.enabled ? "fp16" : "fp32";
   w.chunk_size = config.default_chunk_size;
   w.chunk_size_search = config.engine.chunk_size_search;
   w.use_cpu_embedding = config.use_cpu_embedding;

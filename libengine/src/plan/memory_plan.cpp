@@ -151,7 +151,9 @@ ActivationEstimate estimate_gpt_activations(const GptActivationInput& in) {
 }
 
 int64_t compute_elem_bytes(const config::TrainConfig& config) {
-  return config.bf16 || config.fp16.enabled ? 2 : 4;
+  PSTAR_INTERNAL_ASSERT(!config.bf16.auto_select,
+                        "bf16.enabled \"auto\" must be decided (train::resolve_precision) first");
+  return config.bf16.enabled || config.fp16.enabled ? 2 : 4;
 }
 
 GptActivationInput gpt_activation_input(const config::TrainConfig& config,

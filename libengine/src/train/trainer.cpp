@@ -29,6 +29,7 @@
 #include "pstar/train/lr_schedule.h"
 #include "pstar/train/metrics.h"
 #include "pstar/train/param_engine.h"
+#include "pstar/train/precision.h"
 #include "pstar/train/torch_engine.h"
 
 namespace pstar::train {
@@ -72,7 +73,10 @@ std::string fixed4(double v) {
 }
 
 c10::ScalarType compute_dtype(const config::TrainConfig& c) {
-  if (c.bf16) return torch::kBFloat16;
+  PSTAR_CHECK(!c.bf16.auto_select, ConfigError,
+              "bf16.enabled \"auto\" is decided for a compute device: pass the config through "
+              "train::resolve_precision before building the engine");
+  if (c.bf16.enabled) return torch::kBFloat16;
   if (c.fp16.enabled) return torch::kFloat16;
   return torch::kFloat32;
 }
@@ -93,6 +97,15 @@ void check_dtype_supported(c10::ScalarType dtype, c10::Device device) {
 }
 
 }  // namespace
+
+c10::Device compute_device(const config::TrainConfig& config, const std::string& device_option) {
+  if (config.engine.mode != "chunked") return core::resolve_device(device_option, "--device");
+  // The device tier is emulated on the CPU in this build (Note [placement]).
+  PSTAR_CHECK(device_option != "cuda", ConfigError,
+              "--device cuda: the chunk engine's CUDA device tier is not built yet; use "
+              "--device cpu (an emulated device tier on the CPU) or engine.mode \"torch\"");
+  return c10::Device(c10::kCPU);
+}
 
 struct Trainer::Impl {
   config::TrainConfig config;
@@ -185,18 +198,12 @@ void Trainer::Impl::resume(const std::string& where) {
 }
 
 void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
-  core::configure_threads();
+  core::configure_runtime();
+  device = compute_device(config, options.device);
+  // A prebuilt engine was built from a config already resolved (build_model_and_engine checks).
+  config = resolve_precision(config, device);
   dtype = compute_dtype(config);
   const bool chunked = config.engine.mode == "chunked";
-  if (chunked) {
-    // The device tier is emulated on the CPU in this build (Note [placement]).
-    PSTAR_CHECK(options.device != "cuda", ConfigError,
-                "--device cuda: the chunk engine's CUDA device tier is not built yet; use "
-                "--device cpu (an emulated device tier on the CPU) or engine.mode \"torch\"");
-    device = c10::Device(c10::kCPU);
-  } else {
-    device = core::resolve_device(options.device, "--device");
-  }
   check_dtype_supported(dtype, device);
 
   const int64_t seq_len = model->max_seq_len();
@@ -417,7 +424,10 @@ ModelAndEngine build_model_and_engine(const config::TrainConfig& config) {
 
 TrainSummary train(const config::TrainConfig& config, const TrainOptions& options) {
   log::info("config: ", config.source);
-  Trainer trainer(config, build_model_and_engine(config), options);
+  core::configure_runtime();  // before the precision probe, which it times
+  const config::TrainConfig resolved =
+      resolve_precision(config, compute_device(config, options.device));
+  Trainer trainer(resolved, build_model_and_engine(resolved), options);
   return trainer.run();
 }
 

@@ -41,7 +41,7 @@ class EstimateValidationTest : public ::testing::TestWithParam<Case> {
     t.model.seq_len = c.seq;
     t.data.text = corpus_;
     t.train_micro_batch_size_per_gpu = c.micro_batch;
-    t.bf16 = c.bf16;
+    t.bf16.enabled = c.bf16;
     t.optimizer.lr = 1e-3;
     t.training.steps = 3;
     t.training.lr_schedule.type = "constant";

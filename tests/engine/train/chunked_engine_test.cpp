@@ -85,9 +85,13 @@ TEST_F(ChunkedEngineTest, Fp32MatchesTheTorchEngine) {
   EXPECT_LT(chunked.back().loss, 0.7 * chunked.front().loss);
 }
 
+// Clipped for the reason TrainerTest.Bf16TracksFp32 gives: unclipped, both engines are at the edge
+// of stability at this learning rate, and a one-step spike that either may or may not take hides
+// the comparison.
 TEST_F(ChunkedEngineTest, Bf16MatchesTheTorchEngineAndConverges) {
   auto c = small_config();
-  c.bf16 = true;
+  c.bf16.enabled = true;
+  c.gradient_clipping = 1.0;
   auto chunked = run(c);
   c.engine.mode = "torch";
   auto reference = run(c);
@@ -101,7 +105,7 @@ TEST_F(ChunkedEngineTest, AccumulationMatchesTheTorchEngine) {
     auto c = small_config();
     c.training.steps = 8;
     c.gradient_accumulation_steps = 3;
-    c.bf16 = bf16;
+    c.bf16.enabled = bf16;
     auto chunked = run(c);
     c.engine.mode = "torch";
     auto reference = run(c);
@@ -115,7 +119,7 @@ TEST_F(ChunkedEngineTest, AccumulationMatchesTheTorchEngine) {
 TEST_F(ChunkedEngineTest, TightBudgetGivesBitIdenticalLossesUnderTheBudget) {
   for (bool bf16 : {true, false}) {
     auto c = small_config();
-    c.bf16 = bf16;
+    c.bf16.enabled = bf16;
     c.training.steps = 8;
     ChunkedEngine* engine = nullptr;
     std::unique_ptr<Trainer> keep;
@@ -143,7 +147,7 @@ TEST_F(ChunkedEngineTest, ActivationCheckpointingChangesNothing) {
   for (const char* mode : {"chunked", "torch"}) {
     auto c = small_config(mode);
     c.training.steps = 5;
-    c.bf16 = true;
+    c.bf16.enabled = true;
     auto plain = run(c);
     c.engine.activation_checkpointing = true;
     auto recomputed = run(c);
@@ -281,7 +285,7 @@ TEST_F(ChunkedEngineTest, StartUpNeverHoldsASecondCopyOfTheModel) {
   auto c = small_config();
   c.model.layers = 12;
   c.model.hidden = 128;
-  c.bf16 = true;
+  c.bf16.enabled = true;
   c.default_chunk_size = 1 << 17;
   auto built = build_model_and_engine(c);
   auto* engine = dynamic_cast<ChunkedEngine*>(built.engine.get());
@@ -313,7 +317,7 @@ TEST_F(ChunkedEngineTest, LargeModuleRaisesTheChunkSize) {
 // Steady-state moves per step against the OPT simulator on the engine's own recorded trace.
 TEST_F(ChunkedEngineTest, EvictionIsWithinTenPercentOfOpt) {
   auto c = small_config();
-  c.bf16 = true;
+  c.bf16.enabled = true;
   c.use_cpu_embedding = false;
   c.training.steps = 3;
   ChunkedEngine* engine = nullptr;
@@ -374,7 +378,7 @@ TEST_F(CheckpointTest, ResumeIsBitIdentical) {
   for (const char* mode : {"chunked", "torch"}) {
     for (bool bf16 : {true, false}) {
       auto c = small_config(mode);
-      c.bf16 = bf16;
+      c.bf16.enabled = bf16;
       c.training.steps = 10;
       c.training.lr_schedule.type = "cosine";
       c.training.lr_schedule.warmup_steps = 3;

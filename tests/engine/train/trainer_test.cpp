@@ -114,10 +114,16 @@ TEST_F(TrainerTest, MatchesAPlainLibTorchLoop) {
   }
 }
 
+// Unclipped at this learning rate, the fp32 run itself is at the edge of stability: rounding decides
+// whether a step spikes (one bf16 run went to 2.2x the fp32 loss for one step on CPUs without
+// AVX-512). Clipping, as every real config does, keeps the run stable, so what remains is bf16's
+// own rounding, on both kinds of kernel (Note [bf16 on CPUs]; ctest runs this test a second time
+// with the fallback kernels).
 TEST_F(TrainerTest, Bf16TracksFp32) {
   auto c = small_config();
+  c.gradient_clipping = 1.0;
   auto fp32 = run(c);
-  c.bf16 = true;
+  c.bf16.enabled = true;
   auto bf16 = run(c);
   ASSERT_EQ(bf16.size(), fp32.size());
   EXPECT_NEAR(bf16.front().loss, fp32.front().loss, 0.01 * fp32.front().loss);

@@ -30,6 +30,14 @@ struct Fp16Config {
   double min_loss_scale = 1.0;
 };
 
+// bf16 mixed precision. `bf16.enabled` is true, false or "auto": bf16 only where the compute
+// device runs bf16 matmuls fast and accurately, decided once at start-up by the engine
+// (train/precision.h, Note [bf16 on CPUs]); until then `enabled` is false and `auto_select` true.
+struct Bf16Config {
+  bool enabled = false;
+  bool auto_select = false;
+};
+
 struct ModelConfig {
   std::string type = "gpt";
   std::string preset;  // empty: explicit shape only
@@ -86,7 +94,7 @@ struct TrainConfig {
   std::optional<int64_t> train_batch_size;  // if set, must equal micro × accumulation × world
   OptimizerConfig optimizer;
   Fp16Config fp16;
-  bool bf16 = false;
+  Bf16Config bf16;
   double gradient_clipping = 0.0;  // global-norm clip; 0 = off
   // Chunk-engine keys (PatrickStar names). Accepted and validated in every mode; only the
   // chunked engine uses them.

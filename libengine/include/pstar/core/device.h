@@ -11,8 +11,12 @@ namespace pstar::core {
 // `what` (e.g. "--device") when the choice is unknown or unavailable.
 c10::Device resolve_device(const std::string& name, const std::string& what);
 
-// Uses every core for intra-op parallelism unless OMP_NUM_THREADS says otherwise: LibTorch's own
-// default counts one thread on some virtual machines.
-void configure_threads();
+// Process-wide LibTorch settings, once at start-up:
+// - intra-op threads: every core unless OMP_NUM_THREADS says otherwise (LibTorch's own default
+//   counts one thread on some virtual machines);
+// - PSTAR_ONEDNN=0 turns LibTorch's oneDNN (mkldnn) CPU kernels off. bf16 matmuls then take
+//   ATen's fallback GEMM, the path every CPU without AVX-512 takes (Note [bf16 on CPUs]), so its
+//   speed and numerics can be reproduced on any x86-64 machine.
+void configure_runtime();
 
 }  // namespace pstar::core

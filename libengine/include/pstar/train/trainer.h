@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include <c10/core/Device.h>
+
 namespace pstar::config {
 struct TrainConfig;
 }
@@ -87,14 +89,19 @@ class Trainer {
   std::unique_ptr<Impl> impl_;
 };
 
+// The device the model computes on for `config` and a --device choice ("cpu", "cuda", "auto"):
+// the CPU for the chunk engine in this build (its device tier is emulated there).
+c10::Device compute_device(const config::TrainConfig& config, const std::string& device_option);
+
 // The configured model (GPT), initialised from training.seed, then from model.init_from if set.
 std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config);
 
 // The same, and for engine.mode "chunked" the chunk engine, which takes each unit of the model
-// into chunks as it is built (start-up never holds a second full copy of the model).
+// into chunks as it is built (start-up never holds a second full copy of the model). The config's
+// precision must be decided (resolve_precision in precision.h): "auto" is a ConfigError here.
 ModelAndEngine build_model_and_engine(const config::TrainConfig& config);
 
-// `pstar train`: thread set-up, model, trainer, run.
+// `pstar train`: runtime set-up, precision choice, model, trainer, run.
 TrainSummary train(const config::TrainConfig& config, const TrainOptions& options);
 
 }  // namespace pstar::train
