@@ -114,9 +114,9 @@ size_t count(const std::string& text, const std::string& part) {
   return n;
 }
 
-// bf16.enabled "auto" logs its choice with the probe's numbers (Note [bf16 on CPUs]). PSTAR_ONEDNN=0
-// sends bf16 matmuls to LibTorch's fallback GEMM, the one CPUs without AVX-512 use: auto must
-// then choose fp32, and explicit bf16 trains but warns, once.
+// bf16.enabled "auto" logs its choice with the probe's numbers (Note [bf16 on CPUs]).
+// PSTAR_ONEDNN=0 sends bf16 matmuls to LibTorch's fallback GEMM, the one CPUs without AVX-512 use:
+// auto must then choose fp32, and explicit bf16 trains but warns, once.
 TEST_F(TrainCliTest, Bf16AutoNamesTheChoiceAndWhy) {
   const auto r = train({"--set", "bf16.enabled=auto"});
   ASSERT_EQ(r.exit_code, 0) << r;

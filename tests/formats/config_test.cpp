@@ -504,7 +504,8 @@ TEST(ConfigCross, Bf16AutoIsKeptUndecided) {
   EXPECT_FALSE(c.bf16.enabled);
   const TrainConfig set = parse(with_data(), {"bf16.enabled=auto"});
   EXPECT_TRUE(set.bf16.auto_select);
-  const TrainConfig off = parse(with_data(R"("bf16": {"enabled": "auto"})"), {"bf16.enabled=false"});
+  const TrainConfig off =
+      parse(with_data(R"("bf16": {"enabled": "auto"})"), {"bf16.enabled=false"});
   EXPECT_FALSE(off.bf16.auto_select);
   EXPECT_FALSE(off.bf16.enabled);
   expect_same(parse(to_json_text(c)), c);

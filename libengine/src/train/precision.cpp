@@ -102,9 +102,9 @@ config::TrainConfig resolve_precision(config::TrainConfig config, c10::Device de
     config.bf16.auto_select = false;
     config.bf16.enabled = probe.fast();
     log::info("precision: ", probe.fast() ? "bf16" : "fp32", " (bf16.enabled \"auto\" on ",
-              device.str(), ": ", probe.describe(), "; bf16 needs >= ",
-              fixed(Bf16Probe::kMinSpeedup, "%.1f"), "x and error <= ",
-              fixed(Bf16Probe::kMaxRelativeError, "%.0e"), ")");
+              device.str(), ": ", probe.describe(),
+              "; bf16 needs >= ", fixed(Bf16Probe::kMinSpeedup, "%.1f"),
+              "x and error <= ", fixed(Bf16Probe::kMaxRelativeError, "%.0e"), ")");
     return config;
   }
   if (config.bf16.enabled) {
@@ -114,9 +114,9 @@ config::TrainConfig resolve_precision(config::TrainConfig config, c10::Device de
       std::call_once(warned, [&] {
         log::warn("bf16.enabled is true, but bf16 is slow or inexact on ", device.str(), ": ",
                   probe.describe(),
-                  " (Note [bf16 on CPUs]: LibTorch has fast bf16 CPU kernels only with AVX-512). "
-                  "Training in bf16 as asked; set \"bf16\": {\"enabled\": \"auto\"} or false to "
-                  "train in fp32 here.");
+                  " (LibTorch's fast bf16 CPU kernels need AVX-512; see docs/training.md, "
+                  "\"Choosing bf16\"). Training in bf16 as asked; set \"bf16\": {\"enabled\": "
+                  "\"auto\"} or false to train in fp32 here.");
       });
     }
   }

@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include "pstar/base/error.h"
+#include "pstar/core/torch_compat.h"
 #include "pstar/optim/host_adam.h"
 
 namespace {
@@ -128,7 +129,8 @@ TorchResult torch_reference(const torch::Tensor& init, const std::vector<torch::
     p.mutable_grad() = g.to(torch::kFloat) * grad_scale;
     optimizer->step();
   }
-  const auto& state = *optimizer->state().at(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  const auto& state =
+      *optimizer->state().at(pstar::compat::optimizer_state_key(optimizer->state(), p));
   TorchResult r;
   r.param = p.detach();
   if (h.decoupled) {

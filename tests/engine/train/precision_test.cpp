@@ -33,11 +33,11 @@ class ScopedOneDnn {
 };
 
 TEST(Bf16Probe, RuleNeedsSpeedAndFp32Accumulation) {
-  EXPECT_TRUE(probe_of(180, 90, 1.7e-3).fast());     // AVX-512 BF16 through oneDNN
-  EXPECT_TRUE(probe_of(100, 100, 1e-2).fast());      // both bounds inclusive
-  EXPECT_FALSE(probe_of(4.8, 36, 3.7e-2).fast());    // AVX2 fallback GEMM: slow and inexact
-  EXPECT_FALSE(probe_of(99, 100, 1.7e-3).fast());    // slower than fp32
-  EXPECT_FALSE(probe_of(400, 100, 1.1e-2).fast());   // fast but accumulating in bf16
+  EXPECT_TRUE(probe_of(180, 90, 1.7e-3).fast());    // AVX-512 BF16 through oneDNN
+  EXPECT_TRUE(probe_of(100, 100, 1e-2).fast());     // both bounds inclusive
+  EXPECT_FALSE(probe_of(4.8, 36, 3.7e-2).fast());   // AVX2 fallback GEMM: slow and inexact
+  EXPECT_FALSE(probe_of(99, 100, 1.7e-3).fast());   // slower than fp32
+  EXPECT_FALSE(probe_of(400, 100, 1.1e-2).fast());  // fast but accumulating in bf16
   EXPECT_DOUBLE_EQ(probe_of(180, 90, 0).speedup(), 2.0);
   Bf16Probe none;
   none.supported = false;

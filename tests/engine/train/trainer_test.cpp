@@ -114,11 +114,11 @@ TEST_F(TrainerTest, MatchesAPlainLibTorchLoop) {
   }
 }
 
-// Unclipped at this learning rate, the fp32 run itself is at the edge of stability: rounding decides
-// whether a step spikes (one bf16 run went to 2.2x the fp32 loss for one step on CPUs without
-// AVX-512). Clipping, as every real config does, keeps the run stable, so what remains is bf16's
-// own rounding, on both kinds of kernel (Note [bf16 on CPUs]; ctest runs this test a second time
-// with the fallback kernels).
+// Unclipped at this learning rate, the fp32 run itself is at the edge of stability: rounding
+// decides whether a step spikes (one bf16 run went to 2.2x the fp32 loss for one step on CPUs
+// without AVX-512). Clipping, as every real config does, keeps the run stable, so what remains is
+// bf16's own rounding, on both kinds of kernel (Note [bf16 on CPUs]; ctest runs this test a second
+// time with the fallback kernels).
 TEST_F(TrainerTest, Bf16TracksFp32) {
   auto c = small_config();
   c.gradient_clipping = 1.0;
