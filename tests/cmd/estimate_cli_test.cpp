@@ -112,6 +112,41 @@ TEST(EstimateCliTest, BadInputIsRefusedClearly) {
 
 // --config without hardware flags checks the config's own budgets: the same verdict as the
 // engine's start-up check in `pstar train`.
+// bf16.enabled "auto": on given GPUs it is estimated as bf16; against the config's own budgets it
+// is decided as `pstar train` decides it on this machine (PSTAR_ONEDNN=0: fp32, Note [bf16 on
+// CPUs]).
+TEST(EstimateCliTest, ConfigWithBf16AutoIsDecidedBeforeEstimating) {
+  pstar::testing::ScratchDir dir;
+  pstar::testing::write_text(dir.file("corpus.txt"), pstar::testing::repetitive_corpus());
+  const std::string config = dir.file("c.json");
+  pstar::testing::write_text(
+      config,
+      R"({"model": {"hidden": 64, "layers": 4, "heads": 4, "vocab_size": 256, "seq_len": 64},
+          "data": {"text": "corpus.txt"}, "bf16": {"enabled": "auto"},
+          "default_chunk_size": 65536, "engine": {"device_memory": "16MiB", "host_memory": "4MiB"}})");
+  auto estimate = [&](const std::vector<std::string>& extra, const std::vector<std::string>& env) {
+    std::vector<std::string> args = {"estimate", "--config", config, "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_pstar(args, fs::current_path(), env);
+  };
+  const std::vector<std::string> gpu = {"--hardware", "H100-80GB", "--cpu-mem", "128GB"};
+  const RunResult on_gpu = estimate(gpu, {});
+  ASSERT_EQ(on_gpu.exit_code, 0) << on_gpu;
+  EXPECT_TRUE(contains(on_gpu.err, "estimated as bf16 on GPUs")) << on_gpu;
+  std::vector<std::string> as_bf16 = gpu;
+  as_bf16.insert(as_bf16.end(), {"--set", "bf16.enabled=true"});
+  const RunResult bf16 = estimate(as_bf16, {});
+  ASSERT_EQ(bf16.exit_code, 0) << bf16;
+  EXPECT_EQ(json::parse(on_gpu.out)["memory"], json::parse(bf16.out)["memory"]);
+
+  const RunResult here = estimate({}, {"PSTAR_ONEDNN=0"});
+  ASSERT_EQ(here.exit_code, 0) << here;
+  EXPECT_TRUE(contains(here.err, "precision: fp32 (bf16.enabled \"auto\"")) << here;
+  const RunResult fp32 = estimate({"--set", "bf16.enabled=false"}, {});
+  ASSERT_EQ(fp32.exit_code, 0) << fp32;
+  EXPECT_EQ(json::parse(here.out)["memory"], json::parse(fp32.out)["memory"]);
+}
+
 TEST(EstimateCliTest, ConfigCheckAgreesWithTrain) {
   pstar::testing::ScratchDir dir;
   pstar::testing::write_text(dir.file("corpus.txt"), pstar::testing::repetitive_corpus());
