@@ -110,20 +110,26 @@ TEST(EstimateCliTest, BadInputIsRefusedClearly) {
   }
 }
 
-// --config without hardware flags checks the config's own budgets: the same verdict as the
-// engine's start-up check in `pstar train`.
-// bf16.enabled "auto": on given GPUs it is estimated as bf16; against the config's own budgets it
-// is decided as `pstar train` decides it on this machine (PSTAR_ONEDNN=0: fp32, Note [bf16 on
-// CPUs]).
-TEST(EstimateCliTest, ConfigWithBf16AutoIsDecidedBeforeEstimating) {
-  pstar::testing::ScratchDir dir;
+// A small chunk-engine config in `dir` (c.json, with its corpus) whose bf16.enabled is `bf16`.
+std::string write_small_config(const pstar::testing::ScratchDir& dir, const std::string& bf16) {
   pstar::testing::write_text(dir.file("corpus.txt"), pstar::testing::repetitive_corpus());
   const std::string config = dir.file("c.json");
   pstar::testing::write_text(
       config,
       R"({"model": {"hidden": 64, "layers": 4, "heads": 4, "vocab_size": 256, "seq_len": 64},
-          "data": {"text": "corpus.txt"}, "bf16": {"enabled": "auto"},
-          "default_chunk_size": 65536, "engine": {"device_memory": "16MiB", "host_memory": "4MiB"}})");
+          "data": {"text": "corpus.txt"}, "train_micro_batch_size_per_gpu": 4,
+          "bf16": {"enabled": )" +
+          bf16 + R"(}, "default_chunk_size": 65536, "training": {"steps": 2},
+          "engine": {"device_memory": "16MiB", "host_memory": "4MiB"}})");
+  return config;
+}
+
+// bf16.enabled "auto": on given GPUs it is estimated as bf16; against the config's own budgets it
+// is decided as `pstar train` decides it on this machine (PSTAR_ONEDNN=0: fp32, Note [bf16 on
+// CPUs]).
+TEST(EstimateCliTest, ConfigWithBf16AutoIsDecidedBeforeEstimating) {
+  pstar::testing::ScratchDir dir;
+  const std::string config = write_small_config(dir, R"("auto")");
   auto estimate = [&](const std::vector<std::string>& extra, const std::vector<std::string>& env) {
     std::vector<std::string> args = {"estimate", "--config", config, "--json"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -147,16 +153,11 @@ TEST(EstimateCliTest, ConfigWithBf16AutoIsDecidedBeforeEstimating) {
   EXPECT_EQ(json::parse(here.out)["memory"], json::parse(fp32.out)["memory"]);
 }
 
+// --config without hardware flags checks the config's own budgets: the same verdict as the
+// engine's start-up check in `pstar train`.
 TEST(EstimateCliTest, ConfigCheckAgreesWithTrain) {
   pstar::testing::ScratchDir dir;
-  pstar::testing::write_text(dir.file("corpus.txt"), pstar::testing::repetitive_corpus());
-  const std::string config = dir.file("c.json");
-  pstar::testing::write_text(
-      config,
-      R"({"model": {"hidden": 64, "layers": 4, "heads": 4, "vocab_size": 256, "seq_len": 64},
-          "data": {"text": "corpus.txt"}, "train_micro_batch_size_per_gpu": 4,
-          "bf16": {"enabled": true}, "default_chunk_size": 65536, "training": {"steps": 2},
-          "engine": {"device_memory": "16MiB", "host_memory": "4MiB"}})");
+  const std::string config = write_small_config(dir, "true");
   RunResult r = run_pstar({"estimate", "--config", config, "--json"}, fs::current_path());
   ASSERT_EQ(r.exit_code, 0) << r;
   const json j = json::parse(r.out);
