@@ -20,10 +20,21 @@ struct TrainCommandOptions {
   std::string device = "auto";
   std::string resume_dir;
   bool quiet = false;
+  int64_t nproc = 0;  // > 0: start this many local ranks (launch_local)
+  std::string master_port;
+  int64_t dist_timeout_s = 300;
 };
 
 void register_train(CLI::App& app);
 int run_train(const TrainCommandOptions& options);
+
+// `pstar train --nproc N` (cmd/launch.cpp): runs this binary `nproc` times with `child_args` (the
+// argv after the program name, --nproc removed) and each rank's RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT and PSTAR_LAUNCHER=1. The port is
+// `master_port` if given, else $MASTER_PORT, else a free loopback port. Returns 0 when every rank
+// succeeds, else the first failing rank's exit code (128 + signal when a signal ended it).
+int launch_local(int64_t nproc, const std::vector<std::string>& child_args,
+                 const std::string& master_port);
 
 struct EstimateCommandOptions {
   // Hardware.

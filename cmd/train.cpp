@@ -1,5 +1,9 @@
 // `pstar train CONFIG.json`: trains a model as the config describes.
+#include <chrono>
+#include <cstdlib>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -30,10 +34,43 @@ void register_train(CLI::App& app) {
       "Continue from a checkpoint: a step directory, or a training.save_dir (its newest "
       "checkpoint)");
   sub->add_flag("-q,--quiet", options->quiet, "Only warnings and errors; no progress line");
-  sub->callback([options] { run_train(*options); });
+  sub->add_option("--nproc", options->nproc,
+                  "Start N local ranks that share the chunks (ZeRO over c10d/Gloo); without it, "
+                  "a run under torchrun or srun joins its ranks by itself")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  sub->add_option("--master-port", options->master_port,
+                  "With --nproc: the rendezvous port on 127.0.0.1 (default: MASTER_PORT, else a "
+                  "free port)");
+  sub->add_option("--dist-timeout", options->dist_timeout_s,
+                  "Seconds a rank waits for the others (rendezvous, collectives) before stopping "
+                  "with an error")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}))
+      ->capture_default_str();
+  sub->callback([options] {
+    // The launcher's status is its first failing rank's: pass it on as the process's own.
+    if (const int code = run_train(*options); code != 0) std::exit(code);
+  });
 }
 
+namespace {
+
+// The same command for each rank, without --nproc.
+std::vector<std::string> rank_args(const TrainCommandOptions& o) {
+  std::vector<std::string> args{"train", o.config_path};
+  for (const auto& set : o.overrides) args.insert(args.end(), {"--set", set});
+  if (!o.metrics_path.empty()) args.insert(args.end(), {"--metrics", o.metrics_path});
+  args.insert(args.end(), {"--device", o.device});
+  if (!o.resume_dir.empty()) args.insert(args.end(), {"--resume", o.resume_dir});
+  if (o.quiet) args.emplace_back("--quiet");
+  args.insert(args.end(), {"--dist-timeout", std::to_string(o.dist_timeout_s)});
+  return args;
+}
+
+}  // namespace
+
 int run_train(const TrainCommandOptions& options) {
+  if (options.nproc > 0)
+    return launch_local(options.nproc, rank_args(options), options.master_port);
   if (options.quiet) log::set_level(log::Level::kWarn);
   auto config = config::load_train_config(options.config_path, options.overrides);
   train::TrainOptions train_options;
@@ -41,6 +78,7 @@ int run_train(const TrainCommandOptions& options) {
   train_options.metrics_path = options.metrics_path;
   train_options.progress = !options.quiet;
   train_options.resume_dir = options.resume_dir;
+  train_options.dist_timeout = std::chrono::seconds(options.dist_timeout_s);
   train::train(config, train_options);
   return 0;
 }

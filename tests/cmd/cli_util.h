@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -50,16 +52,23 @@ inline std::string read_all(std::FILE* f) {
   return text;
 }
 
-// Runs `pstar ARGS...` in `cwd` and waits for it, with `env` ("NAME=VALUE") added to this
-// process's environment. stdout and stderr go to anonymous temporary files rather than pipes, so a
-// chatty child can never block on a full pipe while we wait.
-inline RunResult run_pstar(const std::vector<std::string>& args, const fs::path& cwd,
+// A `pstar` child still running: its pid and the files its stdout and stderr go to.
+struct Spawned {
+  pid_t pid = -1;
+  UniqueFile out, err;
+};
+
+// Starts `pstar ARGS...` in `cwd` with `env` ("NAME=VALUE") added to this process's environment.
+// stdout and stderr go to anonymous temporary files rather than pipes, so a chatty child can never
+// block on a full pipe while we wait.
+inline Spawned spawn_pstar(const std::vector<std::string>& args, const fs::path& cwd,
                            const std::vector<std::string>& env = {}) {
-  RunResult result;
-  UniqueFile out(std::tmpfile()), err(std::tmpfile());
-  if (!out || !err) {
+  Spawned child;
+  child.out.reset(std::tmpfile());
+  child.err.reset(std::tmpfile());
+  if (!child.out || !child.err) {
     ADD_FAILURE() << "tmpfile: " << std::strerror(errno);
-    return result;
+    return child;
   }
   // Everything the child needs is built before fork: after it, only async-signal-safe calls.
   std::vector<std::string> storage{kPstar};
@@ -79,16 +88,16 @@ inline RunResult run_pstar(const std::vector<std::string>& args, const fs::path&
   for (auto& s : env_storage) envp.push_back(s.data());
   envp.push_back(nullptr);
   const std::string dir = cwd.string();
+  const int out_fd = fileno(child.out.get()), err_fd = fileno(child.err.get());
   std::fflush(nullptr);
 
   const pid_t pid = fork();
   if (pid < 0) {
     ADD_FAILURE() << "fork: " << std::strerror(errno);
-    return result;
+    return child;
   }
   if (pid == 0) {
-    if (dup2(fileno(out.get()), STDOUT_FILENO) < 0 || dup2(fileno(err.get()), STDERR_FILENO) < 0)
-      _exit(126);
+    if (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0) _exit(126);
     if (chdir(dir.c_str()) != 0) {
       static const char msg[] = "run_pstar: chdir failed\n";
       (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -99,20 +108,51 @@ inline RunResult run_pstar(const std::vector<std::string>& args, const fs::path&
     (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
     _exit(127);
   }
+  child.pid = pid;
+  return child;
+}
+
+// Waits for a spawned child. With `timeout_s` > 0 a child still running then is killed, the
+// test fails, and exit_code is -1.
+inline RunResult wait_pstar(Spawned& child, double timeout_s = 0) {
+  RunResult result;
+  if (child.pid < 0) return result;
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    const pid_t done = waitpid(child.pid, &status, timeout_s > 0 ? WNOHANG : 0);
+    if (done == child.pid) break;
+    if (done < 0 && errno != EINTR) {
       ADD_FAILURE() << "waitpid: " << std::strerror(errno);
       return result;
     }
+    if (timeout_s > 0 && std::chrono::steady_clock::now() > deadline) {
+      kill(child.pid, SIGKILL);
+      waitpid(child.pid, &status, 0);
+      ADD_FAILURE() << "pstar (pid " << child.pid << ") still running after " << timeout_s
+                    << " s; killed";
+      result.out = read_all(child.out.get());
+      result.err = read_all(child.err.get());
+      child.pid = -1;
+      return result;
+    }
+    if (timeout_s > 0) usleep(50 * 1000);
   }
+  child.pid = -1;
   if (WIFEXITED(status))
     result.exit_code = WEXITSTATUS(status);
   else if (WIFSIGNALED(status))
     result.exit_code = 128 + WTERMSIG(status);
-  result.out = read_all(out.get());
-  result.err = read_all(err.get());
+  result.out = read_all(child.out.get());
+  result.err = read_all(child.err.get());
   return result;
+}
+
+// Runs `pstar ARGS...` in `cwd` and waits for it (see spawn_pstar).
+inline RunResult run_pstar(const std::vector<std::string>& args, const fs::path& cwd,
+                           const std::vector<std::string>& env = {}) {
+  Spawned child = spawn_pstar(args, cwd, env);
+  return wait_pstar(child);
 }
 
 inline bool contains(const std::string& text, const std::string& part) {

@@ -1,5 +1,6 @@
 #include "pstar/core/device.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <thread>
 
@@ -27,10 +28,14 @@ c10::Device resolve_device(const std::string& name, const std::string& what) {
   PSTAR_THROW(ConfigError, what, ": unknown device '", name, "'; expected cpu, cuda or auto");
 }
 
-void configure_runtime() {
+void configure_runtime(int64_t ranks_per_host) {
   if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    // Ranks on one host split its cores: more threads than cores would only contend.
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
-    if (cores > 0 && torch::get_num_threads() < cores) torch::set_num_threads(cores);
+    const int share =
+        static_cast<int>(std::max<int64_t>(1, cores / std::max<int64_t>(1, ranks_per_host)));
+    if (cores > 0 && (ranks_per_host > 1 || torch::get_num_threads() < share))
+      torch::set_num_threads(share);
   }
   if (const char* onednn = std::getenv("PSTAR_ONEDNN")) {
     const std::string value = onednn;

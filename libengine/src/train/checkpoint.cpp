@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
@@ -72,6 +74,43 @@ std::string checkpoint_dir(const std::string& save_dir, int64_t step) {
 void write_latest(const std::string& save_dir, const std::string& dir) {
   const std::string text = fs::path(dir).filename().string() + "\n";
   formats::write_file_atomic((fs::path(save_dir) / "latest").string(), text.data(), text.size());
+}
+
+std::string checkpoint_file(const std::string& dir, int64_t rank) {
+  return (fs::path(dir) / ("ckpt-" + std::to_string(rank) + ".pt")).string();
+}
+
+void write_manifest(const std::string& dir, const CheckpointManifest& manifest) {
+  nlohmann::json j = {{"format_version", 1},
+                      {"world_size", manifest.world_size},
+                      {"step", manifest.step},
+                      {"run_id", manifest.run_id}};
+  std::vector<std::string> files;
+  for (int64_t r = 0; r < manifest.world_size; ++r)
+    files.push_back(fs::path(checkpoint_file(dir, r)).filename().string());
+  j["files"] = files;
+  const std::string text = j.dump(2) + "\n";
+  formats::write_file_atomic((fs::path(dir) / "manifest.json").string(), text.data(), text.size());
+}
+
+CheckpointManifest read_manifest(const std::string& dir) {
+  const fs::path path = fs::path(dir) / "manifest.json";
+  CheckpointManifest manifest;
+  if (!fs::exists(path)) return manifest;
+  std::ifstream in(path);
+  nlohmann::json j;
+  try {
+    in >> j;
+    manifest.world_size = j.at("world_size").get<int64_t>();
+    manifest.step = j.at("step").get<int64_t>();
+    manifest.run_id = j.at("run_id").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    PSTAR_THROW(FormatError, path.string(), ": not a valid checkpoint manifest (", e.what(),
+                "); it needs world_size, step and run_id");
+  }
+  PSTAR_CHECK(manifest.world_size >= 1, FormatError, path.string(), ": world_size ",
+              manifest.world_size, " must be at least 1");
+  return manifest;
 }
 
 std::string resolve_resume_dir(const std::string& dir) {

@@ -15,6 +15,7 @@
 #include "pstar/chunk/eviction.h"
 #include "pstar/chunk/sharding.h"
 #include "pstar/core/log.h"
+#include "pstar/dist/communicator.h"
 #include "pstar/formats/config.h"
 #include "pstar/memory/buffer.h"
 #include "pstar/memory/cpu_counter.h"
@@ -43,6 +44,7 @@ struct Chunk {
   memory::Buffer exp_avg, exp_avg_sq;
   Tier compute_tier = Tier::kHost;
   Tier optimizer_tier = Tier::kHost;
+  bool remote = false;        // owned by another rank: payloads only while gathered
   bool margin = false;        // pinned on the device and updated there
   bool host_pinned = false;   // use_cpu_embedding: never on the device
   int64_t compute_count = 0;  // tensors in kCompute
@@ -56,10 +58,21 @@ struct ManagedTensor {
   std::vector<int64_t> shape;
   int64_t numel = 0;
   TensorState state = TensorState::kHold;
+  bool grad_seen = false;  // its gradient arrived this micro-batch
+};
+
+// A communication group: world_size consecutive chunks, one per rank (Note [chunk layout]).
+struct Group {
+  bool gathered = false;  // the remote chunks hold this step's parameters
+  bool reduced = false;   // this micro-batch's gradients went to their owners
+  int64_t tensors = 0, grads_seen = 0;
+  bool grads_pending() const { return grads_seen > 0 && !reduced; }
 };
 
 struct StepStats {
   int64_t h2d = 0, d2h = 0;
+  int64_t gathers = 0, reductions = 0;
+  int64_t model_data = 0;
   int64_t device_peak = 0, host_peak = 0;
   int64_t adam_device_chunks = 0;
 };
@@ -100,7 +113,14 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   int64_t interval_chunk_bytes = 0;       // device chunk bytes held since the current moment began
   std::vector<int64_t> warmup_non_model;  // running max over the warm-up iterations
   std::vector<std::string> moment_names;
-  chunk::Sharding sharding;  // world size 1 in this build
+  chunk::Sharding sharding;
+  dist::Communicator* comm = nullptr;  // null for one rank
+  std::vector<Group> groups;
+  // Per moment: the groups its module uses and whether it is in the backward pass, from the
+  // warm-up (Note [gathering]).
+  std::vector<std::vector<int64_t>> record_groups, trace_groups;
+  std::vector<bool> record_backward, trace_backward;
+  bool in_backward = false;
   int64_t adam_steps = 0;
   bool updated = false;  // this step's update ran
   // Host bytes at start-up: chunk memory plus what LibTorch holds (the unit being taken in).
@@ -110,13 +130,15 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     startup_peak = std::max(startup_peak, host_bytes + device_bytes + counter.current_bytes());
   }
 
-  Impl(const config::TrainConfig& c, c10::ScalarType d)
+  Impl(const config::TrainConfig& c, c10::ScalarType d, dist::Communicator* communicator)
       : config(c),
         dtype(d),
         elem_bytes(static_cast<int64_t>(c10::elementSize(d))),
         fp32(d == torch::kFloat32),
         reuse(d != torch::kFloat32 && c.gradient_accumulation_steps == 1),
-        payload(plan::payload_bytes(elem_bytes, c.gradient_accumulation_steps > 1)) {
+        payload(plan::payload_bytes(elem_bytes, c.gradient_accumulation_steps > 1)),
+        comm(communicator) {
+    if (comm != nullptr) sharding = chunk::Sharding{comm->rank(), comm->world_size()};
     PSTAR_INTERNAL_ASSERT(payload.compute() == elem_bytes + (reuse ? 0 : 4));
   }
 
@@ -164,24 +186,37 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   // .grad at the gradient slot so autograd accumulates straight into the chunk.
   void repoint(int64_t k) {
     torch::NoGradGuard no_grad;
+    const bool present = static_cast<bool>(chunks[k].param);
     for (int64_t id : chunks[k].tensors) {
       auto& t = tensors[id];
-      t.param.set_data(param_view(t));
-      t.param.mutable_grad() = grad_view(t);
+      // A remote chunk between uses has no payload: its tensors hold nothing (Note [gathering]).
+      t.param.set_data(present ? param_view(t) : torch::empty({0}, torch::dtype(dtype)));
+      t.param.mutable_grad() = present ? grad_view(t) : torch::Tensor();
     }
   }
 
   // ---- chunks --------------------------------------------------------------------------------
 
+  // The i-th chunk this rank owns is chunk i * N + rank.
+  int64_t owned_ordinal(int64_t k) const { return k / sharding.world_size; }
+
   void new_chunk() {
     Chunk c;
+    const int64_t k = static_cast<int64_t>(chunks.size());
+    c.host_pinned = next_chunk_host_pinned;
+    if (!sharding.owns(k)) {
+      // Another rank's: its payloads exist here only while gathered (Note [gathering]).
+      c.remote = true;
+      c.compute_tier = c.optimizer_tier = c.host_pinned ? Tier::kHost : Tier::kDevice;
+      chunks.push_back(std::move(c));
+      return;
+    }
     c.param = memory::Buffer(chunk_size * elem_bytes);
     if (!reuse) c.grad = memory::Buffer(chunk_size * 4);
     if (!fp32) c.master = memory::Buffer(chunk_size * 4);
     c.exp_avg = memory::Buffer(chunk_size * 4);
     c.exp_avg_sq = memory::Buffer(chunk_size * 4);
-    c.host_pinned = next_chunk_host_pinned;
-    if (static_cast<int64_t>(chunks.size()) >= first_device_chunk) {
+    if (owned_ordinal(k) >= first_device_chunk) {
       // Past the host's share (Note [fit]): the chunk lives on the device for good.
       PSTAR_INTERNAL_ASSERT(!c.host_pinned, "an embedding chunk was planned onto the device");
       c.margin = true;
@@ -196,6 +231,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   void move_compute(int64_t k, Tier to) {
     Chunk& c = chunks[k];
     if (c.compute_tier == to) return;
+    PSTAR_INTERNAL_ASSERT(!c.remote, "moving chunk ", k, ", which another rank owns");
     PSTAR_INTERNAL_ASSERT(c.compute_count == 0, "moving chunk ", k, " while it is in use");
     memory::Buffer param(chunk_size * elem_bytes);
     std::memcpy(param.data(), c.param.data(), static_cast<size_t>(chunk_size * elem_bytes));
@@ -264,8 +300,11 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       PSTAR_CHECK(tensor_by_name.count(t.name) == 0, ConfigError, "parameter ", t.name,
                   " is registered twice (tied weights must be one parameter used twice)");
       chunks[k].used += t.numel;
-      master_view(t).copy_(t.param.detach());
-      if (!fp32) param_view(t).copy_(t.param.detach());
+      if (!chunks[k].remote) {
+        // Every rank builds the same initial model; only the owner keeps a chunk's values.
+        master_view(t).copy_(t.param.detach());
+        if (!fp32) param_view(t).copy_(t.param.detach());
+      }
       const int64_t id = static_cast<int64_t>(tensors.size());
       t.param.register_hook([this, id](const torch::Tensor&) { on_grad(id); });
       tensor_by_name[t.name] = id;
@@ -275,6 +314,129 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     }
     repoint(k);  // frees the module's original storage
     ++registered_leaves;
+  }
+
+  // ---- groups (Note [gathering]) ------------------------------------------------------------
+
+  int64_t group_of(int64_t k) const { return sharding.group_of(k); }
+  int64_t group_chunk(int64_t g, int64_t part) const { return sharding.first_of_group(g) + part; }
+
+  // Gives the remote chunks of group g their payloads and fills them from their owners.
+  void gather(int64_t g) {
+    Group& group = groups[g];
+    if (group.gathered) return;
+    std::vector<void*> parts;
+    for (int64_t part = 0; part < sharding.world_size; ++part) {
+      const int64_t k = group_chunk(g, part);
+      Chunk& c = chunks[k];
+      if (c.remote) {
+        c.param = memory::Buffer(chunk_size * elem_bytes);
+        if (!reuse) c.grad = memory::Buffer(chunk_size * 4);
+        add_bytes(c.compute_tier, compute_bytes());
+      }
+      parts.push_back(c.param.data());
+    }
+    comm->all_gather(parts, chunk_size * elem_bytes);
+    for (int64_t part = 0; part < sharding.world_size; ++part) {
+      const int64_t k = group_chunk(g, part);
+      if (chunks[k].remote) repoint(k);
+    }
+    group.gathered = true;
+    ++step.gathers;
+    check_host();
+  }
+
+  void release(int64_t g) {
+    Group& group = groups[g];
+    if (!group.gathered) return;
+    PSTAR_INTERNAL_ASSERT(!group.grads_pending(), "releasing group ", g, " before its reduction");
+    for (int64_t part = 0; part < sharding.world_size; ++part) {
+      const int64_t k = group_chunk(g, part);
+      Chunk& c = chunks[k];
+      if (!c.remote) continue;
+      PSTAR_INTERNAL_ASSERT(c.compute_count == 0, "releasing chunk ", k, " while it is in use");
+      c.param = memory::Buffer();
+      c.grad = memory::Buffer();
+      add_bytes(c.compute_tier, -compute_bytes());
+      repoint(k);
+    }
+    group.gathered = false;
+  }
+
+  // Sums group g's gradients over the ranks into each owner's gradient slot. Unscaled: grad_norm
+  // and update divide by the world size.
+  void reduce(int64_t g) {
+    Group& group = groups[g];
+    if (group.reduced) return;
+    const int64_t mine = group_chunk(g, sharding.rank);
+    std::vector<float> sum(static_cast<size_t>(chunk_size));
+    comm->reduce_scatter(
+        chunk_size,
+        [&](int64_t part, float* acc) {
+          const Chunk& c = chunks[group_chunk(g, part)];
+          if (!c.param || c.used == 0) return;  // never gathered: no gradient here
+          auto dst = torch::from_blob(acc, {c.used}, torch::kFloat32);
+          const auto type = reuse ? dtype : torch::kFloat32;
+          dst.add_(torch::from_blob(reuse ? c.param.data() : c.grad.data(), {c.used},
+                                    torch::dtype(type)));
+        },
+        sum.data());
+    const Chunk& own = chunks[mine];
+    if (own.used > 0) {
+      torch::NoGradGuard no_grad;
+      auto src = torch::from_blob(sum.data(), {own.used}, torch::kFloat32);
+      torch::from_blob(reuse ? own.param.data() : own.grad.data(), {own.used},
+                       torch::dtype(reuse ? dtype : torch::kFloat32))
+          .copy_(src);
+    }
+    group.reduced = true;
+    ++step.reductions;
+  }
+
+  // A tensor of the group is between its module's pre-hook and its end of use (a tied weight
+  // waits in kCompute for its gradient through the whole backward).
+  bool in_use(int64_t g) const {
+    for (int64_t part = 0; part < sharding.world_size; ++part)
+      if (chunks[group_chunk(g, part)].compute_count > 0) return true;
+    return false;
+  }
+
+  // Between moments: reduces the groups whose gradients are complete, then releases every
+  // gathered group that `keep` does not hold.
+  void settle_groups(const std::set<int64_t>& keep) {
+    if (comm == nullptr) return;
+    for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) {
+      Group& group = groups[g];
+      if (group.grads_pending() && group.grads_seen == group.tensors && !in_use(g)) {
+        reduce(g);
+        // Gradients are summed; in reuse mode the slots now hold them, so the copies of the
+        // other ranks' chunks are stale: drop them.
+        release(g);
+      }
+    }
+    for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) {
+      if (groups[g].gathered && !groups[g].grads_pending() && !keep.count(g) && !in_use(g))
+        release(g);
+    }
+  }
+
+  // The groups to keep gathered past moment t besides those it uses: while the warm-up runs,
+  // none; afterwards, those used again before the pass (forward or backward) ends.
+  std::set<int64_t> groups_kept_after(int64_t t) const {
+    std::set<int64_t> keep;
+    if (!planned || t >= static_cast<int64_t>(trace_groups.size())) return keep;
+    for (int64_t u = t + 1; u < static_cast<int64_t>(trace_groups.size()) &&
+                            trace_backward[u] == trace_backward[t] && !trace_groups[u].empty();
+         ++u)
+      keep.insert(trace_groups[u].begin(), trace_groups[u].end());
+    return keep;
+  }
+
+  int64_t remote_device_bytes() const {
+    int64_t bytes = 0;
+    for (const Chunk& c : chunks)
+      bytes += c.remote && c.param && c.compute_tier == Tier::kDevice ? compute_bytes() : 0;
+    return bytes;
   }
 
   // ---- hooks ---------------------------------------------------------------------------------
@@ -298,6 +460,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
                 "engine.activation_checkpointing");
     ++moment;
     record_accesses.emplace_back();
+    record_groups.emplace_back();
+    record_backward.push_back(in_backward);
     record_non_model.push_back(0);
     if (iteration == 0) moment_names.push_back(what);
   }
@@ -317,7 +481,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     int64_t resident = 0;
     for (int64_t k = 0; k < static_cast<int64_t>(chunks.size()); ++k) {
       const Chunk& c = chunks[k];
-      if (c.margin || c.compute_tier != Tier::kDevice) continue;
+      if (c.remote || c.margin || c.compute_tier != Tier::kDevice) continue;
       ++resident;
       if (!need.count(k) && c.compute_count == 0) candidates.push_back(k);
     }
@@ -328,7 +492,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     if (planned && t < trace.num_moments()) {
       int64_t pinned = 0;
       for (const Chunk& c : chunks) pinned += c.margin ? compute_bytes() + optimizer_bytes() : 0;
-      const int64_t room = chunk::device_chunk_budget_bytes(trace, t, device_budget) - pinned;
+      const int64_t room = chunk::device_chunk_budget_bytes(trace, t, device_budget) - pinned -
+                           remote_device_bytes();
       const int64_t capacity = std::max<int64_t>(0, room / compute_bytes());
       evict = std::max<int64_t>(0, resident + missing - capacity);
       PSTAR_CHECK(evict <= static_cast<int64_t>(candidates.size()), OutOfMemoryError,
@@ -343,7 +508,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     } else {
       for (int64_t k : candidates) move_compute(k, Tier::kHost);
     }
-    for (int64_t k : need) move_compute(k, Tier::kDevice);
+    for (int64_t k : need)
+      if (!chunks[k].remote) move_compute(k, Tier::kDevice);
     PSTAR_CHECK(device_bytes <= device_budget, OutOfMemoryError, "device tier: ", what, " needs ",
                 format_bytes(device_bytes),
                 " of chunks on the device, more than "
@@ -356,20 +522,32 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   void access(torch::nn::Module& module, const char* phase) {
     const auto& ids = tensors_of(module);
     std::vector<int64_t> needed;
+    std::set<int64_t> used_groups;
     for (int64_t id : ids) {
       const int64_t k = tensors[id].chunk;
+      used_groups.insert(group_of(k));
       if (!chunks[k].host_pinned && std::find(needed.begin(), needed.end(), k) == needed.end())
         needed.push_back(k);
     }
     const std::string what = str_cat(phase, " of ", tensors[ids.front()].name);
     begin_moment(what);
+    if (comm != nullptr) {
+      std::set<int64_t> keep = groups_kept_after(moment);
+      keep.insert(used_groups.begin(), used_groups.end());
+      settle_groups(keep);
+      for (int64_t g : used_groups) gather(g);
+    }
     make_resident(needed, what);
     record_accesses[moment] = needed;
+    record_groups[moment].assign(used_groups.begin(), used_groups.end());
     for (int64_t id : ids) set_state(tensors[id], TensorState::kCompute);
   }
 
   void pre_forward(torch::nn::Module& module) override { access(module, "forward"); }
-  void pre_backward(torch::nn::Module& module) override { access(module, "backward"); }
+  void pre_backward(torch::nn::Module& module) override {
+    in_backward = true;
+    access(module, "backward");
+  }
   void post_forward(torch::nn::Module& module) override {
     for (int64_t id : tensors_of(module)) set_state(tensors[id], TensorState::kHoldAfterFwd);
   }
@@ -383,15 +561,22 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       param_view(t).zero_();
     }
     set_state(t, TensorState::kHoldAfterBwd);
+    if (!t.grad_seen) {
+      t.grad_seen = true;
+      ++groups[group_of(t.chunk)].grads_seen;
+    }
   }
 
   // ---- optimizer -----------------------------------------------------------------------------
 
   // The optimizer moment: margin chunks are updated on the device, the rest on the host.
   void optimizer_moment() {
+    in_backward = false;
     begin_moment("optimizer step");
+    for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) release(g);
     std::vector<int64_t> on_device;
     for (int64_t k = 0; k < static_cast<int64_t>(chunks.size()); ++k) {
+      if (chunks[k].remote) continue;
       if (chunks[k].margin)
         on_device.push_back(k);
       else
@@ -411,6 +596,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   void plan() {
     trace.accesses = record_accesses;
     trace.non_model_bytes = record_non_model;
+    trace_groups = record_groups;
+    trace_backward = record_backward;
     const int64_t num = static_cast<int64_t>(chunks.size());
     int64_t max_non_model = 0;
     int64_t max_needed = 0;
@@ -423,7 +610,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
                           static_cast<double>(max_non_model);
     int64_t margin = 0;
     int64_t movable = 0;
-    for (const Chunk& c : chunks) movable += c.host_pinned ? 0 : 1;
+    for (const Chunk& c : chunks) movable += c.host_pinned || c.remote ? 0 : 1;
     if (static_cast<double>(movable * whole) <= usable) {
       margin = movable;
     } else {
@@ -437,7 +624,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     for (const Chunk& c : chunks) given += c.margin ? 1 : 0;
     const int64_t fixed = given;
     for (int64_t k = 0; k < num && given < margin; ++k) {
-      if (chunks[k].host_pinned || chunks[k].margin) continue;
+      if (chunks[k].host_pinned || chunks[k].margin || chunks[k].remote) continue;
       chunks[k].margin = true;
       ++given;
       // The margin is permanent device memory: count it against the budget now.
@@ -459,8 +646,9 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
 };
 
 ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType compute_dtype,
-                             const std::vector<LeafModule>& leaves, int64_t predicted_non_model)
-    : impl_(std::make_unique<Impl>(config, compute_dtype)) {
+                             const std::vector<LeafModule>& leaves, int64_t predicted_non_model,
+                             dist::Communicator* comm)
+    : impl_(std::make_unique<Impl>(config, compute_dtype, comm)) {
   Impl& s = *impl_;
   s.expected_leaves = static_cast<int64_t>(leaves.size());
   const plan::ChunkLayout layout = plan::plan_layout(
@@ -485,16 +673,24 @@ ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType 
       break;
   }
   s.chunk_size = layout.chunk_size;
+  const int64_t world = s.sharding.world_size;
+  PSTAR_CHECK(layout.num_chunks >= world, ConfigError, "the model fits in ", layout.num_chunks,
+              " chunk(s) of ", layout.chunk_size, " elements, fewer than the ", world,
+              " ranks that would each own one; lower default_chunk_size (e.g. to ",
+              std::max<int64_t>(1, layout.params / world), ") or use fewer ranks");
 
   // Tier budgets and the fit check (Note [fit]), before anything is allocated.
   const plan::Budgets budgets = plan::config_budgets(config);
+  const int64_t ranks_per_host = comm != nullptr ? comm->world().local_world_size : 1;
   s.device_budget = budgets.device;
-  s.host_budget = budgets.host;
+  s.host_budget = budgets.host / ranks_per_host;  // the ranks on a host share its budget
   plan::FitInput in;
   in.layout = layout;
   in.payload = s.payload;
+  in.world_size = world;
+  in.ranks_per_host = ranks_per_host;
   in.device_budget = s.device_budget;
-  in.host_budget = s.host_budget;
+  in.host_budget = budgets.host;
   in.non_model = predicted_non_model;
   s.fit = plan::check_fit(in);
   if (!s.fit.fits) {
@@ -506,9 +702,13 @@ ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType 
   log::info("chunk plan: ", layout.num_chunks, " chunks of ", layout.chunk_size, " elements, ",
             s.payload.whole(), " bytes per parameter (",
             s.reuse ? "param/grad reuse" : "separate fp32 gradients", "), model data ",
-            format_bytes(layout.num_chunks * s.whole_bytes()), "; ", s.fit.host_chunks,
-            " chunks on the host tier (", format_bytes(s.host_budget), "), ", s.fit.device_chunks,
-            " on the device tier (", format_bytes(s.device_budget),
+            format_bytes(layout.num_chunks * s.whole_bytes()),
+            world > 1 ? str_cat(", ", s.fit.owned_chunks, " chunks (",
+                                format_bytes(s.fit.owned_chunks * s.whole_bytes()),
+                                ") owned by each of ", world, " ranks")
+                      : std::string(),
+            "; ", s.fit.host_chunks, " chunks on the host tier (", format_bytes(s.host_budget),
+            "), ", s.fit.device_chunks, " on the device tier (", format_bytes(s.device_budget),
             ", emulated on the CPU); predicted non-model peak ", format_bytes(predicted_non_model));
 }
 
@@ -572,6 +772,7 @@ void ChunkedEngine::load_parameter(const std::string& name, const at::Tensor& va
   auto it = s.tensor_by_name.find(name);
   PSTAR_INTERNAL_ASSERT(it != s.tensor_by_name.end(), "unknown parameter ", name);
   const ManagedTensor& t = s.tensors[it->second];
+  if (s.chunks[t.chunk].remote) return;  // its owner loads it
   torch::NoGradGuard no_grad;
   s.master_view(t).copy_(value);
   if (!s.fp32) s.param_view(t).copy_(value);
@@ -581,6 +782,16 @@ void ChunkedEngine::finish_registration() {
   Impl& s = *impl_;
   PSTAR_INTERNAL_ASSERT(s.registered_leaves == s.expected_leaves, "registered ",
                         s.registered_leaves, " modules, planned ", s.expected_leaves);
+  // Every group has one chunk per rank: empty chunks pad the last one.
+  while (static_cast<int64_t>(s.chunks.size()) % s.sharding.world_size != 0) {
+    s.next_chunk_host_pinned = false;
+    s.new_chunk();
+  }
+  s.groups.assign(static_cast<size_t>(s.chunks.size() / s.sharding.world_size), Group{});
+  for (const auto& t : s.tensors) ++s.groups[s.group_of(t.chunk)].tensors;
+  // Remote chunks start released: their tensors hold nothing until gathered.
+  for (int64_t k = 0; k < static_cast<int64_t>(s.chunks.size()); ++k)
+    if (s.chunks[k].remote) s.repoint(k);
   int64_t used = 0;
   for (const Chunk& c : s.chunks) used += c.used;
   const int64_t capacity = static_cast<int64_t>(s.chunks.size()) * s.chunk_size;
@@ -596,6 +807,12 @@ void ChunkedEngine::finish_registration() {
       ") of padding");
   log::info("start-up peak: ", format_bytes(s.startup_peak), " of host memory for ",
             format_bytes(model_data), " of model data (units taken into chunks as they are built)");
+}
+
+int64_t ChunkedEngine::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& t : impl_->tensors) n += t.numel;
+  return n;
 }
 
 std::string ChunkedEngine::describe() const {
@@ -620,18 +837,30 @@ void ChunkedEngine::end_micro_batch() {
   torch::NoGradGuard no_grad;
   for (auto& t : s.tensors) {
     if (t.state == TensorState::kCompute || t.state == TensorState::kHoldAfterFwd) {
-      if (s.reuse) s.param_view(t).zero_();
+      if (s.reuse && s.chunks[t.chunk].param) s.param_view(t).zero_();
       s.set_state(t, TensorState::kHoldAfterBwd);
     }
   }
+  s.in_backward = false;
+  if (s.comm == nullptr) return;
+  // Every group's gradients go to their owners before the next micro-batch or the optimizer.
+  for (int64_t g = 0; g < static_cast<int64_t>(s.groups.size()); ++g) {
+    s.reduce(g);
+    s.release(g);
+  }
+  for (auto& g : s.groups) g = Group{false, false, g.tensors, 0};
+  for (auto& t : s.tensors) t.grad_seen = false;
 }
 
 double ChunkedEngine::grad_norm(double loss_scale) {
   Impl& s = *impl_;
   s.optimizer_moment();
   double sum = 0;
-  for (const Chunk& c : s.chunks) sum += optim::grad_sq_sum(s.grad_data(c), s.grad_type(), c.used);
-  return std::sqrt(sum) / loss_scale;
+  for (const Chunk& c : s.chunks)
+    if (!c.remote) sum += optim::grad_sq_sum(s.grad_data(c), s.grad_type(), c.used);
+  if (s.comm != nullptr) sum = s.comm->all_reduce_sum(sum);
+  // Reduced gradients are sums over the ranks; the step's gradient is their mean.
+  return std::sqrt(sum) / (loss_scale * static_cast<double>(s.sharding.world_size));
 }
 
 void ChunkedEngine::update(double lr, double grad_multiplier) {
@@ -651,7 +880,10 @@ void ChunkedEngine::update(double lr, double grad_multiplier) {
                                                                 : optim::ParamOutType::kF16;
   // Device-side and host-side updates run the same kernel on the emulated device, so placement
   // never changes the numbers.
+  const float multiplier =
+      static_cast<float>(grad_multiplier / static_cast<double>(s.sharding.world_size));
   for (Chunk& c : s.chunks) {
+    if (c.remote) continue;  // its owner updates it
     optim::AdamSpan span;
     span.master = static_cast<float*>(s.fp32 ? c.param.data() : c.master.data());
     span.exp_avg = static_cast<float*>(c.exp_avg.data());
@@ -661,7 +893,7 @@ void ChunkedEngine::update(double lr, double grad_multiplier) {
     span.param_out = s.fp32 ? nullptr : c.param.data();
     span.param_out_type = out;
     span.numel = c.used;
-    optim::host_adam_step(hyper, static_cast<float>(grad_multiplier), span);
+    optim::host_adam_step(hyper, multiplier, span);
     if (c.margin) ++s.step.adam_device_chunks;
   }
 }
@@ -669,12 +901,14 @@ void ChunkedEngine::update(double lr, double grad_multiplier) {
 void ChunkedEngine::end_step() {
   Impl& s = *impl_;
   if (!s.reuse) {
-    for (Chunk& c : s.chunks) std::memset(c.grad.data(), 0, static_cast<size_t>(c.used) * 4);
+    for (Chunk& c : s.chunks)
+      if (!c.remote) std::memset(c.grad.data(), 0, static_cast<size_t>(c.used) * 4);
   } else if (!s.updated) {
     // A skipped update (fp16 overflow) leaves gradients in the parameter slots: restore the
     // parameters from the masters (Note [param/grad reuse]).
     torch::NoGradGuard no_grad;
-    for (auto& t : s.tensors) s.param_view(t).copy_(s.master_view(t));
+    for (auto& t : s.tensors)
+      if (!s.chunks[t.chunk].remote) s.param_view(t).copy_(s.master_view(t));
   }
   s.updated = false;
   for (auto& t : s.tensors) s.set_state(t, TensorState::kHold);
@@ -693,6 +927,8 @@ void ChunkedEngine::end_step() {
       s.trace.non_model_bytes[t] = std::max(s.trace.non_model_bytes[t], s.record_non_model[t]);
   }
   s.step.device_peak = std::max(s.step.device_peak, s.device_bytes);
+  // Every gathered copy is released by now: what is left is this rank's own model data.
+  s.step.model_data = s.device_bytes + s.host_bytes;
   s.last = s.step;
 }
 
@@ -735,6 +971,14 @@ void ChunkedEngine::fill_metrics(StepMetrics& m) {
   m.moved_h2d_bytes = s.last.h2d;
   m.moved_d2h_bytes = s.last.d2h;
   m.adam_device_chunks = s.last.adam_device_chunks;
+  m.model_data_bytes = s.last.model_data;
+  if (s.comm != nullptr) {
+    const dist::CommStats comm = s.comm->take_stats();
+    m.comm_bytes = comm.bytes_sent;
+    m.comm_s = comm.seconds;
+    m.gathers = s.last.gathers;
+    m.reductions = s.last.reductions;
+  }
 }
 
 }  // namespace pstar::train

@@ -34,9 +34,14 @@ void MetricsWriter::write(const StepMetrics& m) {
         {"host_peak_bytes", m.host_peak_bytes},
         {"moved_h2d_bytes", m.moved_h2d_bytes},
         {"moved_d2h_bytes", m.moved_d2h_bytes},
-        {"adam_device_chunks", m.adam_device_chunks}}) {
-    if (value >= 0) line[key] = value;  // chunk engine only
+        {"adam_device_chunks", m.adam_device_chunks},
+        {"model_data_bytes", m.model_data_bytes},
+        {"comm_bytes", m.comm_bytes},
+        {"gathers", m.gathers},
+        {"reductions", m.reductions}}) {
+    if (value >= 0) line[key] = value;  // chunk engine / several ranks only
   }
+  if (m.comm_s >= 0) line["comm_s"] = m.comm_s;
   const std::string text = line.dump() + "\n";
   PSTAR_CHECK(std::fwrite(text.data(), 1, text.size(), file_.get()) == text.size() &&
                   std::fflush(file_.get()) == 0,

@@ -1,12 +1,16 @@
 #include "pstar/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <random>
 
 #include <ATen/CPUGeneratorImpl.h>
+
+#include <nlohmann/json.hpp>
 
 #include <torch/torch.h>
 
@@ -17,6 +21,8 @@
 #include "pstar/core/torch_compat.h"
 #include "pstar/data/batch_sampler.h"
 #include "pstar/data/token_source.h"
+#include "pstar/dist/communicator.h"
+#include "pstar/dist/world.h"
 #include "pstar/formats/config.h"
 #include "pstar/formats/mapped_file.h"
 #include "pstar/model/gpt.h"
@@ -96,6 +102,44 @@ void check_dtype_supported(c10::ScalarType dtype, c10::Device device) {
   }
 }
 
+std::string new_run_id() {
+  std::random_device random;
+  char id[24];
+  std::snprintf(id, sizeof id, "%08x%08x", random(), random());
+  return id;
+}
+
+// Every rank must train the same config: the first key where a rank differs from rank 0.
+void check_same_config(dist::Communicator& comm, const config::TrainConfig& config) {
+  const auto texts = comm.exchange("config", config::to_json_text(config));
+  for (int64_t r = 1; r < comm.world_size(); ++r) {
+    if (texts[r] == texts[0]) continue;
+    const auto mine = nlohmann::json::parse(texts[r]).flatten();
+    const auto first = nlohmann::json::parse(texts[0]).flatten();
+    std::string key = "(unknown)", theirs = "absent", ours = "absent";
+    for (const auto& [k, v] : first.items()) {
+      if (mine.contains(k) && mine[k] == v) continue;
+      key = k;
+      ours = v.dump();
+      theirs = mine.contains(k) ? mine[k].dump() : "absent";
+      break;
+    }
+    if (key == "(unknown)") {
+      for (const auto& [k, v] : mine.items()) {
+        if (first.contains(k)) continue;
+        key = k;
+        theirs = v.dump();
+        break;
+      }
+    }
+    // JSON pointer "/training/steps" -> the config's own spelling "training.steps".
+    std::replace(key.begin(), key.end(), '/', '.');
+    if (!key.empty() && key[0] == '.') key.erase(0, 1);
+    PSTAR_THROW(ConfigError, "rank ", r, "'s config differs from rank 0's at ", key, ": ", theirs,
+                " vs ", ours, "; every rank must start with the same config and --set options");
+  }
+}
+
 }  // namespace
 
 c10::Device compute_device(const config::TrainConfig& config, const std::string& device_option) {
@@ -125,12 +169,21 @@ struct Trainer::Impl {
   int64_t tokens = 0;
   int64_t skipped = 0;
   std::optional<Clock::time_point> start;
+  dist::Communicator* comm = nullptr;  // several ranks only
+  int64_t rank = 0, world = 1;
+  std::string run_id;
 
   Impl(const config::TrainConfig& c, std::shared_ptr<model::CausalLM> m, const TrainOptions& o)
-      : config(c), model(std::move(m)), options(o), schedule(c), scaler(c.fp16) {}
+      : config(c), model(std::move(m)), options(o), schedule(c), scaler(c.fp16), comm(o.comm) {
+    if (comm != nullptr) {
+      rank = comm->rank();
+      world = comm->world_size();
+    }
+  }
 
+  // Over all ranks: the global batch.
   int64_t tokens_per_step() const {
-    return config.train_micro_batch_size_per_gpu * config.gradient_accumulation_steps *
+    return world * config.train_micro_batch_size_per_gpu * config.gradient_accumulation_steps *
            model->max_seq_len();
   }
 
@@ -161,19 +214,32 @@ void Trainer::Impl::save_checkpoint() {
                        torch::tensor(std::vector<double>(scaler_state.begin(), scaler_state.end()),
                                      torch::kFloat64));
   tensors.emplace_back("__pstar__.rng", at::detail::getDefaultCPUGenerator().get_state());
-  const std::string file = (std::filesystem::path(dir) / "ckpt-0.pt").string();
+  tensors.emplace_back("__pstar__.rank", torch::tensor(rank));
+  tensors.emplace_back("__pstar__.world_size", torch::tensor(world));
+  const std::string file = checkpoint_file(dir, rank);
   write_checkpoint_file(file, tensors);
-  const std::string config_text = config::to_json_text(config);
-  formats::write_file_atomic((std::filesystem::path(dir) / "config.json").string(),
-                             config_text.data(), config_text.size());
-  write_latest(config.training.save_dir, dir);
+  // The checkpoint counts only once every rank's file is on disk: then rank 0 describes it and
+  // points `latest` at it.
+  if (comm != nullptr) comm->barrier();
+  if (rank == 0) {
+    write_manifest(dir, CheckpointManifest{world, step, run_id});
+    const std::string config_text = config::to_json_text(config);
+    formats::write_file_atomic((std::filesystem::path(dir) / "config.json").string(),
+                               config_text.data(), config_text.size());
+    write_latest(config.training.save_dir, dir);
+  }
   log::info("checkpoint: ", file, " (", std::filesystem::file_size(file) >> 20, " MiB) in ",
             human_duration(seconds_since(begin)));
 }
 
 void Trainer::Impl::resume(const std::string& where) {
   const std::string dir = resolve_resume_dir(where);
-  const std::string file = (std::filesystem::path(dir) / "ckpt-0.pt").string();
+  const CheckpointManifest manifest = read_manifest(dir);
+  PSTAR_CHECK(manifest.world_size == world, ConfigError, "--resume ", dir,
+              ": the checkpoint was written by ", manifest.world_size, " rank(s) but this run has ",
+              world, "; resume with the same number of ranks (--nproc ", manifest.world_size, ")");
+  if (!manifest.run_id.empty()) run_id = manifest.run_id;
+  const std::string file = checkpoint_file(dir, rank);
   const TensorMap tensors = read_checkpoint_file(file);
   const int64_t version =
       checkpoint_tensor(tensors, "__pstar__.format_version", file, {}, torch::kInt64)
@@ -198,7 +264,7 @@ void Trainer::Impl::resume(const std::string& where) {
 }
 
 void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
-  core::configure_runtime();
+  core::configure_runtime(comm != nullptr ? comm->world().local_world_size : 1);
   device = compute_device(config, options.device);
   // A prebuilt engine was built from a config already resolved (build_model_and_engine checks).
   config = resolve_precision(config, device);
@@ -210,7 +276,7 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   source = data::open_token_source(config.data, model->vocab_size(), seq_len);
   sampler = std::make_unique<data::BatchSampler>(
       *source, data::parse_sampling(config.data.sampling), config.train_micro_batch_size_per_gpu,
-      seq_len, config.gradient_accumulation_steps, config.training.seed);
+      seq_len, config.gradient_accumulation_steps, config.training.seed, rank, world);
 
   if (auto* gpt = dynamic_cast<model::Gpt*>(model.get())) {
     gpt->set_activation_checkpointing(config.engine.activation_checkpointing);
@@ -220,19 +286,26 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
 
   int64_t num_params = 0;
   for (auto& p : model->parameters()) num_params += p.numel();
+  PSTAR_CHECK(world == 1 || chunked, ConfigError, "engine.mode \"", config.engine.mode,
+              "\" trains on one rank; use engine.mode \"chunked\" to train on ", world, " ranks");
   if (prebuilt) {
     engine = std::move(prebuilt);
   } else if (chunked) {
     // A model built outside the engine is taken into chunks module by module after the fact.
-    auto chunk_engine =
-        std::make_unique<ChunkedEngine>(config, dtype, ChunkedEngine::leaf_modules(*model));
+    auto chunk_engine = std::make_unique<ChunkedEngine>(
+        config, dtype, ChunkedEngine::leaf_modules(*model), /*predicted_non_model=*/0, comm);
     chunk_engine->register_unit(*model, "");
     chunk_engine->finish_registration();
     engine = std::move(chunk_engine);
   } else {
     engine = make_torch_engine(config, *model, device, dtype);
   }
-  if (!options.metrics_path.empty()) metrics.emplace(options.metrics_path);
+  if (engine->num_parameters() >= 0) num_params = engine->num_parameters();
+  if (!options.metrics_path.empty())
+    metrics.emplace(rank == 0 ? options.metrics_path
+                              : str_cat(options.metrics_path, ".rank", rank));
+  // Rank 0 names the run; checkpoint manifests record it.
+  run_id = comm != nullptr ? comm->exchange("run_id", new_run_id())[0] : new_run_id();
   if (!options.resume_dir.empty()) resume(options.resume_dir);
 
   log::info("model: ", human_count(static_cast<double>(num_params)), " parameters (", num_params,
@@ -243,7 +316,8 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
             compat::torch_version());
   log::info("data: ", source->describe(), " (", human_count(static_cast<double>(source->size())),
             " tokens, ", config.data.sampling, " sampling), ", tokens_per_step(),
-            " tokens per step (", config.train_micro_batch_size_per_gpu, " x ", seq_len, " x ",
+            " tokens per step (", world > 1 ? str_cat(world, " ranks x ") : std::string(),
+            config.train_micro_batch_size_per_gpu, " x ", seq_len, " x ",
             config.gradient_accumulation_steps, " accumulation)");
 }
 
@@ -293,7 +367,9 @@ StepMetrics Trainer::Impl::run_step() {
       engine->end_micro_batch();
     }
   }
-  const double loss = loss_sum / static_cast<double>(accumulation);
+  // The logged loss is the mean over the global batch: every rank's share is the same size.
+  if (comm != nullptr) loss_sum = comm->all_reduce_sum(loss_sum);
+  const double loss = loss_sum / static_cast<double>(accumulation * world);
 
   StepMetrics m;
   m.step = step;
@@ -400,13 +476,13 @@ std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config) 
   return gpt;
 }
 
-ModelAndEngine build_model_and_engine(const config::TrainConfig& config) {
+ModelAndEngine build_model_and_engine(const config::TrainConfig& config, dist::Communicator* comm) {
   if (config.engine.mode != "chunked") return ModelAndEngine{build_model(config), nullptr};
   auto shape = model::resolve_gpt_config(config.model);
   const int64_t non_model =
       plan::estimate_gpt_activations(plan::gpt_activation_input(config, shape)).peak;
   auto engine = std::make_unique<ChunkedEngine>(config, compute_dtype(config),
-                                                plan::gpt_leaf_modules(shape), non_model);
+                                                plan::gpt_leaf_modules(shape), non_model, comm);
   torch::manual_seed(config.training.seed);
   auto gpt =
       std::make_shared<model::Gpt>(shape, [&](torch::nn::Module& unit, const std::string& prefix) {
@@ -423,11 +499,32 @@ ModelAndEngine build_model_and_engine(const config::TrainConfig& config) {
 }
 
 TrainSummary train(const config::TrainConfig& config, const TrainOptions& options) {
+  const dist::WorldInfo world = dist::detect_world();
+  std::unique_ptr<dist::Communicator> comm;
+  TrainOptions run_options = options;
+  if (world.distributed()) {
+    log::set_rank(static_cast<int>(world.rank), static_cast<int>(world.world_size));
+    // One rank speaks for the run; the others report only warnings and errors.
+    if (world.rank != 0 && log::level() < log::Level::kWarn) log::set_level(log::Level::kWarn);
+    run_options.progress = options.progress && world.rank == 0;
+    log::info("rank ", world.rank, " of ", world.world_size, " (", world.launcher,
+              "), rendezvous at ", world.master_addr, ":", world.port);
+    comm = std::make_unique<dist::Communicator>(world, options.dist_timeout);
+    check_same_config(*comm, config);
+    run_options.comm = comm.get();
+  }
   log::info("config: ", config.source);
-  core::configure_runtime();  // before the precision probe, which it times
-  const config::TrainConfig resolved =
-      resolve_precision(config, compute_device(config, options.device));
-  Trainer trainer(resolved, build_model_and_engine(resolved), options);
+  core::configure_runtime(world.local_world_size);  // before the precision probe, which it times
+  config::TrainConfig resolved = resolve_precision(config, compute_device(config, options.device));
+  if (comm != nullptr && config.bf16.auto_select) {
+    // Probes are timings: ranks could disagree near the threshold. Rank 0 decides for all.
+    resolved.bf16.enabled = comm->exchange("bf16", resolved.bf16.enabled ? "1" : "0")[0] == "1";
+  }
+  ModelAndEngine built = build_model_and_engine(resolved, comm.get());
+  // Every rank built the same initial model from training.seed; from here on (dropout) each
+  // rank draws its own numbers. Rank 0 keeps the stream a single-rank run would.
+  if (world.rank > 0) torch::manual_seed(config.training.seed + 7919 * world.rank);
+  Trainer trainer(resolved, std::move(built), run_options);
   return trainer.run();
 }
 

@@ -12,11 +12,12 @@ namespace pstar::core {
 c10::Device resolve_device(const std::string& name, const std::string& what);
 
 // Process-wide LibTorch settings, once at start-up:
-// - intra-op threads: every core unless OMP_NUM_THREADS says otherwise (LibTorch's own default
-//   counts one thread on some virtual machines);
+// - intra-op threads: every core, or an equal share of them for each of `ranks_per_host` ranks,
+//   unless OMP_NUM_THREADS says otherwise (LibTorch's own default counts one thread on some
+//   virtual machines);
 // - PSTAR_ONEDNN=0 turns LibTorch's oneDNN (mkldnn) CPU kernels off. bf16 matmuls then take
 //   ATen's fallback GEMM, the path every CPU without AVX-512 takes (Note [bf16 on CPUs]), so its
 //   speed and numerics can be reproduced on any x86-64 machine.
-void configure_runtime();
+void configure_runtime(int64_t ranks_per_host = 1);
 
 }  // namespace pstar::core

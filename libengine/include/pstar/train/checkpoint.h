@@ -34,6 +34,21 @@ const at::Tensor& checkpoint_tensor(const TensorMap& tensors, const std::string&
 std::string checkpoint_dir(const std::string& save_dir, int64_t step);
 // Marks `dir` as the newest checkpoint of `save_dir`.
 void write_latest(const std::string& save_dir, const std::string& dir);
+// `<dir>/manifest.json`, written by rank 0 after every rank's file: which run wrote the
+// checkpoint, at which step, with how many ranks (one file each).
+struct CheckpointManifest {
+  int64_t world_size = 1;
+  int64_t step = -1;
+  std::string run_id;
+};
+// Atomic, like the checkpoint files.
+void write_manifest(const std::string& dir, const CheckpointManifest& manifest);
+// A directory without a manifest (pstar before multi-rank training) reads as one rank at an
+// unknown step; a malformed one is a FormatError naming the file and key.
+CheckpointManifest read_manifest(const std::string& dir);
+// `<dir>/ckpt-<rank>.pt`.
+std::string checkpoint_file(const std::string& dir, int64_t rank);
+
 // The directory to resume from: `dir` itself if it holds ckpt-0.pt, else the one `dir/latest`
 // names. IoError saying what was looked for otherwise.
 std::string resolve_resume_dir(const std::string& dir);

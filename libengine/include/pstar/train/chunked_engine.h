@@ -7,7 +7,8 @@
 // parameter slot) and optimizer payloads (fp32 master — absent in fp32 training, where the
 // parameter is the master — momentum and variance) laid out exactly like it. A leaf module's
 // parameters share one chunk, placed in order of construction. Chunk k belongs to communication
-// group k / N and rank k % N owns it (N = world size, 1 in this build).
+// group k / N and rank k % N owns it (N = world size): only the owner keeps its payloads between
+// uses (Note [gathering]).
 //
 // Note [param/grad reuse]
 // With fp16/bf16 and no gradient accumulation, a parameter's gradient overwrites its own slot once
@@ -26,6 +27,18 @@
 // budget − max(non-model now, non-model next), and go to the host for the optimizer step. Chunks
 // the host budget cannot hold start on the device and are in the margin from the start
 // (Note [fit] in plan/memory_plan.h).
+//
+// Note [gathering]
+// With N ranks, a rank keeps all payloads of the chunks it owns and none of the others'. Before a
+// module runs, every group its parameters touch is all-gathered: each rank sends its chunk's
+// parameter payload and receives the other N - 1 into fresh buffers, which count against the
+// tier they compute on. A gathered group stays until its last use in the current pass (forward,
+// or backward with its recomputation), as the warm-up trace tells; during the warm-up it goes
+// right after use. In backward, once every parameter of a group has its gradient (or when the
+// micro-batch ends), the group's gradients are reduce-scattered in fp32 to their owners and the
+// gathered copies are dropped. The owner's slot then holds the sum over ranks, which grad_norm
+// and update divide by N. All of this depends only on the order modules run in, which every rank
+// shares, so the ranks always issue the same collectives in the same order.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +64,9 @@ class ModuleHooks;
 namespace pstar::chunk {
 struct AccessTrace;
 }
+namespace pstar::dist {
+class Communicator;
+}
 
 namespace pstar::train {
 
@@ -61,9 +77,11 @@ class ChunkedEngine : public ParamEngine {
   // Plans the chunk size from the leaf modules (in construction order) and checks that model
   // data, the working set and `predicted_non_model` bytes (plan::estimate_gpt_activations for a
   // GPT; 0 when unknown, and the warm-up measures it) fit the two tiers (Note [fit]), before
-  // anything is allocated. Throws OutOfMemoryError when they do not.
+  // anything is allocated. Throws OutOfMemoryError when they do not. With `comm` (several ranks)
+  // this rank owns every world_size-th chunk (Note [gathering]); `comm` must outlive the engine.
   ChunkedEngine(const config::TrainConfig& config, c10::ScalarType compute_dtype,
-                const std::vector<LeafModule>& leaves, int64_t predicted_non_model = 0);
+                const std::vector<LeafModule>& leaves, int64_t predicted_non_model = 0,
+                dist::Communicator* comm = nullptr);
   ~ChunkedEngine() override;
 
   // The leaf modules of `unit` that own parameters, in the order register_unit takes them.
@@ -94,6 +112,8 @@ class ChunkedEngine : public ParamEngine {
   int64_t startup_peak_bytes() const;
 
   std::string describe() const override;
+  // Every rank's count, though another rank's parameters hold no values here between uses.
+  int64_t num_parameters() const override;
   void begin_step() override;
   void end_micro_batch() override;
   double grad_norm(double loss_scale) override;

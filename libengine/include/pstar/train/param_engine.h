@@ -22,6 +22,8 @@ class ParamEngine {
   virtual ~ParamEngine() = default;
   // One line for the start-up log.
   virtual std::string describe() const = 0;
+  // Parameters the engine manages; -1 when the model's own tensors tell (they all hold values).
+  virtual int64_t num_parameters() const { return -1; }
   virtual void begin_step() {}
   // After each micro-batch's backward.
   virtual void end_micro_batch() {}

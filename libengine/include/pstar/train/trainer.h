@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include <chrono>
+
 #include <c10/core/Device.h>
 
 namespace pstar::config {
@@ -18,6 +20,9 @@ class CausalLM;
 namespace pstar::train {
 class ParamEngine;
 }
+namespace pstar::dist {
+class Communicator;
+}
 
 namespace pstar::train {
 
@@ -27,6 +32,11 @@ struct TrainOptions {
   bool progress = true;         // live progress line and periodic log lines
   // Continue from a checkpoint: a step directory, or a training.save_dir (its newest checkpoint).
   std::string resume_dir;
+  // Several ranks: how long a rendezvous or a collective may wait for the others before the run
+  // stops with a DistError.
+  std::chrono::seconds dist_timeout{300};
+  // The run's communicator (train() makes one from the environment); null for one rank.
+  dist::Communicator* comm = nullptr;
 };
 
 struct StepMetrics {
@@ -47,6 +57,14 @@ struct StepMetrics {
   int64_t moved_h2d_bytes = -1;
   int64_t moved_d2h_bytes = -1;
   int64_t adam_device_chunks = -1;
+  // Bytes of model data (chunk payloads) this rank holds between steps; -1 for the torch engine.
+  int64_t model_data_bytes = -1;
+  // Several ranks only (-1 otherwise): payload bytes this rank sent in collectives this step,
+  // the wall time spent in them, and the chunk groups gathered and reduced.
+  int64_t comm_bytes = -1;
+  double comm_s = -1;
+  int64_t gathers = -1;
+  int64_t reductions = -1;
 };
 
 struct TrainSummary {
@@ -99,9 +117,11 @@ std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config);
 // The same, and for engine.mode "chunked" the chunk engine, which takes each unit of the model
 // into chunks as it is built (start-up never holds a second full copy of the model). The config's
 // precision must be decided (resolve_precision in precision.h): "auto" is a ConfigError here.
-ModelAndEngine build_model_and_engine(const config::TrainConfig& config);
+ModelAndEngine build_model_and_engine(const config::TrainConfig& config,
+                                      dist::Communicator* comm = nullptr);
 
-// `pstar train`: runtime set-up, precision choice, model, trainer, run.
+// `pstar train`: runtime set-up, precision choice, model, trainer, run. Under a launcher
+// (dist/world.h) it joins the other ranks first and checks they all train the same config.
 TrainSummary train(const config::TrainConfig& config, const TrainOptions& options);
 
 }  // namespace pstar::train

@@ -1,0 +1,152 @@
+// Data-parallel scaling of the chunk engine on this machine: the same global batch trained by
+// `pstar train --nproc N` for N = 1, 2, 4, each rank with its share of the cores. Reports tokens/s,
+// the speed-up over N = 1 measured in the same run, and the fraction of a step rank 0 spends in
+// collectives (Gloo over loopback). Ends with one JSON line.
+//
+//   pstar-bench-dist [--steps S] [--preset gpt-mini] [--global-batch 8] [--ranks 1,2,4]
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Result {
+  int64_t ranks = 0;
+  double tokens_per_s = 0;
+  double comm_fraction = 0;
+  double comm_mb_per_step = 0;
+  double first_loss = 0, last_loss = 0;
+};
+
+int run(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  std::vector<std::string> storage(args);
+  for (auto& a : storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t steps = 12, global_batch = 8;
+  std::string preset = "gpt-mini";
+  std::vector<int64_t> world_sizes{1, 2, 4};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = argv[i], value = argv[i + 1];
+    if (key == "--steps") {
+      steps = std::stoll(value);
+    } else if (key == "--preset") {
+      preset = value;
+    } else if (key == "--global-batch") {
+      global_batch = std::stoll(value);
+    } else if (key == "--ranks") {
+      world_sizes.clear();
+      std::stringstream in(value);
+      for (std::string n; std::getline(in, n, ',');) world_sizes.push_back(std::stoll(n));
+    } else {
+      std::cerr << "unknown option " << key << "\n";
+      return 2;
+    }
+  }
+  constexpr int64_t kWarmup = 2;  // the warm-up iteration and the first planned one
+  if (steps <= kWarmup) {
+    std::cerr << "--steps must be more than " << kWarmup << "\n";
+    return 2;
+  }
+  const pstar::bench::TempCorpus corpus("dist");
+  const fs::path dir = fs::temp_directory_path() / ("pstar-bench-dist-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+
+  std::vector<Result> results;
+  for (int64_t n : world_sizes) {
+    if (global_batch % n != 0) {
+      std::cerr << "global batch " << global_batch << " is not divisible by " << n << " ranks\n";
+      return 2;
+    }
+    const json config = {
+        {"model", {{"preset", preset}}},
+        {"data", {{"text", corpus.path.string()}}},
+        {"train_micro_batch_size_per_gpu", global_batch / n},
+        {"bf16", {{"enabled", false}}},
+        {"training", {{"steps", steps}}},
+        {"engine", {{"mode", "chunked"}}},
+    };
+    const fs::path config_path = dir / ("config-" + std::to_string(n) + ".json");
+    std::ofstream(config_path) << config.dump(2);
+    const fs::path metrics = dir / ("metrics-" + std::to_string(n) + ".jsonl");
+    const int code = run({PSTAR_BINARY, "train", config_path.string(), "--device", "cpu", "--quiet",
+                          "--nproc", std::to_string(n), "--metrics", metrics.string()});
+    if (code != 0) {
+      std::cerr << "pstar train --nproc " << n << " failed with exit code " << code << "\n";
+      return 1;
+    }
+    Result r;
+    r.ranks = n;
+    std::vector<json> lines;
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+    r.first_loss = lines.front()["loss"].get<double>();
+    r.last_loss = lines.back()["loss"].get<double>();
+    double time = 0, comm = 0, bytes = 0;
+    int64_t tokens = 0, counted = 0, before = 0;
+    for (const json& m : lines) {
+      // The tokens counter covers the global batch, whatever N is.
+      const int64_t step_tokens = m["tokens"].get<int64_t>() - before;
+      before = m["tokens"].get<int64_t>();
+      if (m["step"].get<int64_t>() <= kWarmup) continue;
+      time += m["step_time_s"].get<double>();
+      tokens += step_tokens;
+      if (m.contains("comm_s")) comm += m["comm_s"].get<double>();
+      if (m.contains("comm_bytes")) bytes += static_cast<double>(m["comm_bytes"].get<int64_t>());
+      ++counted;
+    }
+    r.tokens_per_s = static_cast<double>(tokens) / time;
+    r.comm_fraction = comm / time;
+    r.comm_mb_per_step = bytes / static_cast<double>(counted) / 1e6;
+    results.push_back(r);
+    std::printf(
+        "N=%lld  %8.0f tok/s  x%.2f vs N=1  comm %4.1f%% of a step (%.1f MB sent/step by rank "
+        "0)  loss %.4f -> %.4f\n",
+        static_cast<long long>(n), r.tokens_per_s, r.tokens_per_s / results[0].tokens_per_s,
+        100 * r.comm_fraction, r.comm_mb_per_step, r.first_loss, r.last_loss);
+  }
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+
+  json line = {{"bench", "dist_scaling"},
+               {"preset", preset},
+               {"global_batch", global_batch},
+               {"steps", steps}};
+  for (const Result& r : results) {
+    const std::string n = std::to_string(r.ranks);
+    line["tokens_per_s_n" + n] = r.tokens_per_s;
+    line["speedup_n" + n] = r.tokens_per_s / results[0].tokens_per_s;
+    line["comm_fraction_n" + n] = r.comm_fraction;
+  }
+  std::cout << line.dump() << std::endl;
+  return 0;
+}

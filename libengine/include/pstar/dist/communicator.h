@@ -1,0 +1,64 @@
+// Collectives between the ranks of a data-parallel run, over LibTorch's c10d: a TCPStore for the
+// rendezvous (rank 0 hosts it) and ProcessGroupGloo between CPU tensors. The chunk engine needs
+// only what this class offers, so no c10d header leaks into the engine.
+//
+// Note [ring collectives]
+// LibTorch 1.13's Gloo group has no reduce_scatter and no bf16 at all. Chunk groups are therefore
+// all-gathered and reduce-scattered as rings of c10d send/recv: N - 1 rounds in which every rank
+// sends one part to the next rank and receives one from the previous, which is also the
+// bandwidth-optimal schedule (each rank sends (N - 1) / N of the group once). Payloads travel as
+// raw bytes, so any dtype works; reductions add in fp32 whatever the gradient dtype.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pstar/dist/world.h"
+
+namespace pstar::dist {
+
+struct CommStats {
+  int64_t bytes_sent = 0;  // payload bytes this rank sent
+  double seconds = 0;      // wall time inside collectives, waiting for other ranks included
+};
+
+class Communicator {
+ public:
+  // Joins the run `world` describes. DistError naming the address, the port and what to change
+  // when the port is taken, the master cannot be reached within `timeout`, or a peer is missing.
+  // A collective that waits longer than `timeout` fails the same way (never a hang).
+  Communicator(const WorldInfo& world, std::chrono::seconds timeout);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  const WorldInfo& world() const;
+  int64_t rank() const { return world().rank; }
+  int64_t world_size() const { return world().world_size; }
+
+  // parts[r] is rank r's `bytes` bytes: this rank's is read, every other one is written.
+  void all_gather(const std::vector<void*>& parts, int64_t bytes);
+  // Sums part j over the ranks for every j and leaves the sum of part rank() in `out` (numel
+  // floats). add_local(j, acc) adds this rank's contribution to part j into acc.
+  void reduce_scatter(int64_t numel, const std::function<void(int64_t part, float* acc)>& add_local,
+                      float* out);
+  // In place, over all ranks.
+  void all_reduce_sum(std::vector<double>& values);
+  double all_reduce_sum(double value);
+  void barrier();
+  // Every rank's `mine`, in rank order, through the store: for start-up checks.
+  std::vector<std::string> exchange(const std::string& key, const std::string& mine);
+
+  // Counters since the last call.
+  CommStats take_stats();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pstar::dist

@@ -1,0 +1,333 @@
+// Multi-rank `pstar train` end to end over Gloo on this machine: ranks started by `--nproc`, or by
+// hand with the variables torchrun and Slurm set. Each test runs several processes.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+#include "test_util.h"
+
+namespace pstar::cmd {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using pstar::testing::read_text;
+using pstar::testing::ScratchDir;
+using pstar::testing::write_text;
+
+std::vector<json> read_metrics(const std::string& path) {
+  std::vector<json> lines;
+  if (!fs::exists(path)) return lines;
+  std::istringstream in(read_text(path));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) lines.push_back(json::parse(line));
+  return lines;
+}
+
+// A listening socket on a free loopback port, closed on destruction.
+class Listener {
+ public:
+  Listener() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof addr;
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        listen(fd_, 1) != 0 || getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      ADD_FAILURE() << "cannot open a loopback socket";
+    port_ = ntohs(addr.sin_port);
+  }
+  ~Listener() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+// A port nothing listens on (free a moment ago).
+int free_port() {
+  Listener l;
+  return l.port();
+}
+
+class DistTrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::create_directories(dir_.path() / "conf");
+    write_text(dir_.file("conf/corpus.txt"), pstar::testing::repetitive_corpus());
+  }
+
+  // gpt-tiny in fp32 on the chunk engine: 20000-element chunks give 7 chunks, so 4 ranks own
+  // two groups' worth between them. The device budget is tight: chunks must move every step.
+  static json config(int64_t micro_batch, int64_t steps) {
+    return {
+        {"model", {{"preset", "gpt-tiny"}, {"seq_len", 32}}},
+        {"data", {{"text", "corpus.txt"}}},
+        {"train_micro_batch_size_per_gpu", micro_batch},
+        {"default_chunk_size", 20000},
+        {"bf16", {{"enabled", false}}},
+        {"training", {{"steps", steps}, {"log_interval", 1}}},
+        {"engine",
+         {{"mode", "chunked"},
+          {"chunk_size_search", false},
+          {"device_memory", "3MB"},
+          {"host_memory", "1GB"}}},
+    };
+  }
+
+  std::string write_config(const json& c, const std::string& name = "train.json") {
+    write_text(dir_.file("conf/" + name), c.dump(2));
+    return "conf/" + name;
+  }
+
+  RunResult train(const std::string& config_path, const std::vector<std::string>& extra) {
+    std::vector<std::string> args{"train", config_path, "--device", "cpu"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_pstar(args, dir_.path());
+  }
+
+  // One rank started by hand with torchrun's variables.
+  Spawned spawn_rank(const std::string& config_path, int rank, int world, int port,
+                     const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args{"train", config_path, "--device", "cpu", "--dist-timeout", "30"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return spawn_pstar(
+        args, dir_.path(),
+        {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world),
+         "LOCAL_RANK=" + std::to_string(rank), "LOCAL_WORLD_SIZE=" + std::to_string(world),
+         "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)});
+  }
+
+  ScratchDir dir_;
+};
+
+struct ChunkPlan {
+  int64_t chunks = 0, chunk_size = 0, bytes_per_param = 0;
+};
+
+ChunkPlan parse_chunk_plan(const std::string& log) {
+  std::smatch m;
+  ChunkPlan p;
+  static const std::regex re(R"(chunk plan: (\d+) chunks of (\d+) elements, (\d+) bytes per)");
+  if (std::regex_search(log, m, re)) {
+    p.chunks = std::stoll(m[1]);
+    p.chunk_size = std::stoll(m[2]);
+    p.bytes_per_param = std::stoll(m[3]);
+  } else {
+    ADD_FAILURE() << "no chunk plan line in:\n" << log;
+  }
+  return p;
+}
+
+// The same global batch of 4 sequences, on 1, 2 and 4 ranks: the same losses; each rank holds its
+// share of the model data; the bytes each rank sends are what ZeRO's schedule says.
+TEST_F(DistTrainTest, OneTwoAndFourRanksAgreeAndShareTheModelData) {
+  constexpr int64_t kSteps = 10, kGlobalBatch = 4;
+  std::map<int64_t, std::vector<json>> rank0;
+  ChunkPlan plan;
+  int64_t whole_model_data = 0;
+  for (int64_t n : {1, 2, 4}) {
+    const std::string cfg = write_config(config(kGlobalBatch / n, kSteps));
+    const std::string metrics = "metrics-" + std::to_string(n) + ".jsonl";
+    const auto r = train(cfg, {"--nproc", std::to_string(n), "--metrics", metrics});
+    ASSERT_EQ(r.exit_code, 0) << r;
+    if (n == 1) plan = parse_chunk_plan(r.err);
+    rank0[n] = read_metrics(dir_.file(metrics));
+    ASSERT_EQ(rank0[n].size(), static_cast<size_t>(kSteps)) << r;
+    if (n == 1) {
+      whole_model_data = rank0[1].back()["model_data_bytes"].get<int64_t>();
+      EXPECT_FALSE(rank0[1].back().contains("comm_bytes")) << "one rank communicates nothing";
+      continue;
+    }
+    const int64_t chunk_whole = plan.chunk_size * plan.bytes_per_param;
+    const int64_t padded = (plan.chunks + n - 1) / n * n;
+    const int64_t groups = padded / n;
+    for (int64_t rank = 0; rank < n; ++rank) {
+      const std::string file =
+          rank == 0 ? dir_.file(metrics) : dir_.file(metrics + ".rank" + std::to_string(rank));
+      const auto lines = read_metrics(file);
+      ASSERT_EQ(lines.size(), static_cast<size_t>(kSteps)) << file;
+      for (const json& m : lines) {
+        // Model data per rank: 1/N of the whole, give or take the padding chunk.
+        const int64_t mine = m["model_data_bytes"].get<int64_t>();
+        EXPECT_NEAR(static_cast<double>(mine), static_cast<double>(whole_model_data) / n,
+                    static_cast<double>(chunk_whole))
+            << "rank " << rank << " of " << n << ", step " << m["step"];
+        if (m["step"].get<int64_t>() == 1) continue;  // the warm-up gathers per module
+        // After the warm-up: every group gathered once in forward and once in backward, except
+        // the one the forward ends with (the tied LM head's, group 0), which the backward starts
+        // with; every group reduced once; plus two scalar all-reduces (loss, gradient norm).
+        const int64_t gathers = 2 * groups - 1;
+        EXPECT_EQ(m["gathers"].get<int64_t>(), gathers) << m.dump();
+        EXPECT_EQ(m["reductions"].get<int64_t>(), groups) << m.dump();
+        const int64_t theory = gathers * (n - 1) * plan.chunk_size * 4   // fp32 params
+                               + groups * (n - 1) * plan.chunk_size * 4  // fp32 grads
+                               + 2 * 8;
+        EXPECT_EQ(m["comm_bytes"].get<int64_t>(), theory) << "rank " << rank << ": " << m.dump();
+        EXPECT_GE(m["comm_s"].get<double>(), 0.0);
+        EXPECT_LE(m["device_peak_bytes"].get<int64_t>(), int64_t{3} << 20) << m.dump();
+      }
+    }
+  }
+  for (int64_t n : {2, 4}) {
+    for (int64_t i = 0; i < kSteps; ++i) {
+      const double one = rank0[1][i]["loss"].get<double>();
+      const double many = rank0[n][i]["loss"].get<double>();
+      EXPECT_NEAR(many, one, 1e-5 * std::abs(one)) << n << " ranks, step " << i + 1;
+      EXPECT_EQ(rank0[n][i]["tokens"], rank0[1][i]["tokens"]);
+    }
+  }
+}
+
+TEST_F(DistTrainTest, ResumeWithTheSameRanksIsBitExact) {
+  json c = config(2, 6);
+  c["training"]["save_dir"] = "ckpt";
+  c["training"]["save_interval"] = 3;
+  const std::string cfg = write_config(c);
+  const auto full = train(cfg, {"--nproc", "2", "--metrics", "full.jsonl"});
+  ASSERT_EQ(full.exit_code, 0) << full;
+  const std::string step3 = "ckpt/step-00000003";
+  for (const char* f : {"ckpt-0.pt", "ckpt-1.pt", "manifest.json", "config.json"})
+    EXPECT_TRUE(fs::exists(dir_.path() / step3 / f)) << f;
+  const json manifest = json::parse(read_text(dir_.file(step3 + "/manifest.json")));
+  EXPECT_EQ(manifest["world_size"], 2);
+  EXPECT_EQ(manifest["step"], 3);
+  EXPECT_FALSE(manifest["run_id"].get<std::string>().empty());
+
+  const auto resumed =
+      train(cfg, {"--nproc", "2", "--metrics", "resumed.jsonl", "--resume", step3});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed;
+  const auto a = read_metrics(dir_.file("full.jsonl"));
+  const auto b = read_metrics(dir_.file("resumed.jsonl"));
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(b[i]["step"], a[i + 3]["step"]);
+    EXPECT_EQ(b[i]["loss"].get<double>(), a[i + 3]["loss"].get<double>()) << "step " << i + 4;
+    EXPECT_EQ(b[i]["grad_norm"].get<double>(), a[i + 3]["grad_norm"].get<double>());
+  }
+  // The run id carries over into the checkpoints of the continuation.
+  const json later = json::parse(read_text(dir_.file("ckpt/step-00000006/manifest.json")));
+  EXPECT_EQ(later["run_id"], manifest["run_id"]);
+
+  const auto wrong = train(cfg, {"--metrics", "x.jsonl", "--resume", step3});
+  EXPECT_EQ(wrong.exit_code, 2) << wrong;
+  EXPECT_TRUE(contains(wrong.err, "written by 2 rank(s)")) << wrong;
+  EXPECT_TRUE(contains(wrong.err, "--nproc 2")) << wrong;
+}
+
+// SIGKILL one of two ranks mid-run: the other stops with a distributed error, well within 60 s.
+TEST_F(DistTrainTest, AKilledRankStopsTheOthersWithADistributedError) {
+  const std::string cfg = write_config(config(2, 100000));
+  const int port = free_port();
+  Spawned r0 = spawn_rank(cfg, 0, 2, port, {"--metrics", "m.jsonl"});
+  Spawned r1 = spawn_rank(cfg, 1, 2, port, {"--metrics", "m.jsonl"});
+  // Wait until both train.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (read_metrics(dir_.file("m.jsonl.rank1")).size() < 2 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GE(read_metrics(dir_.file("m.jsonl.rank1")).size(), 2u) << "rank 1 never trained";
+  ASSERT_EQ(kill(r1.pid, SIGKILL), 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  const RunResult dead = wait_pstar(r1, 10);
+  EXPECT_EQ(dead.exit_code, 128 + SIGKILL);
+  const RunResult survivor = wait_pstar(r0, 60);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_LT(took, 60.0);
+  EXPECT_EQ(survivor.exit_code, 6) << survivor;  // DistError
+  EXPECT_TRUE(contains(survivor.err, "distributed error")) << survivor;
+  EXPECT_TRUE(contains(survivor.err, "rank 0 of 2")) << survivor;
+}
+
+TEST_F(DistTrainTest, RanksWithDifferentConfigsStopAtStartUp) {
+  const std::string cfg = write_config(config(2, 3));
+  const int port = free_port();
+  Spawned r0 = spawn_rank(cfg, 0, 2, port);
+  Spawned r1 = spawn_rank(cfg, 1, 2, port, {"--set", "training.steps=4"});
+  const RunResult a = wait_pstar(r0, 60), b = wait_pstar(r1, 60);
+  for (const RunResult* r : {&a, &b}) {
+    EXPECT_EQ(r->exit_code, 2) << *r;
+    EXPECT_TRUE(contains(r->err, "rank 1's config differs from rank 0's at training.steps")) << *r;
+  }
+}
+
+TEST_F(DistTrainTest, ATakenPortIsAClearError) {
+  const Listener taken;
+  const std::string cfg = write_config(config(2, 3));
+  const auto r = train(
+      cfg, {"--nproc", "2", "--master-port", std::to_string(taken.port()), "--dist-timeout", "20"});
+  EXPECT_EQ(r.exit_code, 6) << r;
+  EXPECT_TRUE(
+      contains(r.err, "cannot host the rendezvous at 127.0.0.1:" + std::to_string(taken.port())))
+      << r;
+  EXPECT_TRUE(contains(r.err, "rank 0 exited with code 6")) << r;
+}
+
+TEST_F(DistTrainTest, AnUnreachableMasterIsAClearError) {
+  const std::string cfg = write_config(config(2, 3));
+  std::vector<std::string> args{"train", cfg, "--device", "cpu", "--dist-timeout", "3"};
+  const auto begin = std::chrono::steady_clock::now();
+  const auto r = run_pstar(args, dir_.path(),
+                           {"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                            "MASTER_PORT=" + std::to_string(free_port())});
+  EXPECT_EQ(r.exit_code, 6) << r;
+  EXPECT_TRUE(contains(r.err, "rank 1 cannot reach the master at 127.0.0.1:")) << r;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(), 60);
+}
+
+TEST_F(DistTrainTest, MoreRanksThanChunksIsAClearErrorAndTheLauncherStopsAll) {
+  json c = config(1, 3);
+  c["default_chunk_size"] = 60000;  // 3 chunks
+  const std::string cfg = write_config(c);
+  const auto r = train(cfg, {"--nproc", "4"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err, "fewer than the 4 ranks")) << r;
+  EXPECT_TRUE(contains(r.err, "exited with code 2")) << r;
+}
+
+// srun's variables, the first host of the node list as the master.
+TEST_F(DistTrainTest, RanksJoinUnderSlurm) {
+  const std::string cfg = write_config(config(2, 2));
+  const std::string port = std::to_string(free_port());
+  std::vector<Spawned> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(spawn_pstar({"train", cfg, "--device", "cpu", "--dist-timeout", "30"},
+                                dir_.path(),
+                                {"SLURM_PROCID=" + std::to_string(r), "SLURM_NTASKS=2",
+                                 "SLURM_LOCALID=" + std::to_string(r), "SLURM_NTASKS_PER_NODE=2",
+                                 "SLURM_JOB_NODELIST=localhost", "MASTER_PORT=" + port}));
+  }
+  for (auto& rank : ranks) {
+    const RunResult r = wait_pstar(rank, 120);
+    EXPECT_EQ(r.exit_code, 0) << r;
+  }
+}
+
+}  // namespace
+}  // namespace pstar::cmd

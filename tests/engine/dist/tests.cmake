@@ -1,0 +1,7 @@
+pstar_add_test(NAME engine_dist_tests LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/world_test.cpp
+  LIBS pstar::engine)
+# The collectives between forked processes.
+pstar_add_test(NAME engine_dist_comm_tests LABEL multiprocess
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/communicator_test.cpp
+  LIBS pstar::engine)
