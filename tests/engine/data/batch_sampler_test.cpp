@@ -57,6 +57,38 @@ TEST(BatchSamplerTest, SequentialTakesExactlyTheDescribedWindows) {
   }
 }
 
+// Note [sequential sampling] with ranks: rank r's sample i is global sample r·B + i, so R ranks of
+// B read what one rank of R·B reads, in both modes; and the windows follow the formula.
+TEST(BatchSamplerTest, RanksSplitTheGlobalBatchOfOneRank) {
+  pstar::testing::ScratchDir dir;
+  const int64_t S = 8, A = 2, N = 1000, R = 3, B = 2;
+  auto data = counting_file(dir, N);
+  auto source = open_token_source(data, 70000, S);
+  const int64_t windows = (N - 1) / S;
+  for (Sampling mode : {Sampling::kSequential, Sampling::kRandom}) {
+    BatchSampler whole(*source, mode, R * B, S, A, 7);
+    std::vector<BatchSampler> ranks;
+    for (int64_t r = 0; r < R; ++r) ranks.emplace_back(*source, mode, B, S, A, 7, r, R);
+    for (int64_t s = 1; s <= 5; ++s) {
+      for (int64_t m = 1; m <= A; ++m) {
+        const auto all = whole.offsets(s, m);
+        for (int64_t r = 0; r < R; ++r) {
+          const auto mine = ranks[r].offsets(s, m);
+          ASSERT_EQ(mine.size(), static_cast<size_t>(B));
+          for (int64_t i = 1; i <= B; ++i) {
+            const int64_t g = r * B + i;
+            EXPECT_EQ(mine[i - 1], all[g - 1]) << "rank " << r << " sample " << i;
+            if (mode == Sampling::kSequential) {
+              const int64_t k = ((s - 1) * A + (m - 1)) * R * B + (g - 1);
+              EXPECT_EQ(mine[i - 1], (k % windows) * S);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(BatchSamplerTest, SequentialWrapsToTheStart) {
   pstar::testing::ScratchDir dir;
   // 25 tokens, S = 8: windows start at 0, 8, 16 (16 + 9 = 25 fits), then wrap to 0.
