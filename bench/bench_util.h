@@ -1,13 +1,16 @@
 // Helpers shared by the benchmarks in bench/.
 #pragma once
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace pstar::bench {
 
@@ -29,5 +32,31 @@ struct TempCorpus {
   TempCorpus(const TempCorpus&) = delete;
   TempCorpus& operator=(const TempCorpus&) = delete;
 };
+
+// Runs a program (argv[0] a path) and waits: its exit code, or 128 + the signal that ended it.
+inline int run_program(const std::vector<std::string>& args) {
+  std::vector<std::string> storage(args);
+  std::vector<char*> argv;
+  for (auto& a : storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Each line of a text file.
+inline std::vector<std::string> read_lines(const std::filesystem::path& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(line);
+  return lines;
+}
 
 }  // namespace pstar::bench

@@ -4,7 +4,6 @@
 // collectives (Gloo over loopback). Ends with one JSON line.
 //
 //   pstar-bench-dist [--steps S] [--preset gpt-mini] [--global-batch 8] [--ranks 1,2,4]
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -32,22 +31,6 @@ struct Result {
   double comm_mb_per_step = 0;
   double first_loss = 0, last_loss = 0;
 };
-
-int run(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  std::vector<std::string> storage(args);
-  for (auto& a : storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 }  // namespace
 
@@ -98,8 +81,9 @@ int main(int argc, char** argv) {
     const fs::path config_path = dir / ("config-" + std::to_string(n) + ".json");
     std::ofstream(config_path) << config.dump(2);
     const fs::path metrics = dir / ("metrics-" + std::to_string(n) + ".jsonl");
-    const int code = run({PSTAR_BINARY, "train", config_path.string(), "--device", "cpu", "--quiet",
-                          "--nproc", std::to_string(n), "--metrics", metrics.string()});
+    const int code = pstar::bench::run_program({PSTAR_BINARY, "train", config_path.string(),
+                                                "--device", "cpu", "--quiet", "--nproc",
+                                                std::to_string(n), "--metrics", metrics.string()});
     if (code != 0) {
       std::cerr << "pstar train --nproc " << n << " failed with exit code " << code << "\n";
       return 1;
@@ -107,8 +91,8 @@ int main(int argc, char** argv) {
     Result r;
     r.ranks = n;
     std::vector<json> lines;
-    std::ifstream in(metrics);
-    for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+    for (const std::string& line : pstar::bench::read_lines(metrics))
+      lines.push_back(json::parse(line));
     r.first_loss = lines.front()["loss"].get<double>();
     r.last_loss = lines.back()["loss"].get<double>();
     double time = 0, comm = 0, bytes = 0;

@@ -4,8 +4,17 @@ find_package(Threads REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(Torch REQUIRED)
+# HDF5 writes and reads profile files (formats/src/profile.cpp). The CXX component brings the C
+# library too (HDF5::HDF5 holds both); asking for C as well would need the C language enabled.
+find_package(HDF5 REQUIRED COMPONENTS CXX)
+# PLplot's C API draws `pstar visualize`'s figures (PNG, SVG and PDF through its cairo drivers,
+# plplot-driver-cairo, loaded at run time). Debian ships no CMake config for it, only plplot.pc.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PLPLOT REQUIRED IMPORTED_TARGET plplot)
 if(PSTAR_BUILD_TESTS)
   find_package(GTest REQUIRED)
+  # The visualize tests inflate the PNGs they check (zlib1g-dev comes with libhdf5-dev).
+  find_package(ZLIB REQUIRED)
 endif()
 
 # CUDA and NCCL default to what is found: a CPU-only build is first class.

@@ -23,6 +23,8 @@ struct TrainCommandOptions {
   int64_t nproc = 0;  // > 0: start this many local ranks (launch_local)
   std::string master_port;
   int64_t dist_timeout_s = 300;
+  std::string profile_path;  // --profile: record a profile (docs/profile.md)
+  int64_t profile_from = 1;
 };
 
 void register_train(CLI::App& app);
@@ -52,7 +54,48 @@ struct EstimateCommandOptions {
   bool json = false, compare = false;
 };
 
+// `pstar profile CONFIG -o FILE.h5 [--steps N]`: trains the warm-up plus N steps and records the
+// N (cmd/profile.cpp).
+struct ProfileCommandOptions {
+  std::string config_path, output;
+  std::vector<std::string> overrides;
+  int64_t steps = 3;
+  std::string metrics_path;
+  std::string device = "auto";
+  int64_t nproc = 0;
+  bool quiet = false;
+};
+
+void register_profile(CLI::App& app);
+int run_profile(const ProfileCommandOptions& options);
+
 void register_estimate(CLI::App& app);
 int run_estimate(const EstimateCommandOptions& options);
+
+// `pstar visualize PROFILE.h5 --fig FIGURE -o OUT.png|svg|pdf` (cmd/visualize.cpp, docs/cli.md).
+struct VisualizeCommandOptions {
+  std::string profile_path;
+  std::string figure;  // memory | location | moves | timeline
+  std::string tier;    // device | host; empty: the figure's default
+  std::string output_path;
+};
+
+void register_visualize(CLI::App& app);
+int run_visualize(const VisualizeCommandOptions& options);
+
+// `pstar merge-ckpt --pattern 'DIR/ckpt-*.pt' --num N -o OUT.safetensors|OUT.pt` (or --dir DIR;
+// --reshard M writes a checkpoint for M ranks) (cmd/merge_ckpt.cpp, docs/cli.md).
+struct MergeCkptCommandOptions {
+  std::string pattern, dir;
+  int64_t num = 0;  // 0: with --dir, the manifest's world_size
+  std::string output;
+  std::string dtype = "fp32";  // fp32 | bf16 | fp16
+  int64_t reshard = 0;         // > 0: write a checkpoint for this many ranks
+  std::string config_path;     // with reshard: the config whose chunk layout to follow
+  bool quiet = false;
+};
+
+void register_merge_ckpt(CLI::App& app);
+int run_merge_ckpt(const MergeCkptCommandOptions& options);
 
 }  // namespace pstar::cmd

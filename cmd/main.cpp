@@ -15,7 +15,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "pstar 0.1.0");
   pstar::cmd::register_train(app);
+  pstar::cmd::register_profile(app);
   pstar::cmd::register_estimate(app);
+  pstar::cmd::register_merge_ckpt(app);
+  pstar::cmd::register_visualize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

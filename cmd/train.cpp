@@ -34,6 +34,13 @@ void register_train(CLI::App& app) {
       "Continue from a checkpoint: a step directory, or a training.save_dir (its newest "
       "checkpoint)");
   sub->add_flag("-q,--quiet", options->quiet, "Only warnings and errors; no progress line");
+  sub->add_option("--profile", options->profile_path,
+                  "Record what the chunk engine does into this HDF5 file (docs/profile.md); "
+                  "`pstar visualize` plots it");
+  sub->add_option("--profile-from", options->profile_from,
+                  "With --profile: the first step to record")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   sub->add_option("--nproc", options->nproc,
                   "Start N local ranks that share the chunks (ZeRO over c10d/Gloo); without it, "
                   "a run under torchrun or srun joins its ranks by itself")
@@ -62,6 +69,9 @@ std::vector<std::string> rank_args(const TrainCommandOptions& o) {
   args.insert(args.end(), {"--device", o.device});
   if (!o.resume_dir.empty()) args.insert(args.end(), {"--resume", o.resume_dir});
   if (o.quiet) args.emplace_back("--quiet");
+  if (!o.profile_path.empty())
+    args.insert(args.end(),
+                {"--profile", o.profile_path, "--profile-from", std::to_string(o.profile_from)});
   args.insert(args.end(), {"--dist-timeout", std::to_string(o.dist_timeout_s)});
   return args;
 }
@@ -79,6 +89,8 @@ int run_train(const TrainCommandOptions& options) {
   train_options.progress = !options.quiet;
   train_options.resume_dir = options.resume_dir;
   train_options.dist_timeout = std::chrono::seconds(options.dist_timeout_s);
+  train_options.profile_path = options.profile_path;
+  train_options.profile_from_step = options.profile_from;
   train::train(config, train_options);
   return 0;
 }

@@ -128,6 +128,61 @@ TensorInfo parse_entry(const std::string& name, const json& entry, const std::st
   return TensorInfo{name, *dtype, std::move(shape), begin, end - begin};
 }
 
+// A tensor as the header describes it; the layout is the same for both writers.
+struct HeaderEntry {
+  const std::string* name;
+  DType dtype;
+  const std::vector<int64_t>* shape;
+  uint64_t size_bytes;
+};
+
+// Checks a tensor a writer is given: the name, the dimensions, and that `size_bytes` (when set)
+// matches the shape. Returns the tensor's size in bytes.
+uint64_t check_writer_entry(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                            std::optional<size_t> size_bytes) {
+  PSTAR_CHECK(name != kMetadataKey, ConfigError, "safetensors tensor name '", name,
+              "' is reserved for metadata; use set_metadata, or another name");
+  for (int64_t dim : shape) {
+    PSTAR_CHECK(dim >= 0, ConfigError, "safetensors tensor '", name, "' has shape ",
+                shape_string(shape), "; dimensions must be >= 0");
+  }
+  const auto sizes = checked_sizes(shape, dtype);
+  PSTAR_CHECK(sizes.has_value(), ConfigError, "safetensors tensor '", name, "' shape ",
+              shape_string(shape), " of ", dtype_name(dtype), " is too large for 64-bit sizes");
+  PSTAR_CHECK(!size_bytes || *size_bytes == sizes->second, ConfigError, "safetensors tensor '",
+              name, "' got ", size_bytes.value_or(0), " bytes, but shape ", shape_string(shape),
+              " of ", dtype_name(dtype), " needs ", sizes->second, " bytes");
+  return sizes->second;
+}
+
+// The header's JSON text, padded with spaces so the data section starts 8-byte aligned (the spec
+// allows them). Tensors are laid out sorted by name, so the same tensors always give the same
+// bytes; `entries` is sorted in place.
+std::string header_text(std::vector<HeaderEntry>& entries,
+                        const std::map<std::string, std::string>& metadata) {
+  std::sort(entries.begin(), entries.end(),
+            [](const HeaderEntry& a, const HeaderEntry& b) { return *a.name < *b.name; });
+  json header = json::object();
+  if (!metadata.empty()) header[kMetadataKey] = metadata;
+  uint64_t offset = 0;
+  for (const HeaderEntry& entry : entries) {
+    const uint64_t end = offset + entry.size_bytes;
+    header[*entry.name] = {{"dtype", dtype_name(entry.dtype)},
+                           {"shape", *entry.shape},
+                           {"data_offsets", json::array({offset, end})}};
+    offset = end;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const json::exception& e) {
+    PSTAR_THROW(ConfigError, "cannot write safetensors: a tensor name or metadata string is not ",
+                "valid UTF-8 (", e.what(), "); the format stores them as JSON strings");
+  }
+  text.append((kLengthBytes - text.size() % kLengthBytes) % kLengthBytes, ' ');
+  return text;
+}
+
 }  // namespace
 
 const char* dtype_name(DType dtype) {
@@ -291,22 +346,11 @@ const uint8_t* SafetensorsReader::data(const TensorInfo& info) const {
 
 void SafetensorsWriter::add(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
                             const void* bytes, size_t size_bytes) {
-  PSTAR_CHECK(name != kMetadataKey, ConfigError, "safetensors tensor name '", name,
-              "' is reserved for metadata; use set_metadata, or another name");
+  check_writer_entry(name, dtype, shape, size_bytes);
   for (const Entry& entry : entries_) {
     PSTAR_CHECK(entry.name != name, ConfigError, "safetensors tensor '", name,
                 "' is added twice; tensor names must be unique");
   }
-  for (int64_t dim : shape) {
-    PSTAR_CHECK(dim >= 0, ConfigError, "safetensors tensor '", name, "' has shape ",
-                shape_string(shape), "; dimensions must be >= 0");
-  }
-  const auto sizes = checked_sizes(shape, dtype);
-  PSTAR_CHECK(sizes.has_value(), ConfigError, "safetensors tensor '", name, "' shape ",
-              shape_string(shape), " of ", dtype_name(dtype), " is too large for 64-bit sizes");
-  PSTAR_CHECK(size_bytes == sizes->second, ConfigError, "safetensors tensor '", name, "' got ",
-              size_bytes, " bytes, but shape ", shape_string(shape), " of ", dtype_name(dtype),
-              " needs ", sizes->second, " bytes");
   PSTAR_INTERNAL_ASSERT(bytes != nullptr || size_bytes == 0, "tensor '", name, "' has no data");
   const auto* p = static_cast<const uint8_t*>(bytes);
   entries_.push_back(Entry{name, dtype, shape, std::vector<uint8_t>(p, p + size_bytes)});
@@ -317,38 +361,22 @@ void SafetensorsWriter::set_metadata(const std::string& key, const std::string& 
 }
 
 std::vector<uint8_t> SafetensorsWriter::serialize() const {
-  // Sorted by name so the same tensors always give the same bytes.
-  std::vector<const Entry*> sorted;
-  sorted.reserve(entries_.size());
-  for (const Entry& entry : entries_) sorted.push_back(&entry);
-  std::sort(sorted.begin(), sorted.end(),
-            [](const Entry* a, const Entry* b) { return a->name < b->name; });
+  std::vector<HeaderEntry> entries;
+  entries.reserve(entries_.size());
+  for (const Entry& entry : entries_)
+    entries.push_back(HeaderEntry{&entry.name, entry.dtype, &entry.shape, entry.bytes.size()});
+  const std::string text = header_text(entries, metadata_);
 
-  json header = json::object();
-  if (!metadata_.empty()) header[kMetadataKey] = metadata_;
-  uint64_t offset = 0;
-  for (const Entry* entry : sorted) {
-    const uint64_t end = offset + entry->bytes.size();
-    header[entry->name] = {{"dtype", dtype_name(entry->dtype)},
-                           {"shape", entry->shape},
-                           {"data_offsets", json::array({offset, end})}};
-    offset = end;
-  }
-  std::string text;
-  try {
-    text = header.dump();
-  } catch (const json::exception& e) {
-    PSTAR_THROW(ConfigError, "cannot write safetensors: a tensor name or metadata string is not ",
-                "valid UTF-8 (", e.what(), "); the format stores them as JSON strings");
-  }
-  // Spaces pad the header so the data section starts 8-byte aligned; the spec allows them.
-  text.append((kLengthBytes - text.size() % kLengthBytes) % kLengthBytes, ' ');
-
-  std::vector<uint8_t> out(kLengthBytes + text.size() + offset);
+  // header_text sorted `entries` by name: that is the data order too.
+  std::map<std::string, const Entry*> by_name;
+  for (const Entry& entry : entries_) by_name.emplace(entry.name, &entry);
+  uint64_t data_bytes = 0;
+  for (const Entry& entry : entries_) data_bytes += entry.bytes.size();
+  std::vector<uint8_t> out(kLengthBytes + text.size() + data_bytes);
   store_u64_le(text.size(), out.data());
   std::memcpy(out.data() + kLengthBytes, text.data(), text.size());
   uint8_t* data = out.data() + kLengthBytes + text.size();
-  for (const Entry* entry : sorted) {
+  for (const auto& [name, entry] : by_name) {
     if (!entry->bytes.empty()) std::memcpy(data, entry->bytes.data(), entry->bytes.size());
     data += entry->bytes.size();
   }
@@ -358,6 +386,55 @@ std::vector<uint8_t> SafetensorsWriter::serialize() const {
 void SafetensorsWriter::write(const std::string& path) const {
   const std::vector<uint8_t> bytes = serialize();
   write_file_atomic(path, bytes.data(), bytes.size());
+}
+
+SafetensorsStreamWriter::SafetensorsStreamWriter(const std::string& path,
+                                                 const std::vector<Entry>& entries,
+                                                 const std::map<std::string, std::string>& metadata)
+    : file_(path) {
+  std::vector<HeaderEntry> header;
+  header.reserve(entries.size());
+  for (const Entry& entry : entries) {
+    const uint64_t size = check_writer_entry(entry.name, entry.dtype, entry.shape, std::nullopt);
+    PSTAR_CHECK(slots_.emplace(entry.name, Slot{0, size, false}).second, ConfigError,
+                "safetensors tensor '", entry.name,
+                "' is added twice; tensor names must be unique");
+    header.push_back(HeaderEntry{&entry.name, entry.dtype, &entry.shape, size});
+  }
+  const std::string text = header_text(header, metadata);
+  uint8_t length[kLengthBytes];
+  store_u64_le(text.size(), length);
+  file_.append(length, kLengthBytes);
+  file_.append(text.data(), text.size());
+  uint64_t offset = kLengthBytes + text.size();
+  for (const HeaderEntry& entry : header) {
+    slots_[*entry.name].offset = offset;
+    offset += entry.size_bytes;
+  }
+  file_bytes_ = offset;
+}
+
+void SafetensorsStreamWriter::write(const std::string& name, const void* bytes, size_t size_bytes) {
+  auto it = slots_.find(name);
+  PSTAR_CHECK(it != slots_.end(), ConfigError, "safetensors tensor '", name,
+              "' is not in the header given to the writer");
+  Slot& slot = it->second;
+  PSTAR_CHECK(!slot.written, ConfigError, "safetensors tensor '", name,
+              "' is written twice; each tensor is written once");
+  PSTAR_CHECK(size_bytes == slot.size_bytes, ConfigError, "safetensors tensor '", name, "' got ",
+              size_bytes, " bytes, but its header entry needs ", slot.size_bytes, " bytes");
+  file_.write_at(slot.offset, bytes, size_bytes);
+  slot.written = true;
+}
+
+void SafetensorsStreamWriter::commit() {
+  for (const auto& [name, slot] : slots_) {
+    PSTAR_CHECK(slot.written, ConfigError, "safetensors file '", file_.path(), "': tensor '", name,
+                "' was never written; every tensor in the header needs its bytes");
+  }
+  // Zero-sized tensors at the end write nothing: the file must still reach its full length.
+  if (file_.size_bytes() < file_bytes_) file_.write_at(file_bytes_, nullptr, 0);
+  file_.commit();
 }
 
 }  // namespace pstar::formats

@@ -382,6 +382,79 @@ TEST_F(SafetensorsTest, FailedWriteLeavesOldFileReadable) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// SafetensorsStreamWriter and AtomicFileWriter: files written piece by piece.
+
+std::vector<SafetensorsStreamWriter::Entry> stream_entries(const std::vector<TestTensor>& tensors) {
+  std::vector<SafetensorsStreamWriter::Entry> entries;
+  for (const TestTensor& t : tensors) entries.push_back({t.name, t.dtype, t.shape});
+  return entries;
+}
+
+TEST_F(SafetensorsTest, StreamWriterInAnyOrderGivesTheWritersBytes) {
+  const std::vector<TestTensor> tensors = sample_tensors();
+  SafetensorsWriter whole;
+  for (const TestTensor& t : tensors)
+    whole.add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
+  whole.set_metadata("format", "pt");
+
+  SafetensorsStreamWriter stream(path("s.safetensors"), stream_entries(tensors),
+                                 {{"format", "pt"}});
+  // Not there until commit: the pieces go to a temporary.
+  EXPECT_FALSE(fs::exists(path("s.safetensors")));
+  for (auto it = tensors.rbegin(); it != tensors.rend(); ++it)
+    stream.write(it->name, it->bytes.data(), it->bytes.size());
+  stream.commit();
+  EXPECT_EQ(read_bytes(path("s.safetensors")), whole.serialize());
+  EXPECT_EQ(stream.file_bytes(), whole.serialize().size());
+  EXPECT_EQ(dir_entries(), std::vector<std::string>{"s.safetensors"});
+}
+
+TEST_F(SafetensorsTest, StreamWriterRefusesWrongWritesAndLeavesNothingWithoutCommit) {
+  const std::vector<TestTensor> tensors = sample_tensors();
+  {
+    SafetensorsStreamWriter stream(path("s.safetensors"), stream_entries(tensors));
+    const TestTensor& t = tensors[0];
+    std::string msg = message_of<ConfigError>([&] { stream.write("nope", t.bytes.data(), 1); });
+    EXPECT_NE(msg.find("'nope' is not in the header"), std::string::npos) << msg;
+    msg = message_of<ConfigError>([&] { stream.write(t.name, t.bytes.data(), 3); });
+    EXPECT_NE(msg.find("got 3 bytes"), std::string::npos) << msg;
+    stream.write(t.name, t.bytes.data(), t.bytes.size());
+    msg = message_of<ConfigError>([&] { stream.write(t.name, t.bytes.data(), t.bytes.size()); });
+    EXPECT_NE(msg.find("written twice"), std::string::npos) << msg;
+    msg = message_of<ConfigError>([&] { stream.commit(); });
+    EXPECT_NE(msg.find("was never written"), std::string::npos) << msg;
+  }
+  EXPECT_TRUE(dir_entries().empty());
+  const std::string msg = message_of<ConfigError>([&] {
+    SafetensorsStreamWriter s(path("d.safetensors"),
+                              {{"a", DType::kU8, {1}}, {"a", DType::kU8, {2}}});
+  });
+  EXPECT_NE(msg.find("added twice"), std::string::npos) << msg;
+  EXPECT_TRUE(dir_entries().empty());
+}
+
+TEST_F(WriteFileAtomicTest, AtomicFileWriterFillsGapsAndPublishesOnlyOnCommit) {
+  {
+    AtomicFileWriter file(path("out"));
+    file.write_at(4, "tail", 4);
+    file.write_at(0, "head", 4);
+    file.append("!", 1);
+    EXPECT_EQ(file.size_bytes(), 9u);
+    EXPECT_FALSE(fs::exists(path("out")));
+    file.commit();
+  }
+  const std::vector<uint8_t> got = read_bytes(path("out"));
+  EXPECT_EQ(std::string(got.begin(), got.end()), "headtail!");
+  {
+    AtomicFileWriter file(path("out"));
+    file.append("new", 3);
+  }  // no commit: the old file stays, and no temporary is left
+  const std::vector<uint8_t> kept = read_bytes(path("out"));
+  EXPECT_EQ(std::string(kept.begin(), kept.end()), "headtail!");
+  EXPECT_EQ(dir_entries(), std::vector<std::string>{"out"});
+}
+
+// ---------------------------------------------------------------------------------------------
 // safetensors: malformed files. Every message names the file, and the tensor where one is at
 // fault.
 

@@ -1,5 +1,6 @@
 #include "pstar/model/gpt_shape.h"
 
+#include <optional>
 #include <string>
 
 #include "pstar/base/error.h"
@@ -81,6 +82,32 @@ std::vector<int64_t> gpt_leaf_module_numels(const GptConfig& c) {
   }
   numels.push_back(2 * h);
   return numels;
+}
+
+std::vector<GptParameterShape> gpt_parameter_shapes(const GptConfig& c) {
+  const int64_t h = c.hidden;
+  std::vector<GptParameterShape> params;
+  int64_t leaf = 0;
+  // A LayerNorm's or Conv1D's weight and bias; an embedding's weight alone.
+  auto add_leaf = [&](const std::string& prefix, std::vector<int64_t> weight,
+                      std::optional<int64_t> bias) {
+    params.push_back({prefix + "weight", std::move(weight), leaf});
+    if (bias) params.push_back({prefix + "bias", {*bias}, leaf});
+    ++leaf;
+  };
+  add_leaf("transformer.wte.", {c.vocab_size, h}, std::nullopt);
+  add_leaf("transformer.wpe.", {c.seq_len, h}, std::nullopt);
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string block = "transformer.h." + std::to_string(i) + ".";
+    add_leaf(block + "ln_1.", {h}, h);
+    add_leaf(block + "attn.c_attn.", {h, 3 * h}, 3 * h);
+    add_leaf(block + "attn.c_proj.", {h, h}, h);
+    add_leaf(block + "ln_2.", {h}, h);
+    add_leaf(block + "mlp.c_fc.", {h, 4 * h}, 4 * h);
+    add_leaf(block + "mlp.c_proj.", {4 * h, h}, h);
+  }
+  add_leaf("transformer.ln_f.", {h}, h);
+  return params;
 }
 
 }  // namespace pstar::model

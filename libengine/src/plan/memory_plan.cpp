@@ -31,7 +31,13 @@ Budgets config_budgets(const config::TrainConfig& config) {
                  config.engine.host_memory.value_or(fallback)};
 }
 
-int64_t count_chunks(const std::vector<LeafModule>& leaves, int64_t size, bool use_cpu_embedding) {
+namespace {
+
+// First fit in order: a new chunk whenever a leaf does not fit in the current one or changes
+// between host-pinned and not. `on_leaf(chunk)` is told each leaf's chunk; returns the count.
+template <typename OnLeaf>
+int64_t first_fit(const std::vector<LeafModule>& leaves, int64_t size, bool use_cpu_embedding,
+                  OnLeaf&& on_leaf) {
   int64_t count = 0, used = size;
   bool pinned = false;
   for (const auto& leaf : leaves) {
@@ -42,8 +48,23 @@ int64_t count_chunks(const std::vector<LeafModule>& leaves, int64_t size, bool u
     }
     pinned = leaf_pinned;
     used += leaf.numel;
+    on_leaf(count - 1);
   }
   return count;
+}
+
+}  // namespace
+
+int64_t count_chunks(const std::vector<LeafModule>& leaves, int64_t size, bool use_cpu_embedding) {
+  return first_fit(leaves, size, use_cpu_embedding, [](int64_t) {});
+}
+
+std::vector<int64_t> leaf_chunks(const std::vector<LeafModule>& leaves, int64_t size,
+                                 bool use_cpu_embedding) {
+  std::vector<int64_t> chunks;
+  chunks.reserve(leaves.size());
+  first_fit(leaves, size, use_cpu_embedding, [&](int64_t k) { chunks.push_back(k); });
+  return chunks;
 }
 
 ChunkLayout plan_layout(const std::vector<LeafModule>& leaves, const LayoutOptions& options) {
@@ -175,6 +196,21 @@ std::vector<LeafModule> gpt_leaf_modules(const model::GptConfig& shape) {
   for (int64_t n : model::gpt_leaf_module_numels(shape)) leaves.push_back(LeafModule{n, false});
   leaves[0].embedding = leaves[1].embedding = true;  // wte, wpe
   return leaves;
+}
+
+GptChunkMap gpt_chunk_map(const config::TrainConfig& config) {
+  const model::GptConfig shape = model::resolve_gpt_config(config.model);
+  const std::vector<LeafModule> leaves = gpt_leaf_modules(shape);
+  GptChunkMap map;
+  map.layout =
+      plan_layout(leaves, LayoutOptions{config.default_chunk_size, config.engine.chunk_size_search,
+                                        config.use_cpu_embedding});
+  const std::vector<int64_t> by_leaf =
+      leaf_chunks(leaves, map.layout.chunk_size, config.use_cpu_embedding);
+  map.params = model::gpt_parameter_shapes(shape);
+  map.chunks.reserve(map.params.size());
+  for (const auto& p : map.params) map.chunks.push_back(by_leaf[static_cast<size_t>(p.leaf)]);
+  return map;
 }
 
 Fit check_fit(const FitInput& in) {

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
@@ -24,12 +26,15 @@ void write_checkpoint_file(const std::string& path, const TensorList& tensors) {
 }
 
 TensorMap read_checkpoint_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  PSTAR_CHECK(in.good() && fs::is_regular_file(path), IoError, "cannot read checkpoint ", path);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  PSTAR_CHECK(fs::is_regular_file(path) && std::ifstream(path).good(), IoError,
+              "cannot read checkpoint ", path);
   c10::IValue value;
   try {
-    value = torch::pickle_load(bytes);
+    // torch::pickle_load would need the whole file in memory besides the tensors it holds; the
+    // archive reader reads each tensor's record straight into its storage.
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    value = torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt,
+                                              c10::nullopt, reader);
   } catch (const c10::Error& e) {
     PSTAR_THROW(FormatError, path,
                 ": not a readable checkpoint (truncated or corrupt: ", e.what_without_backtrace(),

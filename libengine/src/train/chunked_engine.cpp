@@ -1,6 +1,7 @@
 #include "pstar/train/chunked_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -23,12 +24,17 @@
 #include "pstar/model/hooks.h"
 #include "pstar/optim/host_adam.h"
 #include "pstar/plan/memory_plan.h"
+#include "pstar/train/profiler.h"
 #include "pstar/train/trainer.h"
 
 namespace pstar::train {
 namespace {
 
 enum class Tier { kDevice, kHost };
+
+double seconds_since(std::chrono::steady_clock::time_point begin) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+}
 
 // PatrickStar's tensor lifecycle. Only chunks with no tensor in kCompute may move.
 enum class TensorState { kHold, kCompute, kHoldAfterFwd, kHoldAfterBwd };
@@ -115,6 +121,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   std::vector<std::string> moment_names;
   chunk::Sharding sharding;
   dist::Communicator* comm = nullptr;  // null for one rank
+  Profiler* profiler = nullptr;        // while a profile records
   std::vector<Group> groups;
   // Per moment: the groups its module uses and whether it is in the backward pass, from the
   // warm-up (Note [gathering]).
@@ -155,6 +162,30 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       host_bytes += bytes;
       step.host_peak = std::max(step.host_peak, host_bytes);
     }
+    if (profiler != nullptr) profiler->set_chunk_bytes(device_bytes, host_bytes);
+  }
+
+  // ---- profiling -----------------------------------------------------------------------------
+
+  void record(int64_t chunk, formats::ChunkEventKind kind, int64_t bytes, double seconds = 0) {
+    if (profiler != nullptr) profiler->event(chunk, kind, bytes, seconds);
+  }
+
+  // The moment's row: its chunk bytes now; its non-model peak arrives when it ends.
+  void record_moment(const std::string& what, formats::ProfileStage stage) {
+    if (profiler == nullptr || !profiler->recording()) return;
+    std::vector<int8_t> places(chunks.size());
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      const Chunk& c = chunks[k];
+      const auto place = !c.param                          ? formats::ChunkPlace::kAbsent
+                         : c.compute_tier == Tier::kDevice ? formats::ChunkPlace::kDevice
+                                                           : formats::ChunkPlace::kHost;
+      places[k] = static_cast<int8_t>(place);
+    }
+    MemorySample memory;
+    memory.device_chunks = device_bytes;
+    memory.host_chunks = host_bytes;
+    profiler->begin_moment(what, stage, memory, std::move(places));
   }
 
   void check_host() const {
@@ -233,6 +264,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     if (c.compute_tier == to) return;
     PSTAR_INTERNAL_ASSERT(!c.remote, "moving chunk ", k, ", which another rank owns");
     PSTAR_INTERNAL_ASSERT(c.compute_count == 0, "moving chunk ", k, " while it is in use");
+    const auto begin = std::chrono::steady_clock::now();
     memory::Buffer param(chunk_size * elem_bytes);
     std::memcpy(param.data(), c.param.data(), static_cast<size_t>(chunk_size * elem_bytes));
     c.param = std::move(param);
@@ -246,6 +278,10 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     (to == Tier::kDevice ? step.h2d : step.d2h) += compute_bytes();
     c.compute_tier = to;
     repoint(k);
+    record(
+        k,
+        to == Tier::kDevice ? formats::ChunkEventKind::kMoveH2D : formats::ChunkEventKind::kMoveD2H,
+        compute_bytes(), seconds_since(begin));
   }
 
   void move_optimizer_state(int64_t k, Tier to) {
@@ -261,6 +297,10 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     add_bytes(to, optimizer_bytes());
     (to == Tier::kDevice ? step.h2d : step.d2h) += optimizer_bytes();
     c.optimizer_tier = to;
+    record(
+        k,
+        to == Tier::kDevice ? formats::ChunkEventKind::kMoveH2D : formats::ChunkEventKind::kMoveD2H,
+        optimizer_bytes());
   }
 
   void set_state(ManagedTensor& t, TensorState state) {
@@ -333,10 +373,14 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
         c.param = memory::Buffer(chunk_size * elem_bytes);
         if (!reuse) c.grad = memory::Buffer(chunk_size * 4);
         add_bytes(c.compute_tier, compute_bytes());
+        record(k, formats::ChunkEventKind::kAllocate, compute_bytes());
       }
       parts.push_back(c.param.data());
     }
+    const auto begin = std::chrono::steady_clock::now();
     comm->all_gather(parts, chunk_size * elem_bytes);
+    record(group_chunk(g, 0), formats::ChunkEventKind::kGather,
+           (sharding.world_size - 1) * chunk_size * elem_bytes, seconds_since(begin));
     for (int64_t part = 0; part < sharding.world_size; ++part) {
       const int64_t k = group_chunk(g, part);
       if (chunks[k].remote) repoint(k);
@@ -359,6 +403,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       c.grad = memory::Buffer();
       add_bytes(c.compute_tier, -compute_bytes());
       repoint(k);
+      record(k, formats::ChunkEventKind::kRelease, compute_bytes());
     }
     group.gathered = false;
   }
@@ -370,6 +415,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     if (group.reduced) return;
     const int64_t mine = group_chunk(g, sharding.rank);
     std::vector<float> sum(static_cast<size_t>(chunk_size));
+    const auto begin = std::chrono::steady_clock::now();
     comm->reduce_scatter(
         chunk_size,
         [&](int64_t part, float* acc) {
@@ -391,6 +437,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     }
     group.reduced = true;
     ++step.reductions;
+    record(group_chunk(g, 0), formats::ChunkEventKind::kReduce,
+           (sharding.world_size - 1) * chunk_size * 4, seconds_since(begin));
   }
 
   // A tensor of the group is between its module's pre-hook and its end of use (a tied weight
@@ -444,7 +492,11 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   // A moment begins: close the non-model window of the previous one (Note [placement]).
   void begin_moment(const std::string& what) {
     const int64_t non_model = counter.reset_peak();
-    step.device_peak = std::max(step.device_peak, interval_chunk_bytes + non_model);
+    // The window since the last optimizer step closed in end_step, which counted it for the step
+    // it belongs to; a step's peak covers its own moments only (as a profile's rows do).
+    if (moment >= 0)
+      step.device_peak = std::max(step.device_peak, interval_chunk_bytes + non_model);
+    if (profiler != nullptr) profiler->close_moment(non_model);
     if (moment >= 0) {
       record_non_model[moment] = std::max(record_non_model[moment], non_model);
     } else if (!trace.non_model_bytes.empty()) {
@@ -538,6 +590,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       for (int64_t g : used_groups) gather(g);
     }
     make_resident(needed, what);
+    record_moment(what,
+                  in_backward ? formats::ProfileStage::kBackward : formats::ProfileStage::kForward);
     record_accesses[moment] = needed;
     record_groups[moment].assign(used_groups.begin(), used_groups.end());
     for (int64_t id : ids) set_state(tensors[id], TensorState::kCompute);
@@ -584,6 +638,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     }
     record_accesses[moment] = on_device;
     interval_chunk_bytes = device_bytes;
+    record_moment("optimizer step", formats::ProfileStage::kOptimizer);
   }
 
   const void* grad_data(const Chunk& c) const { return reuse ? c.param.data() : c.grad.data(); }
@@ -809,6 +864,36 @@ void ChunkedEngine::finish_registration() {
             format_bytes(model_data), " of model data (units taken into chunks as they are built)");
 }
 
+void ChunkedEngine::set_profiler(Profiler* profiler) {
+  impl_->profiler = profiler;
+  if (profiler == nullptr) return;
+  const Impl& s = *impl_;
+  profiler->set_chunk_bytes(s.device_bytes, s.host_bytes);
+  formats::ProfileRun& run = profiler->data().run;
+  run.chunk_size = s.chunk_size;
+  run.num_chunks = static_cast<int64_t>(s.chunks.size());
+  run.compute_bytes_per_chunk = s.compute_bytes();
+  run.optimizer_bytes_per_chunk = s.optimizer_bytes();
+  run.device_budget = s.device_budget;
+  run.host_budget = s.host_budget;
+  run.world_size = s.sharding.world_size;
+  run.rank = s.sharding.rank;
+  run.warmup_iterations = s.config.engine.warmup_iterations;
+  formats::ProfileChunks& table = profiler->data().chunks;
+  table = formats::ProfileChunks{};
+  for (int64_t k = 0; k < static_cast<int64_t>(s.chunks.size()); ++k) {
+    const Chunk& c = s.chunks[k];
+    table.id.push_back(k);
+    table.numel.push_back(c.used);
+    table.capacity.push_back(s.chunk_size);
+    table.group.push_back(s.sharding.group_of(k));
+    table.owner.push_back(s.sharding.owner_of(k));
+    table.embedding.push_back(c.host_pinned ? 1 : 0);
+    table.payloads.push_back(str_cat("param", s.reuse ? "+grad" : ",grad", s.fp32 ? "" : ",master",
+                                     ",exp_avg,exp_avg_sq"));
+  }
+}
+
 int64_t ChunkedEngine::num_parameters() const {
   int64_t n = 0;
   for (const auto& t : impl_->tensors) n += t.numel;
@@ -893,8 +978,12 @@ void ChunkedEngine::update(double lr, double grad_multiplier) {
     span.param_out = s.fp32 ? nullptr : c.param.data();
     span.param_out_type = out;
     span.numel = c.used;
+    const auto begin = std::chrono::steady_clock::now();
     optim::host_adam_step(hyper, multiplier, span);
     if (c.margin) ++s.step.adam_device_chunks;
+    s.record(&c - s.chunks.data(),
+             c.margin ? formats::ChunkEventKind::kAdamDevice : formats::ChunkEventKind::kAdamHost,
+             s.optimizer_bytes(), seconds_since(begin));
   }
 }
 
@@ -927,6 +1016,9 @@ void ChunkedEngine::end_step() {
       s.trace.non_model_bytes[t] = std::max(s.trace.non_model_bytes[t], s.record_non_model[t]);
   }
   s.step.device_peak = std::max(s.step.device_peak, s.device_bytes);
+  // The optimizer step's window is this step's too (the next step's first moment restarts it).
+  s.step.device_peak =
+      std::max(s.step.device_peak, s.interval_chunk_bytes + s.counter.peak_bytes());
   // Every gathered copy is released by now: what is left is this rank's own model data.
   s.step.model_data = s.device_bytes + s.host_bytes;
   s.last = s.step;

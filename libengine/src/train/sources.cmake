@@ -5,5 +5,7 @@ target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/torch_engine.cpp
   ${CMAKE_CURRENT_LIST_DIR}/chunked_engine.cpp
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/merge.cpp
   ${CMAKE_CURRENT_LIST_DIR}/precision.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/profiler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp)

@@ -1,9 +1,12 @@
 #include "pstar/train/trainer.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <optional>
 #include <random>
@@ -36,6 +39,7 @@
 #include "pstar/train/metrics.h"
 #include "pstar/train/param_engine.h"
 #include "pstar/train/precision.h"
+#include "pstar/train/profiler.h"
 #include "pstar/train/torch_engine.h"
 
 namespace pstar::train {
@@ -164,6 +168,7 @@ struct Trainer::Impl {
   LrSchedule schedule;
   LossScaler scaler;
   std::optional<MetricsWriter> metrics;
+  std::unique_ptr<Profiler> profiler;
 
   int64_t step = 0;
   int64_t tokens = 0;
@@ -188,6 +193,10 @@ struct Trainer::Impl {
   }
 
   void init(std::unique_ptr<ParamEngine> prebuilt);
+  void start_profile();
+  std::string rank_path(const std::string& path) const {
+    return rank == 0 ? path : str_cat(path, ".rank", rank);
+  }
   StepMetrics run_step();
   void save_checkpoint();
   void resume(const std::string& dir);
@@ -263,6 +272,33 @@ void Trainer::Impl::resume(const std::string& where) {
   log::info("resumed from ", file, " at step ", step);
 }
 
+void Trainer::Impl::start_profile() {
+  auto* chunked = dynamic_cast<ChunkedEngine*>(engine.get());
+  PSTAR_CHECK(chunked != nullptr, ConfigError, "--profile records the chunk engine's chunks; ",
+              "engine.mode \"", config.engine.mode, "\" has none (use engine.mode \"chunked\")");
+  {
+    // Find out now, not after the whole run, that the file cannot be written.
+    const std::string path = rank_path(options.profile_path);
+    const bool existed = std::filesystem::exists(path);
+    std::FILE* probe = std::fopen(path.c_str(), "ab");
+    PSTAR_CHECK(probe != nullptr, IoError, "--profile: cannot create ", path, ": ",
+                std::strerror(errno));
+    std::fclose(probe);
+    if (!existed) std::filesystem::remove(path);
+  }
+  profiler = std::make_unique<Profiler>();
+  chunked->set_profiler(profiler.get());
+  formats::ProfileRun& run = profiler->data().run;
+  run.config_json = config::to_json_text(config);
+  run.pstar_version = "0.1.0";
+  run.torch_version = compat::torch_version();
+  run.precision = dtype == torch::kFloat32 ? "fp32" : dtype == torch::kBFloat16 ? "bf16" : "fp16";
+  const std::time_t now = std::time(nullptr);
+  char created[32];
+  std::strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  run.created = created;
+}
+
 void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   core::configure_runtime(comm != nullptr ? comm->world().local_world_size : 1);
   device = compute_device(config, options.device);
@@ -301,9 +337,8 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
     engine = make_torch_engine(config, *model, device, dtype);
   }
   if (engine->num_parameters() >= 0) num_params = engine->num_parameters();
-  if (!options.metrics_path.empty())
-    metrics.emplace(rank == 0 ? options.metrics_path
-                              : str_cat(options.metrics_path, ".rank", rank));
+  if (!options.metrics_path.empty()) metrics.emplace(rank_path(options.metrics_path));
+  if (!options.profile_path.empty()) start_profile();
   // Rank 0 names the run; checkpoint manifests record it.
   run_id = comm != nullptr ? comm->exchange("run_id", new_run_id())[0] : new_run_id();
   if (!options.resume_dir.empty()) resume(options.resume_dir);
@@ -348,6 +383,9 @@ StepMetrics Trainer::Impl::run_step() {
   const int64_t vocab = model->vocab_size();
 
   model->train();
+  const bool profiled = profiler != nullptr && step >= options.profile_from_step;
+  if (profiled) profiler->begin_step(step);
+  StepTimes times;
   engine->begin_step();
   double loss_sum = 0;
   {
@@ -355,6 +393,7 @@ StepMetrics Trainer::Impl::run_step() {
     for (int64_t micro = 1; micro <= accumulation; ++micro) {
       auto batch = sampler->batch(step, micro);
       auto inputs = batch.inputs.to(device), targets = batch.targets.to(device);
+      const auto forward_start = Clock::now();
       auto logits = model->forward(inputs);
       PSTAR_CHECK(logits.dim() == 3 && logits.size(0) == inputs.size(0) &&
                       logits.size(1) == inputs.size(1) && logits.size(2) == vocab,
@@ -363,8 +402,11 @@ StepMetrics Trainer::Impl::run_step() {
       auto loss = torch::nn::functional::cross_entropy(
           logits.reshape({-1, vocab}).to(torch::kFloat32), targets.reshape({-1}));
       loss_sum += loss.item<double>();
+      const auto backward_start = Clock::now();
+      times.forward_s += std::chrono::duration<double>(backward_start - forward_start).count();
       (loss * (loss_scale / static_cast<double>(accumulation))).backward();
       engine->end_micro_batch();
+      times.backward_s += seconds_since(backward_start);
     }
   }
   // The logged loss is the mean over the global batch: every rank's share is the same size.
@@ -379,6 +421,7 @@ StepMetrics Trainer::Impl::run_step() {
   // The loss scale only touches gradients: a non-finite loss is divergence, not overflow.
   PSTAR_CHECK(std::isfinite(loss), NumericError, "step ", step, ": the loss is not finite (", loss,
               "); lower optimizer.params.lr, set gradient_clipping, or train in fp32");
+  const auto optimizer_start = Clock::now();
   m.grad_norm = engine->grad_norm(loss_scale);
   if (!std::isfinite(m.grad_norm) && config.fp16.enabled && scaler.is_dynamic()) {
     m.skipped = true;
@@ -396,6 +439,7 @@ StepMetrics Trainer::Impl::run_step() {
   }
   if (config.fp16.enabled) scaler.update(m.skipped);
   engine->end_step();
+  times.optimizer_s = seconds_since(optimizer_start);
   engine->fill_metrics(m);
 
   tokens += tokens_per_step();
@@ -404,6 +448,7 @@ StepMetrics Trainer::Impl::run_step() {
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / std::max(m.step_time_s, 1e-9);
   m.elapsed_s = seconds_since(*start);
   if (metrics) metrics->write(m);
+  if (profiled) profiler->end_step(m, times);
   const auto& t = config.training;
   if (!t.save_dir.empty() && t.save_interval > 0 &&
       (step % t.save_interval == 0 || step == t.steps))
@@ -449,6 +494,13 @@ TrainSummary Trainer::run() {
     }
   }
   log::end_status();
+  if (s.profiler) {
+    const std::string path = s.rank_path(s.options.profile_path);
+    s.profiler->write(path);
+    log::info("profile: ", path, " (", s.profiler->data().steps.size(), " steps, ",
+              s.profiler->data().by_moment.size(), " moments, ", s.profiler->data().events.size(),
+              " chunk events)");
+  }
   summary.skipped_steps = s.skipped;
   summary.tokens = s.tokens - tokens_before;
   summary.elapsed_s = seconds_since(run_start);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "pstar/base/error.h"
+#include "pstar/formats/config.h"
 #include "pstar/model/gpt_shape.h"
 #include "pstar/plan/estimate.h"
 #include "pstar/plan/memory_plan.h"
@@ -62,6 +63,40 @@ TEST(ChunkLayoutTest, GptLeavesCountTheModelExactly) {
   for (const auto& l : leaves) total += l.numel;
   EXPECT_EQ(total, shape.num_params());
   EXPECT_TRUE(leaves[0].embedding && leaves[1].embedding && !leaves[2].embedding);
+}
+
+TEST(ChunkLayoutTest, LeafChunksFollowTheSameFirstFit) {
+  const std::vector<LeafModule> leaves = {{3, true}, {2, true}, {1}, {4}, {2}, {7}};
+  // Size 8, pinned embeddings: [3, 2] [1, 4, 2] [7].
+  EXPECT_EQ(leaf_chunks(leaves, 8, true), (std::vector<int64_t>{0, 0, 1, 1, 1, 2}));
+  EXPECT_EQ(count_chunks(leaves, 8, true), 3);
+  // Not pinned: [3, 2, 1] [4, 2] [7].
+  EXPECT_EQ(leaf_chunks(leaves, 8, false), (std::vector<int64_t>{0, 0, 0, 1, 1, 2}));
+}
+
+TEST(ChunkLayoutTest, GptChunkMapPlacesEveryParameterByItsLeaf) {
+  config::TrainConfig config;
+  config.model.preset = "gpt-tiny";  // hidden 64, 2 layers, vocab 256, seq 64
+  config.default_chunk_size = 20000;
+  const GptChunkMap map = gpt_chunk_map(config);
+  EXPECT_EQ(map.layout.chunk_size, 20000);
+  ASSERT_EQ(map.params.size(), map.chunks.size());
+  ASSERT_EQ(map.params.size(), 2u + 2 * 12 + 2);
+  // wte (16384) alone (pinned embeddings), wpe (4096) next, then blocks by first fit.
+  EXPECT_EQ(map.params[0].name, "transformer.wte.weight");
+  EXPECT_EQ(map.chunks[0], 0);
+  EXPECT_EQ(map.params[1].name, "transformer.wpe.weight");
+  EXPECT_EQ(map.chunks[1], 1);
+  EXPECT_EQ(map.params[2].name, "transformer.h.0.ln_1.weight");
+  EXPECT_EQ(map.chunks[2], 2);
+  EXPECT_EQ(map.chunks.back(), map.layout.num_chunks - 1);
+  for (size_t i = 1; i < map.chunks.size(); ++i) EXPECT_GE(map.chunks[i], map.chunks[i - 1]);
+  // A weight and its bias share their leaf's chunk.
+  for (size_t i = 0; i + 1 < map.params.size(); ++i) {
+    if (map.params[i].leaf == map.params[i + 1].leaf) {
+      EXPECT_EQ(map.chunks[i], map.chunks[i + 1]);
+    }
+  }
 }
 
 FitInput small_fit(int64_t chunks, int64_t device_budget, int64_t host_budget) {

@@ -74,4 +74,37 @@ class SafetensorsWriter {
   std::map<std::string, std::string> metadata_;
 };
 
+// A safetensors file assembled one tensor at a time, for files larger than memory: every name,
+// dtype and shape is given up front (the header precedes the data), then each tensor's bytes are
+// written to their place, in any order. The layout is SafetensorsWriter's (sorted by name), so the
+// same tensors give the same bytes. Atomic like write_file_atomic: the file appears only on
+// commit(), and a writer destroyed before that (an error on the way) leaves nothing behind.
+class SafetensorsStreamWriter {
+ public:
+  struct Entry {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+  };
+  // Checks the entries as SafetensorsWriter::add does (ConfigError) and writes the header.
+  SafetensorsStreamWriter(const std::string& path, const std::vector<Entry>& entries,
+                          const std::map<std::string, std::string>& metadata = {});
+  // Each tensor exactly once; `size_bytes` must be its shape's. ConfigError naming the tensor
+  // otherwise.
+  void write(const std::string& name, const void* bytes, size_t size_bytes);
+  // ConfigError naming a tensor never written.
+  void commit();
+  uint64_t file_bytes() const { return file_bytes_; }
+
+ private:
+  struct Slot {
+    uint64_t offset = 0;  // in the file
+    uint64_t size_bytes = 0;
+    bool written = false;
+  };
+  AtomicFileWriter file_;
+  std::map<std::string, Slot> slots_;
+  uint64_t file_bytes_ = 0;
+};
+
 }  // namespace pstar::formats

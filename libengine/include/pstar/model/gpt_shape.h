@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace pstar::config {
@@ -43,5 +44,17 @@ GptConfig resolve_gpt_config(const config::ModelConfig& model);
 // (= use) order: wte, wpe, then per block ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc,
 // mlp.c_proj, then ln_f. The chunk engine plans its chunk size from these before building.
 std::vector<int64_t> gpt_leaf_module_numels(const GptConfig& config);
+
+// One parameter of the GPT as model/gpt.cpp builds it: its name (Hugging Face GPT-2's, e.g.
+// "transformer.h.0.attn.c_attn.weight"), its shape, and the index of its leaf module in
+// gpt_leaf_module_numels' order.
+struct GptParameterShape {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t leaf = 0;
+};
+// Every parameter in construction order (a leaf's weight before its bias). Lets checkpoint tools
+// know the model's tensors without building it.
+std::vector<GptParameterShape> gpt_parameter_shapes(const GptConfig& config);
 
 }  // namespace pstar::model

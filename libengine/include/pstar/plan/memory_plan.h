@@ -17,11 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "pstar/model/gpt_shape.h"
+
 namespace pstar::config {
 struct TrainConfig;
-}
-namespace pstar::model {
-struct GptConfig;
 }
 
 namespace pstar::plan {
@@ -71,6 +70,11 @@ struct ChunkLayout {
 // Chunks needed for `leaves` (in construction order) at `size` elements per chunk: first fit in
 // order, a new chunk whenever a leaf does not fit, host-pinned leaves in chunks of their own.
 int64_t count_chunks(const std::vector<LeafModule>& leaves, int64_t size, bool use_cpu_embedding);
+
+// The chunk of each leaf in `leaves` (same rule as count_chunks): the chunk engine registers
+// parameters this way (Note [chunk layout] in train/chunked_engine.h).
+std::vector<int64_t> leaf_chunks(const std::vector<LeafModule>& leaves, int64_t size,
+                                 bool use_cpu_embedding);
 
 // The chunk size: the configured one, raised to the largest leaf, or the least wasteful size on a
 // 64Ki-element grid when searching (and when the configured size exceeds the whole model).
@@ -123,6 +127,17 @@ GptActivationInput gpt_activation_input(const config::TrainConfig& config,
 int64_t compute_elem_bytes(const config::TrainConfig& config);
 // The GPT's leaf modules in construction order, embeddings (wte, wpe) marked.
 std::vector<LeafModule> gpt_leaf_modules(const model::GptConfig& shape);
+
+// Where the chunk engine puts each parameter of the GPT a config describes, as
+// build_model_and_engine builds it: the layout plan_layout chooses (default_chunk_size,
+// engine.chunk_size_search, use_cpu_embedding) and every parameter's chunk. Rank chunk % N of N
+// owns it (chunk::Sharding). This is what resharding a checkpoint to another number of ranks needs.
+struct GptChunkMap {
+  ChunkLayout layout;
+  std::vector<model::GptParameterShape> params;  // construction order
+  std::vector<int64_t> chunks;                   // params[i]'s chunk
+};
+GptChunkMap gpt_chunk_map(const config::TrainConfig& config);
 
 // ---- the fit ----------------------------------------------------------------------------------
 

@@ -67,6 +67,9 @@ struct AccessTrace;
 namespace pstar::dist {
 class Communicator;
 }
+namespace pstar::train {
+class Profiler;
+}
 
 namespace pstar::train {
 
@@ -122,6 +125,10 @@ class ChunkedEngine : public ParamEngine {
   void fill_metrics(StepMetrics& metrics) override;
   void state_dict(TensorList& out) override;
   void load_state_dict(const TensorMap& in, const std::string& file) override;
+
+  // Records into `profiler` from now on (null: stops): fills its run attributes and chunk table.
+  // The profiler must outlive the engine's use of it.
+  void set_profiler(Profiler* profiler);
 
   // The hooks the model's run_module() calls while this engine trains.
   model::ModuleHooks* hooks() override;

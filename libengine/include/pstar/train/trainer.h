@@ -35,6 +35,10 @@ struct TrainOptions {
   // Several ranks: how long a rendezvous or a collective may wait for the others before the run
   // stops with a DistError.
   std::chrono::seconds dist_timeout{300};
+  // Record a profile (chunk engine only) of the steps from `profile_from_step` on and write it to
+  // this HDF5 file when the run ends (docs/profile.md); rank r > 0 writes `<path>.rank<r>`.
+  std::string profile_path;
+  int64_t profile_from_step = 1;
   // The run's communicator (train() makes one from the environment); null for one rank.
   dist::Communicator* comm = nullptr;
 };

@@ -1,0 +1,108 @@
+// What recording a profile costs: the same chunk-engine run of gpt-mini under a tight device
+// budget (chunks move every step), without and with `--profile`, alternated to even out machine
+// noise. Reports the steady-state step time of each and their ratio, and the profile's size.
+// Ends with one JSON line.
+//
+//   pstar-bench-profile [--steps S] [--rounds R]
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Mean step time after the warm-up iteration and the first planned step.
+double steady_step_s(const fs::path& metrics) {
+  double total = 0;
+  int64_t n = 0;
+  for (const std::string& line : pstar::bench::read_lines(metrics)) {
+    const json m = json::parse(line);
+    if (m["step"].get<int64_t>() <= 2) continue;
+    total += m["step_time_s"].get<double>();
+    ++n;
+  }
+  return n > 0 ? total / static_cast<double>(n) : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t steps = 12, rounds = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = argv[i], value = argv[i + 1];
+    if (key == "--steps") {
+      steps = std::stoll(value);
+    } else if (key == "--rounds") {
+      rounds = std::stoll(value);
+    } else {
+      std::cerr << "unknown option " << key << "\n";
+      return 2;
+    }
+  }
+  const pstar::bench::TempCorpus corpus("profile");
+  const fs::path dir =
+      fs::temp_directory_path() / ("pstar-bench-profile-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const json config = {
+      {"model", {{"preset", "gpt-mini"}}},
+      {"data", {{"text", corpus.path.string()}}},
+      {"train_micro_batch_size_per_gpu", 4},
+      {"bf16", {{"enabled", false}}},
+      {"training", {{"steps", steps}}},
+      {"engine", {{"mode", "chunked"}, {"device_memory", "48MB"}}},
+  };
+  const fs::path config_path = dir / "config.json";
+  std::ofstream(config_path) << config.dump(2);
+
+  std::vector<double> plain, profiled;
+  int64_t profile_bytes = 0;
+  for (int64_t round = 0; round < rounds; ++round) {
+    for (const bool profile : {false, true}) {
+      const fs::path metrics = dir / "metrics.jsonl", h5 = dir / "run.h5";
+      std::vector<std::string> args{PSTAR_BINARY, "train",         config_path.string(),
+                                    "--device",   "cpu",           "--quiet",
+                                    "--metrics",  metrics.string()};
+      if (profile) args.insert(args.end(), {"--profile", h5.string()});
+      const int code = pstar::bench::run_program(args);
+      if (code != 0) {
+        std::cerr << "pstar train" << (profile ? " --profile" : "") << " failed with exit code "
+                  << code << "\n";
+        return 1;
+      }
+      (profile ? profiled : plain).push_back(steady_step_s(metrics));
+      if (profile) profile_bytes = static_cast<int64_t>(fs::file_size(h5));
+    }
+  }
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+  // The best of the rounds: noise only ever adds time.
+  const double base = *std::min_element(plain.begin(), plain.end());
+  const double with = *std::min_element(profiled.begin(), profiled.end());
+  std::printf(
+      "step time without profile %.1f ms, with %.1f ms: x%.3f (%+.1f%%); profile %.1f KiB "
+      "for %lld steps\n",
+      1e3 * base, 1e3 * with, with / base, 100 * (with / base - 1),
+      static_cast<double>(profile_bytes) / 1024, static_cast<long long>(steps));
+  std::cout << json{{"bench", "profile_overhead"},
+                    {"steps", steps},
+                    {"rounds", rounds},
+                    {"step_s", base},
+                    {"step_s_profiled", with},
+                    {"overhead_ratio", with / base},
+                    {"profile_bytes", profile_bytes}}
+                   .dump()
+            << std::endl;
+  return 0;
+}

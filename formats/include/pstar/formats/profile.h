@@ -1,0 +1,112 @@
+// Profile files (`pstar profile`, `pstar train --profile`): what the chunk engine did, moment by
+// moment, in HDF5. The in-memory form below is columns (struct of arrays) so that each column is
+// one HDF5 dataset, readable as is by h5py. docs/profile.md describes the file; bump
+// kProfileSchemaVersion on any change a reader of the old schema would misread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pstar::formats {
+
+inline constexpr int64_t kProfileSchemaVersion = 1;
+// The root attribute `format` of every profile file.
+inline constexpr const char kProfileFormat[] = "pstar-profile";
+
+// Stages a moment or a time sample belongs to.
+enum class ProfileStage : int8_t { kForward = 0, kBackward = 1, kOptimizer = 2 };
+// Where a chunk's compute payload is at a moment (the location matrix).
+enum class ChunkPlace : int8_t { kAbsent = 0, kHost = 1, kDevice = 2 };
+// What happened to a chunk.
+enum class ChunkEventKind : int8_t {
+  kMoveH2D = 0,     // compute payload host -> device
+  kMoveD2H = 1,     // compute payload device -> host
+  kAllocate = 2,    // payloads created (start-up, or a gathered copy of another rank's chunk)
+  kRelease = 3,     // a gathered copy dropped
+  kAdamDevice = 4,  // Adam ran on the device
+  kAdamHost = 5,    // Adam ran on the host
+  kGather = 6,      // the chunk's group was all-gathered (one event per group, on its first chunk)
+  kReduce = 7,      // the chunk's group was reduce-scattered (likewise)
+};
+const char* to_string(ProfileStage stage);
+const char* to_string(ChunkPlace place);
+const char* to_string(ChunkEventKind kind);
+
+// Attributes of the file's root group.
+struct ProfileRun {
+  int64_t schema_version = kProfileSchemaVersion;
+  std::string config_json;  // the run's resolved config
+  std::string pstar_version, torch_version;
+  std::string created;    // ISO 8601, UTC
+  std::string precision;  // fp32 | bf16 | fp16
+  int64_t chunk_size = 0, num_chunks = 0;
+  int64_t compute_bytes_per_chunk = 0, optimizer_bytes_per_chunk = 0;
+  int64_t device_budget = 0, host_budget = 0;
+  int64_t world_size = 1, rank = 0;
+  int64_t warmup_iterations = 0;
+  int64_t steps = 0;  // steps recorded (rows of ProfileSteps)
+};
+
+// /chunks: one row per chunk.
+struct ProfileChunks {
+  std::vector<int64_t> id, numel, capacity, group, owner;
+  std::vector<int8_t>
+      embedding;  // 1: an embedding chunk (engine.use_cpu_embedding keeps it on host)
+  std::vector<std::string> payloads;  // e.g. "param+grad,master,exp_avg,exp_avg_sq"
+  size_t size() const { return id.size(); }
+};
+
+// /memory/by_moment: one row per moment of every recorded step; the row index is the moment's
+// global index (the location matrix's row). /memory/by_time: the same figures sampled on a clock.
+struct ProfileMemory {
+  std::vector<int64_t> step;      // by_moment only (empty in by_time)
+  std::vector<int64_t> moment;    // index within its step; by_moment only
+  std::vector<std::string> name;  // e.g. "forward of transformer.h.0.attn.c_attn.weight"; by_moment
+  std::vector<int8_t> stage;      // ProfileStage
+  std::vector<double> time_s;     // since the first recorded step began
+  std::vector<int64_t> device_total, device_chunks, device_non_model;
+  std::vector<int64_t> host_total, host_chunks, host_non_model;
+  size_t size() const { return time_s.size(); }
+};
+
+// /events
+struct ProfileEvents {
+  std::vector<double> time_s;
+  std::vector<int64_t> step, moment;  // moment: global by_moment row (-1 outside moments)
+  std::vector<int64_t> chunk;
+  std::vector<int8_t> kind;  // ChunkEventKind
+  std::vector<int64_t> bytes;
+  std::vector<double> duration_s;
+  size_t size() const { return time_s.size(); }
+};
+
+// /steps: one row per recorded step.
+struct ProfileSteps {
+  std::vector<int64_t> step;
+  std::vector<double> time_s, forward_s, backward_s, optimizer_s;
+  std::vector<double> loss;
+  std::vector<int64_t> device_peak_bytes, host_peak_bytes, moved_h2d_bytes, moved_d2h_bytes;
+  size_t size() const { return step.size(); }
+};
+
+struct Profile {
+  ProfileRun run;
+  ProfileChunks chunks;
+  ProfileMemory by_moment, by_time;
+  ProfileEvents events;
+  // /location: by_moment.size() rows x chunks.size() columns, row-major, ChunkPlace values.
+  std::vector<int8_t> location;
+  ProfileSteps steps;
+};
+
+// Writes atomically (a temporary file, then rename). IoError naming the path when it cannot be
+// written; InternalError if the columns' lengths disagree.
+void write_profile(const std::string& path, const Profile& profile);
+
+// IoError for a missing/unreadable file; FormatError naming the file and the dataset or
+// attribute for anything malformed or missing, and for a schema_version newer than this build's
+// (saying which version this pstar reads).
+Profile read_profile(const std::string& path);
+
+}  // namespace pstar::formats

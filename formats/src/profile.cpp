@@ -1,0 +1,795 @@
+// The HDF5 profile file (docs/profile.md), through HDF5's C++ API: its objects close their ids on
+// destruction, and a failed call throws H5::Exception, which this file turns into IoError (writing)
+// or FormatError (reading), naming the file and the object being written or read.
+#include "pstar/formats/profile.h"
+
+#include <H5Cpp.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <vector>
+
+#include "pstar/base/error.h"
+
+namespace pstar::formats {
+
+const char* to_string(ProfileStage stage) {
+  switch (stage) {
+    case ProfileStage::kForward:
+      return "forward";
+    case ProfileStage::kBackward:
+      return "backward";
+    case ProfileStage::kOptimizer:
+      return "optimizer";
+  }
+  return "unknown";
+}
+
+const char* to_string(ChunkPlace place) {
+  switch (place) {
+    case ChunkPlace::kAbsent:
+      return "absent";
+    case ChunkPlace::kHost:
+      return "host";
+    case ChunkPlace::kDevice:
+      return "device";
+  }
+  return "unknown";
+}
+
+const char* to_string(ChunkEventKind kind) {
+  switch (kind) {
+    case ChunkEventKind::kMoveH2D:
+      return "move_h2d";
+    case ChunkEventKind::kMoveD2H:
+      return "move_d2h";
+    case ChunkEventKind::kAllocate:
+      return "allocate";
+    case ChunkEventKind::kRelease:
+      return "release";
+    case ChunkEventKind::kAdamDevice:
+      return "adam_device";
+    case ChunkEventKind::kAdamHost:
+      return "adam_host";
+    case ChunkEventKind::kGather:
+      return "gather";
+    case ChunkEventKind::kReduce:
+      return "reduce";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// Value counts of the enums stored as int8 codes; a new enum value must raise its count here (and
+// bump kProfileSchemaVersion, since an older reader rejects the new code).
+constexpr int kNumStages = 3;
+constexpr int kNumPlaces = 3;
+constexpr int kNumEventKinds = 8;
+
+// "name0,name1,...": the attribute that documents an int8 code column inside the file.
+template <typename Enum>
+std::string code_names(int count) {
+  std::string names;
+  for (int i = 0; i < count; ++i) {
+    if (i > 0) names += ',';
+    names += to_string(static_cast<Enum>(i));
+  }
+  return names;
+}
+
+// Index of the first code outside [0, count), or -1.
+int64_t first_bad_code(const std::vector<int8_t>& codes, int count) {
+  for (size_t i = 0; i < codes.size(); ++i) {
+    if (codes[i] < 0 || codes[i] >= count) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+// Note [profile columns]: each table's columns are listed once, in these visitors, and the
+// writer, the length checks and the reader all walk them, so the three cannot disagree. The
+// visitor order is the order datasets are written in.
+template <typename Run, typename F>
+void run_attributes(Run& r, F&& f) {
+  f("config_json", r.config_json);
+  f("pstar_version", r.pstar_version);
+  f("torch_version", r.torch_version);
+  f("created", r.created);
+  f("precision", r.precision);
+  f("chunk_size", r.chunk_size);
+  f("num_chunks", r.num_chunks);
+  f("compute_bytes_per_chunk", r.compute_bytes_per_chunk);
+  f("optimizer_bytes_per_chunk", r.optimizer_bytes_per_chunk);
+  f("device_budget", r.device_budget);
+  f("host_budget", r.host_budget);
+  f("world_size", r.world_size);
+  f("rank", r.rank);
+  f("warmup_iterations", r.warmup_iterations);
+  f("steps", r.steps);
+}
+
+template <typename Chunks, typename F>
+void chunk_columns(Chunks& c, F&& f) {
+  f("id", c.id);
+  f("numel", c.numel);
+  f("capacity", c.capacity);
+  f("group", c.group);
+  f("owner", c.owner);
+  f("embedding", c.embedding);
+  f("payloads", c.payloads);
+}
+
+// by_time has no step, moment or name datasets: a clock sample belongs to no moment.
+template <typename Memory, typename F>
+void memory_columns(Memory& m, bool by_moment, F&& f) {
+  if (by_moment) {
+    f("step", m.step);
+    f("moment", m.moment);
+    f("name", m.name);
+  }
+  f("stage", m.stage);
+  f("time_s", m.time_s);
+  f("device_total", m.device_total);
+  f("device_chunks", m.device_chunks);
+  f("device_non_model", m.device_non_model);
+  f("host_total", m.host_total);
+  f("host_chunks", m.host_chunks);
+  f("host_non_model", m.host_non_model);
+}
+
+template <typename Events, typename F>
+void event_columns(Events& e, F&& f) {
+  f("time_s", e.time_s);
+  f("step", e.step);
+  f("moment", e.moment);
+  f("chunk", e.chunk);
+  f("kind", e.kind);
+  f("bytes", e.bytes);
+  f("duration_s", e.duration_s);
+}
+
+template <typename Steps, typename F>
+void step_columns(Steps& s, F&& f) {
+  f("step", s.step);
+  f("time_s", s.time_s);
+  f("forward_s", s.forward_s);
+  f("backward_s", s.backward_s);
+  f("optimizer_s", s.optimizer_s);
+  f("loss", s.loss);
+  f("device_peak_bytes", s.device_peak_bytes);
+  f("host_peak_bytes", s.host_peak_bytes);
+  f("moved_h2d_bytes", s.moved_h2d_bytes);
+  f("moved_d2h_bytes", s.moved_d2h_bytes);
+}
+
+// The file and memory types of each numeric column type. Files are little-endian whatever the
+// host, so they read the same everywhere.
+template <typename T>
+struct ColumnType;
+template <>
+struct ColumnType<int64_t> {
+  static const H5::PredType& file() { return H5::PredType::STD_I64LE; }
+  static const H5::PredType& memory() { return H5::PredType::NATIVE_INT64; }
+  static constexpr const char* kName = "int64";
+};
+template <>
+struct ColumnType<int8_t> {
+  static const H5::PredType& file() { return H5::PredType::STD_I8LE; }
+  static const H5::PredType& memory() { return H5::PredType::NATIVE_INT8; }
+  static constexpr const char* kName = "int8";
+};
+template <>
+struct ColumnType<double> {
+  static const H5::PredType& file() { return H5::PredType::IEEE_F64LE; }
+  static const H5::PredType& memory() { return H5::PredType::NATIVE_DOUBLE; }
+  static constexpr const char* kName = "float64";
+};
+
+// Variable-length UTF-8: h5py reads such attributes as str (and datasets with .asstr()), and
+// their text lives on the global heap, so a long config_json does not hit the 64 KiB limit on an
+// object header.
+H5::StrType string_type() {
+  H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
+  type.setCset(H5T_CSET_UTF8);
+  return type;
+}
+
+// Serializes this file's HDF5 calls: Debian's serial libhdf5 is not built thread-safe, and the
+// engine may write a profile while another thread reads one.
+std::mutex& hdf5_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+std::string join_path(const std::string& group, const std::string& name) {
+  return group == "/" ? "/" + name : group + "/" + name;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+// InternalError unless every column of the table `visit` walks has the same length; returns it.
+template <typename Visit>
+size_t check_table(const char* table, Visit&& visit) {
+  const char* first = nullptr;
+  size_t rows = 0;
+  visit([&](const char* name, const auto& column) {
+    if (first == nullptr) {
+      first = name;
+      rows = column.size();
+      return;
+    }
+    PSTAR_INTERNAL_ASSERT(column.size() == rows, "write_profile: ", table, "/", name, " has ",
+                          column.size(), " rows but ", table, "/", first, " has ", rows);
+  });
+  return rows;
+}
+
+void check_codes(const char* dataset, const std::vector<int8_t>& codes, int count) {
+  const int64_t bad = first_bad_code(codes, count);
+  PSTAR_INTERNAL_ASSERT(bad < 0, "write_profile: ", dataset, "[", bad, "] is ",
+                        bad < 0 ? 0 : static_cast<int>(codes[static_cast<size_t>(bad)]),
+                        ", not a code in [0, ", count, ")");
+}
+
+void check_profile(const Profile& p) {
+  const size_t chunks = check_table("/chunks", [&](auto&& f) { chunk_columns(p.chunks, f); });
+  const size_t moments =
+      check_table("/memory/by_moment", [&](auto&& f) { memory_columns(p.by_moment, true, f); });
+  check_table("/memory/by_time", [&](auto&& f) { memory_columns(p.by_time, false, f); });
+  PSTAR_INTERNAL_ASSERT(
+      p.by_time.step.empty() && p.by_time.moment.empty() && p.by_time.name.empty(),
+      "write_profile: by_time has step/moment/name entries; they belong to "
+      "by_moment only");
+  check_table("/events", [&](auto&& f) { event_columns(p.events, f); });
+  check_table("/steps", [&](auto&& f) { step_columns(p.steps, f); });
+  PSTAR_INTERNAL_ASSERT(p.location.size() == moments * chunks, "write_profile: /location has ",
+                        p.location.size(), " entries, not ", moments, " moments x ", chunks,
+                        " chunks");
+  check_codes("/memory/by_moment/stage", p.by_moment.stage, kNumStages);
+  check_codes("/memory/by_time/stage", p.by_time.stage, kNumStages);
+  check_codes("/events/kind", p.events.kind, kNumEventKinds);
+  check_codes("/location", p.location, kNumPlaces);
+}
+
+// Chunked and deflate-compressed numeric datasets (the location matrix and the event columns
+// repeat a lot); an empty one stays contiguous, since a chunk cannot have a zero dimension.
+H5::DSetCreatPropList numeric_layout(int rank, const hsize_t* dims) {
+  H5::DSetCreatPropList plist;
+  if (std::any_of(dims, dims + rank, [](hsize_t d) { return d == 0; })) return plist;
+  if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0) return plist;
+  // About 64 Ki elements per chunk: within HDF5's default 1 MiB chunk cache for every type.
+  constexpr hsize_t kChunkElements = hsize_t{1} << 16;
+  hsize_t chunk[2] = {std::min(dims[0], kChunkElements), 1};
+  if (rank == 2) {
+    chunk[1] = dims[1];
+    chunk[0] = std::min(dims[0], std::max<hsize_t>(1, kChunkElements / dims[1]));
+  }
+  plist.setChunk(rank, chunk);
+  plist.setShuffle();
+  plist.setDeflate(1);  // the fastest level: most of the gain, little of the time
+  return plist;
+}
+
+class Writer {
+ public:
+  explicit Writer(H5::H5File& file) : file_(file) {}
+
+  // What is being written, for the message if HDF5 fails.
+  const std::string& at() const { return at_; }
+
+  H5::Group group(const std::string& path) {
+    at_ = path;
+    return file_.createGroup(path);
+  }
+
+  void attribute(H5::H5Object& object, const std::string& object_path, const char* name,
+                 int64_t value) {
+    at_ = str_cat("attribute '", name, "' of ", object_path);
+    H5::Attribute attr =
+        object.createAttribute(name, ColumnType<int64_t>::file(), H5::DataSpace(H5S_SCALAR));
+    attr.write(ColumnType<int64_t>::memory(), &value);
+  }
+
+  void attribute(H5::H5Object& object, const std::string& object_path, const char* name,
+                 const std::string& value) {
+    at_ = str_cat("attribute '", name, "' of ", object_path);
+    const H5::StrType type = string_type();
+    H5::Attribute attr = object.createAttribute(name, type, H5::DataSpace(H5S_SCALAR));
+    attr.write(type, value);
+  }
+
+  template <typename T>
+  H5::DataSet column(H5::Group& group, const std::string& group_path, const char* name,
+                     const std::vector<T>& values) {
+    const hsize_t dims[1] = {values.size()};
+    return numeric(group, join_path(group_path, name), name, 1, dims, values.data());
+  }
+
+  H5::DataSet column(H5::Group& group, const std::string& group_path, const char* name,
+                     const std::vector<std::string>& values) {
+    at_ = join_path(group_path, name);
+    const hsize_t dims[1] = {values.size()};
+    const H5::StrType type = string_type();
+    H5::DataSet dataset = group.createDataSet(name, type, H5::DataSpace(1, dims));
+    if (!values.empty()) {
+      std::vector<const char*> pointers;
+      pointers.reserve(values.size());
+      for (const std::string& value : values) pointers.push_back(value.c_str());
+      dataset.write(pointers.data(), type);
+    }
+    return dataset;
+  }
+
+  template <typename T>
+  H5::DataSet numeric(H5::Group& group, const std::string& path, const char* name, int rank,
+                      const hsize_t* dims, const T* data) {
+    at_ = path;
+    H5::DataSet dataset = group.createDataSet(
+        name, ColumnType<T>::file(), H5::DataSpace(rank, dims), numeric_layout(rank, dims));
+    hsize_t total = 1;
+    for (int i = 0; i < rank; ++i) total *= dims[i];
+    if (total > 0) dataset.write(data, ColumnType<T>::memory());
+    return dataset;
+  }
+
+  template <typename Visit>
+  H5::Group table(const std::string& path, Visit&& visit) {
+    H5::Group g = group(path);
+    visit([&](const char* name, const auto& values) { column(g, path, name, values); });
+    return g;
+  }
+
+ private:
+  H5::H5File& file_;
+  std::string at_;
+};
+
+void write_contents(Writer& w, H5::H5File& file, const Profile& p) {
+  w.attribute(file, "/", "format", std::string(kProfileFormat));
+  w.attribute(file, "/", "schema_version", p.run.schema_version);
+  run_attributes(p.run,
+                 [&](const char* name, const auto& value) { w.attribute(file, "/", name, value); });
+
+  w.table("/chunks", [&](auto&& f) { chunk_columns(p.chunks, f); });
+
+  w.group("/memory");
+  H5::Group by_moment =
+      w.table("/memory/by_moment", [&](auto&& f) { memory_columns(p.by_moment, true, f); });
+  w.attribute(by_moment, "/memory/by_moment", "stages", code_names<ProfileStage>(kNumStages));
+  H5::Group by_time =
+      w.table("/memory/by_time", [&](auto&& f) { memory_columns(p.by_time, false, f); });
+  w.attribute(by_time, "/memory/by_time", "stages", code_names<ProfileStage>(kNumStages));
+
+  H5::Group events = w.table("/events", [&](auto&& f) { event_columns(p.events, f); });
+  w.attribute(events, "/events", "kinds", code_names<ChunkEventKind>(kNumEventKinds));
+
+  const hsize_t dims[2] = {p.by_moment.size(), p.chunks.size()};
+  H5::Group root = file.openGroup("/");
+  H5::DataSet location = w.numeric(root, "/location", "location", 2, dims, p.location.data());
+  w.attribute(location, "/location", "places", code_names<ChunkPlace>(kNumPlaces));
+
+  w.table("/steps", [&](auto&& f) { step_columns(p.steps, f); });
+}
+
+std::string os_reason(int err) { return std::strerror(err); }
+
+// Removes the temporary file on destruction unless the rename that publishes it succeeded.
+class TempFileGuard {
+ public:
+  explicit TempFileGuard(std::string path) : path_(std::move(path)) {}
+  ~TempFileGuard() {
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+  TempFileGuard(const TempFileGuard&) = delete;
+  TempFileGuard& operator=(const TempFileGuard&) = delete;
+  void release() { path_.clear(); }
+
+ private:
+  std::string path_;
+};
+
+// Owns a file descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// fsync of a file or directory; returns 0 or the errno. HDF5's close flushes to the OS only.
+int sync_path(const std::string& path, int flags) {
+  Fd fd(::open(path.c_str(), flags | O_CLOEXEC));
+  if (fd.get() < 0) return errno;
+  if (::fsync(fd.get()) != 0) return errno;
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+
+const char* type_class_name(H5T_class_t type_class) {
+  switch (type_class) {
+    case H5T_INTEGER:
+      return "integer";
+    case H5T_FLOAT:
+      return "float";
+    case H5T_STRING:
+      return "string";
+    case H5T_COMPOUND:
+      return "compound";
+    case H5T_ARRAY:
+      return "array";
+    case H5T_VLEN:
+      return "variable-length sequence";
+    case H5T_ENUM:
+      return "enum";
+    default:
+      return "other";  // a C enum with internal values; only these matter in a message
+  }
+}
+
+// "a 4-byte unsigned integer", "a variable-length string": what a message says was found.
+std::string describe_type(const H5::DataType& type) {
+  const H5T_class_t type_class = type.getClass();
+  if (type_class == H5T_STRING) {
+    return H5::StrType(type.getId()).isVariableStr() ? "a variable-length string"
+                                                     : "a fixed-length string";
+  }
+  std::string sign;
+  if (type_class == H5T_INTEGER) {
+    sign = H5::IntType(type.getId()).getSign() == H5T_SGN_NONE ? "unsigned " : "signed ";
+  }
+  return str_cat("a ", type.getSize(), "-byte ", sign, type_class_name(type_class));
+}
+
+// Frees the strings HDF5 allocates when it reads variable-length strings.
+class VlenStrings {
+ public:
+  VlenStrings(size_t n, const H5::DataType& type, const H5::DataSpace& space)
+      : pointers_(n, nullptr), type_(type), space_(space) {}
+  ~VlenStrings() {
+    if (!pointers_.empty()) H5Dvlen_reclaim(type_.getId(), space_.getId(), H5P_DEFAULT, data());
+  }
+  VlenStrings(const VlenStrings&) = delete;
+  VlenStrings& operator=(const VlenStrings&) = delete;
+  char** data() { return pointers_.data(); }
+  const std::vector<char*>& pointers() const { return pointers_; }
+
+ private:
+  std::vector<char*> pointers_;
+  H5::DataType type_;
+  H5::DataSpace space_;
+};
+
+class Reader {
+ public:
+  Reader(std::string path, H5::H5File& file) : path_(std::move(path)), file_(file) {}
+
+  const std::string& at() const { return at_; }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    PSTAR_THROW(FormatError, "profile '", path_, "': ", what);
+  }
+
+  // `path` is absolute, e.g. "/memory/by_moment"; each level is checked, so a message names the
+  // first one missing.
+  H5::Group group(const std::string& path) {
+    const size_t slash = path.find_last_of('/');
+    H5::Group parent_group = slash == 0 ? file_.openGroup("/") : group(path.substr(0, slash));
+    at_ = path;
+    const std::string name = path.substr(slash + 1);
+    if (!parent_group.nameExists(name) || parent_group.childObjType(name) != H5O_TYPE_GROUP) {
+      fail(str_cat("group ", path, " is missing; the file is not a complete pstar profile"));
+    }
+    return parent_group.openGroup(name);
+  }
+
+  H5::DataSet dataset(const H5::Group& group, const std::string& path, const char* name) {
+    at_ = path;
+    if (!group.nameExists(name) || group.childObjType(name) != H5O_TYPE_DATASET) {
+      fail(str_cat("dataset ", path, " is missing; the file is not a complete pstar profile"));
+    }
+    return group.openDataSet(name);
+  }
+
+  // The dataset's dimensions, after checking its rank.
+  std::vector<hsize_t> shape(const H5::DataSet& dataset, const std::string& path, int rank) {
+    const H5::DataSpace space = dataset.getSpace();
+    const int found = space.getSimpleExtentType() == H5S_SIMPLE ? space.getSimpleExtentNdims() : 0;
+    if (found != rank) {
+      fail(str_cat("dataset ", path, " has ", found, " dimension(s), expected ", rank));
+    }
+    std::vector<hsize_t> dims(static_cast<size_t>(rank));
+    space.getSimpleExtentDims(dims.data());
+    return dims;
+  }
+
+  template <typename T>
+  void check_numeric_type(const H5::DataType& type, const std::string& what) {
+    constexpr H5T_class_t kClass = std::is_floating_point_v<T> ? H5T_FLOAT : H5T_INTEGER;
+    const bool ok = type.getClass() == kClass && type.getSize() == sizeof(T) &&
+                    (kClass != H5T_INTEGER || H5::IntType(type.getId()).getSign() == H5T_SGN_2);
+    if (!ok) {
+      fail(str_cat(what, " holds ", describe_type(type), ", expected ", ColumnType<T>::kName));
+    }
+  }
+
+  void check_string_type(const H5::DataType& type, const std::string& what) {
+    if (type.getClass() != H5T_STRING || !H5::StrType(type.getId()).isVariableStr()) {
+      fail(str_cat(what, " holds ", describe_type(type), ", expected a variable-length string"));
+    }
+  }
+
+  // Reads a rank-`rank` numeric dataset whose shape `dims` returns.
+  template <typename T>
+  std::vector<T> numeric(const H5::Group& group, const std::string& path, const char* name,
+                         int rank, std::vector<hsize_t>* dims) {
+    H5::DataSet dataset = this->dataset(group, path, name);
+    check_numeric_type<T>(dataset.getDataType(), "dataset " + path);
+    *dims = shape(dataset, path, rank);
+    hsize_t total = 1;
+    for (hsize_t d : *dims) total *= d;
+    std::vector<T> values(total);
+    if (total > 0) dataset.read(values.data(), ColumnType<T>::memory());
+    return values;
+  }
+
+  template <typename T>
+  void column(const H5::Group& group, const std::string& group_path, const char* name,
+              std::vector<T>* out) {
+    std::vector<hsize_t> dims;
+    *out = numeric<T>(group, join_path(group_path, name), name, 1, &dims);
+  }
+
+  void column(const H5::Group& group, const std::string& group_path, const char* name,
+              std::vector<std::string>* out) {
+    const std::string path = join_path(group_path, name);
+    H5::DataSet dataset = this->dataset(group, path, name);
+    check_string_type(dataset.getDataType(), "dataset " + path);
+    const size_t n = shape(dataset, path, 1)[0];
+    out->clear();
+    if (n == 0) return;
+    const H5::StrType type = string_type();
+    const H5::DataSpace space = dataset.getSpace();
+    VlenStrings strings(n, type, space);
+    dataset.read(strings.data(), type);
+    out->reserve(n);
+    for (const char* s : strings.pointers()) out->emplace_back(s == nullptr ? "" : s);
+  }
+
+  // Reads every column `visit` walks, then checks they have one length.
+  template <typename Visit>
+  H5::Group table(const std::string& path, Visit&& visit) {
+    H5::Group g = group(path);
+    const char* first = nullptr;
+    size_t rows = 0;
+    visit([&](const char* name, auto& values) {
+      column(g, path, name, &values);
+      if (first == nullptr) {
+        first = name;
+        rows = values.size();
+      } else if (values.size() != rows) {
+        fail(str_cat(join_path(path, name), " has ", values.size(), " rows but ",
+                     join_path(path, first), " has ", rows,
+                     "; every column of a table has one entry per row"));
+      }
+    });
+    return g;
+  }
+
+  H5::Attribute attribute(const H5::H5Object& object, const std::string& object_path,
+                          const char* name) {
+    at_ = str_cat("attribute '", name, "' of ", object_path);
+    if (!object.attrExists(name)) fail(at_ + " is missing");
+    H5::Attribute attr = object.openAttribute(name);
+    if (attr.getSpace().getSimpleExtentNpoints() != 1) fail(at_ + " is not a single value");
+    return attr;
+  }
+
+  void attribute(const H5::H5Object& object, const std::string& object_path, const char* name,
+                 int64_t* out) {
+    H5::Attribute attr = attribute(object, object_path, name);
+    check_numeric_type<int64_t>(attr.getDataType(), at_);
+    attr.read(ColumnType<int64_t>::memory(), out);
+  }
+
+  void attribute(const H5::H5Object& object, const std::string& object_path, const char* name,
+                 std::string* out) {
+    H5::Attribute attr = attribute(object, object_path, name);
+    check_string_type(attr.getDataType(), at_);
+    attr.read(string_type(), *out);
+  }
+
+  // A code-name attribute must list exactly this build's names: the codes mean nothing otherwise.
+  void check_code_names(const H5::H5Object& object, const std::string& object_path,
+                        const char* name, const std::string& expected) {
+    std::string found;
+    attribute(object, object_path, name, &found);
+    if (found != expected) {
+      fail(str_cat(at_, " is '", found, "', expected '", expected,
+                   "'; the file's codes differ from this pstar's"));
+    }
+  }
+
+  void check_codes(const std::string& path, const std::vector<int8_t>& codes, int count,
+                   const char* what) {
+    const int64_t bad = first_bad_code(codes, count);
+    if (bad >= 0) {
+      fail(str_cat(path, "[", bad, "] is ", static_cast<int>(codes[static_cast<size_t>(bad)]),
+                   ", not a ", what, " code (0 to ", count - 1, ")"));
+    }
+  }
+
+ private:
+  std::string path_;
+  H5::H5File& file_;
+  std::string at_;
+};
+
+Profile read_contents(Reader& r, H5::H5File& file) {
+  Profile p;
+  // The format marker and the version come first: a newer file may differ in everything else.
+  if (!file.attrExists("format")) {
+    r.fail("root attribute 'format' is missing; this is an HDF5 file but not a pstar profile");
+  }
+  std::string format;
+  r.attribute(file, "/", "format", &format);
+  if (format != kProfileFormat) {
+    r.fail(str_cat("root attribute 'format' is '", format, "', expected '", kProfileFormat,
+                   "'; this is an HDF5 file but not a pstar profile"));
+  }
+  r.attribute(file, "/", "schema_version", &p.run.schema_version);
+  if (p.run.schema_version > kProfileSchemaVersion) {
+    r.fail(str_cat("written by a newer pstar (schema ", p.run.schema_version,
+                   "); this pstar reads schema ", kProfileSchemaVersion,
+                   "; read it with a newer pstar"));
+  }
+  if (p.run.schema_version < 1) {
+    r.fail(str_cat("root attribute 'schema_version' is ", p.run.schema_version,
+                   ", not a valid schema (1 or more)"));
+  }
+  run_attributes(p.run,
+                 [&](const char* name, auto& value) { r.attribute(file, "/", name, &value); });
+
+  r.table("/chunks", [&](auto&& f) { chunk_columns(p.chunks, f); });
+
+  H5::Group by_moment =
+      r.table("/memory/by_moment", [&](auto&& f) { memory_columns(p.by_moment, true, f); });
+  r.check_code_names(by_moment, "/memory/by_moment", "stages",
+                     code_names<ProfileStage>(kNumStages));
+  H5::Group by_time =
+      r.table("/memory/by_time", [&](auto&& f) { memory_columns(p.by_time, false, f); });
+  r.check_code_names(by_time, "/memory/by_time", "stages", code_names<ProfileStage>(kNumStages));
+
+  H5::Group events = r.table("/events", [&](auto&& f) { event_columns(p.events, f); });
+  r.check_code_names(events, "/events", "kinds", code_names<ChunkEventKind>(kNumEventKinds));
+
+  std::vector<hsize_t> dims;
+  H5::Group root = file.openGroup("/");
+  p.location = r.numeric<int8_t>(root, "/location", "location", 2, &dims);
+  if (dims[0] != p.by_moment.size() || dims[1] != p.chunks.size()) {
+    r.fail(str_cat("/location has shape [", dims[0], ", ", dims[1], "], expected [",
+                   p.by_moment.size(), ", ", p.chunks.size(),
+                   "] (rows of /memory/by_moment x rows of /chunks)"));
+  }
+  r.check_code_names(r.dataset(root, "/location", "location"), "/location", "places",
+                     code_names<ChunkPlace>(kNumPlaces));
+
+  r.table("/steps", [&](auto&& f) { step_columns(p.steps, f); });
+
+  r.check_codes("/memory/by_moment/stage", p.by_moment.stage, kNumStages, "stage");
+  r.check_codes("/memory/by_time/stage", p.by_time.stage, kNumStages, "stage");
+  r.check_codes("/events/kind", p.events.kind, kNumEventKinds, "chunk event kind");
+  r.check_codes("/location", p.location, kNumPlaces, "chunk place");
+  return p;
+}
+
+}  // namespace
+
+void write_profile(const std::string& path, const Profile& profile) {
+  check_profile(profile);
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  H5::Exception::dontPrint();  // pstar reports HDF5 failures in its own messages
+
+  // The file is built under a temporary name in the same directory and renamed into place, so a
+  // crash never leaves a half-written profile under the real name.
+  const std::string temp = str_cat(path, ".tmp-", ::getpid());
+  {
+    // Created by hand first so that a missing or read-only directory gives the OS's reason.
+    Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
+    if (fd.get() < 0) {
+      const int err = errno;
+      PSTAR_THROW(IoError, "cannot write profile '", path, "': cannot create '", temp,
+                  "': ", os_reason(err), "; check that the directory exists and is writable");
+    }
+  }
+  TempFileGuard guard(temp);
+  std::string at = "the file";
+  try {
+    H5::H5File file(temp, H5F_ACC_TRUNC);
+    Writer writer(file);
+    try {
+      write_contents(writer, file, profile);
+    } catch (const H5::Exception&) {
+      at = writer.at();
+      throw;
+    }
+    at = "the file (closing it)";
+    file.close();
+  } catch (const H5::Exception& e) {
+    PSTAR_THROW(IoError, "cannot write profile '", path, "': writing ", at, " to '", temp,
+                "' failed (", e.getFuncName(), ": ", e.getDetailMsg(),
+                "); check free space and file size limits");
+  }
+  if (const int err = sync_path(temp, O_RDONLY); err != 0) {
+    PSTAR_THROW(IoError, "cannot write profile '", path, "': fsync of '", temp,
+                "' failed: ", os_reason(err));
+  }
+  std::error_code ec;
+  std::filesystem::rename(temp, path, ec);
+  PSTAR_CHECK(!ec, IoError, "cannot write profile '", path, "': renaming '", temp,
+              "' to it failed: ", ec.message());
+  guard.release();
+  // Make the rename durable; some file systems cannot fsync a directory (EINVAL), and there the
+  // data is synced already.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (const int err = sync_path(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
+      err != 0 && err != EINVAL) {
+    PSTAR_THROW(IoError, "wrote profile '", path,
+                "' but could not sync its directory: ", os_reason(err),
+                "; the file may not survive a crash");
+  }
+}
+
+Profile read_profile(const std::string& path) {
+  {
+    // Checked before HDF5 sees the file, so that only a malformed file gives a FormatError.
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) {
+      const int err = errno;
+      PSTAR_THROW(IoError, "cannot open profile '", path, "': ", os_reason(err),
+                  "; check that the file exists and is readable");
+    }
+    struct stat st;
+    PSTAR_CHECK(::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode), IoError,
+                "cannot read profile '", path, "': it is not a regular file");
+  }
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  H5::Exception::dontPrint();
+  std::string at = "the file";
+  try {
+    PSTAR_CHECK(H5::H5File::isHdf5(path), FormatError, "profile '", path,
+                "' is not an HDF5 file; give a file written by `pstar profile` or "
+                "`pstar train --profile`");
+    H5::H5File file(path, H5F_ACC_RDONLY);
+    Reader reader(path, file);
+    try {
+      return read_contents(reader, file);
+    } catch (const H5::Exception&) {
+      at = reader.at();
+      throw;
+    }
+  } catch (const H5::Exception& e) {
+    PSTAR_THROW(FormatError, "profile '", path, "': cannot read ", at, " (", e.getFuncName(), ": ",
+                e.getDetailMsg(), "); the file is truncated or corrupt");
+  }
+}
+
+}  // namespace pstar::formats

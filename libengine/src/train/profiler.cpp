@@ -1,0 +1,167 @@
+#include "pstar/train/profiler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "pstar/base/error.h"
+#include "pstar/memory/cpu_counter.h"
+#include "pstar/train/trainer.h"
+
+namespace pstar::train {
+
+using Clock = std::chrono::steady_clock;
+
+struct Profiler::Impl {
+  formats::Profile profile;
+  std::chrono::microseconds period;
+  memory::CpuAllocationCounter& counter = memory::CpuAllocationCounter::instance();
+  std::optional<Clock::time_point> start;
+  bool in_step = false;
+  int64_t step = 0;
+  int64_t step_moment = 0;  // moments so far in this step
+  bool moment_open = false;
+
+  // Shared with the sampler thread.
+  std::atomic<int64_t> device_chunks{0}, host_chunks{0};
+  std::atomic<int8_t> stage{0};
+  std::atomic<bool> sampling{false};
+  std::mutex mutex;  // guards profile.by_time and stop
+  std::condition_variable wake;
+  bool stop = false;
+  std::thread sampler;
+
+  double now() const { return std::chrono::duration<double>(Clock::now() - *start).count(); }
+
+  int64_t row() const { return static_cast<int64_t>(profile.by_moment.size()) - 1; }
+
+  void sample_loop() {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!stop) {
+      if (sampling.load()) {
+        auto& t = profile.by_time;
+        const int64_t device = device_chunks.load(), non_model = counter.current_bytes();
+        t.time_s.push_back(now());
+        t.stage.push_back(stage.load());
+        t.device_chunks.push_back(device);
+        t.device_non_model.push_back(non_model);
+        t.device_total.push_back(device + non_model);
+        t.host_chunks.push_back(host_chunks.load());
+        t.host_non_model.push_back(0);
+        t.host_total.push_back(host_chunks.load());
+      }
+      wake.wait_for(lock, period);
+    }
+  }
+
+  void stop_sampler() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stop = true;
+    }
+    wake.notify_all();
+    if (sampler.joinable()) sampler.join();
+  }
+};
+
+Profiler::Profiler(std::chrono::microseconds period) : impl_(std::make_unique<Impl>()) {
+  impl_->period = period;
+  impl_->sampler = std::thread([this] { impl_->sample_loop(); });
+}
+
+Profiler::~Profiler() { impl_->stop_sampler(); }
+
+formats::Profile& Profiler::data() { return impl_->profile; }
+bool Profiler::recording() const { return impl_->in_step; }
+
+void Profiler::begin_step(int64_t step) {
+  Impl& s = *impl_;
+  if (!s.start) s.start = Clock::now();
+  s.in_step = true;
+  s.step = step;
+  s.step_moment = 0;
+  s.sampling = true;
+}
+
+void Profiler::end_step(const StepMetrics& m, const StepTimes& times) {
+  Impl& s = *impl_;
+  if (!s.in_step) return;
+  if (s.moment_open) close_moment(s.counter.peak_bytes());
+  s.sampling = false;
+  s.in_step = false;
+  auto& t = s.profile.steps;
+  t.step.push_back(m.step);
+  t.time_s.push_back(m.step_time_s);
+  t.forward_s.push_back(times.forward_s);
+  t.backward_s.push_back(times.backward_s);
+  t.optimizer_s.push_back(times.optimizer_s);
+  t.loss.push_back(m.loss);
+  t.device_peak_bytes.push_back(m.device_peak_bytes);
+  t.host_peak_bytes.push_back(m.host_peak_bytes);
+  t.moved_h2d_bytes.push_back(m.moved_h2d_bytes);
+  t.moved_d2h_bytes.push_back(m.moved_d2h_bytes);
+  s.profile.run.steps = static_cast<int64_t>(t.size());
+}
+
+void Profiler::begin_moment(const std::string& name, formats::ProfileStage stage,
+                            const MemorySample& memory, std::vector<int8_t> places) {
+  Impl& s = *impl_;
+  if (!s.in_step) return;
+  if (s.moment_open) close_moment(0);  // the engine closes each moment; never reached
+  auto& m = s.profile.by_moment;
+  m.step.push_back(s.step);
+  m.moment.push_back(s.step_moment++);
+  m.name.push_back(name);
+  m.stage.push_back(static_cast<int8_t>(stage));
+  m.time_s.push_back(s.now());
+  m.device_chunks.push_back(memory.device_chunks);
+  m.device_non_model.push_back(memory.device_non_model);
+  m.device_total.push_back(memory.device_chunks + memory.device_non_model);
+  m.host_chunks.push_back(memory.host_chunks);
+  m.host_non_model.push_back(memory.host_non_model);
+  m.host_total.push_back(memory.host_chunks + memory.host_non_model);
+  PSTAR_INTERNAL_ASSERT(s.profile.chunks.size() == places.size(), "profile: ", places.size(),
+                        " chunk places for ", s.profile.chunks.size(), " chunks");
+  s.profile.location.insert(s.profile.location.end(), places.begin(), places.end());
+  s.stage = static_cast<int8_t>(stage);
+  s.moment_open = true;
+}
+
+void Profiler::close_moment(int64_t device_non_model_peak) {
+  Impl& s = *impl_;
+  if (!s.moment_open) return;
+  auto& m = s.profile.by_moment;
+  const auto r = static_cast<size_t>(s.row());
+  m.device_non_model[r] = std::max(m.device_non_model[r], device_non_model_peak);
+  m.device_total[r] = m.device_chunks[r] + m.device_non_model[r];
+  s.moment_open = false;
+}
+
+void Profiler::event(int64_t chunk, formats::ChunkEventKind kind, int64_t bytes,
+                     double duration_s) {
+  Impl& s = *impl_;
+  if (!s.in_step) return;
+  auto& e = s.profile.events;
+  e.time_s.push_back(s.now());
+  e.step.push_back(s.step);
+  e.moment.push_back(s.moment_open ? s.row() : -1);
+  e.chunk.push_back(chunk);
+  e.kind.push_back(static_cast<int8_t>(kind));
+  e.bytes.push_back(bytes);
+  e.duration_s.push_back(duration_s);
+}
+
+void Profiler::set_chunk_bytes(int64_t device, int64_t host) {
+  impl_->device_chunks = device;
+  impl_->host_chunks = host;
+}
+
+void Profiler::write(const std::string& path) {
+  impl_->stop_sampler();
+  formats::write_profile(path, impl_->profile);
+}
+
+}  // namespace pstar::train

@@ -1,0 +1,563 @@
+// `pstar merge-ckpt` end to end: checkpoints written by `pstar train --nproc 2` (or, for the
+// memory test, by this test through the engine's checkpoint writer) merged into one safetensors
+// or .pt file, or resharded, by the pstar binary run as a subprocess. The test links the engine
+// to read the checkpoint files itself.
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+#include "pstar/formats/config.h"
+#include "pstar/formats/safetensors.h"
+#include "pstar/model/gpt.h"
+#include "pstar/model/gpt_shape.h"
+#include "pstar/plan/memory_plan.h"
+#include "pstar/train/checkpoint.h"
+#include "test_util.h"
+
+namespace pstar::cmd {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using pstar::testing::read_text;
+using pstar::testing::ScratchDir;
+using pstar::testing::write_text;
+
+std::vector<json> read_metrics(const std::string& path) {
+  std::vector<json> lines;
+  std::istringstream in(read_text(path));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) lines.push_back(json::parse(line));
+  return lines;
+}
+
+bool is_parameter_name(const train::TensorMap& tensors, const std::string& name) {
+  if (name.rfind("__pstar__.", 0) == 0) return false;
+  for (const std::string suffix : {".exp_avg", ".exp_avg_sq"}) {
+    if (name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+        tensors.count(name.substr(0, name.size() - suffix.size())))
+      return false;
+  }
+  return true;
+}
+
+// Every rank's fp32 master parameters, by name.
+std::map<std::string, at::Tensor> shard_parameters(const fs::path& step_dir, int64_t ranks) {
+  std::map<std::string, at::Tensor> params;
+  for (int64_t r = 0; r < ranks; ++r) {
+    const train::TensorMap tensors =
+        train::read_checkpoint_file(train::checkpoint_file(step_dir, r));
+    for (const auto& [name, t] : tensors) {
+      if (!is_parameter_name(tensors, name)) continue;
+      EXPECT_TRUE(params.emplace(name, t).second) << name << " is in two ranks' files";
+    }
+  }
+  return params;
+}
+
+bool bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
+  return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() &&
+         std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), a.nbytes()) == 0;
+}
+
+at::Tensor safetensors_tensor(const formats::SafetensorsReader& reader,
+                              const formats::TensorInfo& info) {
+  const auto type = info.dtype == formats::DType::kF32    ? torch::kFloat32
+                    : info.dtype == formats::DType::kBF16 ? torch::kBFloat16
+                                                          : torch::kFloat16;
+  at::Tensor t = torch::empty(info.shape, torch::dtype(type));
+  std::memcpy(t.data_ptr(), reader.data(info), info.size_bytes);
+  return t;
+}
+
+// A Python with torch: $PSTAR_PYTHON, python3 on the PATH, or Debian's (python3-torch).
+std::string python_with_torch() {
+  std::vector<std::string> candidates;
+  if (const char* p = std::getenv("PSTAR_PYTHON")) candidates.emplace_back(p);
+  candidates.insert(candidates.end(), {"python3", "/usr/bin/python3"});
+  for (const auto& python : candidates) {
+    if (std::system((python + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) return python;
+  }
+  return "";
+}
+
+// Runs pstar and reports its own peak resident memory (wait4's rusage of that one child).
+struct Measured {
+  RunResult result;
+  int64_t max_rss_bytes = 0;
+};
+Measured run_measured(const std::vector<std::string>& args, const fs::path& cwd) {
+  Measured m;
+  Spawned child = spawn_pstar(args, cwd);
+  int status = 0;
+  rusage usage{};
+  pid_t done;
+  do {
+    done = wait4(child.pid, &status, 0, &usage);
+  } while (done < 0 && errno == EINTR);
+  EXPECT_EQ(done, child.pid) << std::strerror(errno);
+  child.pid = -1;
+  m.result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  m.result.out = read_all(child.out.get());
+  m.result.err = read_all(child.err.get());
+  m.max_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;  // KiB on Linux
+  return m;
+}
+
+class MergeCkptTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::create_directories(dir_.path() / "conf");
+    fs::create_directories(dir_.path() / "out");
+    write_text(dir_.file("conf/corpus.txt"), pstar::testing::repetitive_corpus());
+  }
+
+  // gpt-tiny in fp32 on the chunk engine, 7 chunks of 20000 elements (as in train_dist_test).
+  static json config(int64_t steps, int64_t save_interval, const std::string& save_dir) {
+    return {
+        {"model", {{"preset", "gpt-tiny"}, {"seq_len", 32}}},
+        {"data", {{"text", "corpus.txt"}}},
+        {"train_micro_batch_size_per_gpu", 2},
+        {"default_chunk_size", 20000},
+        {"bf16", {{"enabled", false}}},
+        {"training",
+         {{"steps", steps},
+          {"log_interval", 1},
+          {"save_dir", save_dir},
+          {"save_interval", save_interval}}},
+        {"engine",
+         {{"mode", "chunked"},
+          {"chunk_size_search", false},
+          {"device_memory", "3MB"},
+          {"host_memory", "1GB"}}},
+    };
+  }
+
+  std::string write_config(const json& c, const std::string& name) {
+    write_text(dir_.file("conf/" + name), c.dump(2));
+    return "conf/" + name;
+  }
+
+  RunResult train(const std::string& config_path, const std::vector<std::string>& extra) {
+    std::vector<std::string> args{"train", config_path, "--device", "cpu"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_pstar(args, dir_.path());
+  }
+
+  // Two ranks, `steps` steps, a checkpoint every 3 into `save_dir`.
+  void train_two_ranks(int64_t steps, const std::string& save_dir, const std::string& metrics) {
+    const std::string cfg = write_config(config(steps, 3, save_dir), save_dir + ".json");
+    const auto r = train(cfg, {"--nproc", "2", "--metrics", metrics});
+    ASSERT_EQ(r.exit_code, 0) << r;
+  }
+
+  RunResult merge(const std::vector<std::string>& args) {
+    std::vector<std::string> all{"merge-ckpt"};
+    all.insert(all.end(), args.begin(), args.end());
+    return run_pstar(all, dir_.path());
+  }
+
+  std::vector<std::string> entries(const std::string& sub) const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_.path() / sub))
+      names.push_back(e.path().filename().string());
+    return names;
+  }
+
+  ScratchDir dir_;
+};
+
+// gpt_parameter_shapes, which merge-ckpt and --reshard rely on, lists the parameters the GPT
+// really has, in the order its units are built (the chunk engine's registration order).
+TEST(GptParameterShapesTest, FollowTheModel) {
+  const model::GptConfig shape{48, 3, 4, 100, 16};
+  model::Gpt gpt(shape);
+  const auto expected = model::gpt_parameter_shapes(shape);
+  const auto params = gpt.named_parameters();
+  ASSERT_EQ(params.size(), expected.size());
+  std::vector<int64_t> leaf_numels(model::gpt_leaf_module_numels(shape).size(), 0);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(params[i].key(), expected[i].name);
+    EXPECT_EQ(params[i].value().sizes().vec(), expected[i].shape) << expected[i].name;
+    leaf_numels[static_cast<size_t>(expected[i].leaf)] += params[i].value().numel();
+  }
+  EXPECT_EQ(leaf_numels, model::gpt_leaf_module_numels(shape));
+}
+
+// The merged safetensors holds every rank's fp32 masters bit for bit under GPT-2's names, in
+// fp32 or converted to bf16, and the config.json beside it trains from it (model.init_from).
+TEST_F(MergeCkptTest, MergedSafetensorsEqualTheShardsAndTrainThroughInitFrom) {
+  train_two_ranks(3, "ck", "full.jsonl");
+  const fs::path step = dir_.path() / "ck/step-00000003";
+  const auto r = merge(
+      {"--pattern", "ck/step-00000003/ckpt-*.pt", "--num", "2", "-o", "out/model.safetensors"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(contains(r.err, "wrote 28 tensors")) << r;
+  EXPECT_TRUE(contains(r.err, "out/model.safetensors")) << r;
+  EXPECT_TRUE(r.out.empty()) << r;
+
+  const auto masters = shard_parameters(step, 2);
+  model::GptConfig tiny{64, 2, 4, 256, 32};
+  const auto expected = model::gpt_parameter_shapes(tiny);
+  ASSERT_EQ(masters.size(), expected.size());
+  formats::SafetensorsReader reader(dir_.file("out/model.safetensors"));
+  EXPECT_EQ(reader.metadata().at("format"), "pt");  // what Hugging Face's loaders look for
+  ASSERT_EQ(reader.tensors().size(), expected.size());
+  for (const auto& p : expected) {
+    SCOPED_TRACE(p.name);  // Hugging Face GPT-2 names: transformer.h.0.attn.c_attn.weight, ...
+    const formats::TensorInfo* info = reader.find(p.name);
+    ASSERT_NE(info, nullptr);
+    EXPECT_EQ(info->dtype, formats::DType::kF32);
+    EXPECT_EQ(info->shape, p.shape);
+    EXPECT_TRUE(bitwise_equal(safetensors_tensor(reader, *info), masters.at(p.name)));
+  }
+
+  // out16/ does not exist yet: merge-ckpt creates it.
+  const auto r16 =
+      merge({"--dir", "ck/step-00000003", "-o", "out16/model.safetensors", "--dtype", "bf16"});
+  ASSERT_EQ(r16.exit_code, 0) << r16;
+  formats::SafetensorsReader reader16(dir_.file("out16/model.safetensors"));
+  for (const auto& [name, master] : masters) {
+    const formats::TensorInfo* info = reader16.find(name);
+    ASSERT_NE(info, nullptr) << name;
+    EXPECT_EQ(info->dtype, formats::DType::kBF16) << name;
+    EXPECT_TRUE(bitwise_equal(safetensors_tensor(reader16, *info), master.to(torch::kBFloat16)))
+        << name;
+  }
+
+  // config.json beside the file: the run's config, starting from the merged weights.
+  const json merged_config = json::parse(read_text(dir_.file("out/config.json")));
+  EXPECT_EQ(merged_config["model"]["init_from"], "model.safetensors");
+  EXPECT_EQ(merged_config["model"]["preset"], "gpt-tiny");
+  EXPECT_EQ(merged_config["training"]["save_dir"], "");
+  const auto fresh = read_metrics(dir_.file("full.jsonl"));
+  ASSERT_EQ(fresh.size(), 3u);
+  const auto t = train("out/config.json", {"--set", "training.steps=1", "--metrics", "init.jsonl"});
+  ASSERT_EQ(t.exit_code, 0) << t;
+  EXPECT_TRUE(contains(t.err, "loaded 28 tensors from")) << t;
+  const auto init = read_metrics(dir_.file("init.jsonl"));
+  ASSERT_EQ(init.size(), 1u);
+  // From the trained weights the first loss is well below a fresh start's (ln 256 = 5.55).
+  EXPECT_LT(init[0]["loss"].get<double>(), fresh[0]["loss"].get<double>() - 0.2)
+      << "fresh " << fresh[0]["loss"] << ", after 3 steps " << fresh[2]["loss"];
+  // Through the bf16 file too (converted back to the run's fp32).
+  const auto t16 = train("out16/config.json", {"--set", "training.steps=1", "-q"});
+  EXPECT_EQ(t16.exit_code, 0) << t16;
+}
+
+// The .pt output is a pickled dict of name -> tensor: pstar's checkpoint reader and Python's
+// torch.load both read it.
+TEST_F(MergeCkptTest, PtOutputIsADictThatTorchLoadReads) {
+  train_two_ranks(3, "ck", "full.jsonl");
+  const auto r = merge({"--dir", "ck/step-00000003", "-o", "out/model.pt"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const auto masters = shard_parameters(dir_.path() / "ck/step-00000003", 2);
+  const train::TensorMap merged = train::read_checkpoint_file(dir_.file("out/model.pt"));
+  ASSERT_EQ(merged.size(), masters.size());
+  for (const auto& [name, master] : masters) {
+    ASSERT_TRUE(merged.count(name)) << name;
+    EXPECT_TRUE(bitwise_equal(merged.at(name), master)) << name;
+  }
+
+  const std::string python = python_with_torch();
+  if (python.empty())
+    GTEST_SKIP() << "no Python with torch (python3 -c 'import torch' fails; Debian: "
+                    "apt-get install python3-torch)";
+  write_text(dir_.file("load.py"),
+             "import json, sys, torch\n"
+             "d = torch.load(sys.argv[1])\n"
+             "print(json.dumps({k: [list(v.shape), str(v.dtype)] for k, v in d.items()}))\n");
+  const std::string out = dir_.file("python.json");
+  const std::string cmd = python + " " + dir_.file("load.py") + " " + dir_.file("out/model.pt") +
+                          " > " + out + " 2> " + dir_.file("python.err");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_text(dir_.file("python.err"));
+  const json seen = json::parse(read_text(out));
+  ASSERT_EQ(seen.size(), masters.size()) << seen.dump();
+  for (const auto& [name, master] : masters) {
+    ASSERT_TRUE(seen.contains(name)) << name;
+    EXPECT_EQ(seen[name][0].get<std::vector<int64_t>>(), master.sizes().vec()) << name;
+    EXPECT_EQ(seen[name][1], "torch.float32") << name;
+  }
+}
+
+// --reshard writes a checkpoint for another number of ranks that `pstar train --resume` takes:
+// to the same number it continues bit-identically; 2 -> 1 and back 1 -> 2 resume and train.
+TEST_F(MergeCkptTest, ReshardedCheckpointsResume) {
+  train_two_ranks(6, "ck", "full.jsonl");
+  const auto full = read_metrics(dir_.file("full.jsonl"));
+  ASSERT_EQ(full.size(), 6u);
+  const std::string cfg = "conf/ck.json";
+  const json manifest = json::parse(read_text(dir_.file("ck/step-00000003/manifest.json")));
+
+  auto resume = [&](const std::string& from, int nproc, const std::string& metrics) {
+    return train(cfg, {"--nproc", std::to_string(nproc), "--resume", from, "--metrics", metrics,
+                       "--set", "training.save_dir=ck-" + metrics});
+  };
+  auto expect_losses = [&](const std::string& metrics, const std::string& what) {
+    const auto b = read_metrics(dir_.file(metrics));
+    ASSERT_EQ(b.size(), 3u) << what;
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_EQ(b[i]["loss"].get<double>(), full[i + 3]["loss"].get<double>())
+          << what << ", step " << i + 4;
+  };
+
+  // 2 -> 2: the same files in all but the writer; bit-identical.
+  auto r = merge({"--dir", "ck/step-00000003", "--reshard", "2", "-o", "re2"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  auto t = resume("re2", 2, "re2.jsonl");
+  ASSERT_EQ(t.exit_code, 0) << t;
+  expect_losses("re2.jsonl", "2 -> 2");
+
+  // 2 -> 1.
+  r = merge(
+      {"--pattern", "ck/step-00000003/ckpt-*.pt", "--num", "2", "--reshard", "1", "-o", "re1"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  std::vector<std::string> files = entries("re1");
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"ckpt-0.pt", "config.json", "manifest.json"}));
+  const json m1 = json::parse(read_text(dir_.file("re1/manifest.json")));
+  EXPECT_EQ(m1["world_size"], 1);
+  EXPECT_EQ(m1["step"], 3);
+  EXPECT_EQ(m1["run_id"], manifest["run_id"]);
+  const train::TensorMap one = train::read_checkpoint_file(dir_.file("re1/ckpt-0.pt"));
+  EXPECT_EQ(one.at("__pstar__.world_size").item<int64_t>(), 1);
+  EXPECT_EQ(one.at("__pstar__.step").item<int64_t>(), 3);
+  EXPECT_EQ(one.size(), 28u * 3 + 9);  // every parameter with its Adam state, and the run state
+  t = resume("re1", 1, "re1.jsonl");
+  ASSERT_EQ(t.exit_code, 0) << t;
+  EXPECT_TRUE(contains(t.err, "resumed from re1/ckpt-0.pt at step 3")) << t;
+  const auto single = read_metrics(dir_.file("re1.jsonl"));
+  ASSERT_EQ(single.size(), 3u);
+  for (const json& m : single) EXPECT_TRUE(std::isfinite(m["loss"].get<double>())) << m.dump();
+
+  // 1 -> 2, from the one-rank checkpoint. pstar's GPT draws no random numbers while training, so
+  // this too continues the original run exactly (Note [reshard] in merge.cpp).
+  r = merge({"--dir", "re1", "--reshard", "2", "-o", "re12"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  t = resume("re12", 2, "re12.jsonl");
+  ASSERT_EQ(t.exit_code, 0) << t;
+  expect_losses("re12.jsonl", "2 -> 1 -> 2");
+
+  // More ranks than chunks: the same error the engine would give, and no directory.
+  r = merge({"--dir", "ck/step-00000003", "--reshard", "8", "-o", "re8"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err, "fewer than the 8 ranks")) << r;
+  EXPECT_FALSE(fs::exists(dir_.path() / "re8"));
+  // An existing directory is not replaced.
+  r = merge({"--dir", "ck/step-00000003", "--reshard", "1", "-o", "re1"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err, "already exists")) << r;
+}
+
+// Sets of files that are not one checkpoint: each a clear error naming the file, with the exit
+// code of its kind (docs/cli.md), and nothing written.
+TEST_F(MergeCkptTest, BadFileSetsAreClearErrorsAndWriteNothing) {
+  train_two_ranks(6, "a", "a.jsonl");
+  train_two_ranks(3, "b", "b.jsonl");
+  const fs::path a3 = dir_.path() / "a/step-00000003";
+  const fs::path a6 = dir_.path() / "a/step-00000006";
+  const fs::path b3 = dir_.path() / "b/step-00000003";
+  auto make = [&](const std::string& name,
+                  const std::vector<std::pair<fs::path, std::string>>& files) {
+    fs::create_directories(dir_.path() / "bad" / name);
+    for (const auto& [from, to] : files)
+      fs::copy_file(from, dir_.path() / "bad" / name / to, fs::copy_options::overwrite_existing);
+  };
+  struct Case {
+    std::string label;
+    std::vector<std::string> args;
+    int exit_code;
+    std::vector<std::string> message;
+  };
+  make("missing", {{a3 / "ckpt-0.pt", "ckpt-0.pt"}, {a3 / "manifest.json", "manifest.json"}});
+  make("dup", {{a3 / "ckpt-0.pt", "first.pt"}, {a3 / "ckpt-0.pt", "second.pt"}});
+  make("runs/x", {{a3 / "ckpt-0.pt", "ckpt-0.pt"}, {a3 / "manifest.json", "manifest.json"}});
+  make("runs/y", {{b3 / "ckpt-1.pt", "ckpt-1.pt"}, {b3 / "manifest.json", "manifest.json"}});
+  make("steps", {{a3 / "ckpt-0.pt", "ckpt-0.pt"},
+                 {a6 / "ckpt-1.pt", "ckpt-1.pt"},
+                 {a3 / "manifest.json", "manifest.json"}});
+  make("corrupt", {{a3 / "ckpt-0.pt", "ckpt-0.pt"}, {a3 / "manifest.json", "manifest.json"}});
+  const std::string whole = read_text((a3 / "ckpt-1.pt").string());
+  write_text(dir_.file("bad/corrupt/ckpt-1.pt"), whole.substr(0, whole.size() / 2));
+  make("newer", {{a3 / "ckpt-0.pt", "ckpt-0.pt"}, {a3 / "manifest.json", "manifest.json"}});
+  {
+    train::TensorMap t = train::read_checkpoint_file((a3 / "ckpt-1.pt").string());
+    t["__pstar__.format_version"] = torch::tensor(int64_t{2});
+    train::write_checkpoint_file(dir_.file("bad/newer/ckpt-1.pt"),
+                                 train::TensorList(t.begin(), t.end()));
+  }
+
+  const std::vector<Case> cases = {
+      {"missing rank",
+       {"--pattern", "bad/missing/ckpt-*.pt", "--num", "2"},
+       2,
+       {"--num 2 but 1 checkpoint file(s) matched", "bad/missing/ckpt-0.pt", "missing: ckpt-1.pt"}},
+      {"duplicated rank",
+       {"--pattern", "bad/dup/*.pt", "--num", "2"},
+       4,
+       {"bad/dup/second.pt and bad/dup/first.pt both hold rank 0"}},
+      {"two runs",
+       {"--pattern", "bad/runs/*/ckpt-*.pt", "--num", "2"},
+       4,
+       {"bad/runs/y/manifest.json describes run", "bad/runs/x/manifest.json",
+        "all files must come from one checkpoint"}},
+      {"two steps",
+       {"--dir", "bad/steps"},
+       4,
+       {"bad/steps/ckpt-1.pt: at step 6 but bad/steps/manifest.json is at step 3"}},
+      {"--num above",
+       {"--pattern", "a/step-00000003/ckpt-*.pt", "--num", "3"},
+       2,
+       {"--num 3 but 2 checkpoint file(s) matched", "missing: ckpt-2.pt"}},
+      {"--num below",
+       {"--pattern", "a/step-00000003/ckpt-0.pt", "--num", "1"},
+       2,
+       {"a/step-00000003/manifest.json: the checkpoint was written by 2 rank(s), but --num is 1"}},
+      {"corrupt file",
+       {"--dir", "bad/corrupt"},
+       4,
+       {"bad/corrupt/ckpt-1.pt: not a readable checkpoint (truncated or corrupt"}},
+      {"newer format",
+       {"--dir", "bad/newer"},
+       4,
+       {"bad/newer/ckpt-1.pt: checkpoint format version 2 is not supported by this pstar "
+        "(expected 1)"}},
+      {"no files", {"--pattern", "nowhere/ckpt-*.pt", "--num", "2"}, 3, {"matches no file"}},
+  };
+  for (const Case& c : cases) {
+    for (const std::string output : {"out/model.safetensors", "out/model.pt"}) {
+      std::vector<std::string> args = c.args;
+      args.insert(args.end(), {"-o", output});
+      const auto r = merge(args);
+      EXPECT_EQ(r.exit_code, c.exit_code) << c.label << "\n" << r;
+      for (const auto& part : c.message) EXPECT_TRUE(contains(r.err, part)) << c.label << "\n" << r;
+      EXPECT_TRUE(entries("out").empty()) << c.label << ": something was written";
+    }
+  }
+
+  // An output kind pstar does not write, and an output beside the checkpoint's own config.json.
+  auto r = merge({"--dir", "a/step-00000003", "-o", "out/model.bin"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err, "-o out/model.bin: unknown output kind '.bin'")) << r;
+  r = merge({"--dir", "a/step-00000003", "-o", "a/step-00000003/model.safetensors"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err, "would replace the checkpoint's own")) << r;
+  EXPECT_FALSE(fs::exists(a3 / "model.safetensors"));
+  EXPECT_TRUE(entries("out").empty());
+}
+
+// Note [merge passes]: merging into safetensors holds one file's tensors at a time, not the
+// model. Eight ranks' files of a 25M-parameter GPT (100 MB of fp32 parameters, 300 MB with Adam
+// state) written here through the engine's checkpoint writer; pstar's own peak resident memory
+// (wait4) is compared with that of merging a tiny checkpoint, which costs the same start-up.
+TEST_F(MergeCkptTest, StreamingMergeHoldsOneFileNotTheModel) {
+  constexpr int64_t kRanks = 8;
+  // Writes a synthetic checkpoint of `ranks` files for a GPT shape, distributed as the chunk
+  // engine would; returns the largest file's tensor bytes and the parameters' bytes.
+  auto write_checkpoint = [&](const std::string& sub, const json& model, int64_t ranks) {
+    const fs::path step = dir_.path() / sub;
+    fs::create_directories(step);
+    const json cfg = {{"model", model},
+                      {"data", {{"text", dir_.file("conf/corpus.txt")}}},
+                      {"default_chunk_size", 1 << 20}};
+    write_text((step / "config.json").string(), cfg.dump(2));
+    const plan::GptChunkMap map =
+        plan::gpt_chunk_map(config::load_train_config((step / "config.json").string()));
+    int64_t largest = 0, params = 0;
+    torch::manual_seed(7);
+    for (int64_t r = 0; r < ranks; ++r) {
+      train::TensorList tensors;
+      int64_t bytes = 0;
+      for (size_t i = 0; i < map.params.size(); ++i) {
+        if (map.chunks[i] % ranks != r) continue;
+        const auto& p = map.params[i];
+        for (const std::string suffix : {"", ".exp_avg", ".exp_avg_sq"}) {
+          tensors.emplace_back(p.name + suffix, torch::randn(p.shape));
+          bytes += tensors.back().second.nbytes();
+        }
+        params += tensors[tensors.size() - 3].second.nbytes();
+      }
+      for (const char* name : {"format_version", "step", "tokens", "skipped_steps", "adam_step",
+                               "rank", "world_size"}) {
+        const int64_t value = std::string(name) == "rank"         ? r
+                              : std::string(name) == "world_size" ? ranks
+                                                                  : 1;
+        tensors.emplace_back(std::string("__pstar__.") + name, torch::tensor(value));
+      }
+      tensors.emplace_back("__pstar__.loss_scaler", torch::ones({3}, torch::kFloat64));
+      tensors.emplace_back("__pstar__.rng", at::detail::getDefaultCPUGenerator().get_state());
+      train::write_checkpoint_file(train::checkpoint_file(step, r), tensors);
+      largest = std::max(largest, bytes);
+    }
+    train::write_manifest(step.string(), train::CheckpointManifest{ranks, 1, "synthetic"});
+    return std::make_pair(largest, params);
+  };
+  write_checkpoint(
+      "tiny", {{"hidden", 64}, {"layers", 1}, {"heads", 4}, {"vocab_size", 256}, {"seq_len", 64}},
+      kRanks);
+  const auto [largest, model_bytes] = write_checkpoint(
+      "big", {{"hidden", 512}, {"layers", 8}, {"heads", 8}, {"vocab_size", 256}, {"seq_len", 64}},
+      kRanks);
+  ASSERT_GT(model_bytes, 100'000'000);
+  ASSERT_LT(largest, model_bytes / 2);
+  fs::create_directories(dir_.path() / "out-tiny");
+
+  const Measured base = run_measured(
+      {"merge-ckpt", "--dir", "tiny", "-o", "out-tiny/model.safetensors"}, dir_.path());
+  ASSERT_EQ(base.result.exit_code, 0) << base.result;
+  const Measured big =
+      run_measured({"merge-ckpt", "--dir", "big", "-o", "out/model.safetensors"}, dir_.path());
+  ASSERT_EQ(big.result.exit_code, 0) << big.result;
+  // The parameters and a header of a few KiB.
+  const auto file_bytes = static_cast<int64_t>(fs::file_size(dir_.file("out/model.safetensors")));
+  EXPECT_GT(file_bytes, model_bytes);
+  EXPECT_LT(file_bytes, model_bytes + (int64_t{1} << 20));
+
+  const int64_t grown = big.max_rss_bytes - base.max_rss_bytes;
+  std::printf(
+      "[ merge    ] model %.1f MB fp32 parameters (%.1f MB with Adam state) in %lld files, "
+      "largest file %.1f MB; peak RSS %.1f MB vs %.1f MB for a tiny checkpoint: +%.1f MB\n",
+      model_bytes / 1e6, 3 * model_bytes / 1e6, static_cast<long long>(kRanks), largest / 1e6,
+      big.max_rss_bytes / 1e6, base.max_rss_bytes / 1e6, grown / 1e6);
+  // One file's tensors (parameters and Adam state, as read) plus allocator slack; the whole model
+  // (parameters alone) would be over twice the largest file.
+  EXPECT_LT(grown, largest * 3 / 2)
+      << "largest file " << largest << " bytes, model " << model_bytes;
+  EXPECT_LT(grown, model_bytes * 3 / 4);
+  // pstar's own accounting says the same.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(big.result.err, m, std::regex(R"(held at most ([0-9.]+) MiB)")))
+      << big.result;
+  EXPECT_NEAR(std::stod(m[1]) * 1048576.0, static_cast<double>(largest), 0.01 * largest);
+
+  // And the merge is right: spot-check a tensor from the last rank against its file.
+  formats::SafetensorsReader reader(dir_.file("out/model.safetensors"));
+  EXPECT_EQ(reader.tensors().size(), 2 + 8 * 12 + 2u);
+  const train::TensorMap last =
+      train::read_checkpoint_file(train::checkpoint_file(dir_.path() / "big", kRanks - 1));
+  for (const auto& [name, t] : last) {
+    if (!is_parameter_name(last, name)) continue;
+    EXPECT_TRUE(bitwise_equal(safetensors_tensor(reader, *reader.find(name)), t)) << name;
+  }
+}
+
+}  // namespace
+}  // namespace pstar::cmd
