@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
       {"train_micro_batch_size_per_gpu", 4},
       {"bf16", {{"enabled", false}}},
       {"training", {{"steps", steps}}},
-      {"engine", {{"mode", "chunked"}, {"device_memory", "48MB"}}},
+      {"engine", {{"mode", "chunked"}, {"device_memory", "64MB"}}},
   };
   const fs::path config_path = dir / "config.json";
   std::ofstream(config_path) << config.dump(2);

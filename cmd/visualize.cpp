@@ -38,8 +38,9 @@ constexpr double kMiB = 1024.0 * 1024.0;
 // Pixels for PNG, points for SVG and PDF. The cairo drivers size text in points at 72 dpi in all
 // three, so a figure looks the same in each format.
 constexpr PLINT kWidth = 1200, kHeight = 700;
-// The plot area in normalized page coordinates; the legend goes to its right.
-constexpr PLFLT kLeft = 0.085, kRight = 0.74, kBottom = 0.12, kTop = 0.91;
+// The plot area in normalized page coordinates; the legend goes to its right. PLplot sizes the
+// legend from its own font metrics, narrower than the TrueType text cairo draws, hence the room.
+constexpr PLFLT kLeft = 0.085, kRight = 0.68, kBottom = 0.12, kTop = 0.91;
 // Character heights relative to PLplot's default, whose text is large on a 1200x700 page.
 constexpr PLFLT kTextScale = 0.9, kSmallText = 0.65, kLegendText = 0.85;
 // More step boundaries than this (one per ~20 points of plot width) would hide the data.
@@ -523,7 +524,7 @@ void draw_legend(const std::vector<LegendEntry>& entries) {
   plschr(0, kLegendText);
   pllegend(&width, &height, PL_LEGEND_BACKGROUND | PL_LEGEND_BOUNDING_BOX,
            PL_POSITION_RIGHT | PL_POSITION_OUTSIDE | PL_POSITION_VIEWPORT, 0.015, 0.0, 0.04,
-           kBackground, kInk, 1, 0, 0, static_cast<PLINT>(n), opts.data(), 0.8, 1.0, 2.0, 0.0,
+           kBackground, kInk, 1, 0, 0, static_cast<PLINT>(n), opts.data(), 0.8, 0.75, 2.0, 0.0,
            text_colours.data(), texts.data(), box_colours.data(), box_patterns.data(),
            box_scales.data(), box_widths.data(), line_colours.data(), line_styles.data(),
            line_widths.data(), nullptr, nullptr, nullptr, nullptr);
@@ -540,7 +541,7 @@ LegendEntry budget_entry(const std::string& tier, int64_t budget_bytes, bool on_
                          Colour colour) {
   const std::string text = tier + " budget " + format_bytes(budget_bytes);
   if (on_scale) return line(text, colour, 2, 2.0);
-  return {LegendEntry::kText, text + " (off scale)", kInk};
+  return {LegendEntry::kText, text + ", off scale", kInk};
 }
 
 double y_top(double peak) { return peak > 0 ? peak * 1.12 : 1.0; }
@@ -723,8 +724,8 @@ void moves_figure(const Profile& p) {
   }
 
   std::vector<LegendEntry> legend = stage_legend();
-  legend.push_back(box("host to device (h2d), " + mib_text(h2d_total), kH2D));
-  legend.push_back(box("device to host (d2h), " + mib_text(d2h_total), kD2H));
+  legend.push_back(box("h2d (to device), " + mib_text(h2d_total), kH2D));
+  legend.push_back(box("d2h (to host), " + mib_text(d2h_total), kD2H));
   if (show_steps(starts)) legend.push_back(line("step boundary", kStepLine, 2, 1.0));
   draw_legend(legend);
 }
@@ -752,9 +753,9 @@ void timeline_figure(const Profile& p, const std::string& tier_name) {
     budget_tiers = {{device, kDeviceLine}, {host, kHostLine}};
   } else {
     Tier t = tier_of(p, m, tier_name);
-    series.push_back({t.total, kTotal, t.name + " total"});
-    series.push_back({t.chunks, kChunks, t.name + " chunks (model data)"});
-    series.push_back({t.non_model, kNonModel, t.name + " non-model (activations)"});
+    series.push_back({t.total, kTotal, "total"});
+    series.push_back({t.chunks, kChunks, "chunks"});
+    series.push_back({t.non_model, kNonModel, "non-model"});
     budget_tiers = {{t, kBudget}};
   }
   for (Series& s : series) {

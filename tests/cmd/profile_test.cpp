@@ -139,6 +139,19 @@ TEST_F(ProfileCliTest, ProfileAgreesWithTheRunsMetrics) {
     }
     EXPECT_EQ(to_device * chunk_bytes, h2d) << "step " << step;
     EXPECT_EQ(to_host * chunk_bytes, d2h) << "step " << step;
+    // Row by row: the moves an event row names are the changes of place that row shows.
+    for (size_t r = 1; r < rows; ++r) {
+      if (p.by_moment.step[r] != step) continue;
+      int64_t changes = 0, moves = 0;
+      for (size_t k = 0; k < p.chunks.size(); ++k)
+        changes += p.location[(r - 1) * p.chunks.size() + k] != p.location[r * p.chunks.size() + k];
+      for (size_t e = 0; e < p.events.size(); ++e) {
+        const auto kind = static_cast<ChunkEventKind>(p.events.kind[e]);
+        moves += p.events.moment[e] == static_cast<int64_t>(r) &&
+                 (kind == ChunkEventKind::kMoveH2D || kind == ChunkEventKind::kMoveD2H);
+      }
+      EXPECT_EQ(changes, moves) << "row " << r << " (" << p.by_moment.name[r] << ")";
+    }
   }
   // Stages: forward moments, then backward, then one optimizer moment per step.
   EXPECT_EQ(std::count(p.by_moment.stage.begin(), p.by_moment.stage.end(),

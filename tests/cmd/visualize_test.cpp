@@ -325,7 +325,9 @@ class VisualizeTest : public ::testing::Test {
     return names;
   }
 
-  void expect_figure_png(const std::string& path, const std::string& figure) {
+  // `detailed`: also look for the figure's own colours in the interiors of filled areas, which a
+  // profile with thousands of moments (bands and bars under a pixel wide) does not have.
+  void expect_figure_png(const std::string& path, const std::string& figure, bool detailed = true) {
     const Image img = decode_png(pstar::testing::read_bytes(path));
     ASSERT_TRUE(img.error.empty()) << path << ": " << img.error;
     EXPECT_EQ(img.width, 1200u);
@@ -341,7 +343,7 @@ class VisualizeTest : public ::testing::Test {
     const double share = static_cast<double>(drawn) / (1200.0 * 700.0);
     EXPECT_GT(share, 0.25) << path << ": only " << drawn << " non-white pixels";
     EXPECT_GT(colours.size(), 20u) << path;
-    // The figures' own colours, in the interiors of filled areas.
+    if (!detailed) return;
     if (figure == "location") {
       EXPECT_GT(count_colour(img, 70, 130, 180), 5000u) << "host cells in " << path;
       EXPECT_GT(count_colour(img, 230, 120, 40), 5000u) << "device cells in " << path;
@@ -434,7 +436,7 @@ TEST_F(VisualizeTest, ManyMomentsAndChunks) {
   for (const char* figure : {"memory", "location", "moves", "timeline"}) {
     const RunResult r = visualize({"long.h5", "--fig", figure, "-o", std::string(figure) + ".png"});
     ASSERT_EQ(r.exit_code, 0) << r;
-    expect_figure_png(dir_.file(std::string(figure) + ".png"), figure);
+    expect_figure_png(dir_.file(std::string(figure) + ".png"), figure, false);
   }
 }
 

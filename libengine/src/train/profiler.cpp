@@ -147,7 +147,8 @@ void Profiler::event(int64_t chunk, formats::ChunkEventKind kind, int64_t bytes,
   auto& e = s.profile.events;
   e.time_s.push_back(s.now());
   e.step.push_back(s.step);
-  e.moment.push_back(s.moment_open ? s.row() : -1);
+  // Between moments the engine is preparing the next one (moves, gathers): the event is its.
+  e.moment.push_back(s.moment_open ? s.row() : s.row() + 1);
   e.chunk.push_back(chunk);
   e.kind.push_back(static_cast<int8_t>(kind));
   e.bytes.push_back(bytes);

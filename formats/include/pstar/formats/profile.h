@@ -73,7 +73,9 @@ struct ProfileMemory {
 // /events
 struct ProfileEvents {
   std::vector<double> time_s;
-  std::vector<int64_t> step, moment;  // moment: global by_moment row (-1 outside moments)
+  // moment: the by_moment row the event belongs to: the moment it happened in, or the one it
+  // prepared (moves, gathers and releases happen just before a moment's row opens); -1 for none.
+  std::vector<int64_t> step, moment;
   std::vector<int64_t> chunk;
   std::vector<int8_t> kind;  // ChunkEventKind
   std::vector<int64_t> bytes;

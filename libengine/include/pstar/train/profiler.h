@@ -29,7 +29,7 @@ struct StepMetrics;
 class Profiler {
  public:
   // Samples memory every `period` while a step is recorded.
-  explicit Profiler(std::chrono::microseconds period = std::chrono::milliseconds(5));
+  explicit Profiler(std::chrono::microseconds period = std::chrono::milliseconds(10));
   ~Profiler();
   Profiler(const Profiler&) = delete;
   Profiler& operator=(const Profiler&) = delete;
