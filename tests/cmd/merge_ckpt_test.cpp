@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "metrics_util.h"
 #include "pstar/formats/config.h"
 #include "pstar/formats/safetensors.h"
 #include "pstar/model/gpt.h"
@@ -38,15 +39,6 @@ using nlohmann::json;
 using pstar::testing::read_text;
 using pstar::testing::ScratchDir;
 using pstar::testing::write_text;
-
-std::vector<json> read_metrics(const std::string& path) {
-  std::vector<json> lines;
-  std::istringstream in(read_text(path));
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) lines.push_back(json::parse(line));
-  return lines;
-}
 
 bool is_parameter_name(const train::TensorMap& tensors, const std::string& name) {
   if (name.rfind("__pstar__.", 0) == 0) return false;

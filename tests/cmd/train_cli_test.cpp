@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "metrics_util.h"
 #include "pstar_test_paths.h"
 #include "test_util.h"
 
@@ -31,22 +32,6 @@ using nlohmann::json;
 using pstar::testing::read_text;
 using pstar::testing::ScratchDir;
 using pstar::testing::write_text;
-
-// One JSON object per non-empty line.
-std::vector<json> read_metrics(const std::string& path) {
-  std::vector<json> lines;
-  std::istringstream in(read_text(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    try {
-      lines.push_back(json::parse(line));
-    } catch (const json::exception& e) {
-      ADD_FAILURE() << path << ": not a JSON line: " << line << " (" << e.what() << ")";
-    }
-  }
-  return lines;
-}
 
 // Layout: the config and its corpus live in <scratch>/conf/, while pstar runs with <scratch> as
 // its working directory and is given the config as "conf/train.json". The file's relative

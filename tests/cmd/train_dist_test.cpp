@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "metrics_util.h"
 #include "test_util.h"
 
 namespace pstar::cmd {
@@ -30,16 +31,6 @@ using nlohmann::json;
 using pstar::testing::read_text;
 using pstar::testing::ScratchDir;
 using pstar::testing::write_text;
-
-std::vector<json> read_metrics(const std::string& path) {
-  std::vector<json> lines;
-  if (!fs::exists(path)) return lines;
-  std::istringstream in(read_text(path));
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) lines.push_back(json::parse(line));
-  return lines;
-}
 
 // A listening socket on a free loopback port, closed on destruction.
 class Listener {

@@ -39,6 +39,7 @@ struct Communicator::Impl {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
   CommStats stats;
   int tag = 0;  // every rank issues the same sequence of point-to-point rounds
+  std::vector<float> send_buffer, recv_buffer;  // reduce_scatter's partial sums, reused
 
   int next() const { return static_cast<int>((world.rank + 1) % world.world_size); }
   int prev() const {
@@ -146,7 +147,10 @@ void Communicator::reduce_scatter(int64_t numel,
   const auto begin = Clock::now();
   // Round i sends the partial sum of part (rank - i - 1), which has collected i + 1 ranks; after
   // N - 1 rounds the part received last is this rank's own, summed over all ranks.
-  std::vector<float> send(static_cast<size_t>(numel), 0.0F), recv(static_cast<size_t>(numel));
+  std::vector<float>& send = s.send_buffer;
+  std::vector<float>& recv = s.recv_buffer;
+  send.assign(static_cast<size_t>(numel), 0.0F);
+  recv.resize(static_cast<size_t>(numel));
   add_local((s.world.rank - 1 + n) % n, send.data());
   for (int64_t i = 0; i < n - 1; ++i) {
     const int64_t part = (s.world.rank - i - 2 + 2 * n) % n;

@@ -119,23 +119,31 @@ Sourced tasks_on_node(const std::string& name, const std::string& text,
   return {*found, str_cat(name, "=", text, node ? str_cat(" for SLURM_NODEID=", *node) : "")};
 }
 
+// Checks the four numbers against each other, then reads the master's address and port.
+WorldInfo make_world(const EnvReader& env, const Sourced& rank, const Sourced& world,
+                     const Sourced& local_rank, const Sourced& local_world,
+                     const std::string& default_addr, const std::string& launcher) {
+  check_world(rank, world, local_rank, local_world);
+  WorldInfo info;
+  info.rank = rank.value;
+  info.world_size = world.value;
+  info.local_rank = local_rank.value;
+  info.local_world_size = local_world.value;
+  info.master_addr = read_addr(env, default_addr);
+  info.port = read_port(env);
+  info.launcher = launcher;
+  return info;
+}
+
 WorldInfo from_torchrun(const EnvReader& env, const std::string& rank_text,
                         const std::string& world_text) {
   Sourced rank = read_int("RANK", rank_text);
   Sourced world = read_int("WORLD_SIZE", world_text, "1");
   Sourced local_rank = int_or(env, "LOCAL_RANK", rank, rank.source);
   Sourced local_world = int_or(env, "LOCAL_WORLD_SIZE", world, world.source, "1");
-  check_world(rank, world, local_rank, local_world);
-
-  WorldInfo info;
-  info.rank = rank.value;
-  info.world_size = world.value;
-  info.local_rank = local_rank.value;
-  info.local_world_size = local_world.value;
-  info.master_addr = read_addr(env, kDefaultAddr);
-  info.port = read_port(env);
-  info.launcher = env("PSTAR_LAUNCHER") == std::optional<std::string>("1") ? "pstar" : "torchrun";
-  return info;
+  return make_world(
+      env, rank, world, local_rank, local_world, kDefaultAddr,
+      env("PSTAR_LAUNCHER") == std::optional<std::string>("1") ? "pstar" : "torchrun");
 }
 
 WorldInfo from_slurm(const EnvReader& env, const std::string& rank_text,
@@ -156,8 +164,6 @@ WorldInfo from_slurm(const EnvReader& env, const std::string& rank_text,
       node = read_int("SLURM_NODEID", *node_text).value;
     local_world = tasks_on_node("SLURM_TASKS_PER_NODE", *text, node);
   }
-  check_world(rank, world, local_rank, local_world);
-
   std::string addr = kDefaultAddr;
   const char* list_name = "SLURM_JOB_NODELIST";
   std::optional<std::string> list = env(list_name);
@@ -173,15 +179,7 @@ WorldInfo from_slurm(const EnvReader& env, const std::string& rank_text,
     }
   }
 
-  WorldInfo info;
-  info.rank = rank.value;
-  info.world_size = world.value;
-  info.local_rank = local_rank.value;
-  info.local_world_size = local_world.value;
-  info.master_addr = read_addr(env, addr);
-  info.port = read_port(env);
-  info.launcher = "slurm";
-  return info;
+  return make_world(env, rank, world, local_rank, local_world, addr, "slurm");
 }
 
 bool is_host_char(char c) {

@@ -125,8 +125,11 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   std::vector<Group> groups;
   // Per moment: the groups its module uses and whether it is in the backward pass, from the
   // warm-up (Note [gathering]).
-  std::vector<std::vector<int64_t>> record_groups, trace_groups;
-  std::vector<bool> record_backward, trace_backward;
+  std::vector<std::vector<int64_t>> record_groups;
+  std::vector<bool> record_backward;
+  // After the warm-up, per moment: the groups used again before its pass ends (keep_after).
+  std::vector<std::vector<int64_t>> kept_after;
+  std::vector<float> reduced;  // reduce's fp32 sum of this rank's chunk
   bool in_backward = false;
   int64_t adam_steps = 0;
   bool updated = false;  // this step's update ran
@@ -414,7 +417,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     Group& group = groups[g];
     if (group.reduced) return;
     const int64_t mine = group_chunk(g, sharding.rank);
-    std::vector<float> sum(static_cast<size_t>(chunk_size));
+    reduced.resize(static_cast<size_t>(chunk_size));
     const auto begin = std::chrono::steady_clock::now();
     comm->reduce_scatter(
         chunk_size,
@@ -426,11 +429,11 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
           dst.add_(torch::from_blob(reuse ? c.param.data() : c.grad.data(), {c.used},
                                     torch::dtype(type)));
         },
-        sum.data());
+        reduced.data());
     const Chunk& own = chunks[mine];
     if (own.used > 0) {
       torch::NoGradGuard no_grad;
-      auto src = torch::from_blob(sum.data(), {own.used}, torch::kFloat32);
+      auto src = torch::from_blob(reduced.data(), {own.used}, torch::kFloat32);
       torch::from_blob(reuse ? own.param.data() : own.grad.data(), {own.used},
                        torch::dtype(reuse ? dtype : torch::kFloat32))
           .copy_(src);
@@ -451,7 +454,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
 
   // Between moments: reduces the groups whose gradients are complete, then releases every
   // gathered group that `keep` does not hold.
-  void settle_groups(const std::set<int64_t>& keep) {
+  void settle_groups(const std::vector<bool>& keep) {
     if (comm == nullptr) return;
     for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) {
       Group& group = groups[g];
@@ -463,21 +466,24 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       }
     }
     for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) {
-      if (groups[g].gathered && !groups[g].grads_pending() && !keep.count(g) && !in_use(g))
-        release(g);
+      if (groups[g].gathered && !groups[g].grads_pending() && !keep[g] && !in_use(g)) release(g);
     }
   }
 
   // The groups to keep gathered past moment t besides those it uses: while the warm-up runs,
-  // none; afterwards, those used again before the pass (forward or backward) ends.
-  std::set<int64_t> groups_kept_after(int64_t t) const {
-    std::set<int64_t> keep;
-    if (!planned || t >= static_cast<int64_t>(trace_groups.size())) return keep;
-    for (int64_t u = t + 1; u < static_cast<int64_t>(trace_groups.size()) &&
-                            trace_backward[u] == trace_backward[t] && !trace_groups[u].empty();
-         ++u)
-      keep.insert(trace_groups[u].begin(), trace_groups[u].end());
-    return keep;
+  // none; afterwards, those used again before the pass (forward or backward) ends. One backward
+  // sweep over the trace at plan time, so a moment only looks its answer up.
+  void plan_kept_groups() {
+    const auto moments = static_cast<int64_t>(record_groups.size());
+    kept_after.assign(static_cast<size_t>(moments), {});
+    for (int64_t t = moments - 2; t >= 0; --t) {
+      const auto& next = record_groups[t + 1];
+      if (record_backward[t + 1] != record_backward[t] || next.empty()) continue;
+      std::vector<int64_t> merged;
+      std::set_union(next.begin(), next.end(), kept_after[t + 1].begin(), kept_after[t + 1].end(),
+                     std::back_inserter(merged));
+      kept_after[t] = std::move(merged);
+    }
   }
 
   int64_t remote_device_bytes() const {
@@ -584,8 +590,10 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     const std::string what = str_cat(phase, " of ", tensors[ids.front()].name);
     begin_moment(what);
     if (comm != nullptr) {
-      std::set<int64_t> keep = groups_kept_after(moment);
-      keep.insert(used_groups.begin(), used_groups.end());
+      std::vector<bool> keep(groups.size(), false);
+      for (int64_t g : used_groups) keep[g] = true;
+      if (planned && moment < static_cast<int64_t>(kept_after.size()))
+        for (int64_t g : kept_after[moment]) keep[g] = true;
       settle_groups(keep);
       for (int64_t g : used_groups) gather(g);
     }
@@ -651,8 +659,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   void plan() {
     trace.accesses = record_accesses;
     trace.non_model_bytes = record_non_model;
-    trace_groups = record_groups;
-    trace_backward = record_backward;
+    plan_kept_groups();
     const int64_t num = static_cast<int64_t>(chunks.size());
     int64_t max_non_model = 0;
     int64_t max_needed = 0;
