@@ -386,6 +386,16 @@ class Launch {
         drain(r.err);
         if (done < 0) status = W_EXITCODE(1, 0);  // lost (cannot happen with SIGCHLD default)
         if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+        // Asked to stop, a rank that saved and exited 128 + the signal did what was asked; the
+        // others are finishing the same stop and must not get a second signal (which means
+        // "now"). The launcher passes that status on.
+        const bool stopped_as_asked =
+            (g_got_int || g_got_term) && WIFEXITED(status) &&
+            (WEXITSTATUS(status) == 128 + SIGINT || WEXITSTATUS(status) == 128 + SIGTERM);
+        if (stopped_as_asked) {
+          if (!first_failure) first_failure = WEXITSTATUS(status);
+          continue;
+        }
         if (first_failure) continue;
         first_failure = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
         if (!stopping) {

@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "pstar/core/log.h"
+#include "pstar/core/stop.h"
 #include "pstar/formats/config.h"
 #include "pstar/train/trainer.h"
 
@@ -91,8 +92,10 @@ int run_train(const TrainCommandOptions& options) {
   train_options.dist_timeout = std::chrono::seconds(options.dist_timeout_s);
   train_options.profile_path = options.profile_path;
   train_options.profile_from_step = options.profile_from;
-  train::train(config, train_options);
-  return 0;
+  // SIGINT/SIGTERM: finish the step, save, and exit 128 + the signal (docs/cli.md).
+  core::StopSignals stop_signals;
+  const train::TrainSummary summary = train::train(config, train_options);
+  return summary.stop_signal != 0 ? 128 + summary.stop_signal : 0;
 }
 
 }  // namespace pstar::cmd

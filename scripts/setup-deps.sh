@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libtorch-dev libgloo-dev libopenblas0-openmp
-  libcli11-dev libhdf5-dev nlohmann-json3-dev
+  libcli11-dev libhdf5-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev ccache python3-h5py python3-torch
   libplplot-dev plplot-driver-cairo
 )

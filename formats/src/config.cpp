@@ -217,6 +217,7 @@ Json to_json(const TrainConfig& c) {
   training["lr_schedule"] = std::move(schedule);
   training["save_dir"] = c.training.save_dir;
   training["save_interval"] = c.training.save_interval;
+  training["keep_last"] = c.training.keep_last;
 
   Json engine = Json::object();
   engine["mode"] = c.engine.mode;
@@ -726,6 +727,7 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   training.read_int("log_interval", &c.training.log_interval, 1, kInt64Max);
   training.read_string("save_dir", &c.training.save_dir);
   training.read_int("save_interval", &c.training.save_interval, 0, kInt64Max);
+  training.read_int("keep_last", &c.training.keep_last, 0, kInt64Max);
   const Level schedule = training.child("lr_schedule");
   schedule.read_choice("type", &c.training.lr_schedule.type, {"cosine", "constant"});
   schedule.read_int("warmup_steps", &c.training.lr_schedule.warmup_steps, 0, kInt64Max);

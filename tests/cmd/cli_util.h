@@ -1,6 +1,7 @@
 // Runs the built `pstar` binary as a subprocess, as a user or a script would, for the cmd tests.
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -60,9 +61,10 @@ struct Spawned {
 
 // Starts `pstar ARGS...` in `cwd` with `env` ("NAME=VALUE") added to this process's environment.
 // stdout and stderr go to anonymous temporary files rather than pipes, so a chatty child can never
-// block on a full pipe while we wait.
+// block on a full pipe while we wait. `max_file_bytes` >= 0 caps the size of any file the child
+// writes (RLIMIT_FSIZE; SIGXFSZ ignored so writes fail with EFBIG, as on a full disk).
 inline Spawned spawn_pstar(const std::vector<std::string>& args, const fs::path& cwd,
-                           const std::vector<std::string>& env = {}) {
+                           const std::vector<std::string>& env = {}, long max_file_bytes = -1) {
   Spawned child;
   child.out.reset(std::tmpfile());
   child.err.reset(std::tmpfile());
@@ -98,6 +100,11 @@ inline Spawned spawn_pstar(const std::vector<std::string>& args, const fs::path&
   }
   if (pid == 0) {
     if (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0) _exit(126);
+    if (max_file_bytes >= 0) {
+      const rlimit limit{static_cast<rlim_t>(max_file_bytes), static_cast<rlim_t>(max_file_bytes)};
+      signal(SIGXFSZ, SIG_IGN);
+      if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(126);
+    }
     if (chdir(dir.c_str()) != 0) {
       static const char msg[] = "run_pstar: chdir failed\n";
       (void)!write(STDERR_FILENO, msg, sizeof msg - 1);

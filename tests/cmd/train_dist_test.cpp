@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -171,13 +172,14 @@ TEST_F(DistTrainTest, OneTwoAndFourRanksAgreeAndShareTheModelData) {
         if (m["step"].get<int64_t>() == 1) continue;  // the warm-up gathers per module
         // After the warm-up: every group gathered once in forward and once in backward, except
         // the one the forward ends with (the tied LM head's, group 0), which the backward starts
-        // with; every group reduced once; plus two scalar all-reduces (loss, gradient norm).
+        // with; every group reduced once; plus three scalar all-reduces (loss, gradient norm, and
+        // the previous step's stop check, Note [graceful stop]).
         const int64_t gathers = 2 * groups - 1;
         EXPECT_EQ(m["gathers"].get<int64_t>(), gathers) << m.dump();
         EXPECT_EQ(m["reductions"].get<int64_t>(), groups) << m.dump();
         const int64_t theory = gathers * (n - 1) * plan.chunk_size * 4   // fp32 params
                                + groups * (n - 1) * plan.chunk_size * 4  // fp32 grads
-                               + 2 * 8;
+                               + 3 * 8;
         EXPECT_EQ(m["comm_bytes"].get<int64_t>(), theory) << "rank " << rank << ": " << m.dump();
         EXPECT_GE(m["comm_s"].get<double>(), 0.0);
         EXPECT_LE(m["device_peak_bytes"].get<int64_t>(), int64_t{3} << 20) << m.dump();
@@ -288,6 +290,56 @@ TEST_F(DistTrainTest, ResumeWithTheSameRanksIsBitExact) {
   EXPECT_EQ(wrong.exit_code, 2) << wrong;
   EXPECT_TRUE(contains(wrong.err, "written by 2 rank(s)")) << wrong;
   EXPECT_TRUE(contains(wrong.err, "--nproc 2")) << wrong;
+}
+
+// SIGTERM to the launcher: every rank finishes the same step, each writes its file, rank 0 the
+// manifest, and the launcher exits 143; the same ranks continue bit-exactly.
+TEST_F(DistTrainTest, SigtermStopsEveryRankAtTheSameStepWithACheckpoint) {
+  json c = config(2, 100000);
+  c["training"]["lr_schedule"] = {{"type", "constant"}};
+  c["training"]["save_dir"] = "ckpt";
+  const std::string cfg = write_config(c);
+  Spawned launcher = spawn_pstar(
+      {"train", cfg, "--device", "cpu", "--nproc", "2", "--metrics", "first.jsonl"}, dir_.path());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  auto lines = [&](const std::string& f) {
+    if (!fs::exists(dir_.file(f))) return 0L;
+    const std::string t = read_text(dir_.file(f));
+    return static_cast<long>(std::count(t.begin(), t.end(), '\n'));
+  };
+  while (lines("first.jsonl") < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  kill(launcher.pid, SIGTERM);
+  const RunResult r = wait_pstar(launcher, 120);
+  ASSERT_EQ(r.exit_code, 143) << r;
+  const auto first = read_metrics(dir_.file("first.jsonl"));
+  const auto other = read_metrics(dir_.file("first.jsonl.rank1"));
+  const auto k = static_cast<int64_t>(first.size());
+  ASSERT_GE(k, 3);
+  EXPECT_EQ(static_cast<int64_t>(other.size()), k) << "the ranks stopped at different steps";
+  EXPECT_TRUE(contains(r.err, "stopped on SIGTERM after step " + std::to_string(k))) << r;
+  char name[32];
+  std::snprintf(name, sizeof name, "ckpt/step-%08lld", static_cast<long long>(k));
+  const json manifest = json::parse(read_text(dir_.file(std::string(name) + "/manifest.json")));
+  EXPECT_EQ(manifest["world_size"], 2);
+  EXPECT_EQ(manifest["step"], k);
+  EXPECT_EQ(manifest["crc32"].size(), 2u);
+  EXPECT_EQ(read_text(dir_.file("ckpt/latest")), fs::path(name).filename().string() + "\n");
+
+  // The continuation against an uninterrupted run of the same length.
+  const std::string steps = "training.steps=" + std::to_string(k + 2);
+  auto ref = train(cfg, {"--nproc", "2", "--set", steps, "--set", "training.save_dir=", "--metrics",
+                         "ref.jsonl"});
+  ASSERT_EQ(ref.exit_code, 0) << ref;
+  auto resumed = train(
+      cfg, {"--nproc", "2", "--set", steps, "--resume", "ckpt", "--metrics", "resumed.jsonl"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed;
+  const auto a = read_metrics(dir_.file("ref.jsonl"));
+  const auto b = read_metrics(dir_.file("resumed.jsonl"));
+  ASSERT_EQ(static_cast<int64_t>(a.size()), k + 2);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_EQ(b[i]["loss"].get<double>(), a[k + i]["loss"].get<double>()) << "step " << k + i + 1;
 }
 
 // SIGKILL one of two ranks mid-run: the other stops with a distributed error, well within 60 s.

@@ -1,3 +1,4 @@
 target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/log.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/device.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/device.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/stop.cpp)

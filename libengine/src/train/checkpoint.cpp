@@ -1,8 +1,14 @@
 #include "pstar/train/checkpoint.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+
+#include <zlib.h>
 
 #include <nlohmann/json.hpp>
 
@@ -12,29 +18,122 @@
 #include <torch/torch.h>
 
 #include "pstar/base/error.h"
+#include "pstar/core/log.h"
 #include "pstar/formats/mapped_file.h"
 
 namespace pstar::train {
 
 namespace fs = std::filesystem;
 
-void write_checkpoint_file(const std::string& path, const TensorList& tensors) {
+namespace {
+
+// zlib's crc32 takes a uInt length: feed it in pieces below that.
+uint32_t crc32_update(uint32_t crc, const char* data, size_t size) {
+  uLong c = crc;
+  while (size > 0) {
+    const auto n = static_cast<uInt>(std::min<size_t>(size, size_t{1} << 30));
+    c = ::crc32(c, reinterpret_cast<const Bytef*>(data), n);
+    data += n;
+    size -= n;
+  }
+  return static_cast<uint32_t>(c);
+}
+
+// The size and CRC-32 of a file on disk, read in pieces; nullopt-like bytes = -1 if unreadable.
+FileDigest digest_of_file(const std::string& path, std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = str_cat(path, ": cannot open (", std::strerror(errno), ")");
+    return {};
+  }
+  std::vector<char> buf(size_t{8} << 20);
+  FileDigest d;
+  d.bytes = 0;
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto n = static_cast<size_t>(in.gcount());
+    d.crc32 = crc32_update(d.crc32, buf.data(), n);
+    d.bytes += static_cast<int64_t>(n);
+  }
+  if (in.bad()) {
+    *error = str_cat(path, ": read error after ", d.bytes, " bytes");
+    return {};
+  }
+  return d;
+}
+
+bool is_step_dir_name(const std::string& name, int64_t* step) {
+  static const std::regex pattern("step-([0-9]{1,18})");
+  std::smatch m;
+  if (!std::regex_match(name, m, pattern)) return false;
+  *step = std::stoll(m[1].str());
+  return true;
+}
+
+}  // namespace
+
+FileDigest file_digest(const std::string& path) {
+  std::string error;
+  FileDigest d = digest_of_file(path, &error);
+  PSTAR_CHECK(error.empty(), IoError, error);
+  return d;
+}
+
+std::string FileDigest::to_text() const { return str_cat(bytes, " ", crc32); }
+
+FileDigest FileDigest::from_text(const std::string& text) {
+  FileDigest d;
+  unsigned long long crc = 0;
+  long long bytes = -1;
+  if (std::sscanf(text.c_str(), "%lld %llu", &bytes, &crc) == 2) {
+    d.bytes = bytes;
+    d.crc32 = static_cast<uint32_t>(crc);
+  }
+  return d;
+}
+
+FileDigest write_checkpoint_file(const std::string& path, const TensorList& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto& [name, tensor] : tensors) dict.insert(name, tensor.detach().cpu().contiguous());
   const std::vector<char> bytes = torch::pickle_save(dict);
   formats::write_file_atomic(path, bytes.data(), bytes.size());
+  return FileDigest{static_cast<int64_t>(bytes.size()),
+                    crc32_update(0, bytes.data(), bytes.size())};
 }
 
 TensorMap read_checkpoint_file(const std::string& path) {
   PSTAR_CHECK(fs::is_regular_file(path) && std::ifstream(path).good(), IoError,
               "cannot read checkpoint ", path);
   c10::IValue value;
+  // LibTorch 1.13's unpickler sizes each storage from the numel its pickle claims, not from the
+  // record holding its bytes, and lets a tensor have negative strides: a corrupt pickle gives
+  // tensors that reach outside their buffers (found by tests/fuzz/checkpoint_fuzz). So the
+  // records are read here (readArchiveAndTensors("data", ...) spelled out) to know their sizes,
+  // and every tensor is checked against them below.
+  std::map<const void*, size_t> record_bytes;
   try {
     // torch::pickle_load would need the whole file in memory besides the tensors it holds; the
     // archive reader reads each tensor's record straight into its storage.
     caffe2::serialize::PyTorchStreamReader reader(path);
-    value = torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt,
-                                              c10::nullopt, reader);
+    at::DataPtr pickle;
+    size_t pickle_bytes = 0, pickle_read = 0;
+    std::tie(pickle, pickle_bytes) = reader.getRecord("data.pkl");
+    torch::jit::Unpickler unpickler(
+        [&](char* buffer, size_t n) {
+          n = std::min(n, pickle_bytes - pickle_read);
+          if (n > 0) std::memcpy(buffer, static_cast<const char*>(pickle.get()) + pickle_read, n);
+          pickle_read += n;
+          return n;
+        },
+        nullptr, nullptr,
+        [&](const std::string& name) {
+          auto [data, size] = reader.getRecord("data/" + name);
+          record_bytes[data.get()] = size;
+          return std::move(data);
+        },
+        c10::nullopt);
+    unpickler.set_version(reader.version());
+    value = unpickler.parse_ivalue();
   } catch (const c10::Error& e) {
     PSTAR_THROW(FormatError, path,
                 ": not a readable checkpoint (truncated or corrupt: ", e.what_without_backtrace(),
@@ -50,7 +149,29 @@ TensorMap read_checkpoint_file(const std::string& path) {
     PSTAR_CHECK(item.key().isString() && item.value().isTensor(), FormatError, path,
                 ": expected a dict of name -> tensor; found an entry of ", item.key().tagKind(),
                 " -> ", item.value().tagKind());
-    out.emplace(item.key().toStringRef(), item.value().toTensor());
+    const at::Tensor& t = item.value().toTensor();
+    const std::string& name = item.key().toStringRef();
+    const auto record = record_bytes.find(t.storage().data());
+    const size_t have = record == record_bytes.end() ? 0 : record->second;
+    PSTAR_CHECK(t.storage().nbytes() <= have, FormatError, path, ": tensor '", name, "' has a ",
+                t.storage().nbytes(), "-byte storage, but its record holds ", have,
+                " bytes; the checkpoint is truncated or corrupt");
+    // Every element must lie inside the storage: offset + sum((size - 1) * stride) < its
+    // capacity, checked term by term so that no product can overflow.
+    const int64_t capacity = static_cast<int64_t>(t.storage().nbytes() / t.element_size());
+    int64_t last = t.storage_offset();
+    bool inside = t.numel() == 0 || (last >= 0 && last < capacity);
+    for (int64_t d = 0; inside && t.numel() > 0 && d < t.dim(); ++d) {
+      PSTAR_CHECK(t.stride(d) >= 0, FormatError, path, ": tensor '", name, "' has strides ",
+                  t.strides(), "; a checkpoint's strides are never negative (corrupt file)");
+      const int64_t steps = t.size(d) - 1;
+      inside = t.stride(d) == 0 || steps <= (capacity - 1 - last) / t.stride(d);
+      if (inside) last += steps * t.stride(d);
+    }
+    PSTAR_CHECK(inside, FormatError, path, ": tensor '", name, "' (shape ", t.sizes(), ", strides ",
+                t.strides(), ", offset ", t.storage_offset(), ") reaches outside its ",
+                t.storage().nbytes(), "-byte storage; the checkpoint is corrupt");
+    out.emplace(name, t);
   }
   return out;
 }
@@ -94,6 +215,18 @@ void write_manifest(const std::string& dir, const CheckpointManifest& manifest) 
   for (int64_t r = 0; r < manifest.world_size; ++r)
     files.push_back(fs::path(checkpoint_file(dir, r)).filename().string());
   j["files"] = files;
+  if (!manifest.digests.empty()) {
+    PSTAR_INTERNAL_ASSERT(static_cast<int64_t>(manifest.digests.size()) == manifest.world_size,
+                          "manifest of ", dir, ": ", manifest.digests.size(), " digests for ",
+                          manifest.world_size, " ranks");
+    nlohmann::json bytes = nlohmann::json::array(), crcs = nlohmann::json::array();
+    for (const FileDigest& d : manifest.digests) {
+      bytes.push_back(d.bytes);
+      crcs.push_back(d.crc32);
+    }
+    j["bytes"] = bytes;
+    j["crc32"] = crcs;
+  }
   const std::string text = j.dump(2) + "\n";
   formats::write_file_atomic((fs::path(dir) / "manifest.json").string(), text.data(), text.size());
 }
@@ -109,6 +242,16 @@ CheckpointManifest read_manifest(const std::string& dir) {
     manifest.world_size = j.at("world_size").get<int64_t>();
     manifest.step = j.at("step").get<int64_t>();
     manifest.run_id = j.at("run_id").get<std::string>();
+    if (j.contains("bytes") || j.contains("crc32")) {
+      const auto bytes = j.at("bytes").get<std::vector<int64_t>>();
+      const auto crcs = j.at("crc32").get<std::vector<uint32_t>>();
+      PSTAR_CHECK(
+          static_cast<int64_t>(bytes.size()) == manifest.world_size && crcs.size() == bytes.size(),
+          FormatError, path.string(), ": bytes and crc32 need one entry per rank (",
+          manifest.world_size, "); found ", bytes.size(), " and ", crcs.size());
+      for (size_t r = 0; r < bytes.size(); ++r)
+        manifest.digests.push_back(FileDigest{bytes[r], crcs[r]});
+    }
   } catch (const nlohmann::json::exception& e) {
     PSTAR_THROW(FormatError, path.string(), ": not a valid checkpoint manifest (", e.what(),
                 "); it needs world_size, step and run_id");
@@ -118,18 +261,111 @@ CheckpointManifest read_manifest(const std::string& dir) {
   return manifest;
 }
 
-std::string resolve_resume_dir(const std::string& dir) {
-  if (fs::is_regular_file(fs::path(dir) / "ckpt-0.pt")) return dir;
+std::vector<CheckpointEntry> list_checkpoints(const std::string& save_dir) {
+  std::vector<CheckpointEntry> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(save_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    int64_t step = 0;
+    if (it->is_directory(ec) && is_step_dir_name(it->path().filename().string(), &step))
+      out.push_back(CheckpointEntry{step, it->path().string()});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
+  return out;
+}
+
+std::string checkpoint_file_problem(const std::string& dir, const CheckpointManifest& manifest,
+                                    int64_t rank) {
+  const std::string file = checkpoint_file(dir, rank);
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return str_cat(file, " is missing");
+  if (manifest.digests.empty()) return {};  // written before checksums: nothing to compare
+  const FileDigest& want = manifest.digests.at(static_cast<size_t>(rank));
+  const auto size = static_cast<int64_t>(fs::file_size(file, ec));
+  if (ec) return str_cat(file, ": ", ec.message());
+  if (size != want.bytes)
+    return str_cat(file, " has ", size, " bytes but the manifest says ", want.bytes,
+                   " (truncated or overwritten)");
+  std::string error;
+  const FileDigest got = digest_of_file(file, &error);
+  if (!error.empty()) return error;
+  if (got.crc32 != want.crc32)
+    return str_cat(file, ": CRC-32 ", got.crc32, " does not match the manifest's ", want.crc32,
+                   " (the file is corrupt)");
+  return {};
+}
+
+std::string checkpoint_problem(const std::string& dir) {
+  const fs::path manifest_path = fs::path(dir) / "manifest.json";
+  std::error_code ec;
+  // The manifest is written last: without it the save did not finish.
+  if (!fs::is_regular_file(manifest_path, ec))
+    return str_cat(manifest_path.string(), " is missing (the save did not finish)");
+  CheckpointManifest manifest;
+  try {
+    manifest = read_manifest(dir);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  for (int64_t r = 0; r < manifest.world_size; ++r) {
+    std::string problem = checkpoint_file_problem(dir, manifest, r);
+    if (!problem.empty()) return problem;
+  }
+  return {};
+}
+
+std::string newest_intact_checkpoint(const std::string& save_dir, int64_t before) {
+  const auto entries = list_checkpoints(save_dir);
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it)
+    if (it->step < before && checkpoint_problem(it->dir).empty()) return it->dir;
+  return {};
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& save_dir, int64_t current,
+                                           int64_t keep_last) {
+  std::vector<std::string> removed;
+  if (keep_last <= 0) return removed;
+  const auto entries = list_checkpoints(save_dir);
+  int64_t kept = 0;
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    if (it->step > current) continue;
+    std::error_code ec;
+    // Complete means finished (the manifest is written last); the files are not re-read here,
+    // which would cost a pass over every checkpoint at every save.
+    const bool complete = fs::is_regular_file(fs::path(it->dir) / "manifest.json", ec);
+    if (complete && kept < keep_last) {
+      ++kept;
+      continue;
+    }
+    if (it->step == current) continue;  // never the one just written
+    fs::remove_all(it->dir, ec);
+    if (ec) {
+      log::warn("training.keep_last: cannot delete old checkpoint ", it->dir, ": ", ec.message());
+      continue;
+    }
+    removed.push_back(it->dir);
+  }
+  return removed;
+}
+
+void remove_stale_temporaries(const std::string& dir, const std::string& file) {
+  const std::string prefix = "." + file + ".tmp.";
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) == 0) fs::remove(it->path(), ec);
+  }
+}
+
+ResumeTarget resolve_resume_dir(const std::string& dir) {
+  if (fs::is_regular_file(fs::path(dir) / "ckpt-0.pt")) return ResumeTarget{dir, false};
   const fs::path latest = fs::path(dir) / "latest";
   std::ifstream in(latest);
   std::string name;
   PSTAR_CHECK(in.good() && std::getline(in, name) && !name.empty(), IoError, "--resume ", dir,
               ": neither ", (fs::path(dir) / "ckpt-0.pt").string(), " nor ", latest.string(),
               " exists; give a checkpoint directory (step-N) or a training.save_dir");
-  const std::string resolved = (fs::path(dir) / name).string();
-  PSTAR_CHECK(fs::is_regular_file(fs::path(resolved) / "ckpt-0.pt"), IoError, "--resume ", dir,
-              ": ", latest.string(), " names ", name, ", which has no ckpt-0.pt");
-  return resolved;
+  return ResumeTarget{(fs::path(dir) / name).string(), true};
 }
 
 }  // namespace pstar::train

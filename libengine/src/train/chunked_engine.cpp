@@ -916,6 +916,9 @@ std::string ChunkedEngine::describe() const {
 
 void ChunkedEngine::begin_step() {
   Impl& s = *impl_;
+  // What ran between steps (model set-up before the first, a checkpoint's copies) is not this
+  // step's non-model memory: the first moment's window starts here.
+  s.counter.reset_peak();
   s.step = StepStats{};
   s.step.host_peak = s.host_bytes;
   s.moment = -1;

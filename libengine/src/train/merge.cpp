@@ -414,6 +414,7 @@ MergeSummary write_resharded(const CheckpointIndex& index, const MergeOptions& o
 
   MergeSummary summary;
   const auto& first = index.run_state[0];
+  std::vector<FileDigest> digests;
   for (int64_t r = 0; r < world; ++r) {
     TensorList out;
     int64_t kept_bytes = 0;
@@ -457,6 +458,7 @@ MergeSummary write_resharded(const CheckpointIndex& index, const MergeOptions& o
     out.emplace_back(kRunStatePrefix + "world_size", torch::tensor(world, torch::kInt64));
     const std::string file = checkpoint_file(temp.string(), r);
     write_tensor_dict(file, out);
+    digests.push_back(file_digest(file));
     for (const auto& [name, t] : out) {
       if (starts_with(name, kRunStatePrefix)) continue;
       ++summary.tensors;
@@ -466,7 +468,7 @@ MergeSummary write_resharded(const CheckpointIndex& index, const MergeOptions& o
     progress(str_cat("merge-ckpt: wrote rank ", r, " of ", world));
   }
   log::end_status();
-  write_manifest(temp.string(), CheckpointManifest{world, index.step, index.run_id});
+  write_manifest(temp.string(), CheckpointManifest{world, index.step, index.run_id, digests});
   const std::string config_text = config::to_json_text(config);
   formats::write_file_atomic((temp / "config.json").string(), config_text.data(),
                              config_text.size());

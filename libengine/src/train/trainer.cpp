@@ -4,12 +4,16 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <random>
+
+#include <sys/statvfs.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -21,6 +25,7 @@
 #include "pstar/base/size.h"
 #include "pstar/core/device.h"
 #include "pstar/core/log.h"
+#include "pstar/core/stop.h"
 #include "pstar/core/torch_compat.h"
 #include "pstar/data/batch_sampler.h"
 #include "pstar/data/token_source.h"
@@ -177,6 +182,10 @@ struct Trainer::Impl {
   dist::Communicator* comm = nullptr;  // several ranks only
   int64_t rank = 0, world = 1;
   std::string run_id;
+  int64_t last_saved_step = -1;
+  std::string last_saved_dir;
+  int stop_signal = 0;  // agreed by every rank: the run stops (Note [graceful stop])
+  at::Tensor step_rng;  // the generator as the current step found it
 
   Impl(const config::TrainConfig& c, std::shared_ptr<model::CausalLM> m, const TrainOptions& o)
       : config(c), model(std::move(m)), options(o), schedule(c), scaler(c.fp16), comm(o.comm) {
@@ -197,10 +206,31 @@ struct Trainer::Impl {
   std::string rank_path(const std::string& path) const {
     return rank == 0 ? path : str_cat(path, ".rank", rank);
   }
-  StepMetrics run_step();
+  // nullopt: a stop was agreed between micro-batches and the step was abandoned.
+  std::optional<StepMetrics> run_step(bool may_abandon);
+  bool agree_to_stop();
+  // For errors that end a run: where to continue from.
+  std::string last_checkpoint_hint() const {
+    return last_saved_dir.empty() ? std::string()
+                                  : str_cat("; the last checkpoint is ", last_saved_dir);
+  }
+  bool abandon_step(double seconds_so_far, int64_t micro_done, double* rest_s);
+  void stop_after(int64_t completed_step);
+  void check_save_dir();
   void save_checkpoint();
   void resume(const std::string& dir);
 };
+
+// Note [graceful stop]
+// SIGINT/SIGTERM (core/stop.h) only raise a flag. The trainer looks at it where the model data is
+// consistent: after each step, and between micro-batches when gradient accumulation makes the rest
+// of a step long (TrainOptions::abandon_step_after_s, 10 s by default, at the step's own pace).
+// Abandoning a step loses its micro-batches but nothing else: masters and Adam state change only in
+// update(), and the RNG is put back to where the step began, so the checkpoint is the one the
+// previous step would have written. Every rank must stop at the same point or the others would wait
+// in a collective: the flag is all-reduced at each point (one scalar), and so is the estimate that
+// decides abandoning. A second signal kills the process at once (stop.cpp); checkpoint files are
+// written atomically, so the last complete one stays valid.
 
 // Note [checkpoint contents]
 // Besides the engine's parameters and Adam state, a checkpoint holds what makes the continuation
@@ -208,10 +238,16 @@ struct Trainer::Impl {
 // step), tokens so far, the loss scaler and LibTorch's CPU generator state.
 void Trainer::Impl::save_checkpoint() {
   const auto begin = Clock::now();
-  const std::string dir = checkpoint_dir(config.training.save_dir, step);
+  const std::string& save_dir = config.training.save_dir;
+  const std::string dir = checkpoint_dir(save_dir, step);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   PSTAR_CHECK(!ec, IoError, "training.save_dir: cannot create ", dir, ": ", ec.message());
+  const std::string file = checkpoint_file(dir, rank);
+  // Saving into a directory of the same step again (a run resumed before it): it stops counting
+  // as complete until the new manifest is written. A killed save left its temporary there.
+  if (rank == 0) std::filesystem::remove(std::filesystem::path(dir) / "manifest.json", ec);
+  remove_stale_temporaries(dir, std::filesystem::path(file).filename().string());
   TensorList tensors;
   engine->state_dict(tensors);
   const auto scaler_state = scaler.state();
@@ -225,25 +261,161 @@ void Trainer::Impl::save_checkpoint() {
   tensors.emplace_back("__pstar__.rng", at::detail::getDefaultCPUGenerator().get_state());
   tensors.emplace_back("__pstar__.rank", torch::tensor(rank));
   tensors.emplace_back("__pstar__.world_size", torch::tensor(world));
-  const std::string file = checkpoint_file(dir, rank);
-  write_checkpoint_file(file, tensors);
+  // Each rank reports its file's digest, or why it could not write it, so that a full disk on
+  // one rank stops every rank with the same message instead of leaving them in a barrier.
+  std::string mine;
+  try {
+    mine = write_checkpoint_file(file, tensors).to_text();
+  } catch (const IoError& e) {
+    if (comm == nullptr) {
+      std::filesystem::remove_all(dir, ec);
+      PSTAR_THROW(IoError, "the checkpoint of step ", step, " was not saved: ", e.what(),
+                  last_saved_dir.empty()
+                      ? std::string()
+                      : str_cat(". The last checkpoint, ", last_saved_dir, ", is intact"));
+    }
+    mine = str_cat("error: ", e.what());
+  }
+  std::vector<std::string> reports{mine};
+  if (comm != nullptr) reports = comm->exchange(str_cat("checkpoint-", step), mine);
+  CheckpointManifest manifest{world, step, run_id, {}};
+  for (int64_t r = 0; r < world; ++r) {
+    const std::string& report = reports[static_cast<size_t>(r)];
+    if (report.compare(0, 7, "error: ") == 0) {
+      // Every rank has finished trying (the exchange): rank 0 clears the partial directory.
+      if (rank == 0) std::filesystem::remove_all(dir, ec);
+      PSTAR_THROW(IoError, "the checkpoint of step ", step, " was not saved: rank ", r, ": ",
+                  report.substr(7),
+                  last_saved_dir.empty()
+                      ? std::string()
+                      : str_cat(". The last checkpoint, ", last_saved_dir, ", is intact"));
+    }
+    manifest.digests.push_back(FileDigest::from_text(report));
+  }
   // The checkpoint counts only once every rank's file is on disk: then rank 0 describes it and
-  // points `latest` at it.
-  if (comm != nullptr) comm->barrier();
+  // points `latest` at it, and only then are older checkpoints let go.
   if (rank == 0) {
-    write_manifest(dir, CheckpointManifest{world, step, run_id});
+    write_manifest(dir, manifest);
     const std::string config_text = config::to_json_text(config);
     formats::write_file_atomic((std::filesystem::path(dir) / "config.json").string(),
                                config_text.data(), config_text.size());
-    write_latest(config.training.save_dir, dir);
+    write_latest(save_dir, dir);
+    for (const std::string& old : prune_checkpoints(save_dir, step, config.training.keep_last))
+      log::debug("training.keep_last ", config.training.keep_last, ": deleted ", old);
   }
+  last_saved_step = step;
+  last_saved_dir = dir;
   log::info("checkpoint: ", file, " (", std::filesystem::file_size(file) >> 20, " MiB) in ",
             human_duration(seconds_since(begin)));
 }
 
+// A save_dir that cannot be written is found now, not at the first save hours later; so is a
+// disk too small for the checkpoints keep_last keeps.
+void Trainer::Impl::check_save_dir() {
+  const std::string& save_dir = config.training.save_dir;
+  if (save_dir.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(save_dir, ec);
+  PSTAR_CHECK(!ec, IoError, "training.save_dir: cannot create ", save_dir, ": ", ec.message(),
+              "; choose a directory this user can write");
+  const std::string probe =
+      (std::filesystem::path(save_dir) / str_cat(".write-check-", rank)).string();
+  try {
+    const char byte = 0;
+    formats::write_file_atomic(probe, &byte, 1);
+  } catch (const IoError& e) {
+    PSTAR_THROW(IoError, "training.save_dir: ", save_dir, " is not writable (", e.what(),
+                "); choose a directory this user can write");
+  }
+  std::filesystem::remove(probe, ec);
+  if (config.training.save_interval == 0) return;
+  // Per rank: fp32 master, momentum and variance (12 B/param), and the run's own few tensors.
+  int64_t params = engine->num_parameters();
+  if (params < 0) {
+    params = 0;
+    for (auto& p : model->parameters()) params += p.numel();
+  }
+  const int64_t per_checkpoint = 12 * params + (1 << 20);
+  const int64_t kept = config.training.keep_last > 0 ? config.training.keep_last + 1 : 0;
+  struct statvfs fs {};
+  if (rank == 0 && kept > 0 && ::statvfs(save_dir.c_str(), &fs) == 0) {
+    const auto free_bytes = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+    if (free_bytes < kept * per_checkpoint) {
+      log::warn("training.save_dir: ", save_dir, " has ", format_bytes(free_bytes),
+                " free, but training.keep_last ", config.training.keep_last, " keeps up to ", kept,
+                " checkpoints of about ", format_bytes(per_checkpoint),
+                " (one more while a new one is written); free space or lower keep_last");
+    }
+  }
+}
+
+bool Trainer::Impl::agree_to_stop() {
+  int local = core::stop_signal();
+  if (comm != nullptr) {
+    // Ranks that got no signal stop because another did: as if told by SIGTERM.
+    if (comm->all_reduce_sum(local != 0 ? 1.0 : 0.0) > 0 && local == 0) local = SIGTERM;
+  }
+  if (local != 0) stop_signal = local;
+  return stop_signal != 0;
+}
+
+bool Trainer::Impl::abandon_step(double seconds_so_far, int64_t micro_done, double* rest_s) {
+  // A profile records whole steps: a profiled run finishes its step.
+  if (profiler != nullptr || !agree_to_stop()) return false;
+  // The rest of the step at its own pace so far; every rank decides on the same (mean) figure.
+  double rest = seconds_so_far / static_cast<double>(micro_done) *
+                static_cast<double>(config.gradient_accumulation_steps - micro_done);
+  if (comm != nullptr) rest = comm->all_reduce_sum(rest) / static_cast<double>(world);
+  *rest_s = rest;
+  return rest > options.abandon_step_after_s;
+}
+
+void Trainer::Impl::stop_after(int64_t completed_step) {
+  const char* name = stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+  log::end_status();
+  if (!config.training.save_dir.empty()) {
+    if (last_saved_step != completed_step) save_checkpoint();
+    log::info("stopped on ", name, " after step ", completed_step, " of ", config.training.steps,
+              "; continue with the same command and --resume ", config.training.save_dir);
+  } else {
+    log::warn("stopped on ", name, " after step ", completed_step, " of ", config.training.steps,
+              "; training.save_dir is not set, so no checkpoint was written");
+  }
+}
+
 void Trainer::Impl::resume(const std::string& where) {
-  const std::string dir = resolve_resume_dir(where);
-  const CheckpointManifest manifest = read_manifest(dir);
+  const ResumeTarget target = resolve_resume_dir(where);
+  const std::string& dir = target.dir;
+  // Every rank checks its own file against the manifest first, and all of them agree on the
+  // verdict, so a bad file stops every rank with the same message.
+  std::string problem;
+  CheckpointManifest manifest;
+  try {
+    manifest = read_manifest(dir);
+    if (manifest.world_size == world) problem = checkpoint_file_problem(dir, manifest, rank);
+  } catch (const Error& e) {
+    problem = e.what();
+  }
+  if (comm != nullptr) {
+    const auto all = comm->exchange("resume-check", problem);
+    for (const auto& p : all)
+      if (problem.empty() && !p.empty()) problem = p;
+  }
+  if (!problem.empty()) {
+    // A save_dir given: look for something better in it; a step directory: in its save_dir.
+    const std::string save_dir =
+        target.via_latest ? where : std::filesystem::path(dir).parent_path().string();
+    int64_t at = std::numeric_limits<int64_t>::max();
+    int64_t parsed = 0;
+    if (std::sscanf(std::filesystem::path(dir).filename().string().c_str(), "step-%ld", &parsed) ==
+        1)
+      at = parsed;
+    const std::string intact = newest_intact_checkpoint(save_dir, at);
+    PSTAR_THROW(FormatError, "--resume ", where, ": checkpoint ", dir, " is not intact: ", problem,
+                intact.empty() ? str_cat("; no older intact checkpoint is left in ", save_dir)
+                               : str_cat("; the newest intact one is ", intact,
+                                         ": continue with --resume ", intact));
+  }
   PSTAR_CHECK(manifest.world_size == world, ConfigError, "--resume ", dir,
               ": the checkpoint was written by ", manifest.world_size, " rank(s) but this run has ",
               world, "; resume with the same number of ranks (--nproc ", manifest.world_size, ")");
@@ -269,6 +441,9 @@ void Trainer::Impl::resume(const std::string& where) {
   PSTAR_CHECK(step <= config.training.steps, ConfigError, "--resume ", where,
               ": the checkpoint is at step ", step, ", past training.steps ", config.training.steps,
               "; raise training.steps");
+  // A stop right away need not write this step again.
+  last_saved_step = step;
+  last_saved_dir = dir;
   log::info("resumed from ", file, " at step ", step);
 }
 
@@ -339,6 +514,7 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   if (engine->num_parameters() >= 0) num_params = engine->num_parameters();
   if (!options.metrics_path.empty()) metrics.emplace(rank_path(options.metrics_path));
   if (!options.profile_path.empty()) start_profile();
+  check_save_dir();
   // Rank 0 names the run; checkpoint manifests record it.
   run_id = comm != nullptr ? comm->exchange("run_id", new_run_id())[0] : new_run_id();
   if (!options.resume_dir.empty()) resume(options.resume_dir);
@@ -372,11 +548,13 @@ Trainer::~Trainer() = default;
 
 int64_t Trainer::steps_done() const { return impl_->step; }
 
-StepMetrics Trainer::step() { return impl_->run_step(); }
+StepMetrics Trainer::step() { return *impl_->run_step(/*may_abandon=*/false); }
 
-StepMetrics Trainer::Impl::run_step() {
+std::optional<StepMetrics> Trainer::Impl::run_step(bool may_abandon) {
   if (!start) start = Clock::now();
   const auto step_start = Clock::now();
+  const bool abandonable = may_abandon && config.gradient_accumulation_steps > 1;
+  if (abandonable) step_rng = at::detail::getDefaultCPUGenerator().get_state();
   ++step;
   const int64_t accumulation = config.gradient_accumulation_steps;
   const double loss_scale = config.fp16.enabled ? scaler.scale() : 1.0;
@@ -407,6 +585,18 @@ StepMetrics Trainer::Impl::run_step() {
       (loss * (loss_scale / static_cast<double>(accumulation))).backward();
       engine->end_micro_batch();
       times.backward_s += seconds_since(backward_start);
+      double rest_s = 0;
+      if (abandonable && micro < accumulation &&
+          abandon_step(times.forward_s + times.backward_s, micro, &rest_s)) {
+        --step;
+        at::Generator generator = at::detail::getDefaultCPUGenerator();
+        generator.set_state(step_rng);
+        log::end_status();
+        log::info("stop requested: abandoning step ", step + 1, " after ", micro, " of ",
+                  accumulation, " micro-batches (finishing it would take about ",
+                  human_duration(rest_s), ")");
+        return std::nullopt;
+      }
     }
   }
   // The logged loss is the mean over the global batch: every rank's share is the same size.
@@ -420,18 +610,21 @@ StepMetrics Trainer::Impl::run_step() {
   m.lr = schedule.at(step);
   // The loss scale only touches gradients: a non-finite loss is divergence, not overflow.
   PSTAR_CHECK(std::isfinite(loss), NumericError, "step ", step, ": the loss is not finite (", loss,
-              "); lower optimizer.params.lr, set gradient_clipping, or train in fp32");
+              "); lower optimizer.params.lr, set gradient_clipping, or train in fp32",
+              last_checkpoint_hint());
   const auto optimizer_start = Clock::now();
   m.grad_norm = engine->grad_norm(loss_scale);
   if (!std::isfinite(m.grad_norm) && config.fp16.enabled && scaler.is_dynamic()) {
     m.skipped = true;
     m.lr = 0;  // no update was made
     ++skipped;
-    log::warn("step ", step, ": gradient overflow at loss scale ", loss_scale, "; step skipped");
+    log::warn("step ", step, ": gradient overflow at loss scale ", loss_scale, "; step skipped (",
+              skipped, skipped == 1 ? " step" : " steps", " skipped so far)");
   } else {
     PSTAR_CHECK(std::isfinite(m.grad_norm), NumericError, "step ", step,
                 ": the gradient norm is not finite (loss ", loss,
-                "); lower optimizer.params.lr, set gradient_clipping, or train in fp32");
+                "); lower optimizer.params.lr, set gradient_clipping, or train in fp32",
+                last_checkpoint_hint());
     double multiplier = 1.0 / loss_scale;
     if (config.gradient_clipping > 0 && m.grad_norm > config.gradient_clipping)
       multiplier *= config.gradient_clipping / (m.grad_norm + 1e-6);
@@ -469,7 +662,12 @@ TrainSummary Trainer::run() {
   const auto run_start = Clock::now();
   const int64_t tokens_before = s.tokens;
   while (s.step < total) {
-    StepMetrics m = step();
+    std::optional<StepMetrics> done = s.run_step(/*may_abandon=*/true);
+    if (!done) {
+      s.stop_after(s.step);
+      break;
+    }
+    const StepMetrics& m = *done;
     device_peak = std::max(device_peak, m.device_peak_bytes);
     host_peak = std::max(host_peak, m.host_peak_bytes);
     moved += std::max<int64_t>(0, m.moved_h2d_bytes) + std::max<int64_t>(0, m.moved_d2h_bytes);
@@ -492,6 +690,10 @@ TrainSummary Trainer::run() {
         log::status(line);
       }
     }
+    if (m.step < total && s.agree_to_stop()) {
+      s.stop_after(m.step);
+      break;
+    }
   }
   log::end_status();
   if (s.profiler) {
@@ -502,6 +704,7 @@ TrainSummary Trainer::run() {
               " chunk events)");
   }
   summary.skipped_steps = s.skipped;
+  summary.stop_signal = s.stop_signal;
   summary.tokens = s.tokens - tokens_before;
   summary.elapsed_s = seconds_since(run_start);
   summary.tokens_per_s = static_cast<double>(summary.tokens) / std::max(summary.elapsed_s, 1e-9);
@@ -511,10 +714,10 @@ TrainSummary Trainer::run() {
               format_bytes(moved / std::max<int64_t>(1, summary.steps)),
               " per step on average, Adam on the device for ", adam_device, " chunk(s)");
   }
-  log::info("done: ", summary.steps, " steps, ", human_count(static_cast<double>(summary.tokens)),
-            " tokens in ", human_duration(summary.elapsed_s), " (",
-            human_count(summary.tokens_per_s), " tok/s); loss ", fixed4(summary.first_loss), " -> ",
-            fixed4(summary.last_loss),
+  log::info(s.stop_signal != 0 ? "stopped: " : "done: ", summary.steps, " steps, ",
+            human_count(static_cast<double>(summary.tokens)), " tokens in ",
+            human_duration(summary.elapsed_s), " (", human_count(summary.tokens_per_s),
+            " tok/s); loss ", fixed4(summary.first_loss), " -> ", fixed4(summary.last_loss),
             summary.skipped_steps ? str_cat("; ", summary.skipped_steps, " skipped") : "");
   return summary;
 }

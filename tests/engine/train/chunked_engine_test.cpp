@@ -400,7 +400,7 @@ TEST_F(CheckpointTest, ResumeIsBitIdentical) {
         EXPECT_EQ(m.grad_norm, full[s - 1].grad_norm);
       }
       // The first run saved steps 4 and 6; the resumed one steps 8 and 10, the newest.
-      EXPECT_EQ(resolve_resume_dir(c.training.save_dir), checkpoint_dir(c.training.save_dir, 10));
+      EXPECT_EQ(resolve_resume_dir(c.training.save_dir).dir, checkpoint_dir(c.training.save_dir, 10));
       EXPECT_TRUE(std::filesystem::exists(checkpoint_dir(c.training.save_dir, 6) + "/ckpt-0.pt"));
     }
   }
@@ -449,6 +449,17 @@ TEST_F(CheckpointTest, BadCheckpointsAreClearErrors) {
   // Truncated.
   const std::string bytes = pstar::testing::read_text(file);
   pstar::testing::write_text(file, bytes.substr(0, bytes.size() / 2));
+  try {
+    Trainer t(c, build_model_and_engine(c), o);
+    FAIL() << "expected FormatError";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
+    // The manifest's size and CRC-32 catch it before the file is parsed.
+    EXPECT_NE(std::string(e.what()).find("not intact"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+  // Without a manifest (as pstar wrote before multi-rank training) the reader itself finds it.
+  std::filesystem::remove(dir + "/manifest.json");
   try {
     Trainer t(c, build_model_and_engine(c), o);
     FAIL() << "expected FormatError";

@@ -72,6 +72,9 @@ struct TrainingConfig {
   // working directory). save_interval 0 or an empty save_dir: no checkpoints.
   std::string save_dir;
   int64_t save_interval = 0;
+  // How many complete checkpoints to keep; older ones are deleted once a newer one is complete
+  // and `latest` names it. 0 keeps every checkpoint.
+  int64_t keep_last = 3;
 };
 
 struct EngineConfig {

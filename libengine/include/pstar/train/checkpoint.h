@@ -17,8 +17,19 @@ namespace pstar::train {
 using TensorList = std::vector<std::pair<std::string, at::Tensor>>;
 using TensorMap = std::map<std::string, at::Tensor>;
 
+// What a checkpoint file must hold to count as intact: its size and zlib CRC-32.
+struct FileDigest {
+  int64_t bytes = -1;
+  uint32_t crc32 = 0;
+  std::string to_text() const;  // "bytes crc32" (for exchanging between ranks)
+  static FileDigest from_text(const std::string& text);
+};
+
+// The digest of a file on disk (one pass over it); IoError naming it if unreadable.
+FileDigest file_digest(const std::string& path);
+
 // Atomic: a temporary file, fsync, rename. IoError naming the path on failure.
-void write_checkpoint_file(const std::string& path, const TensorList& tensors);
+FileDigest write_checkpoint_file(const std::string& path, const TensorList& tensors);
 
 // FormatError naming the file when it is truncated, corrupt or not a dict of tensors; IoError
 // when unreadable.
@@ -40,6 +51,8 @@ struct CheckpointManifest {
   int64_t world_size = 1;
   int64_t step = -1;
   std::string run_id;
+  // Rank r's file, as written; empty in manifests from pstar before checksums.
+  std::vector<FileDigest> digests;
 };
 // Atomic, like the checkpoint files.
 void write_manifest(const std::string& dir, const CheckpointManifest& manifest);
@@ -49,8 +62,42 @@ CheckpointManifest read_manifest(const std::string& dir);
 // `<dir>/ckpt-<rank>.pt`.
 std::string checkpoint_file(const std::string& dir, int64_t rank);
 
-// The directory to resume from: `dir` itself if it holds ckpt-0.pt, else the one `dir/latest`
-// names. IoError saying what was looked for otherwise.
-std::string resolve_resume_dir(const std::string& dir);
+// The checkpoint directories of `save_dir` (`step-N`), oldest first, complete or not.
+struct CheckpointEntry {
+  int64_t step = 0;
+  std::string dir;
+};
+std::vector<CheckpointEntry> list_checkpoints(const std::string& save_dir);
+
+// Empty if `dir` is a complete, intact checkpoint: a readable manifest and every rank's file,
+// each of the size and CRC-32 the manifest records (read in full: this costs a pass over the
+// files). Otherwise why not, naming the file.
+std::string checkpoint_problem(const std::string& dir);
+// The same for rank `rank`'s file alone, against `manifest` (read_manifest(dir)).
+std::string checkpoint_file_problem(const std::string& dir, const CheckpointManifest& manifest,
+                                    int64_t rank);
+
+// The newest intact checkpoint of `save_dir` before step `before`; empty if there is none.
+std::string newest_intact_checkpoint(const std::string& save_dir, int64_t before);
+
+// Retention (training.keep_last): keeps the `keep_last` newest complete checkpoints up to
+// `current` (the one just written, which `latest` already names) and deletes the older ones, and
+// incomplete directories left before `current` by interrupted saves. Directories past `current`
+// (another timeline, after resuming from an earlier step) are left alone. 0 keeps everything.
+// Returns the directories deleted.
+std::vector<std::string> prune_checkpoints(const std::string& save_dir, int64_t current,
+                                           int64_t keep_last);
+
+// Deletes the temporaries a killed writer of `dir/<file>` left behind (atomic writes name them
+// `.<file>.tmp.*`).
+void remove_stale_temporaries(const std::string& dir, const std::string& file);
+
+// Where --resume DIR points: DIR itself if it holds ckpt-0.pt, else the directory `DIR/latest`
+// names (`via_latest`). IoError saying what was looked for otherwise.
+struct ResumeTarget {
+  std::string dir;
+  bool via_latest = false;
+};
+ResumeTarget resolve_resume_dir(const std::string& dir);
 
 }  // namespace pstar::train

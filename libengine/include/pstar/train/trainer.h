@@ -39,6 +39,9 @@ struct TrainOptions {
   // this HDF5 file when the run ends (docs/profile.md); rank r > 0 writes `<path>.rank<r>`.
   std::string profile_path;
   int64_t profile_from_step = 1;
+  // A stop requested between micro-batches abandons the step when finishing it would take longer
+  // than this (Note [graceful stop] in trainer.cpp); otherwise the step is finished first.
+  double abandon_step_after_s = 10.0;
   // The run's communicator (train() makes one from the environment); null for one rank.
   dist::Communicator* comm = nullptr;
 };
@@ -79,6 +82,9 @@ struct TrainSummary {
   int64_t tokens = 0;
   double elapsed_s = 0;
   double tokens_per_s = 0;  // over the whole run
+  // SIGINT or SIGTERM if the run stopped on one before training.steps (after a checkpoint when
+  // training.save_dir is set); 0 when it ran to the end.
+  int stop_signal = 0;
 };
 
 // A model and, for the chunk engine, the engine that already holds its parameters.
@@ -103,6 +109,7 @@ class Trainer {
   // One optimizer step (all its micro-batches); appends to the metrics file.
   StepMetrics step();
   // The remaining steps up to training.steps, with progress output and a final summary line.
+  // Stops early, with a checkpoint, once core::stop_requested() (Note [graceful stop]).
   TrainSummary run();
   int64_t steps_done() const;
 
