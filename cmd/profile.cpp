@@ -43,7 +43,9 @@ int run_profile(const ProfileCommandOptions& o) {
   train.config_path = o.config_path;
   train.overrides = o.overrides;
   train.overrides.push_back("training.steps=" + std::to_string(warmup + o.steps));
-  train.overrides.push_back("training.save_interval=0");  // a profile run leaves no checkpoints
+  // A profile run leaves no checkpoints, not even when it is stopped by a signal.
+  train.overrides.push_back("training.save_interval=0");
+  train.overrides.push_back("training.save_dir=");
   train.metrics_path = o.metrics_path;
   train.device = o.device;
   train.quiet = o.quiet;

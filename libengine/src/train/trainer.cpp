@@ -403,13 +403,13 @@ void Trainer::Impl::resume(const std::string& where) {
   }
   if (!problem.empty()) {
     // A save_dir given: look for something better in it; a step directory: in its save_dir.
-    const std::string save_dir =
-        target.via_latest ? where : std::filesystem::path(dir).parent_path().string();
+    std::filesystem::path step_dir = std::filesystem::path(dir).lexically_normal();
+    if (step_dir.filename().empty()) step_dir = step_dir.parent_path();  // "ck/step-N/"
+    std::string save_dir = target.via_latest ? where : step_dir.parent_path().string();
+    if (save_dir.empty()) save_dir = ".";
     int64_t at = std::numeric_limits<int64_t>::max();
-    int64_t parsed = 0;
-    if (std::sscanf(std::filesystem::path(dir).filename().string().c_str(), "step-%ld", &parsed) ==
-        1)
-      at = parsed;
+    long long parsed = 0;
+    if (std::sscanf(step_dir.filename().string().c_str(), "step-%lld", &parsed) == 1) at = parsed;
     const std::string intact = newest_intact_checkpoint(save_dir, at);
     PSTAR_THROW(FormatError, "--resume ", where, ": checkpoint ", dir, " is not intact: ", problem,
                 intact.empty() ? str_cat("; no older intact checkpoint is left in ", save_dir)
