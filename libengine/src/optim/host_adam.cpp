@@ -307,31 +307,6 @@ Isa set_isa_for_testing(const Isa* isa) {
   return active_isa();
 }
 
-AdamCoeffs make_adam_coeffs(const AdamHyper& hyper, float grad_scale) {
-  // Mirrors torch/csrc/api/src/optim/adam.cpp and adamw.cpp (1.13): the options are doubles, the
-  // coefficients are computed in double, and each becomes a float where it meets the tensor.
-  const double lr = hyper.lr;
-  const double beta1 = hyper.beta1;
-  const double beta2 = hyper.beta2;
-  const double weight_decay = hyper.weight_decay;
-  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(hyper.step));
-  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(hyper.step));
-  AdamCoeffs c;
-  c.grad_scale = grad_scale;
-  c.beta1 = hyper.beta1;
-  c.one_minus_beta1 = static_cast<float>(1 - beta1);
-  c.beta2 = hyper.beta2;
-  c.one_minus_beta2 = static_cast<float>(1 - beta2);
-  c.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  c.eps = hyper.eps;
-  c.neg_step_size = static_cast<float>(-(lr / bias_correction1));
-  c.weight_decay = hyper.weight_decay;
-  c.decay = static_cast<float>(1 - lr * weight_decay);
-  c.decoupled = hyper.decoupled;
-  c.has_weight_decay = hyper.weight_decay != 0;
-  return c;
-}
-
 void adam_range_scalar(const AdamCoeffs& c, const AdamSpan& span, int64_t begin, int64_t end) {
   switch (span.grad_type) {
     case GradType::kF32:

@@ -16,6 +16,7 @@
 // No LibTorch here: the chunk layer hands raw buffers.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace pstar::optim {
@@ -98,7 +99,32 @@ struct AdamCoeffs {
   bool decoupled;
   bool has_weight_decay;
 };
-AdamCoeffs make_adam_coeffs(const AdamHyper& hyper, float grad_scale);
+// Inline (and this header free of LibTorch) so that the CUDA kernel's launcher, which cannot link
+// the engine, computes the step's coefficients with this very code.
+inline AdamCoeffs make_adam_coeffs(const AdamHyper& hyper, float grad_scale) {
+  // Mirrors torch/csrc/api/src/optim/adam.cpp and adamw.cpp (1.13): the options are doubles, the
+  // coefficients are computed in double, and each becomes a float where it meets the tensor.
+  const double lr = hyper.lr;
+  const double beta1 = hyper.beta1;
+  const double beta2 = hyper.beta2;
+  const double weight_decay = hyper.weight_decay;
+  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(hyper.step));
+  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(hyper.step));
+  AdamCoeffs c;
+  c.grad_scale = grad_scale;
+  c.beta1 = hyper.beta1;
+  c.one_minus_beta1 = static_cast<float>(1 - beta1);
+  c.beta2 = hyper.beta2;
+  c.one_minus_beta2 = static_cast<float>(1 - beta2);
+  c.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  c.eps = hyper.eps;
+  c.neg_step_size = static_cast<float>(-(lr / bias_correction1));
+  c.weight_decay = hyper.weight_decay;
+  c.decay = static_cast<float>(1 - lr * weight_decay);
+  c.decoupled = hyper.decoupled;
+  c.has_weight_decay = hyper.weight_decay != 0;
+  return c;
+}
 
 // Per-ISA kernels over elements [begin, end) of a span (no threading). The AVX2 and AVX-512 ones
 // live in their own translation units, compiled for that ISA; call them only when it is supported.
