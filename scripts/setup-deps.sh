@@ -9,6 +9,7 @@ PACKAGES=(
   libcli11-dev libhdf5-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev ccache python3-h5py python3-torch
   libplplot-dev plplot-driver-cairo
+  clang libclang-rt-14-dev  # the fuzz preset: libFuzzer, ASan, UBSan (docs/fuzzing.md)
 )
 
 missing=()

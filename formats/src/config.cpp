@@ -598,9 +598,25 @@ class Level {
   const Json& known_;  // this level of the schema
 };
 
+// Note [JSON depth]: nlohmann parses any depth without recursion, but dump() recurses once per
+// level, and messages show values through it (shown()): a value nested ~100k levels deep
+// overflowed the stack (found by tests/fuzz). A config nests four levels at most, so anything past
+// this is refused while parsing, before it can reach a message.
+constexpr int kMaxJsonDepth = 100;
+
+// A parser callback that throws `error` once the JSON nests deeper than kMaxJsonDepth.
+Json::parser_callback_t depth_limit(const std::string& error) {
+  return [error](int depth, Json::parse_event_t, Json&) {
+    if (depth > kMaxJsonDepth) throw ConfigError(error);
+    return true;
+  };
+}
+
 Json parse_json(const std::string& text, const std::string& source) {
   try {
-    return Json::parse(text);
+    return Json::parse(
+        text, depth_limit(str_cat(source, ": invalid JSON: nested deeper than ", kMaxJsonDepth,
+                                  " levels; a pstar config nests 4 at most")));
   } catch (const Json::parse_error& e) {
     // nlohmann's message reads "[json.exception.parse_error.101] parse error at line 3, column 5:
     // ..."; keep it from "parse error" on, which carries the line and column.
@@ -638,7 +654,12 @@ void apply_override(const std::string& text, Json* root, Context* ctx) {
   }
 
   const std::string value_text = text.substr(eq + 1);
-  Json value = Json::parse(value_text, nullptr, /*allow_exceptions=*/false);
+  // Note [JSON depth]
+  Json value = Json::parse(
+      value_text,
+      depth_limit(str_cat(ctx->source(), ": --set '", cut_to_shown_length(text),
+                          "': VALUE is JSON nested deeper than ", kMaxJsonDepth, " levels")),
+      /*allow_exceptions=*/false);
   if (value.is_discarded()) value = value_text;
 
   Json* node = root;

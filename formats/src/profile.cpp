@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -478,9 +479,13 @@ class VlenStrings {
   H5::DataSpace space_;
 };
 
+// Deflate, the one filter pstar writes, inflates at most 1032:1 (the zlib technical details).
+constexpr uint64_t kMaxInflation = 1032;
+
 class Reader {
  public:
-  Reader(std::string path, H5::H5File& file) : path_(std::move(path)), file_(file) {}
+  Reader(std::string path, H5::H5File& file, uint64_t file_bytes)
+      : path_(std::move(path)), file_(file), file_bytes_(file_bytes) {}
 
   const std::string& at() const { return at_; }
 
@@ -521,6 +526,30 @@ class Reader {
     return dims;
   }
 
+  // The number of elements `dims` holds, after checking that the file can hold them: a corrupt
+  // dataspace claims any size, and reading allocates `element_bytes` per element before HDF5 looks
+  // at the data. pstar writes every element (no fill values), so the dataset's storage must be in
+  // the file and inflate to at least the elements' bytes.
+  size_t checked_count(const H5::DataSet& dataset, const std::string& path,
+                       const std::vector<hsize_t>& dims, size_t element_bytes) {
+    uint64_t count = 1;
+    for (hsize_t d : dims) {
+      if (d != 0 && count > std::numeric_limits<uint64_t>::max() / element_bytes / d) {
+        fail(str_cat("dataset ", path, " has shape ", shape_text(dims),
+                     ", more elements than memory can hold; the file is corrupt"));
+      }
+      count *= d;
+    }
+    if (count == 0) return 0;
+    const uint64_t stored = dataset.getStorageSize();
+    if (stored > file_bytes_ || count * element_bytes / kMaxInflation > stored) {
+      fail(str_cat("dataset ", path, " claims ", count, " elements (shape ", shape_text(dims),
+                   ") but stores ", stored, " bytes in a ", file_bytes_,
+                   "-byte file; the file is truncated or corrupt"));
+    }
+    return static_cast<size_t>(count);
+  }
+
   template <typename T>
   void check_numeric_type(const H5::DataType& type, const std::string& what) {
     constexpr H5T_class_t kClass = std::is_floating_point_v<T> ? H5T_FLOAT : H5T_INTEGER;
@@ -544,8 +573,7 @@ class Reader {
     H5::DataSet dataset = this->dataset(group, path, name);
     check_numeric_type<T>(dataset.getDataType(), "dataset " + path);
     *dims = shape(dataset, path, rank);
-    hsize_t total = 1;
-    for (hsize_t d : *dims) total *= d;
+    const size_t total = checked_count(dataset, path, *dims, sizeof(T));
     std::vector<T> values(total);
     if (total > 0) dataset.read(values.data(), ColumnType<T>::memory());
     return values;
@@ -563,7 +591,7 @@ class Reader {
     const std::string path = join_path(group_path, name);
     H5::DataSet dataset = this->dataset(group, path, name);
     check_string_type(dataset.getDataType(), "dataset " + path);
-    const size_t n = shape(dataset, path, 1)[0];
+    const size_t n = checked_count(dataset, path, shape(dataset, path, 1), sizeof(char*));
     out->clear();
     if (n == 0) return;
     const H5::StrType type = string_type();
@@ -638,8 +666,15 @@ class Reader {
   }
 
  private:
+  static std::string shape_text(const std::vector<hsize_t>& dims) {
+    std::string text = "[";
+    for (size_t i = 0; i < dims.size(); ++i) text += str_cat(i > 0 ? ", " : "", dims[i]);
+    return text + "]";
+  }
+
   std::string path_;
   H5::H5File& file_;
+  uint64_t file_bytes_;
   std::string at_;
 };
 
@@ -759,6 +794,7 @@ void write_profile(const std::string& path, const Profile& profile) {
 }
 
 Profile read_profile(const std::string& path) {
+  uint64_t file_bytes = 0;
   {
     // Checked before HDF5 sees the file, so that only a malformed file gives a FormatError.
     Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -770,6 +806,7 @@ Profile read_profile(const std::string& path) {
     struct stat st;
     PSTAR_CHECK(::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode), IoError,
                 "cannot read profile '", path, "': it is not a regular file");
+    file_bytes = static_cast<uint64_t>(st.st_size);
   }
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   H5::Exception::dontPrint();
@@ -779,7 +816,7 @@ Profile read_profile(const std::string& path) {
                 "' is not an HDF5 file; give a file written by `pstar profile` or "
                 "`pstar train --profile`");
     H5::H5File file(path, H5F_ACC_RDONLY);
-    Reader reader(path, file);
+    Reader reader(path, file, file_bytes);
     try {
       return read_contents(reader, file);
     } catch (const H5::Exception&) {

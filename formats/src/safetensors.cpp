@@ -20,6 +20,9 @@ using nlohmann::json;
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr size_t kLengthBytes = 8;
 constexpr const char* kMetadataKey = "__metadata__";
+// Far more than a valid header's 3 levels ({name: {"shape": [...]}}), far less than overflows a
+// stack.
+constexpr int kMaxHeaderDepth = 64;
 
 constexpr DType kAllDTypes[] = {DType::kF64, DType::kF32, DType::kF16, DType::kBF16, DType::kI64,
                                 DType::kI32, DType::kI16, DType::kI8,  DType::kU8,   DType::kBool,
@@ -267,6 +270,11 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : file_(path) {
   std::set<std::string> seen;
   std::string duplicate;
   auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+    // nlohmann parses any depth without recursion, but dump() (in the messages below) recurses
+    // once per level: a value nested ~100k levels deep overflowed the stack (found by tests/fuzz).
+    PSTAR_CHECK(depth <= kMaxHeaderDepth, FormatError, where,
+                ": the header nests JSON deeper than ", kMaxHeaderDepth,
+                " levels; a safetensors header nests 3 (the file is corrupt)");
     if (event == json::parse_event_t::key && depth == 1 && duplicate.empty()) {
       const std::string& key = parsed.get_ref<const std::string&>();
       if (!seen.insert(key).second) duplicate = key;

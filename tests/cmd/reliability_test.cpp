@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -166,24 +167,27 @@ TEST_F(ReliabilityTest, SigintWithoutASaveDirSaysNoCheckpointWasWritten) {
 }
 
 TEST_F(ReliabilityTest, ASecondSignalStopsAtOnceAndKeepsTheLastCheckpoint) {
-  // Steps of a few seconds made of short micro-batches: a stop asked for early in a step finishes
-  // it (the rest is under the 10 s after which a step would be abandoned), which leaves time for
-  // the second signal to arrive while the first is being honoured.
+  // Steps of a second or more made of short micro-batches: a stop asked for inside a step finishes
+  // it (the rest is under the 10 s after which a step would be abandoned). Both signals are timed
+  // from the run's own step time so that they land inside the same step on any machine.
   json c = config();
   c["train_micro_batch_size_per_gpu"] = 8;
   c["model"]["seq_len"] = 128;
-  c["gradient_accumulation_steps"] = 8;
+  c["gradient_accumulation_steps"] = 24;
   c["engine"]["device_memory"] = "400MB";
   write_config(c);
-  Spawned child =
-      spawn({"--set", "training.steps=100000", "--set", "training.save_dir=ck", "--set",
-             "training.save_interval=1", "--metrics", "m.jsonl"});
-  ASSERT_TRUE(wait_for_lines(child, dir_.file("m.jsonl"), 1));
-  // Into step 2: step 1's line comes before its checkpoint and its stop check.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  Spawned child = spawn({"--set", "training.steps=100000", "--set", "training.save_dir=ck", "--set",
+                         "training.save_interval=1", "--metrics", "m.jsonl"});
+  ASSERT_TRUE(wait_for_lines(child, dir_.file("m.jsonl"), 2));
+  // Step 2's line came at its end (before its checkpoint); step 3 takes about as long.
+  const double step_s = read_metrics(dir_.file("m.jsonl"))[1]["step_time_s"].get<double>();
+  const auto at = [&](double fraction) {
+    return std::chrono::microseconds(static_cast<int64_t>(fraction * step_s * 1e6));
+  };
+  std::this_thread::sleep_for(at(0.3));
   kill(child.pid, SIGTERM);
   // Apart: two SIGTERMs pending at once would be delivered as one.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::this_thread::sleep_for(std::max(at(0.2), std::chrono::microseconds(50000)));
   kill(child.pid, SIGTERM);
   const RunResult r = wait_pstar(child, 120);
   EXPECT_EQ(r.exit_code, 143) << r;

@@ -803,5 +803,22 @@ TEST(ConfigRoundTrip, TextHasEveryKeyIndentedByTwoSpaces) {
       text, {"\"train_batch_size\": null", "\"hidden\": null", "\"default_chunk_size\": 67108864"});
 }
 
+// JSON nested a million levels deep: nlohmann parses it without recursion, but showing the value in
+// a message (a wrong type at a known key) wrote it out recursively and overflowed the stack. Found
+// by the config fuzz target's edge cases (tests/fuzz/config_fuzz.cpp, docs/fuzzing.md).
+TEST(ConfigParse, DeeplyNestedJsonIsAConfigErrorNotACrash) {
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  expect_contains(config_error(with_data(R"("training": {"steps": )" + deep + "}")),
+                  {"config.json: invalid JSON: nested deeper than 100 levels"});
+  // The same through --set, whose VALUE is parsed as JSON.
+  expect_contains(
+      config_error(with_data(), {"training.steps=" + deep}),
+      {"config.json: --set 'training.steps=[[[", "': VALUE is JSON nested deeper than 100 levels"});
+  // Below the limit it parses, and only the type is wrong.
+  const std::string limit = std::string(90, '[') + std::string(90, ']');
+  expect_contains(config_error(with_data(R"("training": {"steps": )" + limit + "}")),
+                  {"training.steps: expected a positive integer, found array"});
+}
+
 }  // namespace
 }  // namespace pstar::config

@@ -504,6 +504,42 @@ TEST_F(ProfileTest, UnknownCodeIsAFormatError) {
   EXPECT_NE(msg.find("/events/kind[0] is 9"), std::string::npos) << msg;
 }
 
+// A corrupt dataspace can claim any number of elements, and the reader allocates that many before
+// reading: found by tests/fuzz/profile_fuzz (a 32 GiB vector). A dataset the file's bytes cannot
+// hold must be a FormatError before anything is allocated.
+TEST_F(ProfileTest, DatasetLargerThanTheFileIsAFormatError) {
+  write_profile(path("p.h5"), full_profile());
+  RawFile(path("p.h5")).delete_link("/events/time_s");
+  {
+    // 2^40 float64 (8 TiB), chunked and never written: the file stores none of them.
+    H5::H5File file(path("p.h5"), H5F_ACC_RDWR);
+    const hsize_t dims[1] = {hsize_t{1} << 40};
+    const hsize_t chunk[1] = {1024};
+    H5::DSetCreatPropList plist;
+    plist.setChunk(1, chunk);
+    file.createDataSet("/events/time_s", H5::PredType::IEEE_F64LE, H5::DataSpace(1, dims), plist);
+  }
+  const std::string msg = message_of<FormatError>([&] { read_profile(path("p.h5")); });
+  EXPECT_NE(msg.find("dataset /events/time_s claims 1099511627776 elements"), std::string::npos)
+      << msg;
+
+  // The same for the location matrix, whose two dimensions multiply past 64 bits.
+  write_profile(path("q.h5"), full_profile());
+  RawFile(path("q.h5")).delete_link("/location");
+  {
+    H5::H5File file(path("q.h5"), H5F_ACC_RDWR);
+    const hsize_t dims[2] = {hsize_t{1} << 40, hsize_t{1} << 40};
+    const hsize_t chunk[2] = {64, 64};
+    H5::DSetCreatPropList plist;
+    plist.setChunk(2, chunk);
+    file.createDataSet("/location", H5::PredType::STD_I8LE, H5::DataSpace(2, dims), plist);
+  }
+  const std::string msg2 = message_of<FormatError>([&] { read_profile(path("q.h5")); });
+  EXPECT_NE(msg2.find("dataset /location has shape [1099511627776, 1099511627776]"),
+            std::string::npos)
+      << msg2;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The file as h5py sees it
 

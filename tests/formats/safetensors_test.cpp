@@ -514,6 +514,21 @@ TEST_F(SafetensorsTest, RejectsTruncatedFile) {
   EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
 }
 
+// JSON nested a million levels deep: nlohmann parses it without recursion, but the messages about
+// a wrong 'dtype' (or metadata value) wrote it out recursively and overflowed the stack. Found by
+// the safetensors fuzz target's edge cases (tests/fuzz/safetensors_fuzz.cpp, docs/fuzzing.md).
+TEST_F(SafetensorsTest, RejectsDeeplyNestedHeader) {
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  for (const std::string& header :
+       {R"({"w":{"dtype":)" + deep + R"(,"shape":[1],"data_offsets":[0,4]}})",
+        R"({"__metadata__":{"k":)" + deep + "}}"}) {
+    write_bytes(path("deep"), raw_safetensors(header, 4));
+    const std::string msg = message_of<FormatError>([&] { SafetensorsReader r(path("deep")); });
+    EXPECT_NE(msg.find(path("deep")), std::string::npos) << msg;
+    EXPECT_NE(msg.find("the header nests JSON deeper than 64 levels"), std::string::npos) << msg;
+  }
+}
+
 // A malformed header: its text, the data section's size, the tensor at fault ("" if none) and
 // one more substring the message must contain.
 struct BadHeaderCase {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <regex>
 
 #include <zlib.h>
@@ -106,10 +107,11 @@ TensorMap read_checkpoint_file(const std::string& path) {
               "cannot read checkpoint ", path);
   c10::IValue value;
   // LibTorch 1.13's unpickler sizes each storage from the numel its pickle claims, not from the
-  // record holding its bytes, and lets a tensor have negative strides: a corrupt pickle gives
-  // tensors that reach outside their buffers (found by tests/fuzz/checkpoint_fuzz). So the
-  // records are read here (readArchiveAndTensors("data", ...) spelled out) to know their sizes,
-  // and every tensor is checked against them below.
+  // record holding its bytes, and does not compare a tensor's shape and offset with its storage:
+  // a corrupt pickle gives tensors that reach outside their buffers (found by
+  // tests/fuzz/checkpoint_fuzz; docs/fuzzing.md). So the records are read here
+  // (readArchiveAndTensors("data", ...) spelled out) to know their sizes, and every tensor is
+  // checked against them below.
   std::map<const void*, size_t> record_bytes;
   try {
     // torch::pickle_load would need the whole file in memory besides the tensors it holds; the
@@ -237,20 +239,36 @@ CheckpointManifest read_manifest(const std::string& dir) {
   if (!fs::exists(path)) return manifest;
   std::ifstream in(path);
   nlohmann::json j;
+  // nlohmann converts a float to an integer with a plain cast, which is undefined behaviour when
+  // it does not fit (found by tests/fuzz/checkpoint_fuzz): every number is checked to be an
+  // integer in range first.
+  const auto integer = [&](const nlohmann::json& v, const char* key, int64_t lo, int64_t hi) {
+    PSTAR_CHECK(v.is_number_integer() &&
+                    (v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
+                                            : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi),
+                FormatError, path.string(), ": ", key, " must be an integer in [", lo, ", ", hi,
+                "], found ", v.dump());
+    return v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
+  };
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   try {
     in >> j;
-    manifest.world_size = j.at("world_size").get<int64_t>();
-    manifest.step = j.at("step").get<int64_t>();
+    manifest.world_size = integer(j.at("world_size"), "world_size", 1, kMax);
+    manifest.step = integer(j.at("step"), "step", -1, kMax);
     manifest.run_id = j.at("run_id").get<std::string>();
     if (j.contains("bytes") || j.contains("crc32")) {
-      const auto bytes = j.at("bytes").get<std::vector<int64_t>>();
-      const auto crcs = j.at("crc32").get<std::vector<uint32_t>>();
-      PSTAR_CHECK(
-          static_cast<int64_t>(bytes.size()) == manifest.world_size && crcs.size() == bytes.size(),
-          FormatError, path.string(), ": bytes and crc32 need one entry per rank (",
-          manifest.world_size, "); found ", bytes.size(), " and ", crcs.size());
-      for (size_t r = 0; r < bytes.size(); ++r)
-        manifest.digests.push_back(FileDigest{bytes[r], crcs[r]});
+      const nlohmann::json& bytes = j.at("bytes");
+      const nlohmann::json& crcs = j.at("crc32");
+      PSTAR_CHECK(bytes.is_array() && crcs.is_array() &&
+                      static_cast<int64_t>(bytes.size()) == manifest.world_size &&
+                      crcs.size() == bytes.size(),
+                  FormatError, path.string(), ": bytes and crc32 need one entry per rank (",
+                  manifest.world_size, ")");
+      for (size_t r = 0; r < bytes.size(); ++r) {
+        manifest.digests.push_back(
+            FileDigest{integer(bytes[r], "bytes", 0, kMax),
+                       static_cast<uint32_t>(integer(crcs[r], "crc32", 0, 0xFFFFFFFFLL))});
+      }
     }
   } catch (const nlohmann::json::exception& e) {
     PSTAR_THROW(FormatError, path.string(), ": not a valid checkpoint manifest (", e.what(),

@@ -81,6 +81,17 @@ TEST_F(CheckpointStoreTest, ProblemsNameTheFileAndWhatIsWrong) {
   const std::string bad = save(3);
   pstar::testing::write_text((fs::path(bad) / "manifest.json").string(), "{\"world_size\": 1}");
   EXPECT_NE(checkpoint_problem(bad).find("manifest"), std::string::npos);
+  // Numbers that are not integers in range (a float past int64 was undefined behaviour, found by
+  // tests/fuzz/checkpoint_fuzz: corpus/checkpoint/manifest-float-number.json).
+  for (const char* text :
+       {R"({"world_size": 1e30, "step": 1, "run_id": "r"})",
+        R"({"world_size": 1.5, "step": 1, "run_id": "r"})",
+        R"({"world_size": 1, "step": 1, "run_id": "r", "bytes": [-1], "crc32": [0]})",
+        R"({"world_size": 1, "step": 1, "run_id": "r", "bytes": [1], "crc32": [4294967296]})",
+        R"({"world_size": 1, "step": 1, "run_id": "r", "bytes": 5, "crc32": 5})"}) {
+    pstar::testing::write_text((fs::path(bad) / "manifest.json").string(), text);
+    EXPECT_THROW(read_manifest(bad), FormatError) << text;
+  }
 }
 
 TEST_F(CheckpointStoreTest, NewestIntactSkipsBrokenAndLaterOnes) {
