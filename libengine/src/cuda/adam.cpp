@@ -30,18 +30,7 @@ bool adam_vectorized(const AdamSpanDevice& span) {
 void adam_step(const AdamSpanDevice& span, const optim::AdamHyper& hyper, float grad_multiplier,
                Stream& stream) {
   // host_adam_step's checks, with their messages.
-  PSTAR_CHECK(hyper.lr >= 0, ConfigError, "CUDA Adam: invalid learning rate: ", hyper.lr);
-  PSTAR_CHECK(hyper.eps >= 0, ConfigError, "CUDA Adam: invalid epsilon value: ", hyper.eps);
-  PSTAR_CHECK(hyper.beta1 >= 0 && hyper.beta1 < 1, ConfigError,
-              "CUDA Adam: invalid beta parameter at index 0: ", hyper.beta1);
-  PSTAR_CHECK(hyper.beta2 >= 0 && hyper.beta2 < 1, ConfigError,
-              "CUDA Adam: invalid beta parameter at index 1: ", hyper.beta2);
-  PSTAR_CHECK(hyper.weight_decay >= 0, ConfigError,
-              "CUDA Adam: invalid weight_decay value: ", hyper.weight_decay);
-  PSTAR_CHECK(hyper.step >= 1, ConfigError, "CUDA Adam: step must be 1 or more, got ", hyper.step);
-  PSTAR_CHECK(std::isfinite(grad_multiplier), ConfigError,
-              "CUDA Adam: grad_multiplier must be finite, got ", grad_multiplier);
-  PSTAR_CHECK(span.numel >= 0, ConfigError, "CUDA Adam: numel must be >= 0, got ", span.numel);
+  optim::detail::check_adam_args(hyper, grad_multiplier, span.numel, "CUDA Adam");
   const auto g = span.grad_type;
   PSTAR_CHECK(
       g == optim::GradType::kF32 || g == optim::GradType::kBF16 || g == optim::GradType::kF16,

@@ -29,13 +29,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "pstar/optim/float_bits.h"
 #include "pstar/optim/host_adam.h"
-
-#if defined(__CUDACC__)
-#define PSTAR_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define PSTAR_HOST_DEVICE inline
-#endif
 
 namespace pstar::cuda::detail {
 
@@ -80,79 +75,13 @@ PSTAR_HOST_DEVICE float fma_rn(float a, float b, float c) {
 #endif
 }
 
-PSTAR_HOST_DEVICE uint32_t f32_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-#endif
-}
-
-PSTAR_HOST_DEVICE float bits_f32(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-#endif
-}
-
-// The conversions of host_adam.cpp, bit for bit.
-
-PSTAR_HOST_DEVICE float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
-
-// Round to nearest even; NaN becomes 0x7FC0.
-PSTAR_HOST_DEVICE uint16_t f32_to_bf16(float f) {
-  const uint32_t x = f32_bits(f);
-  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
-  return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
-}
-
-// Exact; a NaN keeps its payload with the quiet bit set (what F16C's vcvtph2ps does).
-PSTAR_HOST_DEVICE float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1Fu;
-  const uint32_t mantissa = h & 0x3FFu;
-  if (exponent == 0x1F) {
-    const uint32_t quiet = mantissa != 0 ? 0x00400000u : 0u;
-    return bits_f32(sign | 0x7F800000u | quiet | (mantissa << 13));
-  }
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa * 2^-24, exact in fp32 (an int below 2^10 converts exactly).
-    return bits_f32(sign | f32_bits(mul_rn(static_cast<float>(mantissa), 0x1p-24f)));
-  }
-  return bits_f32(sign | ((exponent + 112u) << 23) | (mantissa << 13));
-}
-
-// Round to nearest even; NaN becomes sign | 0x7E00.
-PSTAR_HOST_DEVICE uint16_t f32_to_f16(float f) {
-  const uint32_t x = f32_bits(f);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t ax = x & 0x7FFFFFFFu;
-  if (ax > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);
-  // 65520 and above round to infinity.
-  if (ax >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);
-  if (ax < 0x38800000u) {
-    // Below the smallest normal half (2^-14): a subnormal half, mantissa = round(|f| * 2^24).
-    const uint32_t e = ax >> 23;
-    if (e < 102) return static_cast<uint16_t>(sign);  // below 2^-25: rounds to zero
-    const uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;
-    const uint32_t shift = 126 - e;  // 14..24
-    uint32_t q = m >> shift;
-    const uint32_t rem = m & ((1u << shift) - 1);
-    const uint32_t half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1u))) ++q;
-    return static_cast<uint16_t>(sign | q);
-  }
-  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped bits; a carry into the
-  // exponent is the right result.
-  uint32_t r = ax - 0x38000000u;
-  r += 0xFFFu + ((r >> 13) & 1u);
-  return static_cast<uint16_t>(sign | (r >> 13));
-}
+// The conversions of host Adam, shared (pstar/optim/float_bits.h).
+using optim::bits::bf16_to_f32;
+using optim::bits::bits_f32;
+using optim::bits::f16_to_f32;
+using optim::bits::f32_bits;
+using optim::bits::f32_to_bf16;
+using optim::bits::f32_to_f16;
 
 template <optim::GradType G>
 PSTAR_HOST_DEVICE float grad_to_f32(const void* grad, int64_t i) {

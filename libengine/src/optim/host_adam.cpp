@@ -1,6 +1,7 @@
 // Dispatch, argument checks, OpenMP partitioning and the scalar reference kernel of host Adam.
 // Compiled for baseline x86-64 with -ffp-contract=off (Note [host adam bit identity]).
 #include "pstar/optim/host_adam.h"
+#include "pstar/optim/float_bits.h"
 
 #include <omp.h>
 #include <xmmintrin.h>
@@ -27,70 +28,12 @@ constexpr int64_t kThreadAlign = 64;
 // grad_sq_sum's fixed blocking (Note [grad sq sum order]).
 constexpr int64_t kSqSumBlock = 1 << 16;
 
-uint32_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-
-float bits_f32(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
-float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
-
-// Round to nearest even; NaN becomes 0x7FC0, as c10::BFloat16 does.
-uint16_t f32_to_bf16(float f) {
-  const uint32_t x = f32_bits(f);
-  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
-  return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
-}
-
-// What F16C's vcvtph2ps does: exact, and a NaN keeps its payload with the quiet bit set.
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1Fu;
-  const uint32_t mantissa = h & 0x3FFu;
-  if (exponent == 0x1F) {
-    const uint32_t quiet = mantissa != 0 ? 0x00400000u : 0u;
-    return bits_f32(sign | 0x7F800000u | quiet | (mantissa << 13));
-  }
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa * 2^-24, exact in fp32.
-    return bits_f32(sign | f32_bits(static_cast<float>(mantissa) * 0x1p-24f));
-  }
-  return bits_f32(sign | ((exponent + 112u) << 23) | (mantissa << 13));
-}
-
-// Round to nearest even, as F16C's vcvtps2ph does for non-NaN values; NaN becomes sign | 0x7E00, as
-// c10::Half does (the vector kernels make F16C give the same).
-uint16_t f32_to_f16(float f) {
-  const uint32_t x = f32_bits(f);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t ax = x & 0x7FFFFFFFu;
-  if (ax > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);
-  // 65520 and above round to infinity (65504 is the largest half; the tie goes to even = inf).
-  if (ax >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);
-  if (ax < 0x38800000u) {
-    // Below the smallest normal half (2^-14): a subnormal half, mantissa = round(|f| * 2^24).
-    const uint32_t e = ax >> 23;
-    if (e < 102) return static_cast<uint16_t>(sign);  // below 2^-25: rounds to zero
-    const uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;
-    const uint32_t shift = 126 - e;  // 14..24
-    uint32_t q = m >> shift;
-    const uint32_t rem = m & ((1u << shift) - 1);
-    const uint32_t half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1u))) ++q;
-    return static_cast<uint16_t>(sign | q);
-  }
-  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped bits; a carry into the
-  // exponent is the right result.
-  uint32_t r = ax - 0x38000000u;
-  r += 0xFFFu + ((r >> 13) & 1u);
-  return static_cast<uint16_t>(sign | (r >> 13));
-}
+using bits::bf16_to_f32;
+using bits::bits_f32;
+using bits::f16_to_f32;
+using bits::f32_bits;
+using bits::f32_to_bf16;
+using bits::f32_to_f16;
 
 template <GradType G>
 float load_grad(const void* grad, int64_t i) {
@@ -334,18 +277,7 @@ double sq_sum_block_scalar(const void* grad, GradType grad_type, int64_t begin, 
 
 void host_adam_step(const AdamHyper& hyper, float grad_scale, const AdamSpan& span) {
   // The same checks (and messages) as torch::optim::AdamOptions, plus ours on the buffers.
-  PSTAR_CHECK(hyper.lr >= 0, ConfigError, "host Adam: invalid learning rate: ", hyper.lr);
-  PSTAR_CHECK(hyper.eps >= 0, ConfigError, "host Adam: invalid epsilon value: ", hyper.eps);
-  PSTAR_CHECK(hyper.beta1 >= 0 && hyper.beta1 < 1, ConfigError,
-              "host Adam: invalid beta parameter at index 0: ", hyper.beta1);
-  PSTAR_CHECK(hyper.beta2 >= 0 && hyper.beta2 < 1, ConfigError,
-              "host Adam: invalid beta parameter at index 1: ", hyper.beta2);
-  PSTAR_CHECK(hyper.weight_decay >= 0, ConfigError,
-              "host Adam: invalid weight_decay value: ", hyper.weight_decay);
-  PSTAR_CHECK(hyper.step >= 1, ConfigError, "host Adam: step must be 1 or more, got ", hyper.step);
-  PSTAR_CHECK(std::isfinite(grad_scale), ConfigError, "host Adam: grad_scale must be finite, got ",
-              grad_scale);
-  PSTAR_CHECK(span.numel >= 0, ConfigError, "host Adam: numel must be >= 0, got ", span.numel);
+  detail::check_adam_args(hyper, grad_scale, span.numel, "host Adam");
   detail::check_grad_type(span.grad_type);
   detail::check_param_out_type(span.param_out_type);
   if (span.numel == 0) return;

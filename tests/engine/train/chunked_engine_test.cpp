@@ -400,7 +400,8 @@ TEST_F(CheckpointTest, ResumeIsBitIdentical) {
         EXPECT_EQ(m.grad_norm, full[s - 1].grad_norm);
       }
       // The first run saved steps 4 and 6; the resumed one steps 8 and 10, the newest.
-      EXPECT_EQ(resolve_resume_dir(c.training.save_dir).dir, checkpoint_dir(c.training.save_dir, 10));
+      EXPECT_EQ(resolve_resume_dir(c.training.save_dir).dir,
+                checkpoint_dir(c.training.save_dir, 10));
       EXPECT_TRUE(std::filesystem::exists(checkpoint_dir(c.training.save_dir, 6) + "/ckpt-0.pt"));
     }
   }

@@ -19,6 +19,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "pstar/base/error.h"
+
 namespace pstar::optim {
 
 // The dtype of a gradient buffer.
@@ -124,6 +126,24 @@ inline AdamCoeffs make_adam_coeffs(const AdamHyper& hyper, float grad_scale) {
   c.decoupled = hyper.decoupled;
   c.has_weight_decay = hyper.weight_decay != 0;
   return c;
+}
+
+// The checks (and messages) of torch::optim::AdamOptions on the hyperparameters, plus ours on the
+// gradient multiplier and the span length; `who` names the caller ("host Adam", "CUDA Adam").
+inline void check_adam_args(const AdamHyper& hyper, float grad_scale, int64_t numel,
+                            const char* who) {
+  PSTAR_CHECK(hyper.lr >= 0, ConfigError, who, ": invalid learning rate: ", hyper.lr);
+  PSTAR_CHECK(hyper.eps >= 0, ConfigError, who, ": invalid epsilon value: ", hyper.eps);
+  PSTAR_CHECK(hyper.beta1 >= 0 && hyper.beta1 < 1, ConfigError, who,
+              ": invalid beta parameter at index 0: ", hyper.beta1);
+  PSTAR_CHECK(hyper.beta2 >= 0 && hyper.beta2 < 1, ConfigError, who,
+              ": invalid beta parameter at index 1: ", hyper.beta2);
+  PSTAR_CHECK(hyper.weight_decay >= 0, ConfigError, who,
+              ": invalid weight_decay value: ", hyper.weight_decay);
+  PSTAR_CHECK(hyper.step >= 1, ConfigError, who, ": step must be 1 or more, got ", hyper.step);
+  PSTAR_CHECK(std::isfinite(grad_scale), ConfigError, who, ": grad_scale must be finite, got ",
+              grad_scale);
+  PSTAR_CHECK(numel >= 0, ConfigError, who, ": numel must be >= 0, got ", numel);
 }
 
 // Per-ISA kernels over elements [begin, end) of a span (no threading). The AVX2 and AVX-512 ones
