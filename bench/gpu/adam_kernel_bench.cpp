@@ -1,6 +1,7 @@
-// pstar-bench-adam-kernel: the CUDA Adam kernel (pstar::cuda::adam_step) over --numel parameters,
-// in GB/s against two bounds: a device-to-device copy measured in the same run, and the device's
-// peak memory bandwidth (2 x memory clock x bus width). Without a CUDA device it says so and exits
+// pstar-bench-adam-kernel: the CUDA Adam kernel (pstar::cuda::adam_step) and the gradient sum of
+// squares (pstar::cuda::grad_sq_sum) over --numel parameters, in GB/s against two bounds: a
+// device-to-device copy measured in the same run, and the device's peak memory bandwidth (2 x
+// memory clock x bus width). Without a CUDA device it says so and exits
 // 0. See bench/README.md. It needs only pstar_cuda (no LibTorch, no JSON library), so that
 // cmake/cuda-standalone/ can build it on a GPU machine without the Debian packages.
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "pstar/cuda/adam.h"
 #include "pstar/cuda/device.h"
 #include "pstar/cuda/memory.h"
+#include "pstar/cuda/sq_sum.h"
 #include "pstar/cuda/stream.h"
 
 namespace {
@@ -169,10 +171,43 @@ int run(int64_t numel, int iters, int warmup) {
                ",\"fraction_of_copy\":" + json_number(gbps / copy_gbps) +
                ",\"fraction_of_peak\":" + json_number(peak_gbps > 0 ? gbps / peak_gbps : 0.0) + "}";
   }
-  const std::string result =
-      "{\"device\":" + json_string(info.name) + ",\"numel\":" + std::to_string(numel) +
-      ",\"copy_gb_per_s\":" + json_number(copy_gbps) +
-      ",\"peak_gb_per_s\":" + json_number(peak_gbps) + ",\"cases\":[" + results + "]}";
+
+  // The gradient sum of squares: reads the gradient once. Each call blocks until its result is on
+  // the host, so the events time the whole call: kernel, copy of the block sums, host sum.
+  struct SqSumCase {
+    const char* name;
+    GradType grad;
+    const cuda::DeviceBlock* buffer;
+  };
+  const SqSumCase sq_cases[] = {{"fp32 grad", GradType::kF32, &grad_f32},
+                                {"bf16 grad", GradType::kBF16, &grad_bf16}};
+  std::string sq_results;
+  std::printf("  %-38s %6s %9s %9s %9s %8s %8s\n", "sum of squares", "", "best ms", "median ms",
+              "GB/s", "vs copy", "vs peak");
+  for (const SqSumCase& c : sq_cases) {
+    double sum = 0;
+    const Times t = time_on(stream, warmup, iters, [&] {
+      sum = cuda::grad_sq_sum(c.buffer->data(), c.grad, numel, stream);
+    });
+    const int64_t bytes_per_elem = c.grad == GradType::kF32 ? 4 : 2;
+    const double gbps = static_cast<double>(bytes_per_elem * numel) / t.best() / 1e9;
+    std::printf("  %-38s %6s %9.3f %9.3f %9.1f %7.1f%% %7.1f%%\n", c.name, "", t.best() * 1e3,
+                t.median() * 1e3, gbps, 100.0 * gbps / copy_gbps,
+                peak_gbps > 0 ? 100.0 * gbps / peak_gbps : 0.0);
+    sq_results += std::string(sq_results.empty() ? "" : ",") + "{\"case\":" + json_string(c.name) +
+                  ",\"bytes_per_elem\":" + std::to_string(bytes_per_elem) +
+                  ",\"best_s\":" + json_number(t.best()) +
+                  ",\"median_s\":" + json_number(t.median()) +
+                  ",\"gb_per_s\":" + json_number(gbps) +
+                  ",\"fraction_of_copy\":" + json_number(gbps / copy_gbps) +
+                  ",\"fraction_of_peak\":" + json_number(peak_gbps > 0 ? gbps / peak_gbps : 0.0) +
+                  ",\"sum\":" + json_number(sum) + "}";
+  }
+  const std::string result = "{\"device\":" + json_string(info.name) +
+                             ",\"numel\":" + std::to_string(numel) +
+                             ",\"copy_gb_per_s\":" + json_number(copy_gbps) +
+                             ",\"peak_gb_per_s\":" + json_number(peak_gbps) + ",\"cases\":[" +
+                             results + "],\"sq_sum\":[" + sq_results + "]}";
   std::printf("%s\n", result.c_str());
   return 0;
 }

@@ -28,7 +28,7 @@ bool adam_vectorized(const AdamSpanDevice& span) {
 }  // namespace detail
 
 void adam_step(const AdamSpanDevice& span, const optim::AdamHyper& hyper, float grad_multiplier,
-               Stream& stream) {
+               CUstream_st* stream) {
   // host_adam_step's checks, with their messages.
   optim::detail::check_adam_args(hyper, grad_multiplier, span.numel, "CUDA Adam");
   const auto g = span.grad_type;
@@ -56,7 +56,12 @@ void adam_step(const AdamSpanDevice& span, const optim::AdamHyper& hyper, float 
                   detail::aligned(span.param_out, 2),
               ConfigError, "CUDA Adam: a buffer is not aligned to its element size");
   detail::launch_adam(optim::detail::make_adam_coeffs(hyper, grad_multiplier), span,
-                      detail::adam_vectorized(span), stream.native());
+                      detail::adam_vectorized(span), stream);
+}
+
+void adam_step(const AdamSpanDevice& span, const optim::AdamHyper& hyper, float grad_multiplier,
+               Stream& stream) {
+  adam_step(span, hyper, grad_multiplier, stream.native());
 }
 
 }  // namespace pstar::cuda

@@ -66,6 +66,30 @@ DeviceInfo device_info(int device) {
   return info;
 }
 
+MemoryInfo memory_info(int device) {
+  check_index(device);
+  int previous = 0;
+  PSTAR_CUDA_CHECK(cudaGetDevice(&previous), "cudaGetDevice");
+  // Restores the caller's device on every path, the throwing ones included.
+  struct Restore {
+    int device;
+    bool changed;
+    ~Restore() {
+      if (changed) (void)cudaSetDevice(device);
+    }
+  } restore{previous, previous != device};
+  if (restore.changed) {
+    PSTAR_CUDA_CHECK(cudaSetDevice(device), "cudaSetDevice(", device, ")");
+  }
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  PSTAR_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo on device ", device);
+  MemoryInfo info;
+  info.free_bytes = static_cast<int64_t>(free_bytes);
+  info.total_bytes = static_cast<int64_t>(total_bytes);
+  return info;
+}
+
 std::string describe_device(int device) {
   const DeviceInfo info = device_info(device);
   char bandwidth[32] = "unknown bandwidth";

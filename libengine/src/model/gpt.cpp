@@ -42,7 +42,10 @@ GptEmbedding::GptEmbedding(int64_t count, int64_t dim) {
 }
 
 torch::Tensor GptEmbedding::forward(const torch::Tensor& ids) {
-  return run_module(*this, [&] { return torch::embedding(weight, ids); });
+  // With engine.use_cpu_embedding the table stays on the host while the rest computes on a GPU:
+  // the lookup runs where the table is (no-ops when both are on one device).
+  return run_module(
+      *this, [&] { return torch::embedding(weight, ids.to(weight.device())).to(ids.device()); });
 }
 
 GptAttention::GptAttention(const GptConfig& config) : heads(config.heads) {
@@ -145,7 +148,7 @@ torch::Tensor Gpt::forward(const torch::Tensor& input_ids) {
     x = checkpointing_ ? checkpoint(&block_fns_[i], x) : t.h[i]->forward(x);
   x = t.ln_f->forward(x);
   // LM head tied to the token embedding: a second use of wte, with its own hooks.
-  return run_module(*t.wte, [&] { return pstar::model::linear(x, t.wte->weight); });
+  return run_module(*t.wte, [&] { return pstar::model::linear(x, t.wte->weight.to(x.device())); });
 }
 
 }  // namespace pstar::model

@@ -18,19 +18,20 @@
 #include "pstar/core/log.h"
 #include "pstar/dist/communicator.h"
 #include "pstar/formats/config.h"
-#include "pstar/memory/buffer.h"
 #include "pstar/memory/cpu_counter.h"
 #include "pstar/model/gpt.h"
 #include "pstar/model/hooks.h"
 #include "pstar/optim/host_adam.h"
 #include "pstar/plan/memory_plan.h"
+#include "pstar/tier/device_tier.h"
 #include "pstar/train/profiler.h"
 #include "pstar/train/trainer.h"
 
 namespace pstar::train {
 namespace {
 
-enum class Tier { kDevice, kHost };
+using Tier = tier::Side;
+using tier::Block;
 
 double seconds_since(std::chrono::steady_clock::time_point begin) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
@@ -43,11 +44,11 @@ struct Chunk {
   int64_t used = 0;  // elements
   std::vector<int64_t> tensors;
   // Compute payloads: they move together between tiers.
-  memory::Buffer param;  // compute dtype
-  memory::Buffer grad;   // fp32; only without param/grad reuse
+  Block param;  // compute dtype
+  Block grad;   // fp32; only without param/grad reuse
   // Optimizer payloads: they stay on optimizer_tier.
-  memory::Buffer master;  // fp32; absent in fp32 training (the param is the master)
-  memory::Buffer exp_avg, exp_avg_sq;
+  Block master;  // fp32; absent in fp32 training (the param is the master)
+  Block exp_avg, exp_avg_sq;
   Tier compute_tier = Tier::kHost;
   Tier optimizer_tier = Tier::kHost;
   bool remote = false;        // owned by another rank: payloads only while gathered
@@ -87,6 +88,8 @@ struct StepStats {
 
 struct ChunkedEngine::Impl : public model::ModuleHooks {
   const config::TrainConfig config;
+  // Where the device tier's payloads live and its kernels run (Note [device tier]).
+  std::unique_ptr<tier::DeviceTier> device_tier;
   c10::ScalarType dtype;
   int64_t elem_bytes;
   bool fp32;   // compute dtype is fp32: the param payload is the master
@@ -107,8 +110,9 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   int64_t device_bytes = 0, host_bytes = 0;
   StepStats step, last;
 
-  // Tracing (Note [placement]).
-  memory::CpuAllocationCounter& counter = memory::CpuAllocationCounter::instance();
+  // Tracing (Note [placement]). Start-up is on the host whatever the tier: LibTorch's CPU
+  // allocations are what the model holds before it is in chunks.
+  memory::CpuAllocationCounter& host_counter = memory::CpuAllocationCounter::instance();
   int64_t iteration = 0;  // iterations finished
   int64_t moment = -1;    // current moment in this iteration; -1 before the first
   std::vector<std::vector<int64_t>> record_accesses;
@@ -137,11 +141,13 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   int64_t startup_peak = 0;
 
   void sample_startup() {
-    startup_peak = std::max(startup_peak, host_bytes + device_bytes + counter.current_bytes());
+    startup_peak = std::max(startup_peak, host_bytes + device_bytes + host_counter.current_bytes());
   }
 
-  Impl(const config::TrainConfig& c, c10::ScalarType d, dist::Communicator* communicator)
+  Impl(const config::TrainConfig& c, c10::ScalarType d, dist::Communicator* communicator,
+       std::unique_ptr<tier::DeviceTier> tier_impl)
       : config(c),
+        device_tier(tier_impl ? std::move(tier_impl) : tier::make_emulated_tier()),
         dtype(d),
         elem_bytes(static_cast<int64_t>(c10::elementSize(d))),
         fp32(d == torch::kFloat32),
@@ -199,10 +205,9 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
 
   // ---- views ---------------------------------------------------------------------------------
 
-  static torch::Tensor view(const memory::Buffer& buffer, c10::ScalarType type, int64_t offset,
-                            const std::vector<int64_t>& shape) {
-    auto* base = static_cast<char*>(buffer.data()) + offset * c10::elementSize(type);
-    return torch::from_blob(base, shape, torch::dtype(type));
+  torch::Tensor view(const Block& block, c10::ScalarType type, int64_t offset,
+                     const std::vector<int64_t>& shape) const {
+    return device_tier->view(block, type, offset, shape);
   }
 
   torch::Tensor param_view(const ManagedTensor& t) const {
@@ -224,7 +229,10 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     for (int64_t id : chunks[k].tensors) {
       auto& t = tensors[id];
       // A remote chunk between uses has no payload: its tensors hold nothing (Note [gathering]).
-      t.param.set_data(present ? param_view(t) : torch::empty({0}, torch::dtype(dtype)));
+      t.param.set_data(present
+                           ? param_view(t)
+                           : torch::empty({0}, torch::dtype(dtype).device(device_tier->device_of(
+                                                   chunks[k].compute_tier))));
       t.param.mutable_grad() = present ? grad_view(t) : torch::Tensor();
     }
   }
@@ -245,11 +253,6 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       chunks.push_back(std::move(c));
       return;
     }
-    c.param = memory::Buffer(chunk_size * elem_bytes);
-    if (!reuse) c.grad = memory::Buffer(chunk_size * 4);
-    if (!fp32) c.master = memory::Buffer(chunk_size * 4);
-    c.exp_avg = memory::Buffer(chunk_size * 4);
-    c.exp_avg_sq = memory::Buffer(chunk_size * 4);
     if (owned_ordinal(k) >= first_device_chunk) {
       // Past the host's share (Note [fit]): the chunk lives on the device for good.
       PSTAR_INTERNAL_ASSERT(!c.host_pinned, "an embedding chunk was planned onto the device");
@@ -257,9 +260,21 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       c.compute_tier = c.optimizer_tier = Tier::kDevice;
     }
     const Tier tier = c.compute_tier;
+    c.param = device_tier->allocate(tier, chunk_size * elem_bytes);
+    if (!reuse) c.grad = device_tier->allocate(tier, chunk_size * 4);
+    if (!fp32) c.master = device_tier->allocate(tier, chunk_size * 4);
+    c.exp_avg = device_tier->allocate(tier, chunk_size * 4);
+    c.exp_avg_sq = device_tier->allocate(tier, chunk_size * 4);
     chunks.push_back(std::move(c));
     add_bytes(tier, whole_bytes());
     check_host();
+  }
+
+  // Replaces `block` by a copy of it on side `to`.
+  void moved_to(Block& block, Tier to) {
+    Block moved = device_tier->allocate(to, block.bytes());
+    device_tier->copy(moved, block, block.bytes());
+    block = std::move(moved);
   }
 
   void move_compute(int64_t k, Tier to) {
@@ -268,14 +283,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     PSTAR_INTERNAL_ASSERT(!c.remote, "moving chunk ", k, ", which another rank owns");
     PSTAR_INTERNAL_ASSERT(c.compute_count == 0, "moving chunk ", k, " while it is in use");
     const auto begin = std::chrono::steady_clock::now();
-    memory::Buffer param(chunk_size * elem_bytes);
-    std::memcpy(param.data(), c.param.data(), static_cast<size_t>(chunk_size * elem_bytes));
-    c.param = std::move(param);
-    if (!reuse) {
-      memory::Buffer grad(chunk_size * 4);
-      std::memcpy(grad.data(), c.grad.data(), static_cast<size_t>(chunk_size * 4));
-      c.grad = std::move(grad);
-    }
+    moved_to(c.param, to);
+    if (!reuse) moved_to(c.grad, to);
     add_bytes(c.compute_tier, -compute_bytes());
     add_bytes(to, compute_bytes());
     (to == Tier::kDevice ? step.h2d : step.d2h) += compute_bytes();
@@ -290,12 +299,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   void move_optimizer_state(int64_t k, Tier to) {
     Chunk& c = chunks[k];
     if (c.optimizer_tier == to) return;
-    for (memory::Buffer* b : {&c.master, &c.exp_avg, &c.exp_avg_sq}) {
-      if (!*b) continue;
-      memory::Buffer moved(b->bytes());
-      std::memcpy(moved.data(), b->data(), static_cast<size_t>(b->bytes()));
-      *b = std::move(moved);
-    }
+    for (Block* b : {&c.master, &c.exp_avg, &c.exp_avg_sq})
+      if (*b) moved_to(*b, to);
     add_bytes(c.optimizer_tier, -optimizer_bytes());
     add_bytes(to, optimizer_bytes());
     (to == Tier::kDevice ? step.h2d : step.d2h) += optimizer_bytes();
@@ -373,8 +378,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       const int64_t k = group_chunk(g, part);
       Chunk& c = chunks[k];
       if (c.remote) {
-        c.param = memory::Buffer(chunk_size * elem_bytes);
-        if (!reuse) c.grad = memory::Buffer(chunk_size * 4);
+        c.param = device_tier->allocate(c.compute_tier, chunk_size * elem_bytes);
+        if (!reuse) c.grad = device_tier->allocate(c.compute_tier, chunk_size * 4);
         add_bytes(c.compute_tier, compute_bytes());
         record(k, formats::ChunkEventKind::kAllocate, compute_bytes());
       }
@@ -402,8 +407,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       Chunk& c = chunks[k];
       if (!c.remote) continue;
       PSTAR_INTERNAL_ASSERT(c.compute_count == 0, "releasing chunk ", k, " while it is in use");
-      c.param = memory::Buffer();
-      c.grad = memory::Buffer();
+      c.param.reset();
+      c.grad.reset();
       add_bytes(c.compute_tier, -compute_bytes());
       repoint(k);
       record(k, formats::ChunkEventKind::kRelease, compute_bytes());
@@ -497,7 +502,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
 
   // A moment begins: close the non-model window of the previous one (Note [placement]).
   void begin_moment(const std::string& what) {
-    const int64_t non_model = counter.reset_peak();
+    const int64_t non_model = device_tier->reset_non_model_peak();
     // The window since the last optimizer step closed in end_step, which counted it for the step
     // it belongs to; a step's peak covers its own moments only (as a profile's rows do).
     if (moment >= 0)
@@ -550,8 +555,9 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     if (planned && t < trace.num_moments()) {
       int64_t pinned = 0;
       for (const Chunk& c : chunks) pinned += c.margin ? compute_bytes() + optimizer_bytes() : 0;
-      const int64_t room = chunk::device_chunk_budget_bytes(trace, t, device_budget) - pinned -
-                           remote_device_bytes();
+      const int64_t room = std::min(chunk::device_chunk_budget_bytes(trace, t, device_budget),
+                                    device_tier->device_capacity_bytes()) -
+                           pinned - remote_device_bytes();
       const int64_t capacity = std::max<int64_t>(0, room / compute_bytes());
       evict = std::max<int64_t>(0, resident + missing - capacity);
       PSTAR_CHECK(evict <= static_cast<int64_t>(candidates.size()), OutOfMemoryError,
@@ -668,8 +674,9 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       max_needed = std::max<int64_t>(max_needed, static_cast<int64_t>(trace.accesses[t].size()));
     }
     const int64_t whole = compute_bytes() + optimizer_bytes();
-    const double usable = plan::kDeviceFillRatio * static_cast<double>(device_budget) -
-                          static_cast<double>(max_non_model);
+    const double usable = std::min(plan::kDeviceFillRatio * static_cast<double>(device_budget) -
+                                       static_cast<double>(max_non_model),
+                                   static_cast<double>(device_tier->device_capacity_bytes()));
     int64_t margin = 0;
     int64_t movable = 0;
     for (const Chunk& c : chunks) movable += c.host_pinned || c.remote ? 0 : 1;
@@ -709,9 +716,16 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
 
 ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType compute_dtype,
                              const std::vector<LeafModule>& leaves, int64_t predicted_non_model,
-                             dist::Communicator* comm)
-    : impl_(std::make_unique<Impl>(config, compute_dtype, comm)) {
+                             dist::Communicator* comm,
+                             std::unique_ptr<tier::DeviceTier> device_tier)
+    : impl_(std::make_unique<Impl>(config, compute_dtype, comm, std::move(device_tier))) {
   Impl& s = *impl_;
+  // Gathers and reductions go through Gloo over host memory (Note [ring collectives]).
+  PSTAR_CHECK(comm == nullptr || s.device_tier->compute_device().is_cpu(), ConfigError,
+              "training on ", comm != nullptr ? comm->world_size() : 1,
+              " ranks with the device tier ", s.device_tier->describe(),
+              " needs NCCL collectives, which this build of pstar does not have; train on one rank "
+              "or with --device cpu");
   s.expected_leaves = static_cast<int64_t>(leaves.size());
   const plan::ChunkLayout layout = plan::plan_layout(
       leaves, plan::LayoutOptions{config.default_chunk_size, config.engine.chunk_size_search,
@@ -761,6 +775,12 @@ ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType 
                 "; `pstar estimate --config` shows the breakdown)");
   }
   s.first_device_chunk = s.fit.host_chunks;
+  const int64_t capacity = s.device_tier->device_capacity_bytes();
+  PSTAR_CHECK(s.fit.device_chunks <= capacity / s.whole_bytes(), OutOfMemoryError,
+              s.fit.device_chunks, " chunks must start on the device tier (",
+              format_bytes(s.fit.device_chunks * s.whole_bytes()), ") but it holds ",
+              format_bytes(capacity),
+              " of chunks; raise engine.device_memory or engine.host_memory");
   log::info("chunk plan: ", layout.num_chunks, " chunks of ", layout.chunk_size, " elements, ",
             s.payload.whole(), " bytes per parameter (",
             s.reuse ? "param/grad reuse" : "separate fp32 gradients", "), model data ",
@@ -771,10 +791,26 @@ ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType 
                       : std::string(),
             "; ", s.fit.host_chunks, " chunks on the host tier (", format_bytes(s.host_budget),
             "), ", s.fit.device_chunks, " on the device tier (", format_bytes(s.device_budget),
-            ", emulated on the CPU); predicted non-model peak ", format_bytes(predicted_non_model));
+            ", ", s.device_tier->describe(), "); predicted non-model peak ",
+            format_bytes(predicted_non_model));
 }
 
 ChunkedEngine::~ChunkedEngine() = default;
+
+int64_t ChunkedEngine::device_arena_bytes(const config::TrainConfig& config,
+                                          int64_t predicted_non_model) {
+  const int64_t budget = plan::config_budgets(config).device;
+  const auto unfilled =
+      static_cast<int64_t>((1.0 - plan::kDeviceFillRatio) * static_cast<double>(budget));
+  const int64_t reserve = std::max(predicted_non_model, unfilled);
+  PSTAR_CHECK(reserve < budget, OutOfMemoryError, "engine.device_memory ", format_bytes(budget),
+              " leaves nothing for chunks after ", format_bytes(reserve),
+              " of predicted activations and temporaries; raise engine.device_memory, lower "
+              "train_micro_batch_size_per_gpu, or turn on engine.activation_checkpointing");
+  return budget - reserve;
+}
+
+tier::DeviceTier& ChunkedEngine::device_tier() { return *impl_->device_tier; }
 
 model::ModuleHooks* ChunkedEngine::hooks() { return impl_.get(); }
 const chunk::AccessTrace& ChunkedEngine::trace() const { return impl_->trace; }
@@ -910,7 +946,7 @@ int64_t ChunkedEngine::num_parameters() const {
 std::string ChunkedEngine::describe() const {
   const Impl& s = *impl_;
   return str_cat("chunked (", s.chunks.size(), " chunks of ", s.chunk_size, " elements, device ",
-                 format_bytes(s.device_budget), " emulated on the CPU, host ",
+                 format_bytes(s.device_budget), " ", s.device_tier->describe(), ", host ",
                  format_bytes(s.host_budget), ")");
 }
 
@@ -918,7 +954,7 @@ void ChunkedEngine::begin_step() {
   Impl& s = *impl_;
   // What ran between steps (model set-up before the first, a checkpoint's copies) is not this
   // step's non-model memory: the first moment's window starts here.
-  s.counter.reset_peak();
+  s.device_tier->reset_non_model_peak();
   s.step = StepStats{};
   s.step.host_peak = s.host_bytes;
   s.moment = -1;
@@ -928,6 +964,8 @@ void ChunkedEngine::begin_step() {
 
 void ChunkedEngine::end_micro_batch() {
   Impl& s = *impl_;
+  // Host code below touches payloads (zeroing slots, Gloo's buffers): queued copies finish first.
+  s.device_tier->synchronize();
   // A parameter no loss depends on gets no gradient: its slot must read as zero.
   torch::NoGradGuard no_grad;
   for (auto& t : s.tensors) {
@@ -952,7 +990,8 @@ double ChunkedEngine::grad_norm(double loss_scale) {
   s.optimizer_moment();
   double sum = 0;
   for (const Chunk& c : s.chunks)
-    if (!c.remote) sum += optim::grad_sq_sum(s.grad_data(c), s.grad_type(), c.used);
+    if (!c.remote)
+      sum += s.device_tier->grad_sq_sum(c.compute_tier, s.grad_data(c), s.grad_type(), c.used);
   if (s.comm != nullptr) sum = s.comm->all_reduce_sum(sum);
   // Reduced gradients are sums over the ranks; the step's gradient is their mean.
   return std::sqrt(sum) / (loss_scale * static_cast<double>(s.sharding.world_size));
@@ -973,8 +1012,8 @@ void ChunkedEngine::update(double lr, double grad_multiplier) {
   const optim::ParamOutType out = s.fp32                        ? optim::ParamOutType::kNone
                                   : s.dtype == torch::kBFloat16 ? optim::ParamOutType::kBF16
                                                                 : optim::ParamOutType::kF16;
-  // Device-side and host-side updates run the same kernel on the emulated device, so placement
-  // never changes the numbers.
+  // The device tier's Adam gives host Adam's bits (Note [device tier]), so placement never changes
+  // the numbers.
   const float multiplier =
       static_cast<float>(grad_multiplier / static_cast<double>(s.sharding.world_size));
   for (Chunk& c : s.chunks) {
@@ -989,7 +1028,9 @@ void ChunkedEngine::update(double lr, double grad_multiplier) {
     span.param_out_type = out;
     span.numel = c.used;
     const auto begin = std::chrono::steady_clock::now();
-    optim::host_adam_step(hyper, multiplier, span);
+    PSTAR_INTERNAL_ASSERT(c.compute_tier == c.optimizer_tier, "chunk ", &c - s.chunks.data(),
+                          "'s compute payloads are not beside its optimizer state");
+    s.device_tier->adam_step(c.optimizer_tier, hyper, multiplier, span);
     if (c.margin) ++s.step.adam_device_chunks;
     s.record(&c - s.chunks.data(),
              c.margin ? formats::ChunkEventKind::kAdamDevice : formats::ChunkEventKind::kAdamHost,
@@ -999,9 +1040,10 @@ void ChunkedEngine::update(double lr, double grad_multiplier) {
 
 void ChunkedEngine::end_step() {
   Impl& s = *impl_;
+  s.device_tier->synchronize();  // a skipped update restores host payloads with LibTorch below
   if (!s.reuse) {
     for (Chunk& c : s.chunks)
-      if (!c.remote) std::memset(c.grad.data(), 0, static_cast<size_t>(c.used) * 4);
+      if (!c.remote) s.device_tier->zero(c.grad, c.used * 4);
   } else if (!s.updated) {
     // A skipped update (fp16 overflow) leaves gradients in the parameter slots: restore the
     // parameters from the masters (Note [param/grad reuse]).
@@ -1028,7 +1070,7 @@ void ChunkedEngine::end_step() {
   s.step.device_peak = std::max(s.step.device_peak, s.device_bytes);
   // The optimizer step's window is this step's too (the next step's first moment restarts it).
   s.step.device_peak =
-      std::max(s.step.device_peak, s.interval_chunk_bytes + s.counter.peak_bytes());
+      std::max(s.step.device_peak, s.interval_chunk_bytes + s.device_tier->non_model_peak_bytes());
   // Every gathered copy is released by now: what is left is this rank's own model data.
   s.step.model_data = s.device_bytes + s.host_bytes;
   s.last = s.step;
@@ -1036,21 +1078,27 @@ void ChunkedEngine::end_step() {
 
 void ChunkedEngine::state_dict(TensorList& out) {
   const Impl& s = *impl_;
+  s.device_tier->synchronize();
+  // Copies on the host, whichever side a payload is on.
+  const auto host_copy = [](const torch::Tensor& view) {
+    return view.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  };
   // Each rank writes the chunks it owns (Note [chunk layout]).
   for (const auto& t : s.tensors) {
     if (!s.sharding.owns(t.chunk)) continue;
     const Chunk& c = s.chunks[t.chunk];
-    out.emplace_back(t.name, s.master_view(t).clone());
+    out.emplace_back(t.name, host_copy(s.master_view(t)));
     out.emplace_back(t.name + ".exp_avg",
-                     Impl::view(c.exp_avg, torch::kFloat32, t.offset, t.shape).clone());
+                     host_copy(s.view(c.exp_avg, torch::kFloat32, t.offset, t.shape)));
     out.emplace_back(t.name + ".exp_avg_sq",
-                     Impl::view(c.exp_avg_sq, torch::kFloat32, t.offset, t.shape).clone());
+                     host_copy(s.view(c.exp_avg_sq, torch::kFloat32, t.offset, t.shape)));
   }
   out.emplace_back("__pstar__.adam_step", torch::tensor(s.adam_steps, torch::kInt64));
 }
 
 void ChunkedEngine::load_state_dict(const TensorMap& in, const std::string& file) {
   Impl& s = *impl_;
+  s.device_tier->synchronize();
   torch::NoGradGuard no_grad;
   s.adam_steps =
       checkpoint_tensor(in, "__pstar__.adam_step", file, {}, torch::kInt64).item<int64_t>();
@@ -1059,9 +1107,9 @@ void ChunkedEngine::load_state_dict(const TensorMap& in, const std::string& file
     const Chunk& c = s.chunks[t.chunk];
     s.master_view(t).copy_(checkpoint_tensor(in, t.name, file, t.shape, torch::kFloat32));
     if (!s.fp32) s.param_view(t).copy_(s.master_view(t));
-    Impl::view(c.exp_avg, torch::kFloat32, t.offset, t.shape)
+    s.view(c.exp_avg, torch::kFloat32, t.offset, t.shape)
         .copy_(checkpoint_tensor(in, t.name + ".exp_avg", file, t.shape, torch::kFloat32));
-    Impl::view(c.exp_avg_sq, torch::kFloat32, t.offset, t.shape)
+    s.view(c.exp_avg_sq, torch::kFloat32, t.offset, t.shape)
         .copy_(checkpoint_tensor(in, t.name + ".exp_avg_sq", file, t.shape, torch::kFloat32));
   }
 }

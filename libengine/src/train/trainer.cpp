@@ -37,6 +37,7 @@
 #include "pstar/model/hf_gpt2.h"
 #include "pstar/model/hooks.h"
 #include "pstar/plan/memory_plan.h"
+#include "pstar/tier/device_tier.h"
 #include "pstar/train/checkpoint.h"
 #include "pstar/train/chunked_engine.h"
 #include "pstar/train/loss_scaler.h"
@@ -152,13 +153,29 @@ void check_same_config(dist::Communicator& comm, const config::TrainConfig& conf
 }  // namespace
 
 c10::Device compute_device(const config::TrainConfig& config, const std::string& device_option) {
-  if (config.engine.mode != "chunked") return core::resolve_device(device_option, "--device");
-  // The device tier is emulated on the CPU in this build (Note [placement]).
+  if (config.engine.mode != "chunked" || tier::cuda_tier_built())
+    return core::resolve_device(device_option, "--device");
+  // Without the CUDA tier the chunk engine's device tier is emulated on the CPU (Note [device
+  // tier]), whatever GPU LibTorch sees.
   PSTAR_CHECK(device_option != "cuda", ConfigError,
-              "--device cuda: the chunk engine's CUDA device tier is not built yet; use "
-              "--device cpu (an emulated device tier on the CPU) or engine.mode \"torch\"");
+              "--device cuda: this build of pstar has no CUDA device tier for the chunk engine (it "
+              "was built without a CUDA LibTorch; docs/cuda.md says how to build one); use "
+              "--device cpu (the device tier emulated on the CPU) or engine.mode \"torch\"");
+  if (device_option != "cpu") core::resolve_device(device_option, "--device");  // checks the name
   return c10::Device(c10::kCPU);
 }
+
+namespace {
+
+// The chunk engine's device tier for a compute device (Note [device tier]).
+std::unique_ptr<tier::DeviceTier> make_tier(c10::Device device, const config::TrainConfig& config,
+                                            int64_t predicted_non_model) {
+  if (device.is_cpu()) return tier::make_emulated_tier();
+  return tier::make_device_tier(device,
+                                ChunkedEngine::device_arena_bytes(config, predicted_non_model));
+}
+
+}  // namespace
 
 struct Trainer::Impl {
   config::TrainConfig config;
@@ -208,6 +225,7 @@ struct Trainer::Impl {
   }
   // nullopt: a stop was agreed between micro-batches and the step was abandoned.
   std::optional<StepMetrics> run_step(bool may_abandon);
+  std::optional<StepMetrics> train_step(bool may_abandon);
   bool agree_to_stop();
   // For errors that end a run: where to continue from.
   std::string last_checkpoint_hint() const {
@@ -504,7 +522,8 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   } else if (chunked) {
     // A model built outside the engine is taken into chunks module by module after the fact.
     auto chunk_engine = std::make_unique<ChunkedEngine>(
-        config, dtype, ChunkedEngine::leaf_modules(*model), /*predicted_non_model=*/0, comm);
+        config, dtype, ChunkedEngine::leaf_modules(*model), /*predicted_non_model=*/0, comm,
+        make_tier(device, config, 0));
     chunk_engine->register_unit(*model, "");
     chunk_engine->finish_registration();
     engine = std::move(chunk_engine);
@@ -551,6 +570,28 @@ int64_t Trainer::steps_done() const { return impl_->step; }
 StepMetrics Trainer::step() { return *impl_->run_step(/*may_abandon=*/false); }
 
 std::optional<StepMetrics> Trainer::Impl::run_step(bool may_abandon) {
+  try {
+    return train_step(may_abandon);
+  } catch (const c10::OutOfMemoryError& e) {
+    // LibTorch's allocator (activations, temporaries) ran out; chunk payloads are pstar's own and
+    // fail with pstar's OutOfMemoryError. Checkpoints are written only between steps, so the last
+    // one is intact.
+    std::string what = e.what_without_backtrace();
+    what = what.substr(0, what.find('\n'));
+    PSTAR_THROW(OutOfMemoryError, "step ", step, ": ", device.str(),
+                " ran out of memory for activations and temporaries: ", what,
+                "; lower train_micro_batch_size_per_gpu or turn on "
+                "engine.activation_checkpointing",
+                config.engine.mode == "chunked"
+                    ? ", or lower engine.device_memory so that chunks leave LibTorch more"
+                    : "",
+                last_saved_dir.empty()
+                    ? std::string()
+                    : str_cat(". The last checkpoint, ", last_saved_dir, ", is intact"));
+  }
+}
+
+std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   if (!start) start = Clock::now();
   const auto step_start = Clock::now();
   const bool abandonable = may_abandon && config.gradient_accumulation_steps > 1;
@@ -731,13 +772,15 @@ std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config) 
   return gpt;
 }
 
-ModelAndEngine build_model_and_engine(const config::TrainConfig& config, dist::Communicator* comm) {
+ModelAndEngine build_model_and_engine(const config::TrainConfig& config, dist::Communicator* comm,
+                                      c10::Device device) {
   if (config.engine.mode != "chunked") return ModelAndEngine{build_model(config), nullptr};
   auto shape = model::resolve_gpt_config(config.model);
   const int64_t non_model =
       plan::estimate_gpt_activations(plan::gpt_activation_input(config, shape)).peak;
-  auto engine = std::make_unique<ChunkedEngine>(config, compute_dtype(config),
-                                                plan::gpt_leaf_modules(shape), non_model, comm);
+  auto engine =
+      std::make_unique<ChunkedEngine>(config, compute_dtype(config), plan::gpt_leaf_modules(shape),
+                                      non_model, comm, make_tier(device, config, non_model));
   torch::manual_seed(config.training.seed);
   auto gpt =
       std::make_shared<model::Gpt>(shape, [&](torch::nn::Module& unit, const std::string& prefix) {
@@ -770,12 +813,13 @@ TrainSummary train(const config::TrainConfig& config, const TrainOptions& option
   }
   log::info("config: ", config.source);
   core::configure_runtime(world.local_world_size);  // before the precision probe, which it times
-  config::TrainConfig resolved = resolve_precision(config, compute_device(config, options.device));
+  const c10::Device device = compute_device(config, options.device);
+  config::TrainConfig resolved = resolve_precision(config, device);
   if (comm != nullptr && config.bf16.auto_select) {
     // Probes are timings: ranks could disagree near the threshold. Rank 0 decides for all.
     resolved.bf16.enabled = comm->exchange("bf16", resolved.bf16.enabled ? "1" : "0")[0] == "1";
   }
-  ModelAndEngine built = build_model_and_engine(resolved, comm.get());
+  ModelAndEngine built = build_model_and_engine(resolved, comm.get(), device);
   // Every rank built the same initial model from training.seed; from here on (dropout) each
   // rank draws its own numbers. Rank 0 keeps the stream a single-rank run would.
   if (world.rank > 0) torch::manual_seed(config.training.seed + 7919 * world.rank);

@@ -1,7 +1,8 @@
 // The CUDA Adam kernel against optim::host_adam_step, bit for bit (Note [cuda adam bit identity]):
 // every gradient dtype, parameter copy and weight decay, several steps, sizes that are not
 // multiples of the block or the vector width, both the vectorized and the one-element path, the
-// gradient in the parameter copy's buffer, and non-finite gradients. Needs a GPU; skipped without.
+// gradient in the parameter copy's buffer, non-finite gradients, and the raw-stream overload.
+// Needs a GPU; skipped without.
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -203,6 +205,78 @@ TEST_F(AdamKernelSpanTest, NonFiniteGradientsGiveWhatHostAdamGives) {
     }
     pair.step(hyper_for(c.decay, 1), grad);
     pair.expect_equal(" after a step with non-finite gradients");
+  }
+}
+
+// The raw-stream overload (a cudaStream_t, e.g. LibTorch's current stream) gives the Stream&
+// overload's bits, on another Stream's handle and on the legacy default stream (nullptr).
+TEST_F(AdamKernelSpanTest, RawStreamOverloadGivesTheSameBits) {
+  DeviceArena arena(64 << 20);
+  const AdamCase c{GradType::kBF16, ParamOutType::kBF16, Decay::kDecoupled};
+  const int64_t n = 100003;
+  std::mt19937 rng(31);
+  const AdamInputs state = random_state(n, rng);
+  std::vector<std::vector<uint8_t>> grads;
+  for (int s = 0; s < 3; ++s) grads.push_back(random_grad(c.grad, n, rng));
+  Stream stream;
+  Stream other;
+  // One set of buffers per way of naming the stream: 0 Stream&, 1 other.native(), 2 nullptr.
+  struct Buffers {
+    DeviceBlock master, exp_avg, exp_avg_sq, grad, out;
+    AdamSpanDevice span;
+  };
+  std::vector<Buffers> sets(3);
+  for (Buffers& b : sets) {
+    b.master = arena.allocate(n * 4);
+    b.exp_avg = arena.allocate(n * 4);
+    b.exp_avg_sq = arena.allocate(n * 4);
+    b.grad = arena.allocate(n * 2);
+    b.out = arena.allocate(n * 2);
+    copy_h2d_async(b.master.data(), state.master.data(), n * 4, stream);
+    copy_h2d_async(b.exp_avg.data(), state.exp_avg.data(), n * 4, stream);
+    copy_h2d_async(b.exp_avg_sq.data(), state.exp_avg_sq.data(), n * 4, stream);
+    b.span.master = static_cast<float*>(b.master.data());
+    b.span.exp_avg = static_cast<float*>(b.exp_avg.data());
+    b.span.exp_avg_sq = static_cast<float*>(b.exp_avg_sq.data());
+    b.span.grad = b.grad.data();
+    b.span.grad_type = c.grad;
+    b.span.param_out = b.out.data();
+    b.span.param_out_type = c.out;
+    b.span.numel = n;
+  }
+  for (int64_t step = 1; step <= 3; ++step) {
+    const std::vector<uint8_t>& grad = grads[static_cast<size_t>(step - 1)];
+    for (Buffers& b : sets) copy_h2d_async(b.grad.data(), grad.data(), n * 2, stream);
+    // The uploads are on a non-blocking stream, which the other two do not wait for.
+    stream.synchronize();
+    const optim::AdamHyper hyper = hyper_for(c.decay, step);
+    adam_step(sets[0].span, hyper, kGradMultiplier, stream);
+    adam_step(sets[1].span, hyper, kGradMultiplier, other.native());
+    adam_step(sets[2].span, hyper, kGradMultiplier, nullptr);
+    ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+    other.synchronize();
+    stream.synchronize();
+  }
+  auto download = [&](const Buffers& b) {
+    AdamInputs out;
+    for (auto [dst, src] : {std::pair{&out.master, &b.master}, std::pair{&out.exp_avg, &b.exp_avg},
+                            std::pair{&out.exp_avg_sq, &b.exp_avg_sq}}) {
+      dst->resize(static_cast<size_t>(n));
+      copy_d2h_async(dst->data(), src->data(), n * 4, stream);
+    }
+    std::vector<uint16_t> copy(static_cast<size_t>(n));
+    copy_d2h_async(copy.data(), b.out.data(), n * 2, stream);
+    stream.synchronize();
+    return std::pair{out, copy};
+  };
+  const auto [expected, expected_copy] = download(sets[0]);
+  for (size_t k : {size_t{1}, size_t{2}}) {
+    SCOPED_TRACE(k == 1 ? "another Stream's handle" : "the legacy default stream");
+    const auto [actual, actual_copy] = download(sets[k]);
+    EXPECT_EQ(count_f32_mismatches(expected.master, actual.master.data(), "master"), 0);
+    EXPECT_EQ(count_f32_mismatches(expected.exp_avg, actual.exp_avg.data(), "exp_avg"), 0);
+    EXPECT_EQ(count_f32_mismatches(expected.exp_avg_sq, actual.exp_avg_sq.data(), "exp_avg_sq"), 0);
+    EXPECT_EQ(count_u16_mismatches(expected_copy, actual_copy.data(), c.out, "param_out"), 0);
   }
 }
 

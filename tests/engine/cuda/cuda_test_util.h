@@ -1,9 +1,10 @@
-// Shared by the CUDA tests: the skip rule for GPU tests, random Adam inputs, and comparisons with
-// Note [cuda adam bit identity]'s rule for NaNs.
+// Shared by the CUDA tests: the skip rule for GPU tests, random Adam and sum-of-squares inputs, and
+// comparisons with Note [cuda adam bit identity]'s rule for NaNs.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <ostream>
 #include <random>
@@ -14,6 +15,13 @@
 
 #include "pstar/cuda/device.h"
 #include "pstar/optim/host_adam.h"
+
+// For gtest's messages ("where GetParam() = F32"), found by argument-dependent lookup.
+namespace pstar::optim {
+inline void PrintTo(GradType t, std::ostream* os) {
+  *os << (t == GradType::kF32 ? "F32" : t == GradType::kBF16 ? "BF16" : "F16");
+}
+}  // namespace pstar::optim
 
 namespace pstar::cuda::test {
 
@@ -213,6 +221,101 @@ inline int64_t count_u16_mismatches(const std::vector<uint16_t>& expected, const
     }
   }
   return bad;
+}
+
+// The gradient sizes of the sum-of-squares tests: empty, within one lane row, around a row of 16
+// lanes, around one block of 65536 elements, several blocks with a partial last one.
+inline std::vector<int64_t> sq_sum_sizes() {
+  return {0, 1, 15, 16, 17, 65535, 65536, 65537, 3 * 65536 + 5, 300001};
+}
+
+// The inputs of a sum of squares: random_grad's values alone (so that the order of the adds shows
+// in the result), with each type's extremes mixed in (largest finite, which then dominates the sum,
+// smallest normal, denormals, signed zeros), and with non-finite values besides.
+enum class SqSumInput { kRandom, kExtremes, kInf, kNaN, kInfAndNaN };
+
+inline std::vector<SqSumInput> all_sq_sum_inputs() {
+  return {SqSumInput::kRandom, SqSumInput::kExtremes, SqSumInput::kInf, SqSumInput::kNaN,
+          SqSumInput::kInfAndNaN};
+}
+
+inline const char* name(SqSumInput in) {
+  switch (in) {
+    case SqSumInput::kRandom:
+      return "random";
+    case SqSumInput::kExtremes:
+      return "extremes";
+    case SqSumInput::kInf:
+      return "inf";
+    case SqSumInput::kNaN:
+      return "nan";
+    case SqSumInput::kInfAndNaN:
+      return "inf and nan";
+  }
+  return "?";
+}
+
+// n gradients of type t as raw bytes, as `input` asks. Non-finite values: +inf at n / 3 and -inf
+// every 4099 elements; a NaN at n / 2 and others (negative, signaling) every 8191.
+inline std::vector<uint8_t> sq_sum_grad(optim::GradType t, int64_t n, SqSumInput input,
+                                        std::mt19937& rng) {
+  std::vector<uint8_t> bytes = random_grad(t, n, rng);
+  if (input == SqSumInput::kRandom || n == 0) return bytes;
+  const bool f32 = t == optim::GradType::kF32;
+  auto put = [&](int64_t i, uint32_t bits) {
+    if (f32) {
+      std::memcpy(bytes.data() + 4 * i, &bits, 4);
+    } else {
+      const auto h = static_cast<uint16_t>(bits);
+      std::memcpy(bytes.data() + 2 * i, &h, 2);
+    }
+  };
+  std::vector<uint32_t> extremes;
+  if (f32) {
+    extremes = {0x7F7FFFFFu, 0xFF7FFFFFu, 0x00800000u, 0x00000001u, 0x80000001u,
+                0x007FFFFFu, 0x80000000u, 0x00000000u, 0x5F800000u, 0x1F800000u};
+  } else if (t == optim::GradType::kBF16) {
+    extremes = {0x7F7Fu, 0xFF7Fu, 0x0080u, 0x0001u, 0x8001u, 0x007Fu, 0x8000u, 0x0000u};
+  } else {
+    extremes = {0x7BFFu, 0xFBFFu, 0x0400u, 0x0001u, 0x83FFu, 0x03FFu, 0x8000u, 0x0000u};
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (i % 101 < static_cast<int64_t>(extremes.size())) put(i, extremes[i % 101]);
+  }
+  const uint32_t pos_inf = f32 ? 0x7F800000u : t == optim::GradType::kBF16 ? 0x7F80u : 0x7C00u;
+  const uint32_t neg_inf = f32 ? 0xFF800000u : t == optim::GradType::kBF16 ? 0xFF80u : 0xFC00u;
+  const std::vector<uint32_t> nans =
+      f32                           ? std::vector<uint32_t>{0x7FC00000u, 0xFFC00001u, 0x7F800001u}
+      : t == optim::GradType::kBF16 ? std::vector<uint32_t>{0x7FC0u, 0xFFC1u, 0x7F81u}
+                                    : std::vector<uint32_t>{0x7E00u, 0xFE01u, 0x7C01u};
+  if (input == SqSumInput::kInf || input == SqSumInput::kInfAndNaN) {
+    for (int64_t i = 7; i < n; i += 4099) put(i, neg_inf);
+    put(n / 3, pos_inf);
+  }
+  if (input == SqSumInput::kNaN || input == SqSumInput::kInfAndNaN) {
+    for (int64_t i = 11; i < n; i += 8191) put(i, nans[static_cast<size_t>(i / 8191) % 3]);
+    put(n / 2, nans[0]);
+  }
+  return bytes;
+}
+
+inline uint64_t bits_of(double d) {
+  uint64_t u;
+  std::memcpy(&u, &d, 8);
+  return u;
+}
+
+// Sums of squares agree: the same bits, or both NaN (payloads may differ: Note [cuda grad sq sum
+// order]).
+inline ::testing::AssertionResult same_sq_sum(double expected, double actual) {
+  if (bits_of(expected) == bits_of(actual) || (std::isnan(expected) && std::isnan(actual))) {
+    return ::testing::AssertionSuccess();
+  }
+  char text[160];
+  std::snprintf(text, sizeof text, "expected %.17g (0x%016llx), got %.17g (0x%016llx)", expected,
+                static_cast<unsigned long long>(bits_of(expected)), actual,
+                static_cast<unsigned long long>(bits_of(actual)));
+  return ::testing::AssertionFailure() << text;
 }
 
 }  // namespace pstar::cuda::test

@@ -37,6 +37,7 @@ TEST(CudaDeviceQuery, CountsWithoutThrowingAndSaysWhyThereIsNone) {
         << e.what();
   }
   EXPECT_THROW(set_device(-1), ConfigError);
+  EXPECT_THROW(memory_info(n), ConfigError);
 }
 
 TEST(CudaErrors, MapToTypedErrorsWithTheOperationAndCudasText) {

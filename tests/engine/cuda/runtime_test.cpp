@@ -41,6 +41,18 @@ TEST_F(CudaRuntimeTest, DescribesTheDevice) {
   EXPECT_THROW(set_device(device_count()), ConfigError);
 }
 
+TEST_F(CudaRuntimeTest, ReportsFreeMemoryAndKeepsTheCurrentDevice) {
+  const MemoryInfo before = memory_info(0);
+  EXPECT_GT(before.free_bytes, 0);
+  EXPECT_LE(before.free_bytes, before.total_bytes);
+  {
+    DeviceArena arena(64 << 20);
+    EXPECT_LE(memory_info(0).free_bytes, before.free_bytes - (64 << 20));
+  }
+  EXPECT_EQ(current_device(), 0);
+  EXPECT_THROW(memory_info(device_count()), ConfigError);
+}
+
 TEST_F(CudaRuntimeTest, ArenaAllocatesFreesAndCoalesces) {
   DeviceArena arena(1 << 20);
   EXPECT_EQ(arena.capacity_bytes(), 1 << 20);

@@ -231,5 +231,37 @@ TEST_F(TrainerTest, TrainsAUserModel) {
   EXPECT_LT(summary.last_loss, 0.7 * summary.first_loss);
 }
 
+// A model whose forward runs out of LibTorch memory (as a CUDA allocator does) from step 3 on.
+class RunsOutOfMemory : public BigramMlp {
+ public:
+  torch::Tensor forward(const torch::Tensor& ids) override {
+    if (++calls >= 3)
+      C10_THROW_ERROR(OutOfMemoryError, "CUDA out of memory. Tried to allocate 2.00 GiB");
+    return BigramMlp::forward(ids);
+  }
+  int calls = 0;
+};
+
+TEST_F(TrainerTest, LibTorchOutOfMemoryIsAnOutOfMemoryErrorNamingTheIntactCheckpoint) {
+  auto c = small_config();
+  c.training.save_dir = dir_.file("ck");
+  c.training.save_interval = 1;
+  TrainOptions o;
+  o.device = "cpu";
+  o.progress = false;
+  Trainer trainer(c, std::make_shared<RunsOutOfMemory>(), o);
+  try {
+    trainer.run();
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("step 3: cpu ran out of memory"), std::string::npos) << what;
+    EXPECT_NE(what.find("Tried to allocate 2.00 GiB"), std::string::npos) << what;
+    EXPECT_NE(what.find("train_micro_batch_size_per_gpu"), std::string::npos) << what;
+    EXPECT_NE(what.find("step-00000002, is intact"), std::string::npos) << what;
+  }
+  EXPECT_EQ(trainer.steps_done(), 3);
+}
+
 }  // namespace
 }  // namespace pstar::train

@@ -7,6 +7,8 @@
 
 #include "pstar/optim/host_adam.h"
 
+struct CUstream_st;
+
 namespace pstar::cuda {
 
 class Stream;
@@ -32,6 +34,10 @@ struct AdamSpanDevice {
 // its bf16/fp16 copy (round to nearest even) written to param_out. The same hyperparameter checks
 // as host_adam_step (ConfigError), and ConfigError for a null or misaligned buffer (4 bytes for
 // fp32, 2 for 16-bit). numel == 0 queues nothing. Throws InternalError if the launch fails.
+// `stream` is a cudaStream_t of the current device, e.g. LibTorch's current stream (nullptr is the
+// legacy default stream); the Stream& overload passes stream.native().
+void adam_step(const AdamSpanDevice& span, const optim::AdamHyper& hyper, float grad_multiplier,
+               CUstream_st* stream);
 void adam_step(const AdamSpanDevice& span, const optim::AdamHyper& hyper, float grad_multiplier,
                Stream& stream);
 

@@ -32,6 +32,18 @@ struct DeviceInfo {
 // Throws ConfigError when `device` is not in [0, device_count()).
 DeviceInfo device_info(int device);
 
+// What the driver reports free and in total on a device right now (cudaMemGetInfo). Other
+// processes and earlier allocations of this one count as used.
+struct MemoryInfo {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+
+// Throws ConfigError when `device` is not in [0, device_count()). The device is made current for
+// the query and the caller's current device restored; the query creates the device's context if
+// it has none yet.
+MemoryInfo memory_info(int device);
+
 // One line for logs, e.g. "NVIDIA H100 80GB HBM3 (device 0, sm_90, 132 SMs, 79.19 GiB, 3.35 TB/s)".
 std::string describe_device(int device);
 

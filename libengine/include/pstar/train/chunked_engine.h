@@ -70,6 +70,9 @@ class Communicator;
 namespace pstar::train {
 class Profiler;
 }
+namespace pstar::tier {
+class DeviceTier;
+}
 
 namespace pstar::train {
 
@@ -82,10 +85,21 @@ class ChunkedEngine : public ParamEngine {
   // GPT; 0 when unknown, and the warm-up measures it) fit the two tiers (Note [fit]), before
   // anything is allocated. Throws OutOfMemoryError when they do not. With `comm` (several ranks)
   // this rank owns every world_size-th chunk (Note [gathering]); `comm` must outlive the engine.
+  // `device_tier` holds the payloads and runs the kernels (Note [device tier]); null: the
+  // emulated tier.
   ChunkedEngine(const config::TrainConfig& config, c10::ScalarType compute_dtype,
                 const std::vector<LeafModule>& leaves, int64_t predicted_non_model = 0,
-                dist::Communicator* comm = nullptr);
+                dist::Communicator* comm = nullptr,
+                std::unique_ptr<tier::DeviceTier> device_tier = nullptr);
   ~ChunkedEngine() override;
+
+  // The bytes of a CUDA tier's arena for `config`: engine.device_memory less what LibTorch's own
+  // allocations on the device need, the larger of `predicted_non_model` and the share the plan
+  // never fills (Note [fit]). Throws OutOfMemoryError when nothing is left for chunks.
+  static int64_t device_arena_bytes(const config::TrainConfig& config, int64_t predicted_non_model);
+
+  // The device tier in use.
+  tier::DeviceTier& device_tier();
 
   // The leaf modules of `unit` that own parameters, in the order register_unit takes them.
   static std::vector<LeafModule> leaf_modules(torch::nn::Module& unit);

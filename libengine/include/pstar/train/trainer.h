@@ -118,8 +118,9 @@ class Trainer {
   std::unique_ptr<Impl> impl_;
 };
 
-// The device the model computes on for `config` and a --device choice ("cpu", "cuda", "auto"):
-// the CPU for the chunk engine in this build (its device tier is emulated there).
+// The device the model computes on for `config` and a --device choice ("cpu", "cuda", "auto"). For
+// the chunk engine, CUDA only in builds with the CUDA device tier (tier::cuda_tier_built());
+// otherwise its device tier is emulated on the CPU.
 c10::Device compute_device(const config::TrainConfig& config, const std::string& device_option);
 
 // The configured model (GPT), initialised from training.seed, then from model.init_from if set.
@@ -128,8 +129,10 @@ std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config);
 // The same, and for engine.mode "chunked" the chunk engine, which takes each unit of the model
 // into chunks as it is built (start-up never holds a second full copy of the model). The config's
 // precision must be decided (resolve_precision in precision.h): "auto" is a ConfigError here.
+// `device` (compute_device) chooses the device tier.
 ModelAndEngine build_model_and_engine(const config::TrainConfig& config,
-                                      dist::Communicator* comm = nullptr);
+                                      dist::Communicator* comm = nullptr,
+                                      c10::Device device = c10::Device(c10::kCPU));
 
 // `pstar train`: runtime set-up, precision choice, model, trainer, run. Under a launcher
 // (dist/world.h) it joins the other ranks first and checks they all train the same config.

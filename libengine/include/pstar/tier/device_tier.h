@@ -1,0 +1,140 @@
+// The device tier: the memory and kernels the chunk engine places chunks on, behind one interface
+// with two implementations, chosen once at start-up (Note [device tier]).
+//
+// Note [device tier]
+// The chunk engine (train/chunked_engine.cpp) decides what lives where; a DeviceTier carries it
+// out. It owns the memory of both sides a chunk payload can be on, kDevice (where LibTorch
+// computes) and kHost, copies payloads between them, runs Adam and the gradient sum of squares on
+// either side, and measures the compute device's non-model memory. The engine asks the same
+// questions of either implementation and never asks which one it has:
+// - the emulated tier (make_emulated_tier): both sides are 64-byte aligned host allocations
+//   (memory::Buffer), copies are memcpy, Adam is host Adam on both sides, and non-model memory is
+//   LibTorch's CPU allocations (memory::CpuAllocationCounter). It is what every machine without
+//   a GPU trains with, and what the tests of placement, eviction and budgets run on.
+// - the CUDA tier (make_cuda_tier, only in builds with a CUDA LibTorch): kDevice blocks come from
+//   one cuda::DeviceArena the size of engine.device_memory, kHost blocks from an exact-size
+//   cuda::PinnedHostPool; copies run on a side stream ordered with LibTorch's compute stream by
+//   events; Adam on the device side is cuda::adam_step; non-model memory is LibTorch's CUDA
+//   caching allocator's.
+// Both give the same bits for every operation (host Adam and the CUDA kernel agree bit for bit,
+// Note [cuda adam bit identity]; the sum of squares follows Note [grad sq sum order] on both
+// sides), so where a chunk is placed never changes the numbers.
+//
+// Ordering. Everything a tier does is ordered as if it ran at once, in call order, with the
+// LibTorch computations the caller queues in between: a copy() is complete for the compute that
+// follows it on the destination side, and the memory of a released Block is reused only after
+// the work queued before the release has finished. Host code that reads or writes payloads itself
+// (a checkpoint, a collective over host memory) calls synchronize() first.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/ArrayRef.h>
+
+#include "pstar/optim/host_adam.h"
+
+namespace pstar::tier {
+
+// The two places a payload can be.
+enum class Side : uint8_t { kDevice, kHost };
+
+const char* side_name(Side side);
+
+// Memory of one side of a tier, owned: move-only, and destroying or reset()ting it gives the
+// memory back to its tier (see Ordering in Note [device tier]).
+class Block {
+ public:
+  // What keeps a block's memory: destroying it frees the memory.
+  struct Owner {
+    virtual ~Owner() = default;
+  };
+
+  Block() = default;
+  Block(void* data, int64_t bytes, Side side, std::unique_ptr<Owner> owner);
+  Block(Block&&) noexcept = default;
+  Block& operator=(Block&&) noexcept = default;
+  Block(const Block&) = delete;
+  Block& operator=(const Block&) = delete;
+  ~Block() = default;
+
+  void* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+  Side side() const { return side_; }
+  explicit operator bool() const { return data_ != nullptr; }
+  void reset();
+
+ private:
+  std::unique_ptr<Owner> owner_;
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+  Side side_ = Side::kHost;
+};
+
+class DeviceTier {
+ public:
+  virtual ~DeviceTier() = default;
+
+  // For logs: "emulated on the CPU", "CUDA device 0 (NVIDIA H100 80GB HBM3)".
+  virtual std::string describe() const = 0;
+  // Where LibTorch computes on the device side (the model's activations, its inputs).
+  virtual c10::Device compute_device() const = 0;
+  // Where tensors over a block of `side` live.
+  virtual c10::Device device_of(Side side) const = 0;
+
+  // The most chunk payload bytes the device side can hold at once, whatever the budget leaves room
+  // for: the CUDA tier's arena (engine.device_memory less what LibTorch's own allocations need);
+  // for the emulated tier, no limit of its own (INT64_MAX): the budget decides.
+  virtual int64_t device_capacity_bytes() const = 0;
+
+  // Zeroed memory of `bytes` (> 0) on `side`. Throws OutOfMemoryError naming the side and the
+  // size when there is not enough.
+  virtual Block allocate(Side side, int64_t bytes) = 0;
+  // Copies the first `bytes` of src into dst (either side to either side).
+  virtual void copy(Block& dst, const Block& src, int64_t bytes) = 0;
+  // Sets the first `bytes` of a block to zero.
+  virtual void zero(Block& block, int64_t bytes) = 0;
+
+  // One fused Adam pass (optim::host_adam_step's contract) over buffers that are all on `side`.
+  virtual void adam_step(Side side, const optim::AdamHyper& hyper, float grad_multiplier,
+                         const optim::AdamSpan& span) = 0;
+  // optim::grad_sq_sum of a buffer on `side`, with the same bits on either side.
+  virtual double grad_sq_sum(Side side, const void* grad, optim::GradType grad_type,
+                             int64_t numel) = 0;
+
+  // Non-model memory on the compute device: what LibTorch holds there now, and the most it held
+  // at once since the last reset_non_model_peak(), which starts a new window at the current level
+  // and returns the old window's peak.
+  virtual int64_t non_model_bytes() = 0;
+  virtual int64_t non_model_peak_bytes() = 0;
+  virtual int64_t reset_non_model_peak() = 0;
+
+  // Waits until everything queued so far has finished, so that the host may touch any block.
+  virtual void synchronize() = 0;
+
+  // A tensor over `block` from element `offset` of `dtype`, with `shape`. It does not own the
+  // memory: the block must outlive it.
+  at::Tensor view(const Block& block, c10::ScalarType dtype, int64_t offset,
+                  c10::IntArrayRef shape) const;
+};
+
+// The emulated device tier (Note [device tier]).
+std::unique_ptr<DeviceTier> make_emulated_tier();
+
+// Whether this build has the CUDA tier (a CUDA LibTorch and the pstar_cuda kernels).
+bool cuda_tier_built();
+
+// The CUDA tier on device `device_index`, whose device side is one arena of `arena_bytes` (the
+// chunk payloads' share of engine.device_memory). Throws ConfigError when this build has no CUDA
+// tier or the device is unusable, and OutOfMemoryError naming the free device memory when the
+// arena does not fit.
+std::unique_ptr<DeviceTier> make_cuda_tier(int device_index, int64_t arena_bytes);
+
+// The tier for a compute device: emulated for kCPU, CUDA (an arena of `arena_bytes`) for kCUDA.
+std::unique_ptr<DeviceTier> make_device_tier(c10::Device device, int64_t arena_bytes);
+
+}  // namespace pstar::tier

@@ -1,0 +1,423 @@
+// The CUDA device tier (Note [device tier]; docs/cuda.md, "The CUDA device tier"): kDevice blocks
+// from one DeviceArena, kHost blocks from a PinnedHostPool, copies on a side stream ordered with
+// LibTorch's current stream by events, and releases deferred until the work queued before them has
+// finished. Built only with a CUDA LibTorch and pstar_cuda (libengine/src/tier/sources.cmake).
+#include "pstar/core/torch_cuda_compat.h"  // first: it must precede every c10/cuda header
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pstar/base/error.h"
+#include "pstar/base/size.h"
+#include "pstar/cuda/adam.h"
+#include "pstar/cuda/device.h"
+#include "pstar/cuda/error.h"
+#include "pstar/cuda/memory.h"
+#include "pstar/cuda/sq_sum.h"
+#include "pstar/cuda/stream.h"
+#include "pstar/optim/host_adam.h"
+#include "pstar/tier/device_tier.h"
+
+#if !PSTAR_HAVE_CUDA_TIER
+#error \
+    "cuda_tier.cpp is compiled only with PSTAR_HAVE_CUDA_TIER=1 (libengine/src/tier/sources.cmake)"
+#endif
+
+namespace pstar::tier {
+namespace {
+
+void check(cudaError_t status, const char* operation) {
+  if (status != cudaSuccess) cuda::throw_error(static_cast<int>(status), operation);
+}
+
+// LibTorch's current stream on `device`: where the model's kernels, and so the tier's own compute,
+// run. Looked up on every use, since the caller may switch streams.
+cudaStream_t compute_stream(int device) {
+  return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
+}
+
+// A released block, kept until the work queued on both streams before its release has finished.
+struct Retired {
+  cuda::DeviceBlock device_block;
+  cuda::PinnedBlock host_block;
+  cuda::Event after_copies;
+  cuda::Event after_compute;
+};
+
+// What blocks need after the tier object is gone (they may outlive it): the memory, the copy
+// stream and the retire list. Owned by the tier and by every block.
+struct CudaTierState {
+  CudaTierState(int device_index, int64_t arena_bytes) : device(device_index), arena(arena_bytes) {}
+
+  ~CudaTierState() {
+    // Every block and the tier are gone; wait for what still uses retired memory before the arena
+    // and the pool free it. Errors are ignored: at process exit the runtime may be gone already.
+    try {
+      const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+      for (const Retired& r : retired) {
+        r.after_copies.synchronize();
+        r.after_compute.synchronize();
+      }
+      copies.synchronize();
+    } catch (...) {
+    }
+  }
+
+  CudaTierState(const CudaTierState&) = delete;
+  CudaTierState& operator=(const CudaTierState&) = delete;
+
+  // Made current by the caller before construction: the arena, the stream and the events belong to
+  // the device current then.
+  const int device;
+  cuda::DeviceArena arena;
+  cuda::PinnedHostPool pinned;
+  cuda::Stream copies;
+
+  std::mutex mutex;  // guards everything below
+  // Re-recorded for every copy: the compute queued before it, the copy itself.
+  cuda::Event compute_mark{false};
+  cuda::Event copy_mark{false};
+  // The last queued copy that reads or writes host memory, until the host has waited for it.
+  cuda::Event host_copy_mark{false};
+  bool host_copies_pending = false;
+  std::vector<Retired> retired;
+  std::vector<cuda::Event> spare_events;  // creating an event is a driver call: reuse them
+
+  cuda::Event take_event_locked() {
+    if (spare_events.empty()) return cuda::Event(false);
+    cuda::Event event = std::move(spare_events.back());
+    spare_events.pop_back();
+    return event;
+  }
+
+  // Frees the retired blocks whose work has finished.
+  void reap_locked() {
+    std::vector<Retired> pending;
+    for (Retired& r : retired) {
+      if (r.after_copies.query() && r.after_compute.query()) {
+        r.device_block.reset();
+        r.host_block.reset();
+        spare_events.push_back(std::move(r.after_copies));
+        spare_events.push_back(std::move(r.after_compute));
+      } else {
+        pending.push_back(std::move(r));
+      }
+    }
+    retired.swap(pending);
+  }
+
+  // The host may read or write host blocks only once the copies queued from or into them are done.
+  void wait_host_copies_locked() {
+    if (!host_copies_pending) return;
+    host_copy_mark.synchronize();
+    host_copies_pending = false;
+  }
+
+  void wait_host_copies() {
+    const std::lock_guard<std::mutex> lock(mutex);
+    wait_host_copies_locked();
+  }
+
+  // From a block's owner: the memory goes back to the arena or the pool only once both streams
+  // have passed this point.
+  void retire(cuda::DeviceBlock device_block, cuda::PinnedBlock host_block) noexcept {
+    try {
+      const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+      const std::lock_guard<std::mutex> lock(mutex);
+      Retired r{std::move(device_block), std::move(host_block), take_event_locked(),
+                take_event_locked()};
+      r.after_copies.record(copies);
+      check(cudaEventRecord(r.after_compute.native(), compute_stream(device)),
+            "cudaEventRecord on the compute stream");
+      retired.push_back(std::move(r));
+    } catch (...) {
+      // CUDA failed (a broken context, or the runtime unloading at exit): no queued work can be
+      // waited for any more, so the memory is freed now, by the blocks' destructors.
+    }
+  }
+};
+
+class DeviceOwner final : public Block::Owner {
+ public:
+  DeviceOwner(std::shared_ptr<CudaTierState> state, cuda::DeviceBlock block)
+      : state_(std::move(state)), block_(std::move(block)) {}
+  ~DeviceOwner() override { state_->retire(std::move(block_), cuda::PinnedBlock()); }
+
+ private:
+  std::shared_ptr<CudaTierState> state_;
+  cuda::DeviceBlock block_;
+};
+
+class PinnedOwner final : public Block::Owner {
+ public:
+  PinnedOwner(std::shared_ptr<CudaTierState> state, cuda::PinnedBlock block)
+      : state_(std::move(state)), block_(std::move(block)) {}
+  ~PinnedOwner() override { state_->retire(cuda::DeviceBlock(), std::move(block_)); }
+
+ private:
+  std::shared_ptr<CudaTierState> state_;
+  cuda::PinnedBlock block_;
+};
+
+class CudaTier final : public DeviceTier {
+ public:
+  CudaTier(int device, int64_t arena_bytes, std::string description)
+      : description_(std::move(description)) {
+    const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    state_ = std::make_shared<CudaTierState>(device, arena_bytes);
+  }
+
+  std::string describe() const override { return description_; }
+  c10::Device compute_device() const override {
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(state_->device));
+  }
+  c10::Device device_of(Side side) const override {
+    switch (side) {
+      case Side::kDevice:
+        return compute_device();
+      case Side::kHost:
+        return c10::Device(c10::kCPU);
+    }
+    PSTAR_INTERNAL_ASSERT(false, "unknown side ", static_cast<int>(side));
+  }
+  int64_t device_capacity_bytes() const override { return state_->arena.capacity_bytes(); }
+
+  Block allocate(Side side, int64_t bytes) override {
+    PSTAR_INTERNAL_ASSERT(bytes > 0, "allocate(", side_name(side), ", ", bytes, ")");
+    const c10::cuda::CUDAGuard guard(device_index());
+    switch (side) {
+      case Side::kDevice: {
+        cuda::DeviceBlock block = allocate_device(bytes);
+        void* data = block.data();
+        // On the compute stream, so later compute and copies (which wait for it) see zeros.
+        check(cudaMemsetAsync(data, 0, static_cast<size_t>(bytes), compute()),
+              "cudaMemsetAsync zeroing a new device block");
+        return Block(data, bytes, side, std::make_unique<DeviceOwner>(state_, std::move(block)));
+      }
+      case Side::kHost: {
+        cuda::PinnedBlock block = allocate_host(bytes);
+        void* data = block.data();
+        // No copy can still touch it: a pinned block is reused only after its retirement.
+        std::memset(data, 0, static_cast<size_t>(bytes));
+        return Block(data, bytes, side, std::make_unique<PinnedOwner>(state_, std::move(block)));
+      }
+    }
+    PSTAR_INTERNAL_ASSERT(false, "unknown side ", static_cast<int>(side));
+  }
+
+  void copy(Block& dst, const Block& src, int64_t bytes) override {
+    PSTAR_INTERNAL_ASSERT(dst && src, "copy between empty blocks");
+    PSTAR_INTERNAL_ASSERT(bytes >= 0 && bytes <= dst.bytes() && bytes <= src.bytes(), "copy of ",
+                          bytes, " bytes from a block of ", src.bytes(), " into one of ",
+                          dst.bytes());
+    if (bytes == 0) return;
+    const bool dst_host = dst.side() == Side::kHost;
+    const bool src_host = src.side() == Side::kHost;
+    if (dst_host && src_host) {
+      state_->wait_host_copies();
+      std::memcpy(dst.data(), src.data(), static_cast<size_t>(bytes));
+      return;
+    }
+    const c10::cuda::CUDAGuard guard(device_index());
+    const cudaStream_t compute_now = compute();
+    CudaTierState& s = *state_;
+    const std::lock_guard<std::mutex> lock(s.mutex);
+    // After the compute queued so far, which may still write src or read dst ...
+    check(cudaEventRecord(s.compute_mark.native(), compute_now),
+          "cudaEventRecord on the compute stream");
+    s.compute_mark.wait(s.copies);
+    if (dst_host) {
+      cuda::copy_d2h_async(dst.data(), src.data(), bytes, s.copies);
+    } else if (src_host) {
+      cuda::copy_h2d_async(dst.data(), src.data(), bytes, s.copies);
+    } else {
+      cuda::copy_d2d_async(dst.data(), src.data(), bytes, s.copies);
+    }
+    // ... and before the compute queued later, which may read dst or overwrite src. The compute
+    // stream waits on the device; the host does not block.
+    s.copy_mark.record(s.copies);
+    check(cudaStreamWaitEvent(compute_now, s.copy_mark.native(), 0),
+          "cudaStreamWaitEvent of the compute stream on a copy");
+    if (dst_host || src_host) {
+      s.host_copy_mark.record(s.copies);
+      s.host_copies_pending = true;
+    }
+  }
+
+  void zero(Block& block, int64_t bytes) override {
+    PSTAR_INTERNAL_ASSERT(block && bytes >= 0 && bytes <= block.bytes(), "zero of ", bytes,
+                          " bytes of a block of ", block.bytes());
+    if (bytes == 0) return;
+    switch (block.side()) {
+      case Side::kDevice: {
+        const c10::cuda::CUDAGuard guard(device_index());
+        check(cudaMemsetAsync(block.data(), 0, static_cast<size_t>(bytes), compute()),
+              "cudaMemsetAsync zeroing a device block");
+        return;
+      }
+      case Side::kHost:
+        state_->wait_host_copies();
+        std::memset(block.data(), 0, static_cast<size_t>(bytes));
+        return;
+    }
+  }
+
+  void adam_step(Side side, const optim::AdamHyper& hyper, float grad_multiplier,
+                 const optim::AdamSpan& span) override {
+    switch (side) {
+      case Side::kDevice: {
+        cuda::AdamSpanDevice device_span;
+        device_span.master = span.master;
+        device_span.exp_avg = span.exp_avg;
+        device_span.exp_avg_sq = span.exp_avg_sq;
+        device_span.grad = span.grad;
+        device_span.grad_type = span.grad_type;
+        device_span.param_out = span.param_out;
+        device_span.param_out_type = span.param_out_type;
+        device_span.numel = span.numel;
+        const c10::cuda::CUDAGuard guard(device_index());
+        cuda::adam_step(device_span, hyper, grad_multiplier, compute());
+        return;
+      }
+      case Side::kHost:
+        state_->wait_host_copies();
+        optim::host_adam_step(hyper, grad_multiplier, span);
+        return;
+    }
+  }
+
+  double grad_sq_sum(Side side, const void* grad, optim::GradType grad_type,
+                     int64_t numel) override {
+    switch (side) {
+      case Side::kDevice: {
+        const c10::cuda::CUDAGuard guard(device_index());
+        return cuda::grad_sq_sum(grad, grad_type, numel, compute());
+      }
+      case Side::kHost:
+        state_->wait_host_copies();
+        return optim::grad_sq_sum(grad, grad_type, numel);
+    }
+    PSTAR_INTERNAL_ASSERT(false, "unknown side ", static_cast<int>(side));
+  }
+
+  // The arena is one cudaMalloc outside LibTorch, so LibTorch's own allocations are the non-model
+  // memory.
+  int64_t non_model_bytes() override {
+    return compat::cuda_allocated_bytes(state_->device).current;
+  }
+  int64_t non_model_peak_bytes() override {
+    return compat::cuda_allocated_bytes(state_->device).peak;
+  }
+  int64_t reset_non_model_peak() override {
+    const int64_t peak = compat::cuda_allocated_bytes(state_->device).peak;
+    compat::reset_cuda_allocated_peak(state_->device);
+    return peak;
+  }
+
+  void synchronize() override {
+    const c10::cuda::CUDAGuard guard(device_index());
+    check(cudaStreamSynchronize(compute()), "cudaStreamSynchronize of the compute stream");
+    const std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->copies.synchronize();
+    state_->host_copies_pending = false;
+    state_->reap_locked();
+  }
+
+ private:
+  c10::DeviceIndex device_index() const { return static_cast<c10::DeviceIndex>(state_->device); }
+  cudaStream_t compute() const { return compute_stream(state_->device); }
+
+  void reap() {
+    const std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->reap_locked();
+  }
+
+  // Memory still waiting in the retire list may be all that is missing: on failure, wait for the
+  // queued work, free what it held, and try once more.
+  cuda::DeviceBlock allocate_device(int64_t bytes) {
+    reap();
+    try {
+      return state_->arena.allocate(bytes);
+    } catch (const OutOfMemoryError&) {
+    }
+    synchronize();
+    try {
+      return state_->arena.allocate(bytes);
+    } catch (const OutOfMemoryError& e) {
+      PSTAR_THROW(OutOfMemoryError, "the CUDA tier's device side: ", e.what());
+    }
+  }
+
+  cuda::PinnedBlock allocate_host(int64_t bytes) {
+    reap();
+    try {
+      return state_->pinned.acquire(bytes);
+    } catch (const OutOfMemoryError&) {
+    }
+    synchronize();
+    // Free blocks of other sizes hold pinned memory that this size cannot use.
+    state_->pinned.release_free();
+    try {
+      return state_->pinned.acquire(bytes);
+    } catch (const OutOfMemoryError& e) {
+      PSTAR_THROW(OutOfMemoryError, "the CUDA tier's host side: ", e.what());
+    }
+  }
+
+  std::shared_ptr<CudaTierState> state_;
+  std::string description_;
+};
+
+}  // namespace
+
+bool cuda_tier_built() { return true; }
+
+std::unique_ptr<DeviceTier> make_cuda_tier(int device_index, int64_t arena_bytes) {
+  const int devices = cuda::device_count();
+  PSTAR_CHECK(devices > 0, ConfigError, "the CUDA device tier needs a CUDA device and found none (",
+              cuda::no_device_reason(), "); train with --device cpu");
+  PSTAR_CHECK(
+      device_index >= 0 && device_index < devices, ConfigError, "CUDA device ", device_index,
+      " does not exist: this machine has ", devices,
+      devices == 1 ? " device (cuda:0)" : str_cat(" devices (cuda:0 to cuda:", devices - 1, ")"));
+  PSTAR_CHECK(arena_bytes > 0, ConfigError,
+              "the CUDA tier's arena for chunk payloads must be larger than 0 bytes, got ",
+              arena_bytes, "; raise engine.device_memory");
+  PSTAR_CHECK(at::hasCUDA(), ConfigError,
+              "the LibTorch loaded in this process has no CUDA support (libtorch_cuda is not "
+              "loaded), although pstar was built against a CUDA LibTorch; run with the LibTorch it "
+              "was built with");
+  try {
+    // Before measuring free memory: it creates the device's context and LibTorch's allocator.
+    compat::lazy_init_cuda();
+  } catch (const c10::Error& e) {
+    PSTAR_THROW(ConfigError, "LibTorch could not initialize CUDA: ", e.what_without_backtrace());
+  }
+  const cuda::MemoryInfo memory = cuda::memory_info(device_index);
+  PSTAR_CHECK(arena_bytes <= memory.free_bytes, OutOfMemoryError, "the CUDA tier's arena of ",
+              format_bytes(arena_bytes), " (", arena_bytes, " bytes) does not fit on CUDA device ",
+              device_index, ", which has ", format_bytes(memory.free_bytes), " (",
+              memory.free_bytes, " bytes) free of ", format_bytes(memory.total_bytes),
+              "; lower engine.device_memory");
+  const cuda::DeviceInfo info = cuda::device_info(device_index);
+  std::string description =
+      str_cat("CUDA device ", device_index, " (", info.name, ", ",
+              format_bytes(info.total_memory_bytes), "), arena ", format_bytes(arena_bytes));
+  try {
+    return std::make_unique<CudaTier>(device_index, arena_bytes, std::move(description));
+  } catch (const OutOfMemoryError& e) {
+    // Free memory is not all allocatable (fragmentation, another process allocating meanwhile).
+    PSTAR_THROW(OutOfMemoryError, e.what(), "; lower engine.device_memory");
+  }
+}
+
+}  // namespace pstar::tier

@@ -1,0 +1,409 @@
+// The device tier interface (Note [device tier]): the emulated tier against plain LibTorch and host
+// Adam, and the chunk engine against a checking tier that holds it to the interface's contract:
+// every kernel is told the side its buffers are really on, the bytes the engine reports moving are
+// the bytes the tier copied, and its model data is the memory the tier holds.
+#include <cstring>
+#include <limits>
+#include <map>
+#include <random>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "pstar/base/error.h"
+#include "pstar/chunk/access_trace.h"
+#include "pstar/formats/config.h"
+#include "pstar/memory/cpu_counter.h"
+#include "pstar/model/gpt.h"
+#include "pstar/plan/memory_plan.h"
+#include "pstar/tier/device_tier.h"
+#include "pstar/train/chunked_engine.h"
+#include "pstar/train/trainer.h"
+#include "test_util.h"
+
+namespace pstar::tier {
+namespace {
+
+std::vector<float> random_floats(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> out(static_cast<size_t>(n));
+  for (auto& x : out) x = dist(gen);
+  return out;
+}
+
+TEST(EmulatedTier, BlocksAreZeroedOnTheirSideAndViewsSeeThem) {
+  auto tier = make_emulated_tier();
+  EXPECT_EQ(tier->describe(), "emulated on the CPU");
+  EXPECT_TRUE(tier->compute_device().is_cpu());
+  EXPECT_EQ(tier->device_capacity_bytes(), std::numeric_limits<int64_t>::max());
+  for (Side side : {Side::kDevice, Side::kHost}) {
+    Block b = tier->allocate(side, 40);
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b.side(), side);
+    EXPECT_EQ(b.bytes(), 40);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 64, 0u);
+    auto v = tier->view(b, torch::kFloat32, 2, {2, 4});
+    EXPECT_TRUE(torch::equal(v, torch::zeros({2, 4})));
+    v.fill_(3.0f);
+    EXPECT_EQ(static_cast<float*>(b.data())[2], 3.0f);
+    EXPECT_EQ(static_cast<float*>(b.data())[1], 0.0f);
+    b.reset();
+    EXPECT_FALSE(b);
+    EXPECT_EQ(b.bytes(), 0);
+  }
+  EXPECT_STREQ(side_name(Side::kDevice), "device");
+  EXPECT_STREQ(side_name(Side::kHost), "host");
+}
+
+TEST(EmulatedTier, ViewPastTheBlockIsAnInternalError) {
+  auto tier = make_emulated_tier();
+  Block b = tier->allocate(Side::kHost, 16);
+  EXPECT_THROW(tier->view(b, torch::kFloat32, 1, {4}), InternalError);
+  EXPECT_NO_THROW(tier->view(b, torch::kFloat32, 0, {4}));
+}
+
+TEST(EmulatedTier, CopyAndZeroMoveExactlyTheBytesAsked) {
+  auto tier = make_emulated_tier();
+  Block host = tier->allocate(Side::kHost, 64);
+  Block device = tier->allocate(Side::kDevice, 64);
+  for (int i = 0; i < 64; ++i) static_cast<uint8_t*>(host.data())[i] = static_cast<uint8_t>(i + 1);
+  tier->copy(device, host, 48);
+  for (int i = 0; i < 64; ++i)
+    EXPECT_EQ(static_cast<uint8_t*>(device.data())[i], i < 48 ? i + 1 : 0) << i;
+  tier->zero(device, 16);
+  for (int i = 0; i < 48; ++i)
+    EXPECT_EQ(static_cast<uint8_t*>(device.data())[i], i < 16 ? 0 : i + 1) << i;
+}
+
+TEST(EmulatedTier, AdamAndSumOfSquaresGiveHostBitsOnBothSides) {
+  auto tier = make_emulated_tier();
+  const int64_t n = 1000;
+  const auto grad = random_floats(n, 1), master = random_floats(n, 2);
+  optim::AdamHyper hyper;
+  hyper.weight_decay = 0.01f;
+  hyper.step = 3;
+  // The reference: host Adam on plain vectors.
+  std::vector<float> ref_master = master, ref_m(n, 0.1f), ref_v(n, 0.2f);
+  optim::AdamSpan ref{ref_master.data(),
+                      ref_m.data(),
+                      ref_v.data(),
+                      grad.data(),
+                      optim::GradType::kF32,
+                      nullptr,
+                      optim::ParamOutType::kNone,
+                      n};
+  optim::host_adam_step(hyper, 0.5f, ref);
+  for (Side side : {Side::kDevice, Side::kHost}) {
+    std::vector<Block> b;
+    for (int i = 0; i < 4; ++i) b.push_back(tier->allocate(side, n * 4));
+    std::memcpy(b[0].data(), master.data(), n * 4);
+    tier->view(b[1], torch::kFloat32, 0, {n}).fill_(0.1f);
+    tier->view(b[2], torch::kFloat32, 0, {n}).fill_(0.2f);
+    std::memcpy(b[3].data(), grad.data(), n * 4);
+    optim::AdamSpan span{static_cast<float*>(b[0].data()),
+                         static_cast<float*>(b[1].data()),
+                         static_cast<float*>(b[2].data()),
+                         b[3].data(),
+                         optim::GradType::kF32,
+                         nullptr,
+                         optim::ParamOutType::kNone,
+                         n};
+    tier->adam_step(side, hyper, 0.5f, span);
+    EXPECT_EQ(std::memcmp(b[0].data(), ref_master.data(), n * 4), 0) << side_name(side);
+    EXPECT_EQ(std::memcmp(b[1].data(), ref_m.data(), n * 4), 0) << side_name(side);
+    EXPECT_EQ(std::memcmp(b[2].data(), ref_v.data(), n * 4), 0) << side_name(side);
+    // The sum of squares against float64 LibTorch (within rounding) and host bits (exactly).
+    const double sum = tier->grad_sq_sum(side, b[3].data(), optim::GradType::kF32, n);
+    EXPECT_EQ(sum, optim::grad_sq_sum(grad.data(), optim::GradType::kF32, n));
+    const double ref_sum = torch::from_blob(const_cast<float*>(grad.data()), {n})
+                               .to(torch::kFloat64)
+                               .square()
+                               .sum()
+                               .item<double>();
+    EXPECT_NEAR(sum, ref_sum, 1e-12 * ref_sum);
+  }
+}
+
+TEST(EmulatedTier, NonModelMemoryIsLibTorchsAndNotTheTiers) {
+  auto tier = make_emulated_tier();
+  tier->reset_non_model_peak();
+  const int64_t before = tier->non_model_bytes();
+  Block chunk = tier->allocate(Side::kDevice, 1 << 20);
+  EXPECT_EQ(tier->non_model_bytes(), before);
+  {
+    auto activation = torch::empty({1 << 18});  // 1 MiB through LibTorch
+    EXPECT_GE(tier->non_model_bytes(), before + (1 << 20));
+  }
+  EXPECT_EQ(tier->non_model_bytes(), before);
+  EXPECT_GE(tier->reset_non_model_peak(), before + (1 << 20));
+  EXPECT_EQ(tier->non_model_peak_bytes(), before);
+}
+
+TEST(DeviceTierFactory, PicksTheTierForTheDevice) {
+  EXPECT_EQ(make_device_tier(c10::Device(c10::kCPU), 0)->describe(), "emulated on the CPU");
+  if (cuda_tier_built()) GTEST_SKIP() << "this build has the CUDA tier; its tests are gpu-labelled";
+  try {
+    make_device_tier(c10::Device(c10::kCUDA, 0), 1 << 30);
+    FAIL() << "a build without the CUDA tier made one";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device tier"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--device cpu"), std::string::npos) << e.what();
+  }
+}
+
+// ---- the chunk engine against the contract --------------------------------------------------
+
+// What the checking tier saw.
+struct Ledger {
+  struct Range {
+    int64_t bytes;
+    Side side;
+  };
+  std::map<uintptr_t, Range> live;  // by start address
+  int64_t live_bytes[2] = {0, 0};   // by Side
+  int64_t peak_device_bytes = 0;
+  int64_t copied[2][2] = {{0, 0}, {0, 0}};  // [from][to]
+  int64_t adam_calls[2] = {0, 0};
+  std::vector<std::string> violations;
+
+  // Whether [p, p + bytes) lies in one live block of `side`.
+  bool inside(const void* p, int64_t bytes, Side side) const {
+    const auto addr = reinterpret_cast<uintptr_t>(p);
+    auto it = live.upper_bound(addr);
+    if (it == live.begin()) return false;
+    --it;
+    return it->second.side == side && addr + static_cast<uintptr_t>(bytes) <=
+                                          it->first + static_cast<uintptr_t>(it->second.bytes);
+  }
+  void expect_inside(const void* p, int64_t bytes, Side side, const char* what) {
+    if (p != nullptr && !inside(p, bytes, side))
+      violations.push_back(std::string(what) + " is not in a live " + side_name(side) + " block");
+  }
+};
+
+// The emulated tier, with every call checked against the blocks it handed out.
+class CheckingTier final : public DeviceTier {
+ public:
+  CheckingTier(std::shared_ptr<Ledger> ledger, int64_t capacity)
+      : inner_(make_emulated_tier()), ledger_(std::move(ledger)), capacity_(capacity) {}
+
+  std::string describe() const override { return "checked, " + inner_->describe(); }
+  c10::Device compute_device() const override { return inner_->compute_device(); }
+  c10::Device device_of(Side side) const override { return inner_->device_of(side); }
+  int64_t device_capacity_bytes() const override { return capacity_; }
+
+  Block allocate(Side side, int64_t bytes) override {
+    struct Owner final : Block::Owner {
+      Block inner;
+      std::shared_ptr<Ledger> ledger;
+      ~Owner() override {
+        const auto it = ledger->live.find(reinterpret_cast<uintptr_t>(inner.data()));
+        ledger->live_bytes[static_cast<int>(it->second.side)] -= it->second.bytes;
+        ledger->live.erase(it);
+      }
+    };
+    auto owner = std::make_unique<Owner>();
+    owner->inner = inner_->allocate(side, bytes);
+    owner->ledger = ledger_;
+    void* data = owner->inner.data();
+    ledger_->live[reinterpret_cast<uintptr_t>(data)] = Ledger::Range{bytes, side};
+    int64_t& live = ledger_->live_bytes[static_cast<int>(side)];
+    live += bytes;
+    if (side == Side::kDevice)
+      ledger_->peak_device_bytes = std::max(ledger_->peak_device_bytes, live);
+    return Block(data, bytes, side, std::move(owner));
+  }
+  void copy(Block& dst, const Block& src, int64_t bytes) override {
+    ledger_->expect_inside(src.data(), bytes, src.side(), "a copy's source");
+    ledger_->expect_inside(dst.data(), bytes, dst.side(), "a copy's destination");
+    ledger_->copied[static_cast<int>(src.side())][static_cast<int>(dst.side())] += bytes;
+    inner_->copy(dst, src, bytes);
+  }
+  void zero(Block& block, int64_t bytes) override {
+    ledger_->expect_inside(block.data(), bytes, block.side(), "a zeroed range");
+    inner_->zero(block, bytes);
+  }
+  void adam_step(Side side, const optim::AdamHyper& hyper, float grad_multiplier,
+                 const optim::AdamSpan& span) override {
+    const int64_t grad_bytes = span.numel * (span.grad_type == optim::GradType::kF32 ? 4 : 2);
+    ledger_->expect_inside(span.master, span.numel * 4, side, "Adam's master");
+    ledger_->expect_inside(span.exp_avg, span.numel * 4, side, "Adam's exp_avg");
+    ledger_->expect_inside(span.exp_avg_sq, span.numel * 4, side, "Adam's exp_avg_sq");
+    ledger_->expect_inside(span.grad, grad_bytes, side, "Adam's gradient");
+    ledger_->expect_inside(span.param_out, span.numel * 2, side, "Adam's parameter copy");
+    ++ledger_->adam_calls[static_cast<int>(side)];
+    inner_->adam_step(side, hyper, grad_multiplier, span);
+  }
+  double grad_sq_sum(Side side, const void* grad, optim::GradType grad_type,
+                     int64_t numel) override {
+    ledger_->expect_inside(grad, numel * (grad_type == optim::GradType::kF32 ? 4 : 2), side,
+                           "a gradient summed");
+    return inner_->grad_sq_sum(side, grad, grad_type, numel);
+  }
+  int64_t non_model_bytes() override { return inner_->non_model_bytes(); }
+  int64_t non_model_peak_bytes() override { return inner_->non_model_peak_bytes(); }
+  int64_t reset_non_model_peak() override { return inner_->reset_non_model_peak(); }
+  void synchronize() override { inner_->synchronize(); }
+
+ private:
+  std::unique_ptr<DeviceTier> inner_;
+  std::shared_ptr<Ledger> ledger_;
+  int64_t capacity_;
+};
+
+class ChunkedEngineOnATier : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    corpus_ = dir_.file("corpus.txt");
+    pstar::testing::write_text(corpus_, pstar::testing::repetitive_corpus());
+  }
+
+  config::TrainConfig small_config(bool bf16) const {
+    config::TrainConfig c;
+    c.model.hidden = 64;
+    c.model.layers = 3;
+    c.model.heads = 4;
+    c.model.vocab_size = 256;
+    c.model.seq_len = 32;
+    c.data.text = corpus_;
+    c.train_micro_batch_size_per_gpu = 4;
+    c.optimizer.lr = 3e-3;
+    c.optimizer.weight_decay = 0.01;
+    c.training.steps = 6;
+    c.training.lr_schedule.type = "constant";
+    c.default_chunk_size = 20000;
+    c.engine.mode = "chunked";
+    c.bf16.enabled = bf16;
+    return c;
+  }
+
+  struct Plan {
+    int64_t non_model_peak = 0;
+    int64_t compute_chunk_bytes = 0;
+  };
+
+  // Trains `c` on `tier` (null: the default), as build_model_and_engine does, step by step.
+  std::vector<train::StepMetrics> run(
+      const config::TrainConfig& c, std::unique_ptr<DeviceTier> tier,
+      const std::function<void(const train::StepMetrics&)>& after = nullptr,
+      Plan* plan_out = nullptr) {
+    auto shape = model::resolve_gpt_config(c.model);
+    const int64_t predicted =
+        plan::estimate_gpt_activations(plan::gpt_activation_input(c, shape)).peak;
+    auto engine = std::make_unique<train::ChunkedEngine>(
+        c, c.bf16.enabled ? torch::kBFloat16 : torch::kFloat32, plan::gpt_leaf_modules(shape),
+        predicted, nullptr, std::move(tier));
+    torch::manual_seed(c.training.seed);
+    auto gpt = std::make_shared<model::Gpt>(
+        shape, [&](torch::nn::Module& unit, const std::string& prefix) {
+          engine->register_unit(unit, prefix);
+        });
+    engine->finish_registration();
+    train::ChunkedEngine* raw = engine.get();
+    train::TrainOptions o;
+    o.device = "cpu";
+    o.progress = false;
+    train::Trainer trainer(c, train::ModelAndEngine{gpt, std::move(engine)}, o);
+    std::vector<train::StepMetrics> out;
+    while (trainer.steps_done() < c.training.steps) {
+      out.push_back(trainer.step());
+      if (after) after(out.back());
+    }
+    if (plan_out != nullptr) {
+      plan_out->compute_chunk_bytes = raw->compute_chunk_bytes();
+      for (int64_t b : raw->trace().non_model_bytes)
+        plan_out->non_model_peak = std::max(plan_out->non_model_peak, b);
+    }
+    return out;
+  }
+
+  static std::vector<double> losses(const std::vector<train::StepMetrics>& m) {
+    std::vector<double> out;
+    for (const auto& s : m) out.push_back(s.loss);
+    return out;
+  }
+
+  pstar::testing::ScratchDir dir_;
+  std::string corpus_;
+};
+
+TEST_F(ChunkedEngineOnATier, KernelsSeeTheirSideAndReportsMatchTheTiersLedger) {
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    auto c = small_config(bf16);
+    Plan plan;
+    const auto reference = run(c, nullptr, nullptr, &plan);
+    // A budget that holds three compute payloads beside the activations: chunks must move.
+    auto ledger = std::make_shared<Ledger>();
+    const int64_t chunk = plan.compute_chunk_bytes;
+    c.engine.device_memory = plan.non_model_peak + 3 * chunk + chunk / 2;
+    int64_t h2d_before = 0, d2h_before = 0, adam_device_before = 0;
+    int64_t moved = 0;
+    const auto checked =
+        run(c, std::make_unique<CheckingTier>(ledger, std::numeric_limits<int64_t>::max()),
+            [&](const train::StepMetrics& m) {
+              const int64_t h2d = ledger->copied[1][0], d2h = ledger->copied[0][1];
+              EXPECT_EQ(m.moved_h2d_bytes, h2d - h2d_before) << "step " << m.step;
+              EXPECT_EQ(m.moved_d2h_bytes, d2h - d2h_before) << "step " << m.step;
+              EXPECT_EQ(m.adam_device_chunks, ledger->adam_calls[0] - adam_device_before)
+                  << "step " << m.step;
+              EXPECT_EQ(m.model_data_bytes, ledger->live_bytes[0] + ledger->live_bytes[1])
+                  << "step " << m.step;
+              EXPECT_LE(m.device_peak_bytes, *c.engine.device_memory) << "step " << m.step;
+              moved += h2d - h2d_before;
+              h2d_before = h2d;
+              d2h_before = d2h;
+              adam_device_before = ledger->adam_calls[0];
+            });
+    EXPECT_EQ(losses(checked), losses(reference));
+    EXPECT_GT(moved, 0) << "the budget forced no moves";
+    EXPECT_GT(ledger->adam_calls[1], 0) << "no Adam ran on the host side";
+    EXPECT_LE(ledger->peak_device_bytes, *c.engine.device_memory);
+    EXPECT_EQ(ledger->copied[0][0] + ledger->copied[1][1], 0) << "copies within one side";
+    for (const auto& v : ledger->violations) ADD_FAILURE() << v;
+  }
+}
+
+// The CUDA tier's arena can be smaller than what the budget leaves for chunks: the margin and the
+// working set then stay inside it, and the numbers do not change.
+TEST_F(ChunkedEngineOnATier, DeviceCapacityBelowTheBudgetBoundsDeviceMemory) {
+  auto c = small_config(/*bf16=*/true);
+  Plan plan;
+  const auto reference = run(c, nullptr, nullptr, &plan);
+  const int64_t capacity = 4 * plan.compute_chunk_bytes;
+  auto ledger = std::make_shared<Ledger>();
+  const auto limited = run(c, std::make_unique<CheckingTier>(ledger, capacity));
+  EXPECT_EQ(losses(limited), losses(reference));
+  EXPECT_LE(ledger->peak_device_bytes, capacity);
+  EXPECT_GT(ledger->copied[1][0], 0) << "the capacity forced no moves";
+  for (const auto& v : ledger->violations) ADD_FAILURE() << v;
+}
+
+TEST(DeviceArenaBytes, LeavesTheLargerOfThePredictionAndTheUnfilledShare) {
+  config::TrainConfig c;
+  c.engine.device_memory = 1000 << 20;
+  const int64_t budget = *c.engine.device_memory;
+  const auto unfilled = static_cast<int64_t>((1.0 - plan::kDeviceFillRatio) * budget);
+  EXPECT_EQ(train::ChunkedEngine::device_arena_bytes(c, 0), budget - unfilled);
+  EXPECT_EQ(train::ChunkedEngine::device_arena_bytes(c, 300 << 20), budget - (300 << 20));
+  EXPECT_THROW(train::ChunkedEngine::device_arena_bytes(c, budget), OutOfMemoryError);
+}
+
+TEST(ComputeDevice, ChunkEngineOnCudaNeedsTheCudaTier) {
+  if (cuda_tier_built()) GTEST_SKIP() << "this build has the CUDA tier";
+  config::TrainConfig c;
+  c.engine.mode = "chunked";
+  EXPECT_TRUE(train::compute_device(c, "cpu").is_cpu());
+  EXPECT_TRUE(train::compute_device(c, "auto").is_cpu());
+  try {
+    train::compute_device(c, "cuda");
+    FAIL() << "--device cuda was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device tier"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(train::compute_device(c, "tpu"), ConfigError);
+}
+
+}  // namespace
+}  // namespace pstar::tier
