@@ -7,8 +7,9 @@ namespace pstar::tier {
 
 bool cuda_tier_built() { return false; }
 
-std::unique_ptr<DeviceTier> make_cuda_tier(int device_index, int64_t arena_bytes) {
-  (void)arena_bytes;
+namespace {
+
+[[noreturn]] void no_cuda_tier(int device_index) {
   PSTAR_THROW(ConfigError, "--device cuda:", device_index,
               ": this build of pstar has no CUDA device tier (it needs a CUDA LibTorch and the "
               "CUDA kernels, pstar_cuda). Configure one with the cuda-release preset against a "
@@ -16,5 +17,13 @@ std::unique_ptr<DeviceTier> make_cuda_tier(int device_index, int64_t arena_bytes
               "'import torch.utils; print(torch.utils.cmake_prefix_path)')\" (docs/cuda.md). "
               "Until then, train with --device cpu.");
 }
+
+}  // namespace
+
+std::unique_ptr<DeviceTier> make_cuda_tier(int device_index, int64_t) {
+  no_cuda_tier(device_index);
+}
+
+int64_t default_cuda_budget(int device_index) { no_cuda_tier(device_index); }
 
 }  // namespace pstar::tier

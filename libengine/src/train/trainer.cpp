@@ -167,6 +167,17 @@ c10::Device compute_device(const config::TrainConfig& config, const std::string&
 
 namespace {
 
+// engine.device_memory defaults to a share of physical RAM, which means nothing for a GPU.
+config::TrainConfig with_device_budget(config::TrainConfig config, c10::Device device) {
+  if (config.engine.mode == "chunked" && device.is_cuda() && !config.engine.device_memory) {
+    config.engine.device_memory =
+        tier::default_cuda_budget(device.has_index() ? device.index() : 0);
+    log::info("engine.device_memory: ", format_bytes(*config.engine.device_memory),
+              " (90% of the free memory of ", device.str(), ")");
+  }
+  return config;
+}
+
 // The chunk engine's device tier for a compute device (Note [device tier]).
 std::unique_ptr<tier::DeviceTier> make_tier(c10::Device device, const config::TrainConfig& config,
                                             int64_t predicted_non_model) {
@@ -495,6 +506,7 @@ void Trainer::Impl::start_profile() {
 void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   core::configure_runtime(comm != nullptr ? comm->world().local_world_size : 1);
   device = compute_device(config, options.device);
+  config = with_device_budget(config, device);
   // A prebuilt engine was built from a config already resolved (build_model_and_engine checks).
   config = resolve_precision(config, device);
   dtype = compute_dtype(config);
@@ -814,7 +826,7 @@ TrainSummary train(const config::TrainConfig& config, const TrainOptions& option
   log::info("config: ", config.source);
   core::configure_runtime(world.local_world_size);  // before the precision probe, which it times
   const c10::Device device = compute_device(config, options.device);
-  config::TrainConfig resolved = resolve_precision(config, device);
+  config::TrainConfig resolved = resolve_precision(with_device_budget(config, device), device);
   if (comm != nullptr && config.bf16.auto_select) {
     // Probes are timings: ranks could disagree near the threshold. Rank 0 decides for all.
     resolved.bf16.enabled = comm->exchange("bf16", resolved.bf16.enabled ? "1" : "0")[0] == "1";

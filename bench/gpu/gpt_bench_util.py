@@ -1,0 +1,399 @@
+#!/usr/bin/env python3
+"""Helpers of gpt_bench.sh (standard library only): the token file, pstar's config, running a
+command with its memory peaks measured, and the JSON line of one model size.
+
+  tokens PATH --count N --vocab V [--seed S]
+  config PATH --hidden H --layers L --heads A --vocab V --seq S --micro-batch B --steps N
+         --tokens PATH --device-memory SIZE [--host-memory SIZE]
+  measure RESULT.json [--timeout S] -- COMMAND ...
+  estimate-layers ESTIMATE.json
+  row DIR --hidden H --layers L --vocab V --seq S --micro-batch B --skip K [--largest JSON]
+"""
+
+import argparse
+import array
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+
+def expected_params(hidden, layers, vocab, seq):
+    """pstar's count (GptConfig::num_params); fsdp2_reference.py checks its model against it."""
+    h = hidden
+    return layers * (12 * h * h + 13 * h) + vocab * h + seq * h + 2 * h
+
+
+def flops_per_token(params, layers, hidden, seq):
+    """The issue's model FLOPs per token (recomputation not counted)."""
+    return 6 * params + 12 * layers * hidden * seq
+
+
+def cmd_tokens(a):
+    # Uniform random ids: the loss stays near ln(vocab), and the work per step is the same as
+    # for real text. Modulo bias does not matter here.
+    rng = random.Random(a.seed)
+    ids = array.array("H", (rng.randrange(a.vocab) for _ in range(a.count)))
+    if sys.byteorder != "little":
+        ids.byteswap()
+    with open(a.path, "wb") as f:
+        ids.tofile(f)
+
+
+def cmd_config(a):
+    engine = {"mode": "chunked", "activation_checkpointing": True,
+              "device_memory": a.device_memory}
+    if a.host_memory:
+        engine["host_memory"] = a.host_memory
+    config = {
+        "_comment": "Written by bench/gpu/gpt_bench.sh: GPT throughput on synthetic tokens.",
+        "train_micro_batch_size_per_gpu": a.micro_batch,
+        "gradient_accumulation_steps": 1,
+        # fsdp2_reference.py's AdamW: one group, weight decay 0.01 on every parameter.
+        "optimizer": {"type": "AdamW",
+                      "params": {"lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8,
+                                 "weight_decay": 0.01}},
+        "bf16": {"enabled": True},
+        "gradient_clipping": 0,
+        "model": {"type": "gpt", "hidden": a.hidden, "layers": a.layers, "heads": a.heads,
+                  "vocab_size": a.vocab, "seq_len": a.seq},
+        "data": {"path": os.path.abspath(a.tokens), "dtype": "uint16", "sampling": "random"},
+        "training": {"steps": a.steps, "log_interval": 1, "save_interval": 0,
+                     "lr_schedule": {"type": "constant", "warmup_steps": 0}},
+        "engine": engine,
+    }
+    with open(a.path, "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+
+
+class GpuSampler:
+    """Peak of nvidia-smi's memory.used for GPU 0 while a command runs: the whole device's use,
+    so it counts pstar's arena and LibTorch's cache alike (null without nvidia-smi)."""
+
+    def __init__(self):
+        self.peak_mib = None
+        self.proc = None
+        exe = shutil.which("nvidia-smi")
+        if exe is None:
+            return
+        try:
+            self.proc = subprocess.Popen(
+                [exe, "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0",
+                 "-lms", "200"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            return
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                mib = int(line.strip())
+            except ValueError:
+                continue
+            self.peak_mib = mib if self.peak_mib is None else max(self.peak_mib, mib)
+
+    def stop(self):
+        if self.proc is None:
+            return None
+        self.proc.terminate()
+        self.proc.wait()
+        self.thread.join(timeout=5)
+        return None if self.peak_mib is None else self.peak_mib * 1024 * 1024
+
+
+def cmd_measure(a):
+    import resource
+    cmd = a.command
+    if not cmd:
+        sys.exit("gpt_bench_util measure: no command after --")
+    sampler = GpuSampler()
+    start = time.monotonic()
+    timed_out = False
+    # A session of its own, so that a timeout can stop the command and its children together.
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        rc = proc.wait(timeout=a.timeout or None)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(proc.pid, signal.SIGTERM)  # pstar finishes its step and exits with 143
+        try:
+            rc = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            rc = proc.wait()
+    wall = time.monotonic() - start
+    gpu_peak = sampler.stop()
+    # ru_maxrss of the children covers every reaped descendant: the command's peak resident set
+    # (KiB on Linux). pinned (cudaHostAlloc) host memory is resident and counts.
+    maxrss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    rc = 128 - rc if rc < 0 else rc  # killed by a signal: the shell's convention
+    with open(a.result, "w") as f:
+        json.dump({"exit_code": rc, "timed_out": timed_out, "wall_s": wall,
+                   "host_peak_bytes": maxrss, "gpu_used_peak_bytes": gpu_peak}, f)
+        f.write("\n")
+    return rc
+
+
+def cmd_estimate_layers(a):
+    with open(a.path) as f:
+        print(json.load(f)["model"]["layers"])
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def read_last_json_line(path):
+    """The reference prints one JSON line; anything else on stdout is ignored."""
+    try:
+        with open(path) as f:
+            lines = [l for l in f.read().splitlines() if l.startswith("{")]
+    except OSError:
+        return None
+    try:
+        return json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
+
+
+def last_error_line(log_path):
+    try:
+        with open(log_path, errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if "error" in line.lower() or "Traceback" in line or "Killed" in line:
+            return line.strip()[:400]
+    return lines[-1].strip()[:400] if lines else None
+
+
+def pstar_params_from_log(log_path):
+    try:
+        with open(log_path, errors="replace") as f:
+            m = re.search(r"\] model: \S+ parameters \((\d+)\)", f.read())
+    except OSError:
+        return None
+    return int(m.group(1)) if m else None
+
+
+def pstar_figures(d, a, params):
+    measure = read_json(os.path.join(d, "pstar.measure.json"))
+    if measure is None:
+        return None
+    steps = []
+    try:
+        with open(os.path.join(d, "pstar.metrics.jsonl")) as f:
+            steps = [json.loads(l) for l in f if l.strip()]
+    except (OSError, ValueError):
+        pass
+    log = os.path.join(d, "pstar.log")
+    logged = pstar_params_from_log(log)
+    out = {"exit_code": measure["exit_code"], "timed_out": measure["timed_out"],
+           "error": None if measure["exit_code"] == 0 else last_error_line(log),
+           "params_logged": logged, "steps_done": len(steps), "steps_timed": 0,
+           "tokens_per_s": None, "tflops": None, "s_per_step": None, "s_per_step_median": None,
+           "s_per_step_min": None, "loss_first": None, "loss_last": None,
+           "host_peak_bytes": measure["host_peak_bytes"],
+           "host_bytes_per_param": measure["host_peak_bytes"] / params,
+           "gpu_used_peak_bytes": measure["gpu_used_peak_bytes"],
+           "device_peak_bytes": None, "host_chunk_peak_bytes": None, "model_data_bytes": None,
+           "moved_h2d_bytes_per_step": None, "moved_d2h_bytes_per_step": None,
+           "adam_device_chunks": None, "wall_s": measure["wall_s"]}
+    if steps:
+        out["loss_first"], out["loss_last"] = steps[0]["loss"], steps[-1]["loss"]
+        for key, src in (("device_peak_bytes", "device_peak_bytes"),
+                         ("host_chunk_peak_bytes", "host_peak_bytes")):
+            vals = [s[src] for s in steps if s.get(src) is not None]
+            out[key] = max(vals) if vals else None
+        out["model_data_bytes"] = steps[-1].get("model_data_bytes")
+        out["adam_device_chunks"] = steps[-1].get("adam_device_chunks")
+    # The first --warmup steps are the chunk engine's tracing iteration and its first planned
+    # step; the rest is steady state.
+    timed = steps[a.skip:]
+    if timed:
+        times = [s["step_time_s"] for s in timed]
+        mean = sum(times) / len(times)
+        tokens_per_step = a.micro_batch * a.seq
+        out.update({
+            "steps_timed": len(timed), "s_per_step": mean,
+            "s_per_step_median": statistics.median(times), "s_per_step_min": min(times),
+            "tokens_per_s": tokens_per_step / mean,
+            "moved_h2d_bytes_per_step": sum(s.get("moved_h2d_bytes", 0) for s in timed) / len(timed),
+            "moved_d2h_bytes_per_step": sum(s.get("moved_d2h_bytes", 0) for s in timed) / len(timed),
+        })
+        out["tflops"] = flops_per_token(params, a.layers, a.hidden, a.seq) * out["tokens_per_s"] / 1e12
+    return out
+
+
+REFERENCE_KEYS = ("impl", "exit_code", "error", "tokens_per_s", "tflops", "s_per_step",
+                  "s_per_step_median", "s_per_step_min", "host_peak_bytes",
+                  "host_bytes_per_param", "gpu_peak_bytes", "gpu_reserved_peak_bytes",
+                  "gpu_used_peak_bytes", "loss_first", "loss_last", "params", "attention",
+                  "torch_version", "device_name", "dry_run")
+
+
+def reference_figures(d, name, params):
+    """fsdp2_reference.py's JSON line (NAME.json) with its run's exit code and GPU use."""
+    ref = read_last_json_line(os.path.join(d, name + ".json"))
+    measure = read_json(os.path.join(d, name + ".measure.json"))
+    if ref is None and measure is None:
+        return None
+    out = {k: None for k in REFERENCE_KEYS}
+    out.update({k: v for k, v in (ref or {}).items() if k in REFERENCE_KEYS})
+    if measure is not None:
+        out["exit_code"] = measure["exit_code"]
+        out["gpu_used_peak_bytes"] = measure["gpu_used_peak_bytes"]
+        if out["host_peak_bytes"] is None:  # killed before it could report (host OOM)
+            out["host_peak_bytes"] = measure["host_peak_bytes"]
+            out["host_bytes_per_param"] = measure["host_peak_bytes"] / params
+        if ref is None or measure["exit_code"] != 0 and out["error"] is None:
+            out["error"] = last_error_line(os.path.join(d, name + ".log"))
+    else:
+        out["exit_code"] = 0 if ref is not None else None
+    return out
+
+
+def estimate_figures(d, a, params):
+    est = read_json(os.path.join(d, "estimate.json"))
+    if est is None:
+        return None
+    t = est.get("time") or {}
+    tokens = t.get("tokens_per_s")
+    mem = est.get("memory") or {}
+    return {
+        "fits": est.get("fits"), "reason": est.get("reason") or None,
+        "tokens_per_s": tokens, "s_per_step": t.get("step_s"),
+        # The issue's formula, so that it reads beside the measured figure (estimate's own
+        # tflops_per_gpu counts 8·P FLOPs per token with checkpointing).
+        "tflops": None if tokens is None
+        else flops_per_token(params, a.layers, a.hidden, a.seq) * tokens / 1e12,
+        "host_used_bytes": (mem.get("host") or {}).get("used"),
+        "gpu_used_bytes": (mem.get("gpu") or {}).get("used"),
+        "chunks": est.get("chunks"),
+    }
+
+
+def ratio(x, y):
+    if not x or not y or x.get("tokens_per_s") is None or y.get("tokens_per_s") is None:
+        return None
+    return x["tokens_per_s"] / y["tokens_per_s"]
+
+
+def cmd_row(a):
+    d = a.dir
+    params = expected_params(a.hidden, a.layers, a.vocab, a.seq)
+    row = {"bench": "gpt_offload", "hidden": a.hidden, "layers": a.layers,
+           "heads": max(1, a.hidden // 128) if a.heads is None else a.heads, "params": params,
+           "seq": a.seq, "micro_batch": a.micro_batch, "vocab": a.vocab,
+           "flops_per_token": flops_per_token(params, a.layers, a.hidden, a.seq),
+           "dry_run": a.dry_run}
+    row["pstar"] = pstar_figures(d, a, params)
+    row["fsdp2"] = reference_figures(d, "fsdp2", params)
+    row["plain"] = reference_figures(d, "plain", params)
+    row["ratio_vs_fsdp2"] = ratio(row["pstar"], row["fsdp2"])
+    row["ratio_vs_plain"] = ratio(row["pstar"], row["plain"])
+    row["estimate"] = estimate_figures(d, a, params)
+    counts = {"formula": params}
+    if row["pstar"] and row["pstar"]["params_logged"] is not None:
+        counts["pstar"] = row["pstar"]["params_logged"]
+    for name in ("fsdp2", "plain"):
+        if row[name] and row[name]["params"] is not None:
+            counts[name] = row[name]["params"]
+    row["params_agree"] = len(set(counts.values())) == 1
+    if not row["params_agree"]:
+        print(f"[gpt_bench] parameter counts differ: {counts}", file=sys.stderr)
+    if a.largest:
+        row["largest"] = json.loads(a.largest)
+    print(json.dumps(row), flush=True)
+    print(f"[gpt_bench] {a.hidden}x{a.layers} ({params / 1e9:.2f}B): " + summary(row),
+          file=sys.stderr)
+
+
+def summary(row):
+    """One line for people: tokens/s and TFLOPS of each side, and the ratios."""
+    def side(name):
+        r = row[name]
+        if r is None:
+            return None
+        if r.get("dry_run"):
+            return f"{name} dry run ({r['params']} parameters)"
+        if r.get("tokens_per_s") is None:
+            return f"{name} failed (exit {r.get('exit_code')}): {r.get('error')}"
+        return (f"{name} {r['tokens_per_s']:.0f} tok/s {r['tflops']:.1f} TFLOPS "
+                f"{r['s_per_step']:.3f} s/step, host {r['host_bytes_per_param']:.1f} B/param")
+    parts = [p for p in map(side, ("pstar", "fsdp2", "plain")) if p]
+    for key in ("ratio_vs_fsdp2", "ratio_vs_plain"):
+        if row[key] is not None:
+            parts.append(f"{key} {row[key]:.2f}")
+    est = row["estimate"]
+    if est and est.get("tokens_per_s") is not None:
+        parts.append(f"estimate {'fits' if est['fits'] else 'does not fit'}, "
+                     f"{est['tokens_per_s']:.0f} tok/s")
+    return "; ".join(parts) if parts else "nothing ran"
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    t = sub.add_parser("tokens")
+    t.add_argument("path")
+    t.add_argument("--count", type=int, required=True)
+    t.add_argument("--vocab", type=int, required=True)
+    t.add_argument("--seed", type=int, default=1234)
+
+    c = sub.add_parser("config")
+    c.add_argument("path")
+    for name in ("--hidden", "--layers", "--heads", "--vocab", "--seq", "--micro-batch",
+                 "--steps"):
+        c.add_argument(name, type=int, required=True)
+    c.add_argument("--tokens", required=True)
+    c.add_argument("--device-memory", required=True)
+    c.add_argument("--host-memory", default="")
+
+    m = sub.add_parser("measure")
+    m.add_argument("result")
+    m.add_argument("--timeout", type=float, default=0)
+
+    e = sub.add_parser("estimate-layers")
+    e.add_argument("path")
+
+    r = sub.add_parser("row")
+    r.add_argument("dir")
+    for name in ("--hidden", "--layers", "--vocab", "--seq", "--micro-batch", "--skip"):
+        r.add_argument(name, type=int, required=True)
+    r.add_argument("--heads", type=int, default=None)
+    r.add_argument("--dry-run", action="store_true")
+    r.add_argument("--largest", default="", help="a JSON object for the row's 'largest' key")
+
+    # measure's command follows "--" and keeps all its options.
+    command = []
+    if "--" in argv:
+        command = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
+    a = p.parse_args(argv)
+    a.command = command
+    if a.cmd == "tokens":
+        if a.vocab > 65536:
+            sys.exit("gpt_bench_util tokens: a uint16 file holds ids below 65536")
+        return cmd_tokens(a)
+    return {"config": cmd_config, "measure": cmd_measure, "estimate-layers": cmd_estimate_layers,
+            "row": cmd_row}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]) or 0)
