@@ -242,11 +242,15 @@ class CudaTier final : public DeviceTier {
     } else {
       cuda::copy_d2d_async(dst.data(), src.data(), bytes, s.copies);
     }
-    // ... and before the compute queued later, which may read dst or overwrite src. The compute
-    // stream waits on the device; the host does not block.
-    s.copy_mark.record(s.copies);
-    check(cudaStreamWaitEvent(compute_now, s.copy_mark.native(), 0),
-          "cudaStreamWaitEvent of the compute stream on a copy");
+    // ... and, into device memory, before the compute queued later, which may read dst. The
+    // compute stream waits on the device; the host does not block. An eviction (into host memory)
+    // holds compute back for nothing: the host waits for it before touching dst, and src is
+    // reused only after its deferred release.
+    if (!dst_host) {
+      s.copy_mark.record(s.copies);
+      check(cudaStreamWaitEvent(compute_now, s.copy_mark.native(), 0),
+            "cudaStreamWaitEvent of the compute stream on a copy");
+    }
     if (dst_host || src_host) {
       s.host_copy_mark.record(s.copies);
       s.host_copies_pending = true;
