@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "engine/small_gpt_config.h"
 #include "pstar/base/error.h"
 #include "pstar/chunk/access_trace.h"
 #include "pstar/formats/config.h"
@@ -260,20 +261,9 @@ class ChunkedEngineOnATier : public ::testing::Test {
   }
 
   config::TrainConfig small_config(bool bf16) const {
-    config::TrainConfig c;
-    c.model.hidden = 64;
-    c.model.layers = 3;
-    c.model.heads = 4;
-    c.model.vocab_size = 256;
-    c.model.seq_len = 32;
-    c.data.text = corpus_;
-    c.train_micro_batch_size_per_gpu = 4;
-    c.optimizer.lr = 3e-3;
+    config::TrainConfig c = pstar::testing::small_gpt_config(corpus_);
     c.optimizer.weight_decay = 0.01;
     c.training.steps = 6;
-    c.training.lr_schedule.type = "constant";
-    c.default_chunk_size = 20000;
-    c.engine.mode = "chunked";
     c.bf16.enabled = bf16;
     return c;
   }

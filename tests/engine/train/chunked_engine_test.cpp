@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "engine/small_gpt_config.h"
 #include "pstar/base/error.h"
 #include "pstar/chunk/access_trace.h"
 #include "pstar/chunk/eviction.h"
@@ -30,19 +31,7 @@ class ChunkedEngineTest : public ::testing::Test {
 
   // A small GPT whose chunks are small, so that a few MiB of device memory already forces moves.
   config::TrainConfig small_config(const std::string& mode = "chunked") const {
-    config::TrainConfig c;
-    c.model.hidden = 64;
-    c.model.layers = 3;
-    c.model.heads = 4;
-    c.model.vocab_size = 256;
-    c.model.seq_len = 32;
-    c.data.text = corpus_;
-    c.train_micro_batch_size_per_gpu = 4;
-    c.optimizer.lr = 3e-3;
-    c.training.steps = 20;
-    c.training.lr_schedule.type = "constant";
-    c.default_chunk_size = 20000;
-    c.engine.mode = mode;
+    config::TrainConfig c = pstar::testing::small_gpt_config(corpus_, mode);
     return c;
   }
 
