@@ -130,6 +130,7 @@ class Training {
 // Figures over the steady-state steps (after the warm-up).
 struct Steady {
   double h2d_per_step = 0, d2h_per_step = 0;
+  double prefetched_per_step = 0;  // of h2d: copied a moment ahead (Note [prefetch])
   int64_t h2d_min = 0, h2d_max = 0, d2h_min = 0, d2h_max = 0;
   int64_t device_peak_max = 0;     // over every step, warm-up included
   int64_t adam_device_chunks = 0;  // the last step's
@@ -137,7 +138,7 @@ struct Steady {
 
 Steady steady(const RunResult& r, int64_t warmup) {
   Steady s;
-  int64_t h2d = 0, d2h = 0, n = 0;
+  int64_t h2d = 0, d2h = 0, prefetched = 0, n = 0;
   s.h2d_min = s.d2h_min = std::numeric_limits<int64_t>::max();
   for (size_t i = 0; i < r.steps.size(); ++i) {
     const auto& m = r.steps[i];
@@ -145,6 +146,7 @@ Steady steady(const RunResult& r, int64_t warmup) {
     if (static_cast<int64_t>(i) < warmup) continue;
     h2d += m.moved_h2d_bytes;
     d2h += m.moved_d2h_bytes;
+    prefetched += m.prefetched_h2d_bytes;
     s.h2d_min = std::min(s.h2d_min, m.moved_h2d_bytes);
     s.h2d_max = std::max(s.h2d_max, m.moved_h2d_bytes);
     s.d2h_min = std::min(s.d2h_min, m.moved_d2h_bytes);
@@ -153,6 +155,7 @@ Steady steady(const RunResult& r, int64_t warmup) {
   }
   s.h2d_per_step = static_cast<double>(h2d) / static_cast<double>(n);
   s.d2h_per_step = static_cast<double>(d2h) / static_cast<double>(n);
+  s.prefetched_per_step = static_cast<double>(prefetched) / static_cast<double>(n);
   s.adam_device_chunks = r.steps.back().adam_device_chunks;
   return s;
 }
@@ -310,10 +313,10 @@ int run(const Options& o) {
       "%.3f, median steps %.3f)\n",
       ratio, pair_ratios.size(), budgeted_best / free_best, budgeted_median / free_median);
   std::printf(
-      "  moved per steady-state step: h2d %.1f MiB (%.1f..%.1f), d2h %.1f MiB (%.1f..%.1f); "
-      "the %zu budgeted runs %s\n",
+      "  moved per steady-state step: h2d %.1f MiB (%.1f..%.1f; %.1f MiB of it prefetched), d2h "
+      "%.1f MiB (%.1f..%.1f); the %zu budgeted runs %s\n",
       mib(bs.h2d_per_step), mib(static_cast<double>(bs.h2d_min)),
-      mib(static_cast<double>(bs.h2d_max)), mib(bs.d2h_per_step),
+      mib(static_cast<double>(bs.h2d_max)), mib(bs.prefetched_per_step), mib(bs.d2h_per_step),
       mib(static_cast<double>(bs.d2h_min)), mib(static_cast<double>(bs.d2h_max)),
       budgeted_runs.size(), budgeted_runs_agree ? "agree" : "DISAGREE");
   std::printf(
@@ -348,6 +351,7 @@ int run(const Options& o) {
       {"median_step_ratio_vs_unconstrained", budgeted_median / free_median},
       {"moved_h2d_bytes_per_step", bs.h2d_per_step},
       {"moved_d2h_bytes_per_step", bs.d2h_per_step},
+      {"prefetched_h2d_bytes_per_step", bs.prefetched_per_step},
       {"device_peak_bytes", peak},
       {"peak_within_budget", within_budget},
       {"margin_chunks", budgeted.margin_chunks},

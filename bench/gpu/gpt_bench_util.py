@@ -212,7 +212,7 @@ def pstar_figures(d, a, params):
            "gpu_used_peak_bytes": measure["gpu_used_peak_bytes"],
            "device_peak_bytes": None, "host_chunk_peak_bytes": None, "model_data_bytes": None,
            "moved_h2d_bytes_per_step": None, "moved_d2h_bytes_per_step": None,
-           "adam_device_chunks": None, "wall_s": measure["wall_s"]}
+           "prefetched_h2d_bytes_per_step": None, "adam_device_chunks": None, "wall_s": measure["wall_s"]}
     if steps:
         out["loss_first"], out["loss_last"] = steps[0]["loss"], steps[-1]["loss"]
         for key, src in (("device_peak_bytes", "device_peak_bytes"),
@@ -234,6 +234,8 @@ def pstar_figures(d, a, params):
             "tokens_per_s": tokens_per_step / mean,
             "moved_h2d_bytes_per_step": sum(s.get("moved_h2d_bytes", 0) for s in timed) / len(timed),
             "moved_d2h_bytes_per_step": sum(s.get("moved_d2h_bytes", 0) for s in timed) / len(timed),
+            "prefetched_h2d_bytes_per_step":
+                sum(s.get("prefetched_h2d_bytes", 0) for s in timed) / len(timed),
         })
         out["tflops"] = flops_per_token(params, a.layers, a.hidden, a.seq) * out["tokens_per_s"] / 1e12
     return out

@@ -226,6 +226,7 @@ Json to_json(const TrainConfig& c) {
   engine["activation_checkpointing"] = c.engine.activation_checkpointing;
   engine["warmup_iterations"] = c.engine.warmup_iterations;
   engine["chunk_size_search"] = c.engine.chunk_size_search;
+  engine["prefetch"] = c.engine.prefetch;
 
   Json j = Json::object();
   j["train_micro_batch_size_per_gpu"] = c.train_micro_batch_size_per_gpu;
@@ -761,6 +762,7 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   engine.read_bool("activation_checkpointing", &c.engine.activation_checkpointing);
   engine.read_int("warmup_iterations", &c.engine.warmup_iterations, 1, 1000);
   engine.read_bool("chunk_size_search", &c.engine.chunk_size_search);
+  engine.read_bool("prefetch", &c.engine.prefetch);
 
   // Checks across keys.
   if (c.train_batch_size) {

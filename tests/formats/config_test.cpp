@@ -95,6 +95,12 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.training.lr_schedule.warmup_steps, b.training.lr_schedule.warmup_steps);
   EXPECT_EQ(a.training.lr_schedule.min_lr, b.training.lr_schedule.min_lr);
   EXPECT_EQ(a.engine.mode, b.engine.mode);
+  EXPECT_EQ(a.engine.device_memory, b.engine.device_memory);
+  EXPECT_EQ(a.engine.host_memory, b.engine.host_memory);
+  EXPECT_EQ(a.engine.activation_checkpointing, b.engine.activation_checkpointing);
+  EXPECT_EQ(a.engine.warmup_iterations, b.engine.warmup_iterations);
+  EXPECT_EQ(a.engine.chunk_size_search, b.engine.chunk_size_search);
+  EXPECT_EQ(a.engine.prefetch, b.engine.prefetch);
 }
 
 // Every key set, none to its default.
@@ -438,13 +444,18 @@ TEST(ConfigRange, EngineModeAndSizes) {
   auto c = parse(with_data(R"("engine": {"mode": "chunked", "device_memory": "512MiB",
                                            "host_memory": 1073741824,
                                            "activation_checkpointing": true,
-                                           "warmup_iterations": 2, "chunk_size_search": true})"));
+                                           "warmup_iterations": 2, "chunk_size_search": true,
+                                           "prefetch": false})"));
   EXPECT_EQ(c.engine.mode, "chunked");
   EXPECT_EQ(c.engine.device_memory, int64_t{512} << 20);
   EXPECT_EQ(c.engine.host_memory, int64_t{1} << 30);
   EXPECT_TRUE(c.engine.activation_checkpointing);
   EXPECT_EQ(c.engine.warmup_iterations, 2);
   EXPECT_TRUE(c.engine.chunk_size_search);
+  EXPECT_FALSE(c.engine.prefetch);
+  EXPECT_TRUE(parse(with_data()).engine.prefetch) << "prefetch is on by default";
+  expect_contains(config_error(with_data(R"("engine": {"prefetch": "yes"})")),
+                  {"engine.prefetch", R"(found string "yes")"});
   expect_contains(config_error(with_data(R"("engine": {"device_memory": "12 parsecs"})")),
                   {"engine.device_memory: expected a size such as", R"(found "12 parsecs")"});
   expect_contains(config_error(with_data(R"("engine": {"host_memory": -5})")),

@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -44,6 +45,21 @@ void check(cudaError_t status, const char* operation) {
 cudaStream_t compute_stream(int device) {
   return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
 }
+
+// Buffers an operation touches: (start, bytes); null starts are skipped.
+using Ranges = std::vector<std::pair<const void*, int64_t>>;
+
+// A queued copy that the host or the compute stream may have to wait for: `done` is recorded on
+// the copy stream right after it.
+struct PendingCopy {
+  uintptr_t begin = 0, end = 0;  // the memory it reads or writes on the side concerned
+  cuda::Event done;
+
+  bool overlaps(const void* p, int64_t bytes) const {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    return p != nullptr && a < end && begin < a + static_cast<uintptr_t>(bytes);
+  }
+};
 
 // A released block, kept until the work queued on both streams before its release has finished.
 struct Retired {
@@ -86,9 +102,12 @@ struct CudaTierState {
   // Re-recorded for every copy: the compute queued before it, the copy itself.
   cuda::Event compute_mark{false};
   cuda::Event copy_mark{false};
-  // The last queued copy that reads or writes host memory, until the host has waited for it.
-  cuda::Event host_copy_mark{false};
-  bool host_copies_pending = false;
+  // Copies that read or write host memory, in queue order, until the host has waited for them: a
+  // host operation waits only for those that touch its buffers, so host Adam on one chunk runs
+  // while the copies of the chunks after it are still under way.
+  std::vector<PendingCopy> host_copies;
+  // Copies ahead into device memory that the compute stream has not been made to wait for yet.
+  std::vector<PendingCopy> ahead;
   std::vector<Retired> retired;
   std::vector<cuda::Event> spare_events;  // creating an event is a driver call: reuse them
 
@@ -115,16 +134,56 @@ struct CudaTierState {
     retired.swap(pending);
   }
 
-  // The host may read or write host blocks only once the copies queued from or into them are done.
-  void wait_host_copies_locked() {
-    if (!host_copies_pending) return;
-    host_copy_mark.synchronize();
-    host_copies_pending = false;
+  // Records that a copy queued on the copy stream just now touches [p, p + bytes).
+  void note_copy_locked(std::vector<PendingCopy>& list, const void* p, int64_t bytes) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    PendingCopy pending{a, a + static_cast<uintptr_t>(bytes), take_event_locked()};
+    pending.done.record(copies);
+    list.push_back(std::move(pending));
   }
 
-  void wait_host_copies() {
+  // The host may read or write host memory only once the copies queued from or into it are done.
+  // The copy stream runs in order, so waiting for the last overlapping copy completes every copy
+  // queued before it too.
+  void wait_host_range_locked(const void* p, int64_t bytes) {
+    int64_t last = -1;
+    for (size_t i = 0; i < host_copies.size(); ++i)
+      if (host_copies[i].overlaps(p, bytes)) last = static_cast<int64_t>(i);
+    if (last < 0) return;
+    host_copies[static_cast<size_t>(last)].done.synchronize();
+    for (int64_t i = 0; i <= last; ++i)
+      spare_events.push_back(std::move(host_copies[static_cast<size_t>(i)].done));
+    host_copies.erase(host_copies.begin(), host_copies.begin() + last + 1);
+  }
+
+  // The host is about to touch each of `ranges` (pointer, bytes; null pointers are skipped).
+  void wait_host(const Ranges& ranges) {
     const std::lock_guard<std::mutex> lock(mutex);
-    wait_host_copies_locked();
+    for (const auto& [p, bytes] : ranges)
+      if (p != nullptr) wait_host_range_locked(p, bytes);
+  }
+
+  // Makes `stream` wait for the copies ahead into [p, p + bytes), on the device.
+  void await_ahead_locked(const void* p, int64_t bytes, cudaStream_t stream) {
+    std::vector<PendingCopy> keep;
+    for (PendingCopy& pending : ahead) {
+      if (pending.overlaps(p, bytes)) {
+        check(cudaStreamWaitEvent(stream, pending.done.native(), 0),
+              "cudaStreamWaitEvent of the compute stream on a copy ahead");
+        spare_events.push_back(std::move(pending.done));
+      } else {
+        keep.push_back(std::move(pending));
+      }
+    }
+    ahead.swap(keep);
+  }
+
+  // Everything queued has finished: no copy is pending any more.
+  void forget_pending_locked() {
+    for (auto* list : {&host_copies, &ahead}) {
+      for (PendingCopy& pending : *list) spare_events.push_back(std::move(pending.done));
+      list->clear();
+    }
   }
 
   // From a block's owner: the memory goes back to the arena or the pool only once both streams
@@ -133,6 +192,18 @@ struct CudaTierState {
     try {
       const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
       const std::lock_guard<std::mutex> lock(mutex);
+      // A copy ahead into a released block has nothing left to order: its reuse waits for the
+      // events below.
+      if (device_block) {
+        std::vector<PendingCopy> keep;
+        for (PendingCopy& pending : ahead) {
+          if (pending.overlaps(device_block.data(), 1))
+            spare_events.push_back(std::move(pending.done));
+          else
+            keep.push_back(std::move(pending));
+        }
+        ahead.swap(keep);
+      }
       Retired r{std::move(device_block), std::move(host_block), take_event_locked(),
                 take_event_locked()};
       r.after_copies.record(copies);
@@ -215,46 +286,20 @@ class CudaTier final : public DeviceTier {
   }
 
   void copy(Block& dst, const Block& src, int64_t bytes) override {
-    PSTAR_INTERNAL_ASSERT(dst && src, "copy between empty blocks");
-    PSTAR_INTERNAL_ASSERT(bytes >= 0 && bytes <= dst.bytes() && bytes <= src.bytes(), "copy of ",
-                          bytes, " bytes from a block of ", src.bytes(), " into one of ",
-                          dst.bytes());
-    if (bytes == 0) return;
-    const bool dst_host = dst.side() == Side::kHost;
-    const bool src_host = src.side() == Side::kHost;
-    if (dst_host && src_host) {
-      state_->wait_host_copies();
-      std::memcpy(dst.data(), src.data(), static_cast<size_t>(bytes));
-      return;
-    }
+    queue_copy(dst, src, bytes, /*ahead=*/false);
+  }
+
+  void copy_ahead(Block& dst, const Block& src, int64_t bytes) override {
+    PSTAR_INTERNAL_ASSERT(dst.side() == Side::kDevice, "a copy ahead into ", side_name(dst.side()),
+                          " memory");
+    queue_copy(dst, src, bytes, /*ahead=*/true);
+  }
+
+  void await_copies(const Block& block) override {
+    if (!block) return;
     const c10::cuda::CUDAGuard guard(device_index());
-    const cudaStream_t compute_now = compute();
-    CudaTierState& s = *state_;
-    const std::lock_guard<std::mutex> lock(s.mutex);
-    // After the compute queued so far, which may still write src or read dst ...
-    check(cudaEventRecord(s.compute_mark.native(), compute_now),
-          "cudaEventRecord on the compute stream");
-    s.compute_mark.wait(s.copies);
-    if (dst_host) {
-      cuda::copy_d2h_async(dst.data(), src.data(), bytes, s.copies);
-    } else if (src_host) {
-      cuda::copy_h2d_async(dst.data(), src.data(), bytes, s.copies);
-    } else {
-      cuda::copy_d2d_async(dst.data(), src.data(), bytes, s.copies);
-    }
-    // ... and, into device memory, before the compute queued later, which may read dst. The
-    // compute stream waits on the device; the host does not block. An eviction (into host memory)
-    // holds compute back for nothing: the host waits for it before touching dst, and src is
-    // reused only after its deferred release.
-    if (!dst_host) {
-      s.copy_mark.record(s.copies);
-      check(cudaStreamWaitEvent(compute_now, s.copy_mark.native(), 0),
-            "cudaStreamWaitEvent of the compute stream on a copy");
-    }
-    if (dst_host || src_host) {
-      s.host_copy_mark.record(s.copies);
-      s.host_copies_pending = true;
-    }
+    const std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->await_ahead_locked(block.data(), block.bytes(), compute());
   }
 
   void zero(Block& block, int64_t bytes) override {
@@ -264,12 +309,13 @@ class CudaTier final : public DeviceTier {
     switch (block.side()) {
       case Side::kDevice: {
         const c10::cuda::CUDAGuard guard(device_index());
+        await_ahead({{block.data(), bytes}});
         check(cudaMemsetAsync(block.data(), 0, static_cast<size_t>(bytes), compute()),
               "cudaMemsetAsync zeroing a device block");
         return;
       }
       case Side::kHost:
-        state_->wait_host_copies();
+        state_->wait_host({{block.data(), bytes}});
         std::memset(block.data(), 0, static_cast<size_t>(bytes));
         return;
     }
@@ -289,11 +335,12 @@ class CudaTier final : public DeviceTier {
         device_span.param_out_type = span.param_out_type;
         device_span.numel = span.numel;
         const c10::cuda::CUDAGuard guard(device_index());
+        await_ahead(adam_ranges(span));
         cuda::adam_step(device_span, hyper, grad_multiplier, compute());
         return;
       }
       case Side::kHost:
-        state_->wait_host_copies();
+        state_->wait_host(adam_ranges(span));
         optim::host_adam_step(hyper, grad_multiplier, span);
         return;
     }
@@ -304,10 +351,11 @@ class CudaTier final : public DeviceTier {
     switch (side) {
       case Side::kDevice: {
         const c10::cuda::CUDAGuard guard(device_index());
+        await_ahead({{grad, numel * grad_bytes(grad_type)}});
         return cuda::grad_sq_sum(grad, grad_type, numel, compute());
       }
       case Side::kHost:
-        state_->wait_host_copies();
+        state_->wait_host({{grad, numel * grad_bytes(grad_type)}});
         return optim::grad_sq_sum(grad, grad_type, numel);
     }
     PSTAR_INTERNAL_ASSERT(false, "unknown side ", static_cast<int>(side));
@@ -332,7 +380,7 @@ class CudaTier final : public DeviceTier {
     check(cudaStreamSynchronize(compute()), "cudaStreamSynchronize of the compute stream");
     const std::lock_guard<std::mutex> lock(state_->mutex);
     state_->copies.synchronize();
-    state_->host_copies_pending = false;
+    state_->forget_pending_locked();
     state_->reap_locked();
   }
 
@@ -343,6 +391,70 @@ class CudaTier final : public DeviceTier {
   void reap() {
     const std::lock_guard<std::mutex> lock(state_->mutex);
     state_->reap_locked();
+  }
+
+  static int64_t grad_bytes(optim::GradType type) { return type == optim::GradType::kF32 ? 4 : 2; }
+
+  // The buffers one Adam pass reads and writes.
+  static Ranges adam_ranges(const optim::AdamSpan& span) {
+    const int64_t n = span.numel;
+    return {{span.master, n * 4},
+            {span.exp_avg, n * 4},
+            {span.exp_avg_sq, n * 4},
+            {span.grad, n * grad_bytes(span.grad_type)},
+            {span.param_out, n * 2}};
+  }
+
+  // Makes the compute stream wait for the copies ahead into any of `ranges`.
+  void await_ahead(const Ranges& ranges) {
+    const std::lock_guard<std::mutex> lock(state_->mutex);
+    for (const auto& [p, bytes] : ranges)
+      if (p != nullptr) state_->await_ahead_locked(p, bytes, compute());
+  }
+
+  // A copy on the copy stream after the compute queued so far, which may still write src or read
+  // dst. Into device memory, the compute queued later may read dst: unless the copy is `ahead`,
+  // the compute stream waits for it on the device (the host does not block); a copy ahead leaves
+  // that wait to await_copies(). An eviction (into host memory) holds compute back for nothing: the
+  // host waits for it before touching dst, and src is reused only after its deferred release.
+  void queue_copy(Block& dst, const Block& src, int64_t bytes, bool ahead) {
+    PSTAR_INTERNAL_ASSERT(dst && src, "copy between empty blocks");
+    PSTAR_INTERNAL_ASSERT(bytes >= 0 && bytes <= dst.bytes() && bytes <= src.bytes(), "copy of ",
+                          bytes, " bytes from a block of ", src.bytes(), " into one of ",
+                          dst.bytes());
+    if (bytes == 0) return;
+    const bool dst_host = dst.side() == Side::kHost;
+    const bool src_host = src.side() == Side::kHost;
+    if (dst_host && src_host) {
+      state_->wait_host({{dst.data(), bytes}, {src.data(), bytes}});
+      std::memcpy(dst.data(), src.data(), static_cast<size_t>(bytes));
+      return;
+    }
+    const c10::cuda::CUDAGuard guard(device_index());
+    const cudaStream_t compute_now = compute();
+    CudaTierState& s = *state_;
+    const std::lock_guard<std::mutex> lock(s.mutex);
+    check(cudaEventRecord(s.compute_mark.native(), compute_now),
+          "cudaEventRecord on the compute stream");
+    s.compute_mark.wait(s.copies);
+    if (dst_host) {
+      cuda::copy_d2h_async(dst.data(), src.data(), bytes, s.copies);
+    } else if (src_host) {
+      cuda::copy_h2d_async(dst.data(), src.data(), bytes, s.copies);
+    } else {
+      cuda::copy_d2d_async(dst.data(), src.data(), bytes, s.copies);
+    }
+    if (!dst_host) {
+      if (ahead) {
+        s.note_copy_locked(s.ahead, dst.data(), bytes);
+      } else {
+        s.copy_mark.record(s.copies);
+        check(cudaStreamWaitEvent(compute_now, s.copy_mark.native(), 0),
+              "cudaStreamWaitEvent of the compute stream on a copy");
+      }
+    }
+    if (dst_host) s.note_copy_locked(s.host_copies, dst.data(), bytes);
+    if (src_host) s.note_copy_locked(s.host_copies, src.data(), bytes);
   }
 
   // Memory still waiting in the retire list may be all that is missing: on failure, wait for the

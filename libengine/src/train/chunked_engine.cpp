@@ -54,6 +54,7 @@ struct Chunk {
   bool remote = false;        // owned by another rank: payloads only while gathered
   bool margin = false;        // pinned on the device and updated there
   bool host_pinned = false;   // use_cpu_embedding: never on the device
+  bool awaiting = false;      // copied ahead to the device; compute has not waited for it yet
   int64_t compute_count = 0;  // tensors in kCompute
 };
 
@@ -78,6 +79,7 @@ struct Group {
 
 struct StepStats {
   int64_t h2d = 0, d2h = 0;
+  int64_t prefetched = 0;  // of h2d: copied ahead of use (Note [prefetch])
   int64_t gathers = 0, reductions = 0;
   int64_t model_data = 0;
   int64_t device_peak = 0, host_peak = 0;
@@ -270,24 +272,31 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     check_host();
   }
 
-  // Replaces `block` by a copy of it on side `to`.
-  void moved_to(Block& block, Tier to) {
+  // Replaces `block` by a copy of it on side `to`; `ahead`: a prefetch (Note [prefetch]).
+  void moved_to(Block& block, Tier to, bool ahead = false) {
     Block moved = device_tier->allocate(to, block.bytes());
-    device_tier->copy(moved, block, block.bytes());
+    if (ahead)
+      device_tier->copy_ahead(moved, block, block.bytes());
+    else
+      device_tier->copy(moved, block, block.bytes());
     block = std::move(moved);
   }
 
-  void move_compute(int64_t k, Tier to) {
+  // `ahead`: an upload for a later moment, which compute waits for only at its first use (in
+  // make_resident).
+  void move_compute(int64_t k, Tier to, bool ahead = false) {
     Chunk& c = chunks[k];
     if (c.compute_tier == to) return;
     PSTAR_INTERNAL_ASSERT(!c.remote, "moving chunk ", k, ", which another rank owns");
     PSTAR_INTERNAL_ASSERT(c.compute_count == 0, "moving chunk ", k, " while it is in use");
     const auto begin = std::chrono::steady_clock::now();
-    moved_to(c.param, to);
-    if (!reuse) moved_to(c.grad, to);
+    moved_to(c.param, to, ahead);
+    if (!reuse) moved_to(c.grad, to, ahead);
+    c.awaiting = ahead;
     add_bytes(c.compute_tier, -compute_bytes());
     add_bytes(to, compute_bytes());
     (to == Tier::kDevice ? step.h2d : step.d2h) += compute_bytes();
+    if (ahead) step.prefetched += compute_bytes();
     c.compute_tier = to;
     repoint(k);
     record(
@@ -553,12 +562,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     int64_t evict = static_cast<int64_t>(candidates.size());  // warm-up: keep only what is in use
     const int64_t t = moment;
     if (planned && t < trace.num_moments()) {
-      int64_t pinned = 0;
-      for (const Chunk& c : chunks) pinned += c.margin ? compute_bytes() + optimizer_bytes() : 0;
-      const int64_t room = std::min(chunk::device_chunk_budget_bytes(trace, t, device_budget),
-                                    device_tier->device_capacity_bytes()) -
-                           pinned - remote_device_bytes();
-      const int64_t capacity = std::max<int64_t>(0, room / compute_bytes());
+      const int64_t capacity = movable_capacity(t);
       evict = std::max<int64_t>(0, resident + missing - capacity);
       PSTAR_CHECK(evict <= static_cast<int64_t>(candidates.size()), OutOfMemoryError,
                   "device tier: ", what, " needs ", need.size(), " chunk(s) of ",
@@ -572,14 +576,72 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     } else {
       for (int64_t k : candidates) move_compute(k, Tier::kHost);
     }
-    for (int64_t k : need)
-      if (!chunks[k].remote) move_compute(k, Tier::kDevice);
+    for (int64_t k : need) {
+      Chunk& c = chunks[k];
+      if (c.remote) continue;
+      move_compute(k, Tier::kDevice);
+      if (c.awaiting) {
+        // Copied ahead (Note [prefetch]): the module's compute, queued next, waits for it here.
+        device_tier->await_copies(c.param);
+        if (c.grad) device_tier->await_copies(c.grad);
+        c.awaiting = false;
+      }
+    }
     PSTAR_CHECK(device_bytes <= device_budget, OutOfMemoryError, "device tier: ", what, " needs ",
                 format_bytes(device_bytes),
                 " of chunks on the device, more than "
                 "engine.device_memory ",
                 format_bytes(device_budget),
                 "; raise engine.device_memory or lower default_chunk_size");
+    interval_chunk_bytes = device_bytes;
+  }
+
+  // How many movable compute payloads fit on the device at moment t of the plan: the budget rule
+  // (the larger non-model peak of t and t + 1) or the tier's capacity, less the margin and the
+  // gathered copies.
+  int64_t movable_capacity(int64_t t) const {
+    int64_t pinned = 0;
+    for (const Chunk& c : chunks) pinned += c.margin ? compute_bytes() + optimizer_bytes() : 0;
+    const int64_t room = std::min(chunk::device_chunk_budget_bytes(trace, t, device_budget),
+                                  device_tier->device_capacity_bytes()) -
+                         pinned - remote_device_bytes();
+    return std::max<int64_t>(0, room / compute_bytes());
+  }
+
+  // Note [prefetch]: once moment t's chunks are resident, the chunks the trace says moment t + 1
+  // uses start their uploads, to run while t's module computes. Room comes first from free space,
+  // then from evicting chunks furthest-next-use first; those are never used at t or t + 1, so
+  // loading t + 1's chunk in their place is what the furthest-next-use order would do anyway.
+  void prefetch(const std::vector<int64_t>& need_now) {
+    const int64_t t = moment;
+    // The last moment is the optimizer step, which keeps only the margin on the device.
+    if (!config.engine.prefetch || !planned || t + 2 >= trace.num_moments()) return;
+    const std::vector<int64_t>& next = trace.accesses[t + 1];
+    std::vector<int64_t> wanted;
+    for (int64_t k : next) {
+      const Chunk& c = chunks[k];
+      if (!c.remote && !c.host_pinned && c.compute_tier == Tier::kHost) wanted.push_back(k);
+    }
+    if (wanted.empty()) return;
+    const auto listed = [](const std::vector<int64_t>& list, int64_t k) {
+      return std::find(list.begin(), list.end(), k) != list.end();
+    };
+    std::vector<int64_t> candidates;  // resident, movable, used neither now nor next
+    int64_t resident = 0;
+    for (int64_t k = 0; k < static_cast<int64_t>(chunks.size()); ++k) {
+      const Chunk& c = chunks[k];
+      if (c.remote || c.margin || c.compute_tier != Tier::kDevice) continue;
+      ++resident;
+      if (c.compute_count == 0 && !listed(need_now, k) && !listed(next, k)) candidates.push_back(k);
+    }
+    const int64_t capacity = movable_capacity(t);
+    const int64_t fetch = std::min(static_cast<int64_t>(wanted.size()),
+                                   capacity - resident + static_cast<int64_t>(candidates.size()));
+    if (fetch <= 0) return;
+    const int64_t evict = std::max<int64_t>(0, resident + fetch - capacity);
+    for (int64_t k : chunk::choose_evictions(*next_use, t, candidates, evict))
+      move_compute(k, Tier::kHost);
+    for (int64_t i = 0; i < fetch; ++i) move_compute(wanted[i], Tier::kDevice, /*ahead=*/true);
     interval_chunk_bytes = device_bytes;
   }
 
@@ -604,6 +666,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       for (int64_t g : used_groups) gather(g);
     }
     make_resident(needed, what);
+    prefetch(needed);
     record_moment(what,
                   in_backward ? formats::ProfileStage::kBackward : formats::ProfileStage::kForward);
     record_accesses[moment] = needed;
@@ -988,10 +1051,19 @@ void ChunkedEngine::end_micro_batch() {
 double ChunkedEngine::grad_norm(double loss_scale) {
   Impl& s = *impl_;
   s.optimizer_moment();
+  // The device side's sums first, while the evictions the optimizer moment queued are still under
+  // way; then the host side's, each waiting only for its own chunk's copy. They are added in
+  // chunk order whatever the sides, so placement does not change the norm's bits.
+  std::vector<double> sums(s.chunks.size(), 0.0);
+  for (Tier side : {Tier::kDevice, Tier::kHost}) {
+    for (size_t k = 0; k < s.chunks.size(); ++k) {
+      const Chunk& c = s.chunks[k];
+      if (c.remote || c.compute_tier != side) continue;
+      sums[k] = s.device_tier->grad_sq_sum(side, s.grad_data(c), s.grad_type(), c.used);
+    }
+  }
   double sum = 0;
-  for (const Chunk& c : s.chunks)
-    if (!c.remote)
-      sum += s.device_tier->grad_sq_sum(c.compute_tier, s.grad_data(c), s.grad_type(), c.used);
+  for (double part : sums) sum += part;
   if (s.comm != nullptr) sum = s.comm->all_reduce_sum(sum);
   // Reduced gradients are sums over the ranks; the step's gradient is their mean.
   return std::sqrt(sum) / (loss_scale * static_cast<double>(s.sharding.world_size));
@@ -1016,8 +1088,16 @@ void ChunkedEngine::update(double lr, double grad_multiplier) {
   // the numbers.
   const float multiplier =
       static_cast<float>(grad_multiplier / static_cast<double>(s.sharding.world_size));
-  for (Chunk& c : s.chunks) {
-    if (c.remote) continue;  // its owner updates it
+  // The margin's Adam first: on a GPU it is queued and runs while the host updates the rest, each
+  // host chunk as soon as its own eviction has landed. Chunks are independent, so the order does
+  // not change the numbers.
+  std::vector<Chunk*> order;
+  for (Chunk& c : s.chunks)
+    if (!c.remote && c.optimizer_tier == Tier::kDevice) order.push_back(&c);
+  for (Chunk& c : s.chunks)
+    if (!c.remote && c.optimizer_tier == Tier::kHost) order.push_back(&c);
+  for (Chunk* chunk : order) {
+    Chunk& c = *chunk;
     optim::AdamSpan span;
     span.master = static_cast<float*>(s.fp32 ? c.param.data() : c.master.data());
     span.exp_avg = static_cast<float*>(c.exp_avg.data());
@@ -1120,6 +1200,7 @@ void ChunkedEngine::fill_metrics(StepMetrics& m) {
   m.host_peak_bytes = s.last.host_peak;
   m.moved_h2d_bytes = s.last.h2d;
   m.moved_d2h_bytes = s.last.d2h;
+  m.prefetched_h2d_bytes = s.last.prefetched;
   m.adam_device_chunks = s.last.adam_device_chunks;
   m.model_data_bytes = s.last.model_data;
   if (s.comm != nullptr) {

@@ -34,6 +34,7 @@ void MetricsWriter::write(const StepMetrics& m) {
         {"host_peak_bytes", m.host_peak_bytes},
         {"moved_h2d_bytes", m.moved_h2d_bytes},
         {"moved_d2h_bytes", m.moved_d2h_bytes},
+        {"prefetched_h2d_bytes", m.prefetched_h2d_bytes},
         {"adam_device_chunks", m.adam_device_chunks},
         {"model_data_bytes", m.model_data_bytes},
         {"comm_bytes", m.comm_bytes},

@@ -87,6 +87,7 @@ struct EngineConfig {
   bool activation_checkpointing = false;  // recompute each block's activations in backward
   int64_t warmup_iterations = 1;          // iterations traced before OPT placement starts
   bool chunk_size_search = false;         // pick the chunk size that wastes least (logged)
+  bool prefetch = true;  // upload the next module's chunks while the current one computes
 };
 
 struct TrainConfig {

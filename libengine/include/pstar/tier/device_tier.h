@@ -24,7 +24,10 @@
 // LibTorch computations the caller queues in between: a copy() is complete for the compute that
 // follows it on the destination side, and the memory of a released Block is reused only after
 // the work queued before the release has finished. Host code that reads or writes payloads itself
-// (a checkpoint, a collective over host memory) calls synchronize() first.
+// (a checkpoint, a collective over host memory) calls synchronize() first. The one exception is
+// copy_ahead(): the compute the caller queues after it is ordered after it only once the caller
+// calls await_copies() on its destination, so that an upload for the next module can run while
+// the current one computes (Note [prefetch] in train/chunked_engine.h).
 #pragma once
 
 #include <cstdint>
@@ -96,6 +99,14 @@ class DeviceTier {
   virtual Block allocate(Side side, int64_t bytes) = 0;
   // Copies the first `bytes` of src into dst (either side to either side).
   virtual void copy(Block& dst, const Block& src, int64_t bytes) = 0;
+  // A copy into a kDevice block ahead of its use (a prefetch): LibTorch's compute queued after it
+  // may run alongside it, until await_copies(dst). Everything else is ordered as for copy(): the
+  // tier's own operations on dst (a copy out of it, zero, the kernels) and synchronize() come after
+  // it, and src may be released or written by the tier once it returns.
+  virtual void copy_ahead(Block& dst, const Block& src, int64_t bytes) = 0;
+  // Makes the compute queued from now on wait for every copy_ahead into `block`, on the device
+  // (the host does not block). A no-op when none is outstanding.
+  virtual void await_copies(const Block& block) = 0;
   // Sets the first `bytes` of a block to zero.
   virtual void zero(Block& block, int64_t bytes) = 0;
 

@@ -39,6 +39,16 @@
 // gathered copies are dropped. The owner's slot then holds the sum over ranks, which grad_norm
 // and update divide by N. All of this depends only on the order modules run in, which every rank
 // shares, so the ranks always issue the same collectives in the same order.
+//
+// Note [prefetch]
+// After the warm-up, once moment t's chunks are resident, the owned chunks the trace says moment
+// t + 1 uses start their uploads with DeviceTier::copy_ahead, so that on a GPU they run while t's
+// module computes; moment t + 1 awaits them (DeviceTier::await_copies) before its module runs.
+// They must fit in moment t's room (the budget rule already keeps t + 1's non-model peak free):
+// free room first, then evictions furthest next use first among chunks used neither at t nor at
+// t + 1, which the furthest-next-use order would evict before any of t + 1's anyway. The optimizer
+// step (the trace's last moment) is never prefetched for: it sends movable chunks to the host.
+// Placement changes, numbers do not. engine.prefetch turns it off.
 #pragma once
 
 #include <cstdint>

@@ -63,6 +63,7 @@ struct StepMetrics {
   int64_t host_peak_bytes = -1;
   int64_t moved_h2d_bytes = -1;
   int64_t moved_d2h_bytes = -1;
+  int64_t prefetched_h2d_bytes = -1;  // of moved_h2d_bytes: uploads started a moment early
   int64_t adam_device_chunks = -1;
   // Bytes of model data (chunk payloads) this rank holds between steps; -1 for the torch engine.
   int64_t model_data_bytes = -1;
