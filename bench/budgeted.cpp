@@ -6,7 +6,7 @@
 // never change the numbers). The last line is one JSON object with the figures.
 //
 //   build/cpu-release/bench/pstar-bench-budgeted [--steps 10] [--warmup 3] [--ratio 4.5]
-//       [--rounds 2]
+//       [--rounds 2] [--prefetch 1]
 //
 // The model is parameter-heavy and activation-light (hidden 512, 8 layers, seq_len 32, micro batch
 // 2, bf16, embeddings managed like every other module) so that the budget is dominated by chunks,
@@ -66,6 +66,7 @@ struct Options {
   int64_t warmup = 3;  // steps left out of the steady-state figures (the first is the engine's)
   int64_t rounds = 2;  // each trains both modes, their steps interleaved
   double ratio = 4.5;  // model data / device budget
+  bool prefetch = true;  // engine.prefetch (Note [prefetch])
 };
 
 struct RunResult {
@@ -189,6 +190,7 @@ int run(const Options& o) {
   config.default_chunk_size = 17 * (int64_t{1} << 16);
   config.engine.mode = "chunked";
   config.training.steps = o.steps;
+  config.engine.prefetch = o.prefetch;
 
   // The reference: unconstrained and alone.
   RunResult reference;
@@ -336,6 +338,7 @@ int run(const Options& o) {
       {"steps", o.steps},
       {"warmup_steps", o.warmup},
       {"rounds", o.rounds},
+      {"prefetch", o.prefetch},
       {"num_chunks", budgeted.num_chunks},
       {"chunk_size", budgeted.chunk_size},
       {"model_data_bytes", model_data},
@@ -384,6 +387,8 @@ int main(int argc, char** argv) {
         o.ratio = std::stod(value);
       } else if (key == "--rounds") {
         o.rounds = std::stoll(value);
+      } else if (key == "--prefetch") {
+        o.prefetch = std::stoll(value) != 0;
       } else {
         std::fprintf(stderr, "unknown option %s\n", argv[i]);
         return 2;
