@@ -63,9 +63,9 @@ using pstar::bench::TempCorpus;
 
 struct Options {
   int64_t steps = 10;
-  int64_t warmup = 3;  // steps left out of the steady-state figures (the first is the engine's)
-  int64_t rounds = 2;  // each trains both modes, their steps interleaved
-  double ratio = 4.5;  // model data / device budget
+  int64_t warmup = 3;    // steps left out of the steady-state figures (the first is the engine's)
+  int64_t rounds = 2;    // each trains both modes, their steps interleaved
+  double ratio = 4.5;    // model data / device budget
   bool prefetch = true;  // engine.prefetch (Note [prefetch])
 };
 
