@@ -212,7 +212,8 @@ def pstar_figures(d, a, params):
            "gpu_used_peak_bytes": measure["gpu_used_peak_bytes"],
            "device_peak_bytes": None, "host_chunk_peak_bytes": None, "model_data_bytes": None,
            "moved_h2d_bytes_per_step": None, "moved_d2h_bytes_per_step": None,
-           "prefetched_h2d_bytes_per_step": None, "adam_device_chunks": None, "wall_s": measure["wall_s"]}
+           "prefetched_h2d_bytes_per_step": None, "adam_device_chunks": None,
+           "adam_queued_chunks": None, "adam_wait_s_per_step": None, "wall_s": measure["wall_s"]}
     if steps:
         out["loss_first"], out["loss_last"] = steps[0]["loss"], steps[-1]["loss"]
         for key, src in (("device_peak_bytes", "device_peak_bytes"),
@@ -221,6 +222,7 @@ def pstar_figures(d, a, params):
             out[key] = max(vals) if vals else None
         out["model_data_bytes"] = steps[-1].get("model_data_bytes")
         out["adam_device_chunks"] = steps[-1].get("adam_device_chunks")
+        out["adam_queued_chunks"] = steps[-1].get("adam_queued_chunks")
     # The first --warmup steps are the chunk engine's tracing iteration and its first planned
     # step; the rest is steady state.
     timed = steps[a.skip:]
@@ -237,6 +239,8 @@ def pstar_figures(d, a, params):
             "prefetched_h2d_bytes_per_step":
                 sum(s.get("prefetched_h2d_bytes", 0) for s in timed) / len(timed),
         })
+        waits = [s["adam_wait_s"] for s in timed if s.get("adam_wait_s") is not None]
+        out["adam_wait_s_per_step"] = sum(waits) / len(waits) if waits else None
         out["tflops"] = flops_per_token(params, a.layers, a.hidden, a.seq) * out["tokens_per_s"] / 1e12
     return out
 

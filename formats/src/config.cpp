@@ -227,6 +227,7 @@ Json to_json(const TrainConfig& c) {
   engine["warmup_iterations"] = c.engine.warmup_iterations;
   engine["chunk_size_search"] = c.engine.chunk_size_search;
   engine["prefetch"] = c.engine.prefetch;
+  engine["overlap_adam"] = c.engine.overlap_adam_auto ? Json("auto") : Json(c.engine.overlap_adam);
 
   Json j = Json::object();
   j["train_micro_batch_size_per_gpu"] = c.train_micro_batch_size_per_gpu;
@@ -763,6 +764,7 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   engine.read_int("warmup_iterations", &c.engine.warmup_iterations, 1, 1000);
   engine.read_bool("chunk_size_search", &c.engine.chunk_size_search);
   engine.read_bool("prefetch", &c.engine.prefetch);
+  engine.read_bool_or_auto("overlap_adam", &c.engine.overlap_adam, &c.engine.overlap_adam_auto);
 
   // Checks across keys.
   if (c.train_batch_size) {

@@ -101,6 +101,8 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.engine.warmup_iterations, b.engine.warmup_iterations);
   EXPECT_EQ(a.engine.chunk_size_search, b.engine.chunk_size_search);
   EXPECT_EQ(a.engine.prefetch, b.engine.prefetch);
+  EXPECT_EQ(a.engine.overlap_adam, b.engine.overlap_adam);
+  EXPECT_EQ(a.engine.overlap_adam_auto, b.engine.overlap_adam_auto);
 }
 
 // Every key set, none to its default.
@@ -456,6 +458,18 @@ TEST(ConfigRange, EngineModeAndSizes) {
   EXPECT_TRUE(parse(with_data()).engine.prefetch) << "prefetch is on by default";
   expect_contains(config_error(with_data(R"("engine": {"prefetch": "yes"})")),
                   {"engine.prefetch", R"(found string "yes")"});
+  const auto defaults = parse(with_data());
+  EXPECT_TRUE(defaults.engine.overlap_adam_auto) << "overlap_adam is \"auto\" by default";
+  EXPECT_FALSE(defaults.engine.overlap_adam);
+  for (const bool on : {false, true}) {
+    const auto set = parse(with_data(on ? R"("engine": {"overlap_adam": true})"
+                                        : R"("engine": {"overlap_adam": false})"));
+    EXPECT_EQ(set.engine.overlap_adam, on);
+    EXPECT_FALSE(set.engine.overlap_adam_auto);
+  }
+  EXPECT_TRUE(parse(with_data(R"("engine": {"overlap_adam": "auto"})")).engine.overlap_adam_auto);
+  expect_contains(config_error(with_data(R"("engine": {"overlap_adam": "sometimes"})")),
+                  {"engine.overlap_adam", R"(expected true, false or "auto")"});
   expect_contains(config_error(with_data(R"("engine": {"device_memory": "12 parsecs"})")),
                   {"engine.device_memory: expected a size such as", R"(found "12 parsecs")"});
   expect_contains(config_error(with_data(R"("engine": {"host_memory": -5})")),

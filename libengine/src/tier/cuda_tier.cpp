@@ -9,8 +9,10 @@
 #include <c10/util/Exception.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,16 +51,27 @@ cudaStream_t compute_stream(int device) {
 // Buffers an operation touches: (start, bytes); null starts are skipped.
 using Ranges = std::vector<std::pair<const void*, int64_t>>;
 
-// A queued copy that the host or the compute stream may have to wait for: `done` is recorded on
-// the copy stream right after it.
-struct PendingCopy {
-  uintptr_t begin = 0, end = 0;  // the memory it reads or writes on the side concerned
-  cuda::Event done;
+// The memory a queued copy reads or writes on the side concerned.
+struct CopySpan {
+  uintptr_t begin = 0, end = 0;
 
   bool overlaps(const void* p, int64_t bytes) const {
     const auto a = reinterpret_cast<uintptr_t>(p);
     return p != nullptr && a < end && begin < a + static_cast<uintptr_t>(bytes);
   }
+};
+
+// A queued copy that the compute stream may have to wait for: `done` is recorded on the copy
+// stream right after it.
+struct PendingCopy : CopySpan {
+  cuda::Event done;
+};
+
+// A queued copy that the host may have to wait for. Its event is shared: a thread waits for it
+// outside the tier's lock (host Adam on a worker thread, Note [device tier] Threads), and it goes
+// back to the spares only once nobody holds it.
+struct HostCopy : CopySpan {
+  std::shared_ptr<cuda::Event> done;
 };
 
 // A released block, kept until the work queued on both streams before its release has finished.
@@ -105,7 +118,7 @@ struct CudaTierState {
   // Copies that read or write host memory, in queue order, until the host has waited for them: a
   // host operation waits only for those that touch its buffers, so host Adam on one chunk runs
   // while the copies of the chunks after it are still under way.
-  std::vector<PendingCopy> host_copies;
+  std::vector<HostCopy> host_copies;
   // Copies ahead into device memory that the compute stream has not been made to wait for yet.
   std::vector<PendingCopy> ahead;
   std::vector<Retired> retired;
@@ -134,33 +147,55 @@ struct CudaTierState {
     retired.swap(pending);
   }
 
-  // Records that a copy queued on the copy stream just now touches [p, p + bytes).
-  void note_copy_locked(std::vector<PendingCopy>& list, const void* p, int64_t bytes) {
+  static CopySpan span_of(const void* p, int64_t bytes) {
     const auto a = reinterpret_cast<uintptr_t>(p);
-    PendingCopy pending{a, a + static_cast<uintptr_t>(bytes), take_event_locked()};
+    return CopySpan{a, a + static_cast<uintptr_t>(bytes)};
+  }
+
+  // Records that a copy ahead queued on the copy stream just now writes [p, p + bytes).
+  void note_ahead_locked(const void* p, int64_t bytes) {
+    PendingCopy pending{span_of(p, bytes), take_event_locked()};
     pending.done.record(copies);
-    list.push_back(std::move(pending));
+    ahead.push_back(std::move(pending));
+  }
+
+  // Records that a copy queued on the copy stream just now reads or writes host [p, p + bytes).
+  void note_host_copy_locked(const void* p, int64_t bytes) {
+    HostCopy pending{span_of(p, bytes), std::make_shared<cuda::Event>(take_event_locked())};
+    pending.done->record(copies);
+    host_copies.push_back(std::move(pending));
+  }
+
+  // An event back to the spares, unless a waiting thread still holds it (it is freed with the
+  // last holder then).
+  void recycle_locked(std::shared_ptr<cuda::Event> event) {
+    if (event.use_count() == 1) spare_events.push_back(std::move(*event));
   }
 
   // The host may read or write host memory only once the copies queued from or into it are done.
-  // The copy stream runs in order, so waiting for the last overlapping copy completes every copy
-  // queued before it too.
-  void wait_host_range_locked(const void* p, int64_t bytes) {
-    int64_t last = -1;
-    for (size_t i = 0; i < host_copies.size(); ++i)
-      if (host_copies[i].overlaps(p, bytes)) last = static_cast<int64_t>(i);
-    if (last < 0) return;
-    host_copies[static_cast<size_t>(last)].done.synchronize();
-    for (int64_t i = 0; i <= last; ++i)
-      spare_events.push_back(std::move(host_copies[static_cast<size_t>(i)].done));
-    host_copies.erase(host_copies.begin(), host_copies.begin() + last + 1);
-  }
-
-  // The host is about to touch each of `ranges` (pointer, bytes; null pointers are skipped).
+  // The copy stream runs in order, so waiting for the last copy touching any of `ranges` (pointer,
+  // bytes; null pointers are skipped) completes every copy queued before it too. The wait is
+  // outside the lock, so that other threads queue copies meanwhile.
   void wait_host(const Ranges& ranges) {
+    std::shared_ptr<cuda::Event> last;
+    {
+      const std::lock_guard<std::mutex> lock(mutex);
+      for (const HostCopy& pending : host_copies)
+        for (const auto& [p, bytes] : ranges)
+          if (pending.overlaps(p, bytes)) last = pending.done;
+      if (!last) return;
+    }
+    last->synchronize();
     const std::lock_guard<std::mutex> lock(mutex);
-    for (const auto& [p, bytes] : ranges)
-      if (p != nullptr) wait_host_range_locked(p, bytes);
+    // Another thread (or synchronize()) may have retired it and those before it meanwhile.
+    const auto it = std::find_if(host_copies.begin(), host_copies.end(),
+                                 [&](const HostCopy& pending) { return pending.done == last; });
+    if (it == host_copies.end()) return;
+    std::vector<HostCopy> finished(std::make_move_iterator(host_copies.begin()),
+                                   std::make_move_iterator(it + 1));
+    host_copies.erase(host_copies.begin(), it + 1);
+    last.reset();
+    for (HostCopy& pending : finished) recycle_locked(std::move(pending.done));
   }
 
   // Makes `stream` wait for the copies ahead into [p, p + bytes), on the device.
@@ -180,10 +215,10 @@ struct CudaTierState {
 
   // Everything queued has finished: no copy is pending any more.
   void forget_pending_locked() {
-    for (auto* list : {&host_copies, &ahead}) {
-      for (PendingCopy& pending : *list) spare_events.push_back(std::move(pending.done));
-      list->clear();
-    }
+    for (PendingCopy& pending : ahead) spare_events.push_back(std::move(pending.done));
+    ahead.clear();
+    for (HostCopy& pending : host_copies) recycle_locked(std::move(pending.done));
+    host_copies.clear();
   }
 
   // From a block's owner: the memory goes back to the arena or the pool only once both streams
@@ -446,15 +481,15 @@ class CudaTier final : public DeviceTier {
     }
     if (!dst_host) {
       if (ahead) {
-        s.note_copy_locked(s.ahead, dst.data(), bytes);
+        s.note_ahead_locked(dst.data(), bytes);
       } else {
         s.copy_mark.record(s.copies);
         check(cudaStreamWaitEvent(compute_now, s.copy_mark.native(), 0),
               "cudaStreamWaitEvent of the compute stream on a copy");
       }
     }
-    if (dst_host) s.note_copy_locked(s.host_copies, dst.data(), bytes);
-    if (src_host) s.note_copy_locked(s.host_copies, src.data(), bytes);
+    if (dst_host) s.note_host_copy_locked(dst.data(), bytes);
+    if (src_host) s.note_host_copy_locked(src.data(), bytes);
   }
 
   // Memory still waiting in the retire list may be all that is missing: on failure, wait for the

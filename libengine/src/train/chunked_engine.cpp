@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -16,6 +17,7 @@
 #include "pstar/chunk/eviction.h"
 #include "pstar/chunk/sharding.h"
 #include "pstar/core/log.h"
+#include "pstar/core/ordered_worker.h"
 #include "pstar/dist/communicator.h"
 #include "pstar/formats/config.h"
 #include "pstar/memory/cpu_counter.h"
@@ -84,6 +86,14 @@ struct StepStats {
   int64_t model_data = 0;
   int64_t device_peak = 0, host_peak = 0;
   int64_t adam_device_chunks = 0;
+  int64_t adam_queued = 0;  // host chunks whose Adam the update queued (Note [host adam overlap])
+  double adam_wait_s = 0;   // waiting for the Adam the previous update queued
+};
+
+// A queued host Adam that finished, for the profile.
+struct AdamDone {
+  int64_t chunk = 0;
+  double seconds = 0;
 };
 
 }  // namespace
@@ -141,6 +151,12 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   bool updated = false;  // this step's update ran
   // Host bytes at start-up: chunk memory plus what LibTorch holds (the unit being taken in).
   int64_t startup_peak = 0;
+  // Note [host adam overlap]: per chunk, the worker's ticket for its queued host Adam (0: none).
+  std::vector<int64_t> adam_ticket;
+  std::mutex adam_done_mutex;
+  std::vector<AdamDone> adam_done;  // guarded by adam_done_mutex: the worker appends
+  // Last member: destroyed first, so a running Adam finishes before any payload is freed.
+  std::unique_ptr<core::OrderedWorker> adam_worker;
 
   void sample_startup() {
     startup_peak = std::max(startup_peak, host_bytes + device_bytes + host_counter.current_bytes());
@@ -288,6 +304,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     Chunk& c = chunks[k];
     if (c.compute_tier == to) return;
     PSTAR_INTERNAL_ASSERT(!c.remote, "moving chunk ", k, ", which another rank owns");
+    PSTAR_INTERNAL_ASSERT(!adam_queued(k), "moving chunk ", k, " while its host Adam is queued");
     PSTAR_INTERNAL_ASSERT(c.compute_count == 0, "moving chunk ", k, " while it is in use");
     const auto begin = std::chrono::steady_clock::now();
     moved_to(c.param, to, ahead);
@@ -382,6 +399,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   void gather(int64_t g) {
     Group& group = groups[g];
     if (group.gathered) return;
+    await_adam(group_chunk(g, sharding.rank));  // this rank sends its own chunk's parameters
     std::vector<void*> parts;
     for (int64_t part = 0; part < sharding.world_size; ++part) {
       const int64_t k = group_chunk(g, part);
@@ -511,6 +529,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
 
   // A moment begins: close the non-model window of the previous one (Note [placement]).
   void begin_moment(const std::string& what) {
+    record_finished_adam();
     const int64_t non_model = device_tier->reset_non_model_peak();
     // The window since the last optimizer step closed in end_step, which counted it for the step
     // it belongs to; a step's peak covers its own moments only (as a profile's rows do).
@@ -620,7 +639,14 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     std::vector<int64_t> wanted;
     for (int64_t k : next) {
       const Chunk& c = chunks[k];
-      if (!c.remote && !c.host_pinned && c.compute_tier == Tier::kHost) wanted.push_back(k);
+      if (c.remote || c.host_pinned || c.compute_tier != Tier::kHost) continue;
+      // A chunk whose Adam is still running waits for its module (Note [host adam overlap]):
+      // blocking here would hold back the compute of the module before it.
+      if (adam_queued(k)) {
+        if (!adam_worker->done(adam_ticket[static_cast<size_t>(k)])) continue;
+        await_adam(k);
+      }
+      wanted.push_back(k);
     }
     if (wanted.empty()) return;
     const auto listed = [](const std::vector<int64_t>& list, int64_t k) {
@@ -657,6 +683,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     }
     const std::string what = str_cat(phase, " of ", tensors[ids.front()].name);
     begin_moment(what);
+    // Before anything reads them: uploads, gathers, and modules computing on the host.
+    for (int64_t id : ids) await_adam(tensors[id].chunk);
     if (comm != nullptr) {
       std::vector<bool> keep(groups.size(), false);
       for (int64_t g : used_groups) keep[g] = true;
@@ -676,6 +704,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
 
   void pre_forward(torch::nn::Module& module) override { access(module, "forward"); }
   void pre_backward(torch::nn::Module& module) override {
+    // The backward writes gradients into every chunk, used in the forward or not.
+    if (!in_backward) await_all_adam();
     in_backward = true;
     access(module, "backward");
   }
@@ -698,10 +728,70 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     }
   }
 
+  // ---- host Adam beside the next forward (Note [host adam overlap]) ----------------------------
+
+  bool adam_queued(int64_t k) const {
+    return static_cast<size_t>(k) < adam_ticket.size() && adam_ticket[static_cast<size_t>(k)] != 0;
+  }
+
+  // Chunk k's payloads are about to be touched: its queued Adam must have finished.
+  void await_adam(int64_t k) {
+    if (!adam_queued(k)) return;
+    int64_t& ticket = adam_ticket[static_cast<size_t>(k)];
+    if (adam_worker->done(ticket)) {
+      adam_worker->wait(ticket);  // rethrows an Adam that failed
+    } else {
+      const auto begin = std::chrono::steady_clock::now();
+      adam_worker->wait(ticket);
+      step.adam_wait_s += seconds_since(begin);
+    }
+    ticket = 0;
+  }
+
+  void await_all_adam() {
+    if (adam_worker == nullptr) return;
+    for (int64_t k = 0; k < static_cast<int64_t>(adam_ticket.size()); ++k) await_adam(k);
+    record_finished_adam();
+  }
+
+  // The profiler is the training thread's: the worker's finished Adam steps are recorded here.
+  void record_finished_adam() {
+    if (adam_worker == nullptr) return;
+    std::vector<AdamDone> done;
+    {
+      const std::lock_guard<std::mutex> lock(adam_done_mutex);
+      done.swap(adam_done);
+    }
+    for (const AdamDone& d : done)
+      record(d.chunk, formats::ChunkEventKind::kAdamHost, optimizer_bytes(), d.seconds);
+  }
+
+  // The chunks this rank owns, in the order the next step's forward first needs them: the
+  // host-pinned embedding's first (it runs first), then the trace's order (for a remote chunk,
+  // its group's: gathering it sends this rank's chunk of the group), then any left.
+  std::vector<int64_t> next_forward_order() const {
+    std::vector<int64_t> order;
+    std::vector<bool> listed(chunks.size(), false);
+    const auto add = [&](int64_t k) {
+      const int64_t own = group_chunk(group_of(k), sharding.rank);
+      // The last group may be short of this rank's chunk.
+      if (own >= static_cast<int64_t>(chunks.size()) || listed[static_cast<size_t>(own)]) return;
+      listed[static_cast<size_t>(own)] = true;
+      order.push_back(own);
+    };
+    for (int64_t k = 0; k < static_cast<int64_t>(chunks.size()); ++k)
+      if (chunks[k].host_pinned) add(k);
+    for (const auto& used : trace.accesses)
+      for (int64_t k : used) add(k);
+    for (int64_t k = 0; k < static_cast<int64_t>(chunks.size()); ++k) add(k);
+    return order;
+  }
+
   // ---- optimizer -----------------------------------------------------------------------------
 
   // The optimizer moment: margin chunks are updated on the device, the rest on the host.
   void optimizer_moment() {
+    await_all_adam();
     in_backward = false;
     begin_moment("optimizer step");
     for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) release(g);
@@ -838,6 +928,10 @@ ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType 
                 "; `pstar estimate --config` shows the breakdown)");
   }
   s.first_device_chunk = s.fit.host_chunks;
+  // Note [host adam overlap]: "auto" overlaps where the host is free while the device computes.
+  const bool overlap = config.engine.overlap_adam_auto ? s.device_tier->compute_device().is_cuda()
+                                                       : config.engine.overlap_adam;
+  if (overlap) s.adam_worker = std::make_unique<core::OrderedWorker>();
   const int64_t capacity = s.device_tier->device_capacity_bytes();
   PSTAR_CHECK(s.fit.device_chunks <= capacity / s.whole_bytes(), OutOfMemoryError,
               s.fit.device_chunks, " chunks must start on the device tier (",
@@ -934,6 +1028,7 @@ void ChunkedEngine::load_parameter(const std::string& name, const at::Tensor& va
   PSTAR_INTERNAL_ASSERT(it != s.tensor_by_name.end(), "unknown parameter ", name);
   const ManagedTensor& t = s.tensors[it->second];
   if (s.chunks[t.chunk].remote) return;  // its owner loads it
+  s.await_adam(t.chunk);
   torch::NoGradGuard no_grad;
   s.master_view(t).copy_(value);
   if (!s.fp32) s.param_view(t).copy_(value);
@@ -1027,6 +1122,7 @@ void ChunkedEngine::begin_step() {
 
 void ChunkedEngine::end_micro_batch() {
   Impl& s = *impl_;
+  s.await_all_adam();  // a model whose backward ran no module hook
   // Host code below touches payloads (zeroing slots, Gloo's buffers): queued copies finish first.
   s.device_tier->synchronize();
   // A parameter no loss depends on gets no gradient: its slot must read as zero.
@@ -1088,16 +1184,7 @@ void ChunkedEngine::update(double lr, double grad_multiplier) {
   // the numbers.
   const float multiplier =
       static_cast<float>(grad_multiplier / static_cast<double>(s.sharding.world_size));
-  // The margin's Adam first: on a GPU it is queued and runs while the host updates the rest, each
-  // host chunk as soon as its own eviction has landed. Chunks are independent, so the order does
-  // not change the numbers.
-  std::vector<Chunk*> order;
-  for (Chunk& c : s.chunks)
-    if (!c.remote && c.optimizer_tier == Tier::kDevice) order.push_back(&c);
-  for (Chunk& c : s.chunks)
-    if (!c.remote && c.optimizer_tier == Tier::kHost) order.push_back(&c);
-  for (Chunk* chunk : order) {
-    Chunk& c = *chunk;
+  const auto span_of = [&](Chunk& c) {
     optim::AdamSpan span;
     span.master = static_cast<float*>(s.fp32 ? c.param.data() : c.master.data());
     span.exp_avg = static_cast<float*>(c.exp_avg.data());
@@ -1107,26 +1194,74 @@ void ChunkedEngine::update(double lr, double grad_multiplier) {
     span.param_out = s.fp32 ? nullptr : c.param.data();
     span.param_out_type = out;
     span.numel = c.used;
-    const auto begin = std::chrono::steady_clock::now();
     PSTAR_INTERNAL_ASSERT(c.compute_tier == c.optimizer_tier, "chunk ", &c - s.chunks.data(),
                           "'s compute payloads are not beside its optimizer state");
-    s.device_tier->adam_step(c.optimizer_tier, hyper, multiplier, span);
-    if (c.margin) ++s.step.adam_device_chunks;
-    s.record(&c - s.chunks.data(),
-             c.margin ? formats::ChunkEventKind::kAdamDevice : formats::ChunkEventKind::kAdamHost,
-             s.optimizer_bytes(), seconds_since(begin));
+    return span;
+  };
+  // The margin's Adam first: on a GPU it is queued and runs while the host updates the rest, each
+  // host chunk as soon as its own eviction has landed. Chunks are independent, so the order does
+  // not change the numbers.
+  for (Chunk& c : s.chunks) {
+    if (c.remote || c.optimizer_tier != Tier::kDevice) continue;
+    const auto begin = std::chrono::steady_clock::now();
+    s.device_tier->adam_step(Tier::kDevice, hyper, multiplier, span_of(c));
+    ++s.step.adam_device_chunks;
+    s.record(&c - s.chunks.data(), formats::ChunkEventKind::kAdamDevice, s.optimizer_bytes(),
+             seconds_since(begin));
+  }
+  // After the warm-up, with engine.overlap_adam, the host's share goes to the worker in the order
+  // the next forward needs it (Note [host adam overlap]); the warm-up's last update comes before
+  // the plan moves the margin's optimizer state, so it runs here.
+  const bool queue = s.adam_worker != nullptr && s.planned;
+  std::vector<int64_t> order;
+  if (queue) {
+    order = s.next_forward_order();
+    s.adam_ticket.resize(s.chunks.size(), 0);
+  } else {
+    for (int64_t k = 0; k < static_cast<int64_t>(s.chunks.size()); ++k) order.push_back(k);
+  }
+  for (int64_t k : order) {
+    Chunk& c = s.chunks[k];
+    if (c.remote || c.optimizer_tier != Tier::kHost) continue;
+    const optim::AdamSpan span = span_of(c);
+    if (!queue) {
+      const auto begin = std::chrono::steady_clock::now();
+      s.device_tier->adam_step(Tier::kHost, hyper, multiplier, span);
+      s.record(k, formats::ChunkEventKind::kAdamHost, s.optimizer_bytes(), seconds_since(begin));
+      continue;
+    }
+    // Without param/grad reuse the gradient payload is zeroed for the next step right after its
+    // Adam, there too.
+    Block* grad = s.reuse ? nullptr : &c.grad;
+    const int64_t used = c.used;
+    tier::DeviceTier* device_tier = s.device_tier.get();
+    Impl* impl = &s;
+    s.adam_ticket[static_cast<size_t>(k)] =
+        s.adam_worker->submit([impl, device_tier, k, hyper, multiplier, span, grad, used] {
+          const auto begin = std::chrono::steady_clock::now();
+          device_tier->adam_step(Tier::kHost, hyper, multiplier, span);
+          if (grad != nullptr) device_tier->zero(*grad, used * 4);
+          const double seconds = seconds_since(begin);
+          const std::lock_guard<std::mutex> lock(impl->adam_done_mutex);
+          impl->adam_done.push_back(AdamDone{k, seconds});
+        });
+    ++s.step.adam_queued;
   }
 }
 
 void ChunkedEngine::end_step() {
   Impl& s = *impl_;
-  s.device_tier->synchronize();  // a skipped update restores host payloads with LibTorch below
+  s.record_finished_adam();
   if (!s.reuse) {
-    for (Chunk& c : s.chunks)
-      if (!c.remote) s.device_tier->zero(c.grad, c.used * 4);
+    // The worker zeroes the gradients of the chunks whose Adam it runs.
+    for (int64_t k = 0; k < static_cast<int64_t>(s.chunks.size()); ++k) {
+      Chunk& c = s.chunks[k];
+      if (!c.remote && !s.adam_queued(k)) s.device_tier->zero(c.grad, c.used * 4);
+    }
   } else if (!s.updated) {
     // A skipped update (fp16 overflow) leaves gradients in the parameter slots: restore the
-    // parameters from the masters (Note [param/grad reuse]).
+    // parameters from the masters (Note [param/grad reuse]), with LibTorch on host payloads too.
+    s.device_tier->synchronize();
     torch::NoGradGuard no_grad;
     for (auto& t : s.tensors)
       if (!s.chunks[t.chunk].remote) s.param_view(t).copy_(s.master_view(t));
@@ -1157,7 +1292,8 @@ void ChunkedEngine::end_step() {
 }
 
 void ChunkedEngine::state_dict(TensorList& out) {
-  const Impl& s = *impl_;
+  Impl& s = *impl_;
+  s.await_all_adam();
   s.device_tier->synchronize();
   // Copies on the host, whichever side a payload is on.
   const auto host_copy = [](const torch::Tensor& view) {
@@ -1178,6 +1314,7 @@ void ChunkedEngine::state_dict(TensorList& out) {
 
 void ChunkedEngine::load_state_dict(const TensorMap& in, const std::string& file) {
   Impl& s = *impl_;
+  s.await_all_adam();
   s.device_tier->synchronize();
   torch::NoGradGuard no_grad;
   s.adam_steps =
@@ -1202,6 +1339,10 @@ void ChunkedEngine::fill_metrics(StepMetrics& m) {
   m.moved_d2h_bytes = s.last.d2h;
   m.prefetched_h2d_bytes = s.last.prefetched;
   m.adam_device_chunks = s.last.adam_device_chunks;
+  if (s.adam_worker != nullptr) {
+    m.adam_queued_chunks = s.last.adam_queued;
+    m.adam_wait_s = s.last.adam_wait_s;
+  }
   m.model_data_bytes = s.last.model_data;
   if (s.comm != nullptr) {
     const dist::CommStats comm = s.comm->take_stats();

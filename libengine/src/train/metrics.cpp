@@ -36,6 +36,7 @@ void MetricsWriter::write(const StepMetrics& m) {
         {"moved_d2h_bytes", m.moved_d2h_bytes},
         {"prefetched_h2d_bytes", m.prefetched_h2d_bytes},
         {"adam_device_chunks", m.adam_device_chunks},
+        {"adam_queued_chunks", m.adam_queued_chunks},
         {"model_data_bytes", m.model_data_bytes},
         {"comm_bytes", m.comm_bytes},
         {"gathers", m.gathers},
@@ -43,6 +44,7 @@ void MetricsWriter::write(const StepMetrics& m) {
     if (value >= 0) line[key] = value;  // chunk engine / several ranks only
   }
   if (m.comm_s >= 0) line["comm_s"] = m.comm_s;
+  if (m.adam_wait_s >= 0) line["adam_wait_s"] = m.adam_wait_s;
   const std::string text = line.dump() + "\n";
   PSTAR_CHECK(std::fwrite(text.data(), 1, text.size(), file_.get()) == text.size() &&
                   std::fflush(file_.get()) == 0,

@@ -105,6 +105,31 @@ TEST_F(CudaTraining, TightBudgetsGiveBitIdenticalLossesWithTheRealPeakUnderTheBu
   }
 }
 
+// Note [host adam overlap]: on by default with the CUDA tier. Under a tight budget the host updates
+// most chunks beside the next forward, with the losses of updating them in place.
+TEST_F(CudaTraining, HostAdamBesideTheNextForwardChangesNoLoss) {
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    auto c = small_config();
+    c.bf16.enabled = bf16;
+    c.training.steps = 8;
+    Plan plan;
+    run(c, "", &plan);
+    c.engine.device_memory = plan.non_model_peak + 3 * plan.compute_chunk_bytes +
+                             plan.compute_chunk_bytes / 2 + (int64_t{8} << 20);
+    ASSERT_TRUE(c.engine.overlap_adam_auto);
+    const auto overlapped = run(c);
+    c.engine.overlap_adam_auto = false;
+    c.engine.overlap_adam = false;
+    const auto in_place = run(c);
+    EXPECT_EQ(losses(overlapped), losses(in_place));
+    int64_t queued = 0;
+    for (const auto& m : overlapped) queued += std::max<int64_t>(0, m.adam_queued_chunks);
+    EXPECT_GT(queued, 0) << "\"auto\" queued no host Adam on the CUDA tier";
+    for (const auto& m : in_place) EXPECT_EQ(m.adam_queued_chunks, -1);
+  }
+}
+
 TEST_F(CudaTraining, Bf16AndFp16Converge) {
   for (const char* precision : {"bf16", "fp16"}) {
     SCOPED_TRACE(precision);

@@ -2,10 +2,14 @@
 // Adam, and the chunk engine against a checking tier that holds it to the interface's contract:
 // every kernel is told the side its buffers are really on, the bytes the engine reports moving are
 // the bytes the tier copied, and its model data is the memory the tier holds.
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -170,6 +174,20 @@ struct Ledger {
   // Copies ahead not yet awaited, by destination: the bytes to write when they are.
   std::map<uintptr_t, std::vector<uint8_t>> ahead;
   std::vector<std::string> violations;
+  // Host Adam from another thread than the one that built the tier (Note [host adam overlap]),
+  // and the ranges such an Adam is updating right now: nothing else may touch them meanwhile.
+  int64_t adam_off_thread = 0;
+  std::vector<std::pair<uintptr_t, uintptr_t>> busy;
+  // Calls may come from the engine's Adam worker too: the tier holds this while it reads or
+  // writes the ledger (not while the inner tier works).
+  std::mutex mutex;
+
+  void expect_idle(const void* p, int64_t bytes, const char* what) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    for (const auto& [begin, end] : busy)
+      if (p != nullptr && a < end && begin < a + static_cast<uintptr_t>(bytes))
+        violations.push_back(std::string(what) + " overlaps a host Adam still running");
+  }
 
   // Lands a copy ahead into the block at `p`, if one is outstanding.
   bool land(const void* p) {
@@ -206,6 +224,10 @@ class CheckingTier final : public DeviceTier {
   CheckingTier(std::shared_ptr<Ledger> ledger, int64_t capacity)
       : inner_(make_emulated_tier()), ledger_(std::move(ledger)), capacity_(capacity) {}
 
+  // Host Adam called from another thread sleeps this long first, so that anything that touches
+  // its buffers without waiting for it does so while it is still running.
+  void set_off_thread_adam_delay(std::chrono::milliseconds delay) { delay_ = delay; }
+
   std::string describe() const override { return "checked, " + inner_->describe(); }
   c10::Device compute_device() const override { return inner_->compute_device(); }
   c10::Device device_of(Side side) const override { return inner_->device_of(side); }
@@ -216,6 +238,7 @@ class CheckingTier final : public DeviceTier {
       Block inner;
       std::shared_ptr<Ledger> ledger;
       ~Owner() override {
+        const std::lock_guard<std::mutex> lock(ledger->mutex);
         ledger->ahead.erase(reinterpret_cast<uintptr_t>(inner.data()));
         const auto it = ledger->live.find(reinterpret_cast<uintptr_t>(inner.data()));
         ledger->live_bytes[static_cast<int>(it->second.side)] -= it->second.bytes;
@@ -226,6 +249,7 @@ class CheckingTier final : public DeviceTier {
     owner->inner = inner_->allocate(side, bytes);
     owner->ledger = ledger_;
     void* data = owner->inner.data();
+    const std::lock_guard<std::mutex> lock(ledger_->mutex);
     ledger_->live[reinterpret_cast<uintptr_t>(data)] = Ledger::Range{bytes, side};
     int64_t& live = ledger_->live_bytes[static_cast<int>(side)];
     live += bytes;
@@ -234,6 +258,9 @@ class CheckingTier final : public DeviceTier {
     return Block(data, bytes, side, std::move(owner));
   }
   void copy(Block& dst, const Block& src, int64_t bytes) override {
+    const std::lock_guard<std::mutex> lock(ledger_->mutex);
+    ledger_->expect_idle(src.data(), bytes, "a copy's source");
+    ledger_->expect_idle(dst.data(), bytes, "a copy's destination");
     ledger_->expect_inside(src.data(), bytes, src.side(), "a copy's source");
     ledger_->expect_inside(dst.data(), bytes, dst.side(), "a copy's destination");
     ledger_->copied[static_cast<int>(src.side())][static_cast<int>(dst.side())] += bytes;
@@ -245,6 +272,8 @@ class CheckingTier final : public DeviceTier {
   // Lazier than any real tier: the bytes reach dst only when the engine awaits them, so compute
   // that ran without waiting would see zeros, and the losses would show it.
   void copy_ahead(Block& dst, const Block& src, int64_t bytes) override {
+    const std::lock_guard<std::mutex> lock(ledger_->mutex);
+    ledger_->expect_idle(src.data(), bytes, "a copy ahead's source");
     ledger_->expect_inside(src.data(), bytes, src.side(), "a copy ahead's source");
     ledger_->expect_inside(dst.data(), bytes, dst.side(), "a copy ahead's destination");
     if (dst.side() != Side::kDevice) ledger_->violations.push_back("a copy ahead into the host");
@@ -255,39 +284,82 @@ class CheckingTier final : public DeviceTier {
     ledger_->ahead[reinterpret_cast<uintptr_t>(dst.data())].assign(from, from + bytes);
   }
   void await_copies(const Block& block) override {
+    const std::lock_guard<std::mutex> lock(ledger_->mutex);
     if (ledger_->land(block.data())) ++ledger_->awaited;
   }
   void zero(Block& block, int64_t bytes) override {
-    ledger_->expect_inside(block.data(), bytes, block.side(), "a zeroed range");
-    ledger_->expect_landed(block.data(), "a zeroed block");
+    {
+      const std::lock_guard<std::mutex> lock(ledger_->mutex);
+      ledger_->expect_idle(block.data(), bytes, "a zeroed range");
+      ledger_->expect_inside(block.data(), bytes, block.side(), "a zeroed range");
+      ledger_->expect_landed(block.data(), "a zeroed block");
+    }
     inner_->zero(block, bytes);
   }
   void adam_step(Side side, const optim::AdamHyper& hyper, float grad_multiplier,
                  const optim::AdamSpan& span) override {
     const int64_t grad_bytes = span.numel * (span.grad_type == optim::GradType::kF32 ? 4 : 2);
-    ledger_->expect_inside(span.master, span.numel * 4, side, "Adam's master");
-    ledger_->expect_inside(span.exp_avg, span.numel * 4, side, "Adam's exp_avg");
-    ledger_->expect_inside(span.exp_avg_sq, span.numel * 4, side, "Adam's exp_avg_sq");
-    ledger_->expect_inside(span.grad, grad_bytes, side, "Adam's gradient");
-    ledger_->expect_inside(span.param_out, span.numel * 2, side, "Adam's parameter copy");
-    const void* touched[] = {span.master, span.grad, span.param_out};
-    for (const void* p : touched) ledger_->expect_landed(p, "a buffer Adam updates");
-    ++ledger_->adam_calls[static_cast<int>(side)];
+    const std::pair<const void*, int64_t> buffers[] = {{span.master, span.numel * 4},
+                                                       {span.exp_avg, span.numel * 4},
+                                                       {span.exp_avg_sq, span.numel * 4},
+                                                       {span.grad, grad_bytes},
+                                                       {span.param_out, span.numel * 2}};
+    const bool off_thread = std::this_thread::get_id() != owner_thread_;
+    {
+      const std::lock_guard<std::mutex> lock(ledger_->mutex);
+      ledger_->expect_inside(span.master, span.numel * 4, side, "Adam's master");
+      ledger_->expect_inside(span.exp_avg, span.numel * 4, side, "Adam's exp_avg");
+      ledger_->expect_inside(span.exp_avg_sq, span.numel * 4, side, "Adam's exp_avg_sq");
+      ledger_->expect_inside(span.grad, grad_bytes, side, "Adam's gradient");
+      ledger_->expect_inside(span.param_out, span.numel * 2, side, "Adam's parameter copy");
+      const void* touched[] = {span.master, span.grad, span.param_out};
+      for (const void* p : touched) ledger_->expect_landed(p, "a buffer Adam updates");
+      for (const auto& [p, bytes] : buffers)
+        ledger_->expect_idle(p, bytes, "a buffer Adam updates");
+      ++ledger_->adam_calls[static_cast<int>(side)];
+      if (off_thread) {
+        if (side != Side::kHost) ledger_->violations.push_back("device Adam off the main thread");
+        ++ledger_->adam_off_thread;
+        for (const auto& [p, bytes] : buffers) {
+          if (p == nullptr) continue;
+          const auto a = reinterpret_cast<uintptr_t>(p);
+          ledger_->busy.emplace_back(a, a + static_cast<uintptr_t>(bytes));
+        }
+      }
+    }
+    if (off_thread) std::this_thread::sleep_for(delay_);
     inner_->adam_step(side, hyper, grad_multiplier, span);
+    if (off_thread) {
+      const std::lock_guard<std::mutex> lock(ledger_->mutex);
+      for (const auto& [p, bytes] : buffers) {
+        if (p == nullptr) continue;
+        const auto a = reinterpret_cast<uintptr_t>(p);
+        const auto it = std::find(ledger_->busy.begin(), ledger_->busy.end(),
+                                  std::make_pair(a, a + static_cast<uintptr_t>(bytes)));
+        if (it != ledger_->busy.end()) ledger_->busy.erase(it);
+      }
+    }
   }
   double grad_sq_sum(Side side, const void* grad, optim::GradType grad_type,
                      int64_t numel) override {
-    ledger_->expect_inside(grad, numel * (grad_type == optim::GradType::kF32 ? 4 : 2), side,
-                           "a gradient summed");
-    ledger_->expect_landed(grad, "a gradient summed");
+    {
+      const std::lock_guard<std::mutex> lock(ledger_->mutex);
+      const int64_t bytes = numel * (grad_type == optim::GradType::kF32 ? 4 : 2);
+      ledger_->expect_idle(grad, bytes, "a gradient summed");
+      ledger_->expect_inside(grad, bytes, side, "a gradient summed");
+      ledger_->expect_landed(grad, "a gradient summed");
+    }
     return inner_->grad_sq_sum(side, grad, grad_type, numel);
   }
   int64_t non_model_bytes() override { return inner_->non_model_bytes(); }
   int64_t non_model_peak_bytes() override { return inner_->non_model_peak_bytes(); }
   int64_t reset_non_model_peak() override { return inner_->reset_non_model_peak(); }
   void synchronize() override {
-    while (!ledger_->ahead.empty())
-      ledger_->land(reinterpret_cast<const void*>(ledger_->ahead.begin()->first));
+    {
+      const std::lock_guard<std::mutex> lock(ledger_->mutex);
+      while (!ledger_->ahead.empty())
+        ledger_->land(reinterpret_cast<const void*>(ledger_->ahead.begin()->first));
+    }
     inner_->synchronize();
   }
 
@@ -295,6 +367,8 @@ class CheckingTier final : public DeviceTier {
   std::unique_ptr<DeviceTier> inner_;
   std::shared_ptr<Ledger> ledger_;
   int64_t capacity_;
+  const std::thread::id owner_thread_ = std::this_thread::get_id();
+  std::chrono::milliseconds delay_{0};
 };
 
 class ChunkedEngineOnATier : public ::testing::Test {
@@ -317,11 +391,15 @@ class ChunkedEngineOnATier : public ::testing::Test {
     int64_t compute_chunk_bytes = 0;
   };
 
+  // A checkpoint's tensors as plain bytes: LibTorch tensors kept across runs would count as the
+  // next run's non-model memory on the emulated tier.
+  using StateBytes = std::vector<std::pair<std::string, std::vector<uint8_t>>>;
+
   // Trains `c` on `tier` (null: the default), as build_model_and_engine does, step by step.
   std::vector<train::StepMetrics> run(
       const config::TrainConfig& c, std::unique_ptr<DeviceTier> tier,
       const std::function<void(const train::StepMetrics&)>& after = nullptr,
-      Plan* plan_out = nullptr) {
+      Plan* plan_out = nullptr, StateBytes* state_out = nullptr) {
     auto shape = model::resolve_gpt_config(c.model);
     const int64_t predicted =
         plan::estimate_gpt_activations(plan::gpt_activation_input(c, shape)).peak;
@@ -343,6 +421,14 @@ class ChunkedEngineOnATier : public ::testing::Test {
     while (trainer.steps_done() < c.training.steps) {
       out.push_back(trainer.step());
       if (after) after(out.back());
+    }
+    if (state_out != nullptr) {
+      train::TensorList state;
+      raw->state_dict(state);
+      for (const auto& [name, tensor] : state) {
+        const auto* bytes = static_cast<const uint8_t*>(tensor.data_ptr());
+        state_out->emplace_back(name, std::vector<uint8_t>(bytes, bytes + tensor.nbytes()));
+      }
     }
     if (plan_out != nullptr) {
       plan_out->compute_chunk_bytes = raw->compute_chunk_bytes();
@@ -431,6 +517,75 @@ TEST_F(ChunkedEngineOnATier, PrefetchedUploadsAreAwaitedBeforeUseAndChangeNoLoss
     for (const auto& v : ledger->violations) ADD_FAILURE() << v;
     RecordProperty(bf16 ? "bf16_prefetched_share" : "fp32_prefetched_share",
                    std::to_string(static_cast<double>(prefetched) / static_cast<double>(moved)));
+  }
+}
+
+// Note [host adam overlap]: with the host's Adam queued on the worker, each made slower than a
+// module's forward so that anything reading or writing a chunk without waiting for its Adam does
+// so while the Adam still runs, every chunk is waited for before it is touched (the checking tier
+// flags overlaps), and the losses and the final optimizer state are those of Adam run in place.
+// fp32 and gradient accumulation have separate gradient payloads, which the worker zeroes.
+TEST_F(ChunkedEngineOnATier, QueuedHostAdamIsAwaitedBeforeUseAndChangesNoNumber) {
+  for (const char* mode : {"fp32", "bf16", "bf16 accumulating"}) {
+    SCOPED_TRACE(mode);
+    auto c = small_config(/*bf16=*/std::string(mode) != "fp32");
+    if (std::string(mode) == "bf16 accumulating") c.gradient_accumulation_steps = 2;
+    c.engine.overlap_adam = false;
+    c.engine.overlap_adam_auto = false;
+    Plan plan;
+    run(c, nullptr, nullptr, &plan);
+    // Tight: chunks move and are prefetched, so uploads and Adam compete for the same chunks.
+    const int64_t chunk = plan.compute_chunk_bytes;
+    c.engine.device_memory = plan.non_model_peak + 4 * chunk + chunk / 2;
+    StateBytes in_place_state;
+    const auto in_place = run(c, nullptr, nullptr, nullptr, &in_place_state);
+
+    c.engine.overlap_adam = true;
+    auto ledger = std::make_shared<Ledger>();
+    auto tier = std::make_unique<CheckingTier>(ledger, std::numeric_limits<int64_t>::max());
+    tier->set_off_thread_adam_delay(std::chrono::milliseconds(3));
+    int64_t queued = 0, steps_queueing = 0;
+    double waited = 0;
+    StateBytes overlapped_state;
+    const auto overlapped = run(
+        c, std::move(tier),
+        [&](const train::StepMetrics& m) {
+          EXPECT_GE(m.adam_queued_chunks, 0) << "step " << m.step;
+          EXPECT_GE(m.adam_wait_s, 0) << "step " << m.step;
+          queued += m.adam_queued_chunks;
+          steps_queueing += m.adam_queued_chunks > 0 ? 1 : 0;
+          waited += m.adam_wait_s;
+        },
+        nullptr, &overlapped_state);
+    EXPECT_EQ(losses(overlapped), losses(in_place));
+    // Every step after the warm-up queues its host chunks.
+    EXPECT_EQ(steps_queueing, c.training.steps - c.engine.warmup_iterations);
+    {
+      const std::lock_guard<std::mutex> lock(ledger->mutex);
+      EXPECT_GE(ledger->adam_off_thread, queued) << "queued Adam ran on the training thread";
+      EXPECT_GT(ledger->adam_off_thread, 0);
+      EXPECT_TRUE(ledger->busy.empty());
+      for (const auto& v : ledger->violations) ADD_FAILURE() << v;
+    }
+    ASSERT_EQ(overlapped_state.size(), in_place_state.size());
+    for (size_t i = 0; i < in_place_state.size(); ++i) {
+      EXPECT_EQ(overlapped_state[i].first, in_place_state[i].first);
+      EXPECT_TRUE(overlapped_state[i].second == in_place_state[i].second)
+          << in_place_state[i].first;
+    }
+    RecordProperty(std::string(mode) + " adam_wait_s", std::to_string(waited));
+  }
+}
+
+// The emulated tier leaves engine.overlap_adam's "auto" off: the worker would share the cores the
+// forward runs on.
+TEST_F(ChunkedEngineOnATier, OverlapAdamAutoIsOffOnTheEmulatedTier) {
+  auto c = small_config(/*bf16=*/true);
+  c.training.steps = 3;
+  ASSERT_TRUE(c.engine.overlap_adam_auto);
+  for (const auto& m : run(c, nullptr)) {
+    EXPECT_EQ(m.adam_queued_chunks, -1);
+    EXPECT_EQ(m.adam_wait_s, -1);
   }
 }
 

@@ -88,6 +88,10 @@ struct EngineConfig {
   int64_t warmup_iterations = 1;          // iterations traced before OPT placement starts
   bool chunk_size_search = false;         // pick the chunk size that wastes least (logged)
   bool prefetch = true;  // upload the next module's chunks while the current one computes
+  // Host Adam on a worker thread while the next step's forward starts (docs/engine.md): true,
+  // false, or "auto" (`overlap_adam_auto`: on when the device tier is a GPU).
+  bool overlap_adam = false;
+  bool overlap_adam_auto = true;
 };
 
 struct TrainConfig {

@@ -28,6 +28,11 @@
 // copy_ahead(): the compute the caller queues after it is ordered after it only once the caller
 // calls await_copies() on its destination, so that an upload for the next module can run while
 // the current one computes (Note [prefetch] in train/chunked_engine.h).
+//
+// Threads. One thread drives a tier, except that adam_step, grad_sq_sum and zero on kHost buffers
+// may also run on one other thread at the same time, on blocks the driving thread leaves alone
+// meanwhile (the chunk engine's host Adam worker, Note [host adam overlap]). They still wait for
+// the copies the driving thread queued into or out of those blocks before.
 #pragma once
 
 #include <cstdint>

@@ -48,7 +48,22 @@
 // free room first, then evictions furthest next use first among chunks used neither at t nor at
 // t + 1, which the furthest-next-use order would evict before any of t + 1's anyway. The optimizer
 // step (the trace's last moment) is never prefetched for: it sends movable chunks to the host.
-// Placement changes, numbers do not. engine.prefetch turns it off.
+// Placement changes, numbers do not. engine.prefetch turns it off. A chunk whose host Adam is
+// still queued (Note [host adam overlap]) is not prefetched: it waits for its own module.
+//
+// Note [host adam overlap]
+// After the warm-up, with engine.overlap_adam, update() runs the margin's Adam as before but
+// queues the host's share on a worker thread (core::OrderedWorker), chunk by chunk in the order the
+// next step's forward first needs them, and returns. The training thread ends the step and starts
+// the next; it waits for a chunk's Adam only where it next touches that chunk's payloads: when a
+// module that uses it begins (before its upload, its group's gather, or, for the host-pinned
+// embedding, its compute on the host), and for every chunk when the backward or the next optimizer
+// step begins, and before a checkpoint is read or written. So on a GPU the host updates while the
+// device runs the next forward. Each chunk's Adam is the same call on the same bytes as without
+// the worker, so the numbers do not change. Without param/grad reuse the worker also zeroes the
+// chunk's gradient payload after its Adam. "auto" (the default) turns it on for a CUDA tier only:
+// on the emulated tier the worker and the forward share the same cores. The warm-up's updates run
+// in place (the plan moves the margin's optimizer state as the warm-up ends).
 #pragma once
 
 #include <cstdint>
