@@ -213,7 +213,7 @@ def pstar_figures(d, a, params):
            "device_peak_bytes": None, "host_chunk_peak_bytes": None, "model_data_bytes": None,
            "moved_h2d_bytes_per_step": None, "moved_d2h_bytes_per_step": None,
            "prefetched_h2d_bytes_per_step": None, "adam_device_chunks": None,
-           "adam_queued_chunks": None, "adam_wait_s_per_step": None, "wall_s": measure["wall_s"]}
+           "adam_queued_chunks": None, "adam_early_chunks": None, "adam_wait_s_per_step": None, "wall_s": measure["wall_s"]}
     if steps:
         out["loss_first"], out["loss_last"] = steps[0]["loss"], steps[-1]["loss"]
         for key, src in (("device_peak_bytes", "device_peak_bytes"),
@@ -223,6 +223,7 @@ def pstar_figures(d, a, params):
         out["model_data_bytes"] = steps[-1].get("model_data_bytes")
         out["adam_device_chunks"] = steps[-1].get("adam_device_chunks")
         out["adam_queued_chunks"] = steps[-1].get("adam_queued_chunks")
+        out["adam_early_chunks"] = steps[-1].get("adam_early_chunks")
     # The first --warmup steps are the chunk engine's tracing iteration and its first planned
     # step; the rest is steady state.
     timed = steps[a.skip:]

@@ -58,6 +58,12 @@ struct Chunk {
   bool host_pinned = false;   // use_cpu_embedding: never on the device
   bool awaiting = false;      // copied ahead to the device; compute has not waited for it yet
   int64_t compute_count = 0;  // tensors in kCompute
+  int64_t grads_missing = 0;  // tensors whose gradient has not arrived this micro-batch
+  // Updated early (Note [host adam overlap]): its Adam was queued in this step's backward, after a
+  // job that writes its gradient's sum of squares into early_sq (read once sq_ticket is done).
+  bool early = false;
+  int64_t sq_ticket = 0;
+  double early_sq = 0;
 };
 
 struct ManagedTensor {
@@ -68,7 +74,8 @@ struct ManagedTensor {
   std::vector<int64_t> shape;
   int64_t numel = 0;
   TensorState state = TensorState::kHold;
-  bool grad_seen = false;  // its gradient arrived this micro-batch
+  bool grad_seen = false;     // its gradient arrived this micro-batch (several ranks)
+  bool grad_arrived = false;  // its gradient arrived this micro-batch (Chunk::grads_missing)
 };
 
 // A communication group: world_size consecutive chunks, one per rank (Note [chunk layout]).
@@ -86,8 +93,10 @@ struct StepStats {
   int64_t model_data = 0;
   int64_t device_peak = 0, host_peak = 0;
   int64_t adam_device_chunks = 0;
-  int64_t adam_queued = 0;  // host chunks whose Adam the update queued (Note [host adam overlap])
-  double adam_wait_s = 0;   // waiting for the Adam the previous update queued
+  // Note [host adam overlap]: host chunks whose Adam was queued on the worker, those of them queued
+  // early (in the backward), and the time spent waiting for queued work.
+  int64_t adam_queued = 0, adam_early = 0;
+  double adam_wait_s = 0;
 };
 
 // A queued host Adam that finished, for the profile.
@@ -155,6 +164,9 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   std::vector<int64_t> adam_ticket;
   std::mutex adam_done_mutex;
   std::vector<AdamDone> adam_done;  // guarded by adam_done_mutex: the worker appends
+  // The update this step will make, when the trainer knows it before the backward (lr, multiplier).
+  std::optional<std::pair<double, double>> expected_update;
+  int64_t micro_batches_done = 0;  // this step's
   // Last member: destroyed first, so a running Adam finishes before any payload is freed.
   std::unique_ptr<core::OrderedWorker> adam_worker;
 
@@ -685,6 +697,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     begin_moment(what);
     // Before anything reads them: uploads, gathers, and modules computing on the host.
     for (int64_t id : ids) await_adam(tensors[id].chunk);
+    if (in_backward) start_early_updates();
     if (comm != nullptr) {
       std::vector<bool> keep(groups.size(), false);
       for (int64_t g : used_groups) keep[g] = true;
@@ -726,6 +739,16 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       t.grad_seen = true;
       ++groups[group_of(t.chunk)].grads_seen;
     }
+    if (!t.grad_arrived) {
+      t.grad_arrived = true;
+      --chunks[t.chunk].grads_missing;
+    }
+  }
+
+  // A micro-batch begins: no gradient has arrived.
+  void reset_grad_arrivals() {
+    for (Chunk& c : chunks) c.grads_missing = static_cast<int64_t>(c.tensors.size());
+    for (ManagedTensor& t : tensors) t.grad_arrived = false;
   }
 
   // ---- host Adam beside the next forward (Note [host adam overlap]) ----------------------------
@@ -766,6 +789,110 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       record(d.chunk, formats::ChunkEventKind::kAdamHost, optimizer_bytes(), d.seconds);
   }
 
+  optim::AdamHyper adam_hyper(double lr, int64_t step_number) const {
+    const auto& opt = config.optimizer;
+    optim::AdamHyper hyper;
+    hyper.lr = static_cast<float>(lr);
+    hyper.beta1 = static_cast<float>(opt.betas[0]);
+    hyper.beta2 = static_cast<float>(opt.betas[1]);
+    hyper.eps = static_cast<float>(opt.eps);
+    hyper.weight_decay = static_cast<float>(opt.weight_decay);
+    hyper.decoupled = opt.type == "AdamW";
+    hyper.step = step_number;
+    return hyper;
+  }
+
+  // Reduced gradients are sums over the ranks: Adam takes their mean.
+  float adam_multiplier(double grad_multiplier) const {
+    return static_cast<float>(grad_multiplier / static_cast<double>(sharding.world_size));
+  }
+
+  optim::AdamSpan adam_span(Chunk& c) const {
+    optim::AdamSpan span;
+    span.master = static_cast<float*>(fp32 ? c.param.data() : c.master.data());
+    span.exp_avg = static_cast<float*>(c.exp_avg.data());
+    span.exp_avg_sq = static_cast<float*>(c.exp_avg_sq.data());
+    span.grad = grad_data(c);
+    span.grad_type = grad_type();
+    span.param_out = fp32 ? nullptr : c.param.data();
+    span.param_out_type = fp32                        ? optim::ParamOutType::kNone
+                          : dtype == torch::kBFloat16 ? optim::ParamOutType::kBF16
+                                                      : optim::ParamOutType::kF16;
+    span.numel = c.used;
+    PSTAR_INTERNAL_ASSERT(c.compute_tier == c.optimizer_tier, "chunk ", &c - chunks.data(),
+                          "'s compute payloads are not beside its optimizer state");
+    return span;
+  }
+
+  // Queues host chunk k's Adam on the worker; `with_sq`: first its gradient's sum of squares, into
+  // early_sq. Without param/grad reuse the gradient payload is zeroed for the next step right after
+  // its Adam, there too.
+  void queue_host_adam(int64_t k, const optim::AdamHyper& hyper, float multiplier, bool with_sq) {
+    Chunk& c = chunks[k];
+    const optim::AdamSpan span = adam_span(c);
+    tier::DeviceTier* tier = device_tier.get();
+    adam_ticket.resize(chunks.size(), 0);
+    if (with_sq) {
+      double* out = &c.early_sq;
+      c.sq_ticket = adam_worker->submit([tier, span, out] {
+        *out = tier->grad_sq_sum(Tier::kHost, span.grad, span.grad_type, span.numel);
+      });
+    }
+    Block* grad = reuse ? nullptr : &c.grad;
+    Impl* impl = this;
+    adam_ticket[static_cast<size_t>(k)] =
+        adam_worker->submit([impl, tier, k, hyper, multiplier, span, grad] {
+          const auto begin = std::chrono::steady_clock::now();
+          tier->adam_step(Tier::kHost, hyper, multiplier, span);
+          if (grad != nullptr) tier->zero(*grad, span.numel * 4);
+          const double seconds = seconds_since(begin);
+          const std::lock_guard<std::mutex> lock(impl->adam_done_mutex);
+          impl->adam_done.push_back(AdamDone{k, seconds});
+        });
+    ++step.adam_queued;
+  }
+
+  // In the last micro-batch's backward, when the trainer said what the update will be: every host
+  // chunk whose gradients are all in and no longer in use goes to the host now (it would at the
+  // optimizer step anyway) and its sum of squares and Adam are queued, to run during the rest of
+  // the backward. One rank only: with several, gradients are final only once reduced.
+  void start_early_updates() {
+    if (adam_worker == nullptr || !planned || !expected_update || comm != nullptr ||
+        micro_batches_done + 1 != config.gradient_accumulation_steps)
+      return;
+    const optim::AdamHyper hyper = adam_hyper(expected_update->first, adam_steps + 1);
+    const float multiplier = adam_multiplier(expected_update->second);
+    for (int64_t k = 0; k < static_cast<int64_t>(chunks.size()); ++k) {
+      Chunk& c = chunks[k];
+      if (c.remote || c.margin || c.early || c.used == 0 || c.grads_missing > 0 ||
+          c.compute_count > 0)
+        continue;
+      move_compute(k, Tier::kHost);
+      c.early = true;
+      ++step.adam_early;
+      queue_host_adam(k, hyper, multiplier, /*with_sq=*/true);
+    }
+  }
+
+  // The optimizer step begins: the previous step's queued Adam is done, and this step's early
+  // chunks have their sums of squares.
+  void await_for_optimizer() {
+    if (adam_worker == nullptr) return;
+    for (int64_t k = 0; k < static_cast<int64_t>(chunks.size()); ++k) {
+      Chunk& c = chunks[k];
+      if (!c.early) {
+        await_adam(k);
+        continue;
+      }
+      if (c.sq_ticket == 0) continue;
+      const auto begin = std::chrono::steady_clock::now();
+      adam_worker->wait(c.sq_ticket);
+      step.adam_wait_s += seconds_since(begin);
+      c.sq_ticket = 0;
+    }
+    record_finished_adam();
+  }
+
   // The chunks this rank owns, in the order the next step's forward first needs them: the
   // host-pinned embedding's first (it runs first), then the trace's order (for a remote chunk,
   // its group's: gathering it sends this rank's chunk of the group), then any left.
@@ -791,7 +918,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
 
   // The optimizer moment: margin chunks are updated on the device, the rest on the host.
   void optimizer_moment() {
-    await_all_adam();
+    await_for_optimizer();
     in_backward = false;
     begin_moment("optimizer step");
     for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) release(g);
@@ -1118,11 +1245,22 @@ void ChunkedEngine::begin_step() {
   s.moment = -1;
   s.record_accesses.clear();
   s.record_non_model.clear();
+  s.expected_update.reset();
+  s.micro_batches_done = 0;
+  s.reset_grad_arrivals();
+}
+
+void ChunkedEngine::expect_update(double lr, double grad_multiplier) {
+  impl_->expected_update = std::make_pair(lr, grad_multiplier);
 }
 
 void ChunkedEngine::end_micro_batch() {
   Impl& s = *impl_;
-  s.await_all_adam();  // a model whose backward ran no module hook
+  // A model whose backward ran no module hook has not waited for the previous step's Adam (with
+  // early updates queued, the backward's first hook did).
+  if (s.step.adam_early == 0) s.await_all_adam();
+  ++s.micro_batches_done;
+  s.reset_grad_arrivals();
   // Host code below touches payloads (zeroing slots, Gloo's buffers): queued copies finish first.
   s.device_tier->synchronize();
   // A parameter no loss depends on gets no gradient: its slot must read as zero.
@@ -1155,7 +1293,9 @@ double ChunkedEngine::grad_norm(double loss_scale) {
     for (size_t k = 0; k < s.chunks.size(); ++k) {
       const Chunk& c = s.chunks[k];
       if (c.remote || c.compute_tier != side) continue;
-      sums[k] = s.device_tier->grad_sq_sum(side, s.grad_data(c), s.grad_type(), c.used);
+      // An early chunk's sum came from the worker, by the same function on the same bytes.
+      sums[k] = c.early ? c.early_sq
+                        : s.device_tier->grad_sq_sum(side, s.grad_data(c), s.grad_type(), c.used);
     }
   }
   double sum = 0;
@@ -1167,44 +1307,21 @@ double ChunkedEngine::grad_norm(double loss_scale) {
 
 void ChunkedEngine::update(double lr, double grad_multiplier) {
   Impl& s = *impl_;
-  const auto& opt = s.config.optimizer;
-  optim::AdamHyper hyper;
-  hyper.lr = static_cast<float>(lr);
-  hyper.beta1 = static_cast<float>(opt.betas[0]);
-  hyper.beta2 = static_cast<float>(opt.betas[1]);
-  hyper.eps = static_cast<float>(opt.eps);
-  hyper.weight_decay = static_cast<float>(opt.weight_decay);
-  hyper.decoupled = opt.type == "AdamW";
-  hyper.step = ++s.adam_steps;
+  PSTAR_INTERNAL_ASSERT(!s.expected_update || (s.expected_update->first == lr &&
+                                               s.expected_update->second == grad_multiplier),
+                        "the update differs from the one expected before the backward");
+  const optim::AdamHyper hyper = s.adam_hyper(lr, ++s.adam_steps);
   s.updated = true;
-  const optim::ParamOutType out = s.fp32                        ? optim::ParamOutType::kNone
-                                  : s.dtype == torch::kBFloat16 ? optim::ParamOutType::kBF16
-                                                                : optim::ParamOutType::kF16;
   // The device tier's Adam gives host Adam's bits (Note [device tier]), so placement never changes
   // the numbers.
-  const float multiplier =
-      static_cast<float>(grad_multiplier / static_cast<double>(s.sharding.world_size));
-  const auto span_of = [&](Chunk& c) {
-    optim::AdamSpan span;
-    span.master = static_cast<float*>(s.fp32 ? c.param.data() : c.master.data());
-    span.exp_avg = static_cast<float*>(c.exp_avg.data());
-    span.exp_avg_sq = static_cast<float*>(c.exp_avg_sq.data());
-    span.grad = s.grad_data(c);
-    span.grad_type = s.grad_type();
-    span.param_out = s.fp32 ? nullptr : c.param.data();
-    span.param_out_type = out;
-    span.numel = c.used;
-    PSTAR_INTERNAL_ASSERT(c.compute_tier == c.optimizer_tier, "chunk ", &c - s.chunks.data(),
-                          "'s compute payloads are not beside its optimizer state");
-    return span;
-  };
+  const float multiplier = s.adam_multiplier(grad_multiplier);
   // The margin's Adam first: on a GPU it is queued and runs while the host updates the rest, each
   // host chunk as soon as its own eviction has landed. Chunks are independent, so the order does
   // not change the numbers.
   for (Chunk& c : s.chunks) {
     if (c.remote || c.optimizer_tier != Tier::kDevice) continue;
     const auto begin = std::chrono::steady_clock::now();
-    s.device_tier->adam_step(Tier::kDevice, hyper, multiplier, span_of(c));
+    s.device_tier->adam_step(Tier::kDevice, hyper, multiplier, s.adam_span(c));
     ++s.step.adam_device_chunks;
     s.record(&c - s.chunks.data(), formats::ChunkEventKind::kAdamDevice, s.optimizer_bytes(),
              seconds_since(begin));
@@ -1216,36 +1333,19 @@ void ChunkedEngine::update(double lr, double grad_multiplier) {
   std::vector<int64_t> order;
   if (queue) {
     order = s.next_forward_order();
-    s.adam_ticket.resize(s.chunks.size(), 0);
   } else {
     for (int64_t k = 0; k < static_cast<int64_t>(s.chunks.size()); ++k) order.push_back(k);
   }
   for (int64_t k : order) {
     Chunk& c = s.chunks[k];
-    if (c.remote || c.optimizer_tier != Tier::kHost) continue;
-    const optim::AdamSpan span = span_of(c);
-    if (!queue) {
-      const auto begin = std::chrono::steady_clock::now();
-      s.device_tier->adam_step(Tier::kHost, hyper, multiplier, span);
-      s.record(k, formats::ChunkEventKind::kAdamHost, s.optimizer_bytes(), seconds_since(begin));
+    if (c.remote || c.optimizer_tier != Tier::kHost || c.early) continue;
+    if (queue) {
+      s.queue_host_adam(k, hyper, multiplier, /*with_sq=*/false);
       continue;
     }
-    // Without param/grad reuse the gradient payload is zeroed for the next step right after its
-    // Adam, there too.
-    Block* grad = s.reuse ? nullptr : &c.grad;
-    const int64_t used = c.used;
-    tier::DeviceTier* device_tier = s.device_tier.get();
-    Impl* impl = &s;
-    s.adam_ticket[static_cast<size_t>(k)] =
-        s.adam_worker->submit([impl, device_tier, k, hyper, multiplier, span, grad, used] {
-          const auto begin = std::chrono::steady_clock::now();
-          device_tier->adam_step(Tier::kHost, hyper, multiplier, span);
-          if (grad != nullptr) device_tier->zero(*grad, used * 4);
-          const double seconds = seconds_since(begin);
-          const std::lock_guard<std::mutex> lock(impl->adam_done_mutex);
-          impl->adam_done.push_back(AdamDone{k, seconds});
-        });
-    ++s.step.adam_queued;
+    const auto begin = std::chrono::steady_clock::now();
+    s.device_tier->adam_step(Tier::kHost, hyper, multiplier, s.adam_span(c));
+    s.record(k, formats::ChunkEventKind::kAdamHost, s.optimizer_bytes(), seconds_since(begin));
   }
 }
 
@@ -1267,6 +1367,8 @@ void ChunkedEngine::end_step() {
       if (!s.chunks[t.chunk].remote) s.param_view(t).copy_(s.master_view(t));
   }
   s.updated = false;
+  s.expected_update.reset();
+  for (Chunk& c : s.chunks) c.early = false;
   for (auto& t : s.tensors) s.set_state(t, TensorState::kHold);
   ++s.iteration;
   if (!s.planned) {
@@ -1341,6 +1443,7 @@ void ChunkedEngine::fill_metrics(StepMetrics& m) {
   m.adam_device_chunks = s.last.adam_device_chunks;
   if (s.adam_worker != nullptr) {
     m.adam_queued_chunks = s.last.adam_queued;
+    m.adam_early_chunks = s.last.adam_early;
     m.adam_wait_s = s.last.adam_wait_s;
   }
   m.model_data_bytes = s.last.model_data;

@@ -37,6 +37,7 @@ void MetricsWriter::write(const StepMetrics& m) {
         {"prefetched_h2d_bytes", m.prefetched_h2d_bytes},
         {"adam_device_chunks", m.adam_device_chunks},
         {"adam_queued_chunks", m.adam_queued_chunks},
+        {"adam_early_chunks", m.adam_early_chunks},
         {"model_data_bytes", m.model_data_bytes},
         {"comm_bytes", m.comm_bytes},
         {"gathers", m.gathers},

@@ -618,6 +618,10 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   if (profiled) profiler->begin_step(step);
   StepTimes times;
   engine->begin_step();
+  // Without clipping or loss scaling the update is known before the backward: the engine may start
+  // it as gradients become final (Note [host adam overlap]).
+  if (config.gradient_clipping <= 0 && !config.fp16.enabled)
+    engine->expect_update(schedule.at(step), 1.0);
   double loss_sum = 0;
   {
     model::ScopedModuleHooks hooks(engine->hooks());

@@ -524,12 +524,16 @@ TEST_F(ChunkedEngineOnATier, PrefetchedUploadsAreAwaitedBeforeUseAndChangeNoLoss
 // module's forward so that anything reading or writing a chunk without waiting for its Adam does
 // so while the Adam still runs, every chunk is waited for before it is touched (the checking tier
 // flags overlaps), and the losses and the final optimizer state are those of Adam run in place.
-// fp32 and gradient accumulation have separate gradient payloads, which the worker zeroes.
+// fp32 and gradient accumulation have separate gradient payloads, which the worker zeroes. Without
+// clipping the update is known before the backward, and chunks are updated early, in it; with
+// clipping, only after the gradient norm.
 TEST_F(ChunkedEngineOnATier, QueuedHostAdamIsAwaitedBeforeUseAndChangesNoNumber) {
-  for (const char* mode : {"fp32", "bf16", "bf16 accumulating"}) {
+  for (const std::string mode : {"fp32", "bf16", "bf16 accumulating", "bf16 clipped"}) {
     SCOPED_TRACE(mode);
-    auto c = small_config(/*bf16=*/std::string(mode) != "fp32");
-    if (std::string(mode) == "bf16 accumulating") c.gradient_accumulation_steps = 2;
+    auto c = small_config(/*bf16=*/mode != "fp32");
+    if (mode == "bf16 accumulating") c.gradient_accumulation_steps = 2;
+    if (mode == "bf16 clipped") c.gradient_clipping = 0.5;
+    ASSERT_EQ(c.gradient_clipping > 0, mode == "bf16 clipped");
     c.engine.overlap_adam = false;
     c.engine.overlap_adam_auto = false;
     Plan plan;
@@ -544,7 +548,7 @@ TEST_F(ChunkedEngineOnATier, QueuedHostAdamIsAwaitedBeforeUseAndChangesNoNumber)
     auto ledger = std::make_shared<Ledger>();
     auto tier = std::make_unique<CheckingTier>(ledger, std::numeric_limits<int64_t>::max());
     tier->set_off_thread_adam_delay(std::chrono::milliseconds(3));
-    int64_t queued = 0, steps_queueing = 0;
+    int64_t queued = 0, early = 0, steps_queueing = 0;
     double waited = 0;
     StateBytes overlapped_state;
     const auto overlapped = run(
@@ -553,13 +557,25 @@ TEST_F(ChunkedEngineOnATier, QueuedHostAdamIsAwaitedBeforeUseAndChangesNoNumber)
           EXPECT_GE(m.adam_queued_chunks, 0) << "step " << m.step;
           EXPECT_GE(m.adam_wait_s, 0) << "step " << m.step;
           queued += m.adam_queued_chunks;
+          EXPECT_LE(m.adam_early_chunks, m.adam_queued_chunks) << "step " << m.step;
+          early += m.adam_early_chunks;
           steps_queueing += m.adam_queued_chunks > 0 ? 1 : 0;
           waited += m.adam_wait_s;
         },
         nullptr, &overlapped_state);
     EXPECT_EQ(losses(overlapped), losses(in_place));
+    // Early chunks' sums of squares come from the worker: the norm's bits must not change.
+    ASSERT_EQ(overlapped.size(), in_place.size());
+    for (size_t i = 0; i < in_place.size(); ++i)
+      EXPECT_EQ(overlapped[i].grad_norm, in_place[i].grad_norm) << "step " << i + 1;
     // Every step after the warm-up queues its host chunks.
     EXPECT_EQ(steps_queueing, c.training.steps - c.engine.warmup_iterations);
+    if (mode == "bf16 clipped")
+      EXPECT_EQ(early, 0) << "clipping needs the gradient norm before any update";
+    else
+      EXPECT_GT(early, 0) << "no chunk was updated in the backward";
+    RecordProperty(mode + " early_share",
+                   std::to_string(static_cast<double>(early) / static_cast<double>(queued)));
     {
       const std::lock_guard<std::mutex> lock(ledger->mutex);
       EXPECT_GE(ledger->adam_off_thread, queued) << "queued Adam ran on the training thread";
@@ -573,7 +589,7 @@ TEST_F(ChunkedEngineOnATier, QueuedHostAdamIsAwaitedBeforeUseAndChangesNoNumber)
       EXPECT_TRUE(overlapped_state[i].second == in_place_state[i].second)
           << in_place_state[i].first;
     }
-    RecordProperty(std::string(mode) + " adam_wait_s", std::to_string(waited));
+    RecordProperty(mode + " adam_wait_s", std::to_string(waited));
   }
 }
 
@@ -585,6 +601,7 @@ TEST_F(ChunkedEngineOnATier, OverlapAdamAutoIsOffOnTheEmulatedTier) {
   ASSERT_TRUE(c.engine.overlap_adam_auto);
   for (const auto& m : run(c, nullptr)) {
     EXPECT_EQ(m.adam_queued_chunks, -1);
+    EXPECT_EQ(m.adam_early_chunks, -1);
     EXPECT_EQ(m.adam_wait_s, -1);
   }
 }

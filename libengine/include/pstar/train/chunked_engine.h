@@ -64,6 +64,12 @@
 // chunk's gradient payload after its Adam. "auto" (the default) turns it on for a CUDA tier only:
 // on the emulated tier the worker and the forward share the same cores. The warm-up's updates run
 // in place (the plan moves the margin's optimizer state as the warm-up ends).
+// Early updates: when the update does not depend on the gradients (no clipping, no fp16 loss
+// scale; the trainer calls expect_update()), on one rank, in the last micro-batch's backward, a
+// host chunk whose tensors all have their gradients and none is in use goes to the host at the
+// next moment and its sum of squares and Adam are queued then, so the host updates while the
+// device runs the rest of the backward. The optimizer step waits only for those sums (grad_norm
+// adds them in chunk order, as always); update() queues the chunks left.
 #pragma once
 
 #include <cstdint>
@@ -157,6 +163,7 @@ class ChunkedEngine : public ParamEngine {
   // Every rank's count, though another rank's parameters hold no values here between uses.
   int64_t num_parameters() const override;
   void begin_step() override;
+  void expect_update(double lr, double grad_multiplier) override;
   void end_micro_batch() override;
   double grad_norm(double loss_scale) override;
   void update(double lr, double grad_multiplier) override;

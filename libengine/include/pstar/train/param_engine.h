@@ -25,6 +25,10 @@ class ParamEngine {
   // Parameters the engine manages; -1 when the model's own tensors tell (they all hold values).
   virtual int64_t num_parameters() const { return -1; }
   virtual void begin_step() {}
+  // After begin_step, when the update does not depend on the gradients (no clipping, no loss
+  // scaling): unless the step fails, update() will be called with these arguments, so the engine
+  // may start it as gradients become final.
+  virtual void expect_update(double lr, double grad_multiplier) {}
   // After each micro-batch's backward.
   virtual void end_micro_batch() {}
   // The global L2 norm of the unscaled gradient (the backward ran on loss × loss_scale). May be

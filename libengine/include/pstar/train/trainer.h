@@ -65,9 +65,11 @@ struct StepMetrics {
   int64_t moved_d2h_bytes = -1;
   int64_t prefetched_h2d_bytes = -1;  // of moved_h2d_bytes: uploads started a moment early
   int64_t adam_device_chunks = -1;
-  // engine.overlap_adam on (-1 otherwise): host chunks whose Adam this step's update queued on the
-  // worker, and the seconds this step waited for the Adam the previous one queued.
+  // engine.overlap_adam on (-1 otherwise): host chunks whose Adam this step queued on the worker,
+  // those of them queued early (in the backward), and the seconds this step waited for queued
+  // Adam work.
   int64_t adam_queued_chunks = -1;
+  int64_t adam_early_chunks = -1;
   double adam_wait_s = -1;
   // Bytes of model data (chunk payloads) this rank holds between steps; -1 for the torch engine.
   int64_t model_data_bytes = -1;
