@@ -160,8 +160,10 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   bool updated = false;  // this step's update ran
   // Host bytes at start-up: chunk memory plus what LibTorch holds (the unit being taken in).
   int64_t startup_peak = 0;
-  // Note [host adam overlap]: per chunk, the worker's ticket for its queued host Adam (0: none).
+  // Note [host adam overlap]: per chunk, the worker's ticket for its queued host Adam (0: none),
+  // and the order update() queues chunks in, both set by the plan.
   std::vector<int64_t> adam_ticket;
+  std::vector<int64_t> adam_order;
   std::mutex adam_done_mutex;
   std::vector<AdamDone> adam_done;  // guarded by adam_done_mutex: the worker appends
   // The update this step will make, when the trainer knows it before the backward (lr, multiplier).
@@ -718,7 +720,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   void pre_forward(torch::nn::Module& module) override { access(module, "forward"); }
   void pre_backward(torch::nn::Module& module) override {
     // The backward writes gradients into every chunk, used in the forward or not.
-    if (!in_backward) await_all_adam();
+    if (!in_backward) await_queued_adam();
     in_backward = true;
     access(module, "backward");
   }
@@ -777,6 +779,15 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     record_finished_adam();
   }
 
+  // Waits for every queued Adam but this step's early ones, which run on through the backward and
+  // the optimizer step into the next forward.
+  void await_queued_adam() {
+    if (adam_worker == nullptr) return;
+    for (int64_t k = 0; k < static_cast<int64_t>(adam_ticket.size()); ++k)
+      if (!chunks[k].early) await_adam(k);
+    record_finished_adam();
+  }
+
   // The profiler is the training thread's: the worker's finished Adam steps are recorded here.
   void record_finished_adam() {
     if (adam_worker == nullptr) return;
@@ -831,7 +842,6 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     Chunk& c = chunks[k];
     const optim::AdamSpan span = adam_span(c);
     tier::DeviceTier* tier = device_tier.get();
-    adam_ticket.resize(chunks.size(), 0);
     if (with_sq) {
       double* out = &c.early_sq;
       c.sq_ticket = adam_worker->submit([tier, span, out] {
@@ -877,26 +887,20 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   // The optimizer step begins: the previous step's queued Adam is done, and this step's early
   // chunks have their sums of squares.
   void await_for_optimizer() {
-    if (adam_worker == nullptr) return;
-    for (int64_t k = 0; k < static_cast<int64_t>(chunks.size()); ++k) {
-      Chunk& c = chunks[k];
-      if (!c.early) {
-        await_adam(k);
-        continue;
-      }
+    await_queued_adam();
+    for (Chunk& c : chunks) {
       if (c.sq_ticket == 0) continue;
       const auto begin = std::chrono::steady_clock::now();
       adam_worker->wait(c.sq_ticket);
       step.adam_wait_s += seconds_since(begin);
       c.sq_ticket = 0;
     }
-    record_finished_adam();
   }
 
-  // The chunks this rank owns, in the order the next step's forward first needs them: the
-  // host-pinned embedding's first (it runs first), then the trace's order (for a remote chunk,
-  // its group's: gathering it sends this rank's chunk of the group), then any left.
-  std::vector<int64_t> next_forward_order() const {
+  // The chunks this rank owns, in the order a step's forward first needs them: the host-pinned
+  // embedding's first (it runs first), then the trace's order (for a remote chunk, its group's:
+  // gathering it sends this rank's chunk of the group), then any left.
+  std::vector<int64_t> forward_order() const {
     std::vector<int64_t> order;
     std::vector<bool> listed(chunks.size(), false);
     const auto add = [&](int64_t k) {
@@ -985,6 +989,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     for (int64_t k = 0; k < num; ++k)
       if (chunks[k].margin) trace.accesses.back().push_back(k);
     next_use.emplace(trace, num);
+    adam_order = forward_order();
+    adam_ticket.assign(chunks.size(), 0);
     planned = true;
     log::info("chunk plan after warm-up: ", trace.num_moments(), " moments, peak non-model ",
               format_bytes(max_non_model), ", ", given, " of ", num,
@@ -1256,9 +1262,7 @@ void ChunkedEngine::expect_update(double lr, double grad_multiplier) {
 
 void ChunkedEngine::end_micro_batch() {
   Impl& s = *impl_;
-  // A model whose backward ran no module hook has not waited for the previous step's Adam (with
-  // early updates queued, the backward's first hook did).
-  if (s.step.adam_early == 0) s.await_all_adam();
+  s.await_queued_adam();  // a model whose backward ran no module hook has not waited yet
   ++s.micro_batches_done;
   s.reset_grad_arrivals();
   // Host code below touches payloads (zeroing slots, Gloo's buffers): queued copies finish first.
@@ -1330,13 +1334,10 @@ void ChunkedEngine::update(double lr, double grad_multiplier) {
   // the next forward needs it (Note [host adam overlap]); the warm-up's last update comes before
   // the plan moves the margin's optimizer state, so it runs here.
   const bool queue = s.adam_worker != nullptr && s.planned;
-  std::vector<int64_t> order;
-  if (queue) {
-    order = s.next_forward_order();
-  } else {
-    for (int64_t k = 0; k < static_cast<int64_t>(s.chunks.size()); ++k) order.push_back(k);
-  }
-  for (int64_t k : order) {
+  std::vector<int64_t> in_chunk_order;
+  if (!queue)
+    for (int64_t k = 0; k < static_cast<int64_t>(s.chunks.size()); ++k) in_chunk_order.push_back(k);
+  for (int64_t k : queue ? s.adam_order : in_chunk_order) {
     Chunk& c = s.chunks[k];
     if (c.remote || c.optimizer_tier != Tier::kHost || c.early) continue;
     if (queue) {
