@@ -4,16 +4,26 @@
 
 #include <c10/util/Exception.h>
 #include <CLI/CLI.hpp>
+#include <torch/version.h>
 
 #include "commands.h"
 #include "pstar/base/error.h"
 #include "pstar/core/log.h"
+#include "pstar/formats/profile.h"
+#include "pstar/tier/device_tier.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"pstar: train large transformer models with chunk-based heterogeneous memory"};
   app.name("pstar");
   app.require_subcommand(1);
-  app.set_version_flag("--version", "pstar 0.1.0");
+  // What this build can do, for bug reports and for scripts that need a feature (gpt_bench.sh
+  // checks for the CUDA device tier).
+  app.set_version_flag("--version", [] {
+    return pstar::str_cat("pstar 0.1.0\nLibTorch ", TORCH_VERSION, "\nCUDA device tier: ",
+                          pstar::tier::cuda_tier_built() ? "built" : "not built",
+                          "\nHDF5 profiles: ",
+                          pstar::formats::profile_io_built() ? "built" : "not built");
+  });
   pstar::cmd::register_train(app);
   pstar::cmd::register_profile(app);
   pstar::cmd::register_estimate(app);

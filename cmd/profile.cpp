@@ -8,13 +8,18 @@
 
 #include "commands.h"
 #include "pstar/formats/config.h"
+#include "pstar/formats/profile.h"
 
 namespace pstar::cmd {
 
 void register_profile(CLI::App& app) {
   auto options = std::make_shared<ProfileCommandOptions>();
+  // A build without HDF5 keeps the subcommand, so that users learn it exists; run_profile says
+  // what is missing.
   CLI::App* sub = app.add_subcommand(
-      "profile", "Train a few steps of CONFIG.json and record chunk moves and memory to HDF5");
+      "profile",
+      std::string("Train a few steps of CONFIG.json and record chunk moves and memory to HDF5") +
+          (formats::profile_io_built() ? "" : " (not in this build: it has no HDF5)"));
   sub->add_option("config", options->config_path, "Training config (JSON)")->required();
   sub->add_option("-o,--output", options->output, "Profile file to write (HDF5, e.g. run.h5)")
       ->required();
@@ -36,6 +41,7 @@ void register_profile(CLI::App& app) {
 }
 
 int run_profile(const ProfileCommandOptions& o) {
+  formats::require_profile_io("pstar profile");
   // The config as given decides the warm-up length; errors in it surface here, once.
   const config::TrainConfig config = config::load_train_config(o.config_path, o.overrides);
   const int64_t warmup = config.engine.warmup_iterations;

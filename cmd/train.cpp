@@ -11,6 +11,7 @@
 #include "pstar/core/log.h"
 #include "pstar/core/stop.h"
 #include "pstar/formats/config.h"
+#include "pstar/formats/profile.h"
 #include "pstar/train/trainer.h"
 
 namespace pstar::cmd {
@@ -36,8 +37,9 @@ void register_train(CLI::App& app) {
       "checkpoint)");
   sub->add_flag("-q,--quiet", options->quiet, "Only warnings and errors; no progress line");
   sub->add_option("--profile", options->profile_path,
-                  "Record what the chunk engine does into this HDF5 file (docs/profile.md); "
-                  "`pstar visualize` plots it");
+                  std::string("Record what the chunk engine does into this HDF5 file "
+                              "(docs/profile.md); `pstar visualize` plots it") +
+                      (formats::profile_io_built() ? "" : " (not in this build: it has no HDF5)"));
   sub->add_option("--profile-from", options->profile_from,
                   "With --profile: the first step to record")
       ->check(CLI::PositiveNumber)
@@ -80,6 +82,8 @@ std::vector<std::string> rank_args(const TrainCommandOptions& o) {
 }  // namespace
 
 int run_train(const TrainCommandOptions& options) {
+  // Before the ranks start and the config loads: a build without HDF5 says so at once.
+  if (!options.profile_path.empty()) formats::require_profile_io("pstar train --profile");
   if (options.nproc > 0)
     return launch_local(options.nproc, rank_args(options), options.master_port);
   if (options.quiet) log::set_level(log::Level::kWarn);

@@ -98,6 +98,11 @@ if [ -z "$pstar" ]; then
   [ -x "$repo/build/cuda-release/pstar" ] && pstar=$repo/build/cuda-release/pstar
 fi
 [ -x "$pstar" ] || die "no pstar binary at $pstar (--pstar PATH or PSTAR=...)"
+# A build without the CUDA device tier would fail every run at start-up and leave empty rows: stop
+# now. `pstar --version` names the build's features.
+if [ "$dry_run" = 0 ] && ! "$pstar" --version 2>/dev/null | grep -q "CUDA device tier: built"; then
+  die "$pstar has no CUDA device tier ($("$pstar" --version 2>&1 | tr '\n' ' ')); build the cuda-release preset (scripts/gpu-verify.sh --only build)"
+fi
 if [ -z "$python" ]; then
   for candidate in python3 /usr/bin/python3; do
     if command -v "$candidate" >/dev/null && "$candidate" -c 'import torch' 2>/dev/null; then

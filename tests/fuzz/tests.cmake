@@ -1,7 +1,7 @@
 # The libFuzzer targets as tests of the normal build (label `fuzz`; docs/fuzzing.md). fuzz.build
 # configures and builds the `fuzz` preset's own tree (build/fuzz: clang, ASan + UBSan, only formats
 # and the targets); then each fuzz.<target> fuzzes a fresh copy of its seed corpus for a bounded
-# time. Without clang or its fuzzer runtime they are skipped with the reason, never passed.
+# time. Without clang, its fuzzer runtime or HDF5 they are skipped with the reason, never passed.
 set(PSTAR_FUZZ_TARGETS config safetensors token_file profile checkpoint)
 set(PSTAR_FUZZ_SECONDS 25 CACHE STRING "Seconds that each fuzz.<target> test fuzzes")
 set(PSTAR_FUZZ_BINARY_DIR ${PROJECT_SOURCE_DIR}/build/fuzz)  # binaryDir of the fuzz preset
@@ -22,9 +22,14 @@ else()
   endforeach()
 endif()
 
+# The fuzz tree always builds the profile target, so it needs HDF5 (cmake/fuzz.cmake).
+if(NOT PSTAR_HAVE_HDF5)
+  set(_fuzz_missing "this build has no HDF5 (libhdf5-dev), which the fuzz tree needs")
+endif()
+
 if(_fuzz_missing)
   string(CONCAT _fuzz_reason "fuzz tests skipped: ${_fuzz_missing}. Run scripts/setup-deps.sh (it "
-                "installs clang and libclang-rt-14-dev) and reconfigure.")
+                "installs clang, libclang-rt-14-dev and libhdf5-dev) and reconfigure.")
   message(WARNING "${_fuzz_reason}")
   foreach(name build ${PSTAR_FUZZ_TARGETS})
     # The reason goes in as an argument ($1), so that no quoting in it can break the shell line.

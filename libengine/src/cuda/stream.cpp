@@ -9,8 +9,17 @@ namespace pstar::cuda {
 namespace {
 
 // cudaSuccess -> true, cudaErrorNotReady -> false, anything else throws.
+//
+// A query that answers cudaErrorNotReady also sets the calling thread's last error to it, and the
+// next launch check on that thread (LibTorch's C10_CUDA_KERNEL_LAUNCH_CHECK, or pstar's own in
+// adam_kernel.cu and sq_sum_kernel.cu) would then throw "device not ready" for a kernel that
+// launched fine. "Not ready" is an answer, not an error: clear it, as LibTorch's own stream and
+// event queries do. It is not sticky, so clearing cannot hide a real failure of the context.
 bool ready(cudaError_t status, const char* operation) {
-  if (status == cudaErrorNotReady) return false;
+  if (status == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
   PSTAR_CUDA_CHECK(status, operation);
   return true;
 }

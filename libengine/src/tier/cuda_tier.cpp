@@ -74,12 +74,34 @@ struct HostCopy : CopySpan {
   std::shared_ptr<cuda::Event> done;
 };
 
-// A released block, kept until the work queued on both streams before its release has finished.
+// The streams a tier's work runs on, besides LibTorch's compute stream: one per copy direction,
+// so that an eviction and an upload run at once (the H100 machines move 55 GB/s one way and 88 GB/s
+// both ways at once).
+enum CopyStream : int { kUploads = 0, kEvictions = 1, kCopyStreams = 2 };
+
+// Marks recorded on every stream a block's memory may still be used on, at its release.
+struct AfterAll {
+  cuda::Event copies[kCopyStreams];
+  cuda::Event compute;
+
+  bool query() const { return copies[0].query() && copies[1].query() && compute.query(); }
+  void synchronize() const {
+    for (const cuda::Event& e : copies) e.synchronize();
+    compute.synchronize();
+  }
+};
+
+// A released block, kept until the work queued on every stream before its release has finished.
 struct Retired {
   cuda::DeviceBlock device_block;
   cuda::PinnedBlock host_block;
-  cuda::Event after_copies;
-  cuda::Event after_compute;
+  AfterAll after;
+};
+
+// Device memory handed back to the arena before the work queued before its release finished
+// (Note [stream-ordered reuse]): whoever allocates it makes every stream wait for `after` first.
+struct Unsettled : CopySpan {
+  AfterAll after;
 };
 
 // What blocks need after the tier object is gone (they may outlive it): the memory, the copy
@@ -92,11 +114,9 @@ struct CudaTierState {
     // and the pool free it. Errors are ignored: at process exit the runtime may be gone already.
     try {
       const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-      for (const Retired& r : retired) {
-        r.after_copies.synchronize();
-        r.after_compute.synchronize();
-      }
-      copies.synchronize();
+      for (const Retired& r : retired) r.after.synchronize();
+      for (const Unsettled& u : unsettled) u.after.synchronize();
+      for (cuda::Stream& stream : copies) stream.synchronize();
     } catch (...) {
     }
   }
@@ -109,19 +129,24 @@ struct CudaTierState {
   const int device;
   cuda::DeviceArena arena;
   cuda::PinnedHostPool pinned;
-  cuda::Stream copies;
+  cuda::Stream copies[kCopyStreams];
 
   std::mutex mutex;  // guards everything below
   // Re-recorded for every copy: the compute queued before it, the copy itself.
   cuda::Event compute_mark{false};
   cuda::Event copy_mark{false};
-  // Copies that read or write host memory, in queue order, until the host has waited for them: a
-  // host operation waits only for those that touch its buffers, so host Adam on one chunk runs
-  // while the copies of the chunks after it are still under way.
-  std::vector<HostCopy> host_copies;
+  // Copies that read or write host memory, per copy stream in queue order, until the host has
+  // waited for them: a host operation waits only for those that touch its buffers, so host Adam on
+  // one chunk runs while the copies of the chunks after it are still under way.
+  std::vector<HostCopy> host_copies[kCopyStreams];
   // Copies ahead into device memory that the compute stream has not been made to wait for yet.
   std::vector<PendingCopy> ahead;
   std::vector<Retired> retired;
+  std::vector<Unsettled> unsettled;
+  // Counters for metrics and tests: allocations that had to wait on the host for queued work
+  // (a full synchronisation), and device blocks reused in stream order.
+  int64_t full_synchronizations = 0;
+  int64_t stream_ordered_reuses = 0;
   std::vector<cuda::Event> spare_events;  // creating an event is a driver call: reuse them
 
   cuda::Event take_event_locked() {
@@ -131,20 +156,87 @@ struct CudaTierState {
     return event;
   }
 
-  // Frees the retired blocks whose work has finished.
+  void recycle_locked(AfterAll& after) {
+    for (cuda::Event& e : after.copies) spare_events.push_back(std::move(e));
+    spare_events.push_back(std::move(after.compute));
+  }
+
+  AfterAll mark_all_locked() {
+    AfterAll after{{take_event_locked(), take_event_locked()}, take_event_locked()};
+    for (int i = 0; i < kCopyStreams; ++i) after.copies[i].record(copies[i]);
+    check(cudaEventRecord(after.compute.native(), compute_stream(device)),
+          "cudaEventRecord on the compute stream");
+    return after;
+  }
+
+  // Frees the retired blocks whose work has finished, and forgets the unsettled ranges whose work
+  // has.
   void reap_locked() {
     std::vector<Retired> pending;
     for (Retired& r : retired) {
-      if (r.after_copies.query() && r.after_compute.query()) {
+      if (r.after.query()) {
         r.device_block.reset();
         r.host_block.reset();
-        spare_events.push_back(std::move(r.after_copies));
-        spare_events.push_back(std::move(r.after_compute));
+        recycle_locked(r.after);
       } else {
         pending.push_back(std::move(r));
       }
     }
     retired.swap(pending);
+    std::vector<Unsettled> still;
+    for (Unsettled& u : unsettled) {
+      if (u.after.query())
+        recycle_locked(u.after);
+      else
+        still.push_back(std::move(u));
+    }
+    unsettled.swap(still);
+  }
+
+  // Note [stream-ordered reuse]
+  // At steady state the chunk payloads fill the arena to within a block, so an upload needs the
+  // memory of the block just evicted, whose copy to the host is still queued behind compute.
+  // Waiting for it on the host would stall the thread that queues kernels (and, through
+  // synchronize(), the whole device) once per upload. Instead the retired device blocks go back to
+  // the arena at once, oldest first, until the request fits; their ranges stay "unsettled" until
+  // their work finishes, and a block allocated over one makes every stream wait for that work on
+  // the device, which is what the host would have waited for, without blocking it. Returns whether
+  // anything was handed back.
+  bool settle_in_stream_order_locked() {
+    bool any = false;
+    std::vector<Retired> keep;
+    for (Retired& r : retired) {
+      // Pinned memory cannot be handed over on the device: it waits for its events. (A retired
+      // block holds one side only: see the owners below.)
+      if (!r.device_block) {
+        keep.push_back(std::move(r));
+        continue;
+      }
+      unsettled.push_back(
+          Unsettled{span_of(r.device_block.data(), r.device_block.bytes()), std::move(r.after)});
+      r.device_block.reset();
+      any = true;
+    }
+    retired.swap(keep);
+    return any;
+  }
+
+  // Orders every stream after the work on the unsettled memory inside [p, p + bytes).
+  void wait_unsettled_locked(const void* p, int64_t bytes) {
+    bool waited = false;
+    for (const Unsettled& u : unsettled) {
+      if (!u.overlaps(p, bytes)) continue;
+      const cudaStream_t streams[] = {compute_stream(device), copies[kUploads].native(),
+                                      copies[kEvictions].native()};
+      for (cudaStream_t stream : streams) {
+        for (const cuda::Event& e : u.after.copies)
+          check(cudaStreamWaitEvent(stream, e.native(), 0), "cudaStreamWaitEvent on reused memory");
+        check(cudaStreamWaitEvent(stream, u.after.compute.native(), 0),
+              "cudaStreamWaitEvent on reused memory");
+      }
+      waited = true;
+    }
+    if (waited) ++stream_ordered_reuses;
   }
 
   static CopySpan span_of(const void* p, int64_t bytes) {
@@ -152,18 +244,18 @@ struct CudaTierState {
     return CopySpan{a, a + static_cast<uintptr_t>(bytes)};
   }
 
-  // Records that a copy ahead queued on the copy stream just now writes [p, p + bytes).
+  // Records that a copy ahead queued on the upload stream just now writes [p, p + bytes).
   void note_ahead_locked(const void* p, int64_t bytes) {
     PendingCopy pending{span_of(p, bytes), take_event_locked()};
-    pending.done.record(copies);
+    pending.done.record(copies[kUploads]);
     ahead.push_back(std::move(pending));
   }
 
-  // Records that a copy queued on the copy stream just now reads or writes host [p, p + bytes).
-  void note_host_copy_locked(const void* p, int64_t bytes) {
+  // Records that a copy queued on copy stream `s` just now reads or writes host [p, p + bytes).
+  void note_host_copy_locked(int s, const void* p, int64_t bytes) {
     HostCopy pending{span_of(p, bytes), std::make_shared<cuda::Event>(take_event_locked())};
-    pending.done->record(copies);
-    host_copies.push_back(std::move(pending));
+    pending.done->record(copies[s]);
+    host_copies[s].push_back(std::move(pending));
   }
 
   // An event back to the spares, unless a waiting thread still holds it (it is freed with the
@@ -173,29 +265,32 @@ struct CudaTierState {
   }
 
   // The host may read or write host memory only once the copies queued from or into it are done.
-  // The copy stream runs in order, so waiting for the last copy touching any of `ranges` (pointer,
-  // bytes; null pointers are skipped) completes every copy queued before it too. The wait is
-  // outside the lock, so that other threads queue copies meanwhile.
+  // Each copy stream runs in order, so waiting for the last copy on it touching any of `ranges`
+  // (pointer, bytes; null pointers are skipped) completes every copy queued on it before that one
+  // too. The waits are outside the lock, so that other threads queue copies meanwhile.
   void wait_host(const Ranges& ranges) {
-    std::shared_ptr<cuda::Event> last;
-    {
+    for (int s = 0; s < kCopyStreams; ++s) {
+      std::shared_ptr<cuda::Event> last;
+      {
+        const std::lock_guard<std::mutex> lock(mutex);
+        for (const HostCopy& pending : host_copies[s])
+          for (const auto& [p, bytes] : ranges)
+            if (pending.overlaps(p, bytes)) last = pending.done;
+        if (!last) continue;
+      }
+      last->synchronize();
       const std::lock_guard<std::mutex> lock(mutex);
-      for (const HostCopy& pending : host_copies)
-        for (const auto& [p, bytes] : ranges)
-          if (pending.overlaps(p, bytes)) last = pending.done;
-      if (!last) return;
+      std::vector<HostCopy>& list = host_copies[s];
+      // Another thread (or synchronize()) may have retired it and those before it meanwhile.
+      const auto it = std::find_if(list.begin(), list.end(),
+                                   [&](const HostCopy& pending) { return pending.done == last; });
+      if (it == list.end()) continue;
+      std::vector<HostCopy> finished(std::make_move_iterator(list.begin()),
+                                     std::make_move_iterator(it + 1));
+      list.erase(list.begin(), it + 1);
+      last.reset();
+      for (HostCopy& pending : finished) recycle_locked(std::move(pending.done));
     }
-    last->synchronize();
-    const std::lock_guard<std::mutex> lock(mutex);
-    // Another thread (or synchronize()) may have retired it and those before it meanwhile.
-    const auto it = std::find_if(host_copies.begin(), host_copies.end(),
-                                 [&](const HostCopy& pending) { return pending.done == last; });
-    if (it == host_copies.end()) return;
-    std::vector<HostCopy> finished(std::make_move_iterator(host_copies.begin()),
-                                   std::make_move_iterator(it + 1));
-    host_copies.erase(host_copies.begin(), it + 1);
-    last.reset();
-    for (HostCopy& pending : finished) recycle_locked(std::move(pending.done));
   }
 
   // Makes `stream` wait for the copies ahead into [p, p + bytes), on the device.
@@ -217,8 +312,10 @@ struct CudaTierState {
   void forget_pending_locked() {
     for (PendingCopy& pending : ahead) spare_events.push_back(std::move(pending.done));
     ahead.clear();
-    for (HostCopy& pending : host_copies) recycle_locked(std::move(pending.done));
-    host_copies.clear();
+    for (std::vector<HostCopy>& list : host_copies) {
+      for (HostCopy& pending : list) recycle_locked(std::move(pending.done));
+      list.clear();
+    }
   }
 
   // From a block's owner: the memory goes back to the arena or the pool only once both streams
@@ -239,12 +336,7 @@ struct CudaTierState {
         }
         ahead.swap(keep);
       }
-      Retired r{std::move(device_block), std::move(host_block), take_event_locked(),
-                take_event_locked()};
-      r.after_copies.record(copies);
-      check(cudaEventRecord(r.after_compute.native(), compute_stream(device)),
-            "cudaEventRecord on the compute stream");
-      retired.push_back(std::move(r));
+      retired.push_back(Retired{std::move(device_block), std::move(host_block), mark_all_locked()});
     } catch (...) {
       // CUDA failed (a broken context, or the runtime unloading at exit): no queued work can be
       // waited for any more, so the memory is freed now, by the blocks' destructors.
@@ -314,6 +406,24 @@ class CudaTier final : public DeviceTier {
         void* data = block.data();
         // No copy can still touch it: a pinned block is reused only after its retirement.
         std::memset(data, 0, static_cast<size_t>(bytes));
+        return Block(data, bytes, side, std::make_unique<PinnedOwner>(state_, std::move(block)));
+      }
+    }
+    PSTAR_INTERNAL_ASSERT(false, "unknown side ", static_cast<int>(side));
+  }
+
+  Block allocate_uninitialized(Side side, int64_t bytes) override {
+    PSTAR_INTERNAL_ASSERT(bytes > 0, "allocate_uninitialized(", side_name(side), ", ", bytes, ")");
+    const c10::cuda::CUDAGuard guard(device_index());
+    switch (side) {
+      case Side::kDevice: {
+        cuda::DeviceBlock block = allocate_device(bytes);
+        void* data = block.data();
+        return Block(data, bytes, side, std::make_unique<DeviceOwner>(state_, std::move(block)));
+      }
+      case Side::kHost: {
+        cuda::PinnedBlock block = allocate_host(bytes);
+        void* data = block.data();
         return Block(data, bytes, side, std::make_unique<PinnedOwner>(state_, std::move(block)));
       }
     }
@@ -414,7 +524,7 @@ class CudaTier final : public DeviceTier {
     const c10::cuda::CUDAGuard guard(device_index());
     check(cudaStreamSynchronize(compute()), "cudaStreamSynchronize of the compute stream");
     const std::lock_guard<std::mutex> lock(state_->mutex);
-    state_->copies.synchronize();
+    for (cuda::Stream& stream : state_->copies) stream.synchronize();
     state_->forget_pending_locked();
     state_->reap_locked();
   }
@@ -469,36 +579,54 @@ class CudaTier final : public DeviceTier {
     const cudaStream_t compute_now = compute();
     CudaTierState& s = *state_;
     const std::lock_guard<std::mutex> lock(s.mutex);
+    // Evictions on their own stream, everything that writes device memory on the uploads'.
+    const int which = dst_host ? kEvictions : kUploads;
+    cuda::Stream& stream = s.copies[which];
     check(cudaEventRecord(s.compute_mark.native(), compute_now),
           "cudaEventRecord on the compute stream");
-    s.compute_mark.wait(s.copies);
+    s.compute_mark.wait(stream);
     if (dst_host) {
-      cuda::copy_d2h_async(dst.data(), src.data(), bytes, s.copies);
+      cuda::copy_d2h_async(dst.data(), src.data(), bytes, stream);
     } else if (src_host) {
-      cuda::copy_h2d_async(dst.data(), src.data(), bytes, s.copies);
+      cuda::copy_h2d_async(dst.data(), src.data(), bytes, stream);
     } else {
-      cuda::copy_d2d_async(dst.data(), src.data(), bytes, s.copies);
+      cuda::copy_d2d_async(dst.data(), src.data(), bytes, stream);
     }
     if (!dst_host) {
       if (ahead) {
         s.note_ahead_locked(dst.data(), bytes);
       } else {
-        s.copy_mark.record(s.copies);
+        s.copy_mark.record(stream);
         check(cudaStreamWaitEvent(compute_now, s.copy_mark.native(), 0),
               "cudaStreamWaitEvent of the compute stream on a copy");
       }
     }
-    if (dst_host) s.note_host_copy_locked(dst.data(), bytes);
-    if (src_host) s.note_host_copy_locked(src.data(), bytes);
+    if (dst_host) s.note_host_copy_locked(which, dst.data(), bytes);
+    if (src_host) s.note_host_copy_locked(which, src.data(), bytes);
   }
 
   // Memory still waiting in the retire list may be all that is missing: on failure, wait for the
   // queued work, free what it held, and try once more.
   cuda::DeviceBlock allocate_device(int64_t bytes) {
-    reap();
-    try {
-      return state_->arena.allocate(bytes);
-    } catch (const OutOfMemoryError&) {
+    {
+      CudaTierState& s = *state_;
+      const std::lock_guard<std::mutex> lock(s.mutex);
+      s.reap_locked();
+      // Note [stream-ordered reuse]: first the arena as it is, then with the retired blocks handed
+      // back in stream order; only then a full synchronisation.
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        try {
+          cuda::DeviceBlock block = s.arena.allocate(bytes);
+          s.wait_unsettled_locked(block.data(), bytes);
+          return block;
+        } catch (const OutOfMemoryError&) {
+        }
+        if (attempt == 0 && !s.settle_in_stream_order_locked()) break;
+      }
+    }
+    {
+      const std::lock_guard<std::mutex> lock(state_->mutex);
+      ++state_->full_synchronizations;
     }
     synchronize();
     try {
@@ -513,6 +641,10 @@ class CudaTier final : public DeviceTier {
     try {
       return state_->pinned.acquire(bytes);
     } catch (const OutOfMemoryError&) {
+    }
+    {
+      const std::lock_guard<std::mutex> lock(state_->mutex);
+      ++state_->full_synchronizations;
     }
     synchronize();
     // Free blocks of other sizes hold pinned memory that this size cannot use.

@@ -304,7 +304,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
 
   // Replaces `block` by a copy of it on side `to`; `ahead`: a prefetch (Note [prefetch]).
   void moved_to(Block& block, Tier to, bool ahead = false) {
-    Block moved = device_tier->allocate(to, block.bytes());
+    // The copy below writes all of it.
+    Block moved = device_tier->allocate_uninitialized(to, block.bytes());
     if (ahead)
       device_tier->copy_ahead(moved, block, block.bytes());
     else
@@ -1265,8 +1266,17 @@ void ChunkedEngine::end_micro_batch() {
   s.await_queued_adam();  // a model whose backward ran no module hook has not waited yet
   ++s.micro_batches_done;
   s.reset_grad_arrivals();
-  // Host code below touches payloads (zeroing slots, Gloo's buffers): queued copies finish first.
-  s.device_tier->synchronize();
+  // Host code below may touch payloads (zeroing a host slot, Gloo's buffers): queued copies finish
+  // first. Only then: a whole-device synchronisation every micro-batch would stall the GPU's queue
+  // for nothing (issue 20, item 7), and device-side slots are zeroed on the compute stream, in
+  // order with the copies.
+  bool host_touched = s.comm != nullptr;
+  for (const auto& t : s.tensors) {
+    if ((t.state == TensorState::kCompute || t.state == TensorState::kHoldAfterFwd) && s.reuse &&
+        s.chunks[t.chunk].param && s.chunks[t.chunk].compute_tier == Tier::kHost)
+      host_touched = true;
+  }
+  if (host_touched) s.device_tier->synchronize();
   // A parameter no loss depends on gets no gradient: its slot must read as zero.
   torch::NoGradGuard no_grad;
   for (auto& t : s.tensors) {

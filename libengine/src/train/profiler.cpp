@@ -68,6 +68,8 @@ struct Profiler::Impl {
 };
 
 Profiler::Profiler(std::chrono::microseconds period) : impl_(std::make_unique<Impl>()) {
+  // A build without HDF5 could record but never write the file: say so before the run, not after.
+  formats::require_profile_io("--profile");
   impl_->period = period;
   impl_->sampler = std::thread([this] { impl_->sample_loop(); });
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -182,6 +183,29 @@ TEST_F(CudaRuntimeTest, AsyncCopiesRoundTripInEventOrder) {
   EXPECT_THROW(Event::elapsed_ms(start, uploaded), InternalError);  // no timing
   EXPECT_NO_THROW(copy_h2d_async(first.data(), src.data(), 0, upload));
   EXPECT_THROW(copy_h2d_async(nullptr, src.data(), 16, upload), ConfigError);
+}
+
+// A query of unfinished work answers false and leaves no error behind: the runtime sets the
+// thread's last error to cudaErrorNotReady, and a launch check after it would throw for a kernel
+// that launched fine (issue 20, item 1).
+TEST_F(CudaRuntimeTest, NotReadyQueriesLeaveNoLastError) {
+  const int64_t bytes = int64_t{256} << 20;
+  PinnedHostPool pool;
+  PinnedBlock src = pool.acquire(bytes);
+  DeviceArena arena(bytes);
+  DeviceBlock dst = arena.allocate(bytes);
+  Stream stream;
+  // Several copies of 256 MiB: tens of milliseconds at PCIe speed, far longer than the query.
+  for (int i = 0; i < 8; ++i) copy_h2d_async(dst.data(), src.data(), bytes, stream);
+  Event done(/*timing=*/false);
+  done.record(stream);
+  EXPECT_FALSE(done.query());
+  EXPECT_FALSE(stream.query());
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+  done.synchronize();
+  EXPECT_TRUE(done.query());
+  EXPECT_TRUE(stream.query());
 }
 
 TEST_F(CudaRuntimeTest, MovedFromStreamsAreRefused) {

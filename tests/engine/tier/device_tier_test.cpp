@@ -171,6 +171,7 @@ struct Ledger {
   int64_t copied[2][2] = {{0, 0}, {0, 0}};  // [from][to]
   int64_t adam_calls[2] = {0, 0};
   int64_t copied_ahead = 0, awaited = 0;
+  int64_t uninitialized_allocations = 0;  // move destinations (allocate_uninitialized)
   // Copies ahead not yet awaited, by destination: the bytes to write when they are.
   std::map<uintptr_t, std::vector<uint8_t>> ahead;
   std::vector<std::string> violations;
@@ -234,6 +235,22 @@ class CheckingTier final : public DeviceTier {
   int64_t device_capacity_bytes() const override { return capacity_; }
 
   Block allocate(Side side, int64_t bytes) override {
+    return track(inner_->allocate(side, bytes), side, bytes);
+  }
+  // Filled with a pattern that no payload holds at start-up (NaNs in every float type): whatever
+  // reads it before a copy has written it would show in the losses.
+  Block allocate_uninitialized(Side side, int64_t bytes) override {
+    Block block = inner_->allocate_uninitialized(side, bytes);
+    std::memset(block.data(), 0xFF, static_cast<size_t>(bytes));
+    {
+      const std::lock_guard<std::mutex> lock(ledger_->mutex);
+      ++ledger_->uninitialized_allocations;
+    }
+    return track(std::move(block), side, bytes);
+  }
+
+  // The ledger's record of a block from the inner tier, kept until the block is released.
+  Block track(Block inner_block, Side side, int64_t bytes) {
     struct Owner final : Block::Owner {
       Block inner;
       std::shared_ptr<Ledger> ledger;
@@ -246,7 +263,7 @@ class CheckingTier final : public DeviceTier {
       }
     };
     auto owner = std::make_unique<Owner>();
-    owner->inner = inner_->allocate(side, bytes);
+    owner->inner = std::move(inner_block);
     owner->ledger = ledger_;
     void* data = owner->inner.data();
     const std::lock_guard<std::mutex> lock(ledger_->mutex);
@@ -478,6 +495,9 @@ TEST_F(ChunkedEngineOnATier, KernelsSeeTheirSideAndReportsMatchTheTiersLedger) {
             });
     EXPECT_EQ(losses(checked), losses(reference));
     EXPECT_GT(moved, 0) << "the budget forced no moves";
+    // Every move lands in memory that was never zeroed (issue 20, item 4), and the losses above
+    // show that nothing read it before the copy wrote it.
+    EXPECT_GT(ledger->uninitialized_allocations, 0) << "moves allocated zeroed memory";
     EXPECT_GT(ledger->adam_calls[1], 0) << "no Adam ran on the host side";
     EXPECT_LE(ledger->peak_device_bytes, *c.engine.device_memory);
     EXPECT_EQ(ledger->copied[0][0] + ledger->copied[1][1], 0) << "copies within one side";

@@ -102,13 +102,22 @@ struct Profile {
   ProfileSteps steps;
 };
 
+// Profile files are HDF5, which a build may leave out (PSTAR_WITH_HDF5, cmake/dependencies.cmake).
+// Whether this build reads and writes them; the types and to_string above are in every build.
+bool profile_io_built();
+// Throws, in a build without HDF5, the ConfigError that says so and how to get a build with it,
+// naming `what` (e.g. "pstar profile"); returns in a build with it. Commands call it before any
+// work, so that they fail at once rather than when the profile is written.
+void require_profile_io(const std::string& what);
+
 // Writes atomically (a temporary file, then rename). IoError naming the path when it cannot be
 // written; InternalError if the columns' lengths disagree.
 void write_profile(const std::string& path, const Profile& profile);
 
 // IoError for a missing/unreadable file; FormatError naming the file and the dataset or
 // attribute for anything malformed or missing, and for a schema_version newer than this build's
-// (saying which version this pstar reads).
+// (saying which version this pstar reads). In a build without HDF5, both throw
+// require_profile_io's ConfigError.
 Profile read_profile(const std::string& path);
 
 }  // namespace pstar::formats

@@ -102,6 +102,11 @@ class DeviceTier {
   // Zeroed memory of `bytes` (> 0) on `side`. Throws OutOfMemoryError naming the side and the
   // size when there is not enough.
   virtual Block allocate(Side side, int64_t bytes) = 0;
+  // Memory like allocate()'s whose contents are undefined: for the destination of a copy that
+  // writes all of it before anything reads it (a chunk's move). Zeroing it first would cost a
+  // pass over the memory for nothing (on the CUDA tier, a host memset of a whole pinned block on
+  // the thread that launches kernels).
+  virtual Block allocate_uninitialized(Side side, int64_t bytes) = 0;
   // Copies the first `bytes` of src into dst (either side to either side).
   virtual void copy(Block& dst, const Block& src, int64_t bytes) = 0;
   // A copy into a kDevice block ahead of its use (a prefetch): LibTorch's compute queued after it
