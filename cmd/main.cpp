@@ -3,8 +3,8 @@
 #include <exception>
 
 #include <c10/util/Exception.h>
-#include <CLI/CLI.hpp>
 #include <torch/version.h>
+#include <CLI/CLI.hpp>
 
 #include "commands.h"
 #include "pstar/base/error.h"
@@ -19,10 +19,10 @@ int main(int argc, char** argv) {
   // What this build can do, for bug reports and for scripts that need a feature (gpt_bench.sh
   // checks for the CUDA device tier).
   app.set_version_flag("--version", [] {
-    return pstar::str_cat("pstar 0.1.0\nLibTorch ", TORCH_VERSION, "\nCUDA device tier: ",
-                          pstar::tier::cuda_tier_built() ? "built" : "not built",
-                          "\nHDF5 profiles: ",
-                          pstar::formats::profile_io_built() ? "built" : "not built");
+    return pstar::str_cat(
+        "pstar 0.1.0\nLibTorch ", TORCH_VERSION,
+        "\nCUDA device tier: ", pstar::tier::cuda_tier_built() ? "built" : "not built",
+        "\nHDF5 profiles: ", pstar::formats::profile_io_built() ? "built" : "not built");
   });
   pstar::cmd::register_train(app);
   pstar::cmd::register_profile(app);

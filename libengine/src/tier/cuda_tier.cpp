@@ -143,10 +143,6 @@ struct CudaTierState {
   std::vector<PendingCopy> ahead;
   std::vector<Retired> retired;
   std::vector<Unsettled> unsettled;
-  // Counters for metrics and tests: allocations that had to wait on the host for queued work
-  // (a full synchronisation), and device blocks reused in stream order.
-  int64_t full_synchronizations = 0;
-  int64_t stream_ordered_reuses = 0;
   std::vector<cuda::Event> spare_events;  // creating an event is a driver call: reuse them
 
   cuda::Event take_event_locked() {
@@ -223,7 +219,6 @@ struct CudaTierState {
 
   // Orders every stream after the work on the unsettled memory inside [p, p + bytes).
   void wait_unsettled_locked(const void* p, int64_t bytes) {
-    bool waited = false;
     for (const Unsettled& u : unsettled) {
       if (!u.overlaps(p, bytes)) continue;
       const cudaStream_t streams[] = {compute_stream(device), copies[kUploads].native(),
@@ -234,9 +229,7 @@ struct CudaTierState {
         check(cudaStreamWaitEvent(stream, u.after.compute.native(), 0),
               "cudaStreamWaitEvent on reused memory");
       }
-      waited = true;
     }
-    if (waited) ++stream_ordered_reuses;
   }
 
   static CopySpan span_of(const void* p, int64_t bytes) {
@@ -390,30 +383,21 @@ class CudaTier final : public DeviceTier {
   int64_t device_capacity_bytes() const override { return state_->arena.capacity_bytes(); }
 
   Block allocate(Side side, int64_t bytes) override {
-    PSTAR_INTERNAL_ASSERT(bytes > 0, "allocate(", side_name(side), ", ", bytes, ")");
-    const c10::cuda::CUDAGuard guard(device_index());
-    switch (side) {
-      case Side::kDevice: {
-        cuda::DeviceBlock block = allocate_device(bytes);
-        void* data = block.data();
-        // On the compute stream, so later compute and copies (which wait for it) see zeros.
-        check(cudaMemsetAsync(data, 0, static_cast<size_t>(bytes), compute()),
-              "cudaMemsetAsync zeroing a new device block");
-        return Block(data, bytes, side, std::make_unique<DeviceOwner>(state_, std::move(block)));
-      }
-      case Side::kHost: {
-        cuda::PinnedBlock block = allocate_host(bytes);
-        void* data = block.data();
-        // No copy can still touch it: a pinned block is reused only after its retirement.
-        std::memset(data, 0, static_cast<size_t>(bytes));
-        return Block(data, bytes, side, std::make_unique<PinnedOwner>(state_, std::move(block)));
-      }
+    Block block = allocate_uninitialized(side, bytes);
+    if (side == Side::kDevice) {
+      const c10::cuda::CUDAGuard guard(device_index());
+      // On the compute stream, so later compute and copies (which wait for it) see zeros.
+      check(cudaMemsetAsync(block.data(), 0, static_cast<size_t>(bytes), compute()),
+            "cudaMemsetAsync zeroing a new device block");
+    } else {
+      // No copy can still touch it: a pinned block is reused only after its retirement.
+      std::memset(block.data(), 0, static_cast<size_t>(bytes));
     }
-    PSTAR_INTERNAL_ASSERT(false, "unknown side ", static_cast<int>(side));
+    return block;
   }
 
   Block allocate_uninitialized(Side side, int64_t bytes) override {
-    PSTAR_INTERNAL_ASSERT(bytes > 0, "allocate_uninitialized(", side_name(side), ", ", bytes, ")");
+    PSTAR_INTERNAL_ASSERT(bytes > 0, "allocate(", side_name(side), ", ", bytes, ")");
     const c10::cuda::CUDAGuard guard(device_index());
     switch (side) {
       case Side::kDevice: {
@@ -624,10 +608,6 @@ class CudaTier final : public DeviceTier {
         if (attempt == 0 && !s.settle_in_stream_order_locked()) break;
       }
     }
-    {
-      const std::lock_guard<std::mutex> lock(state_->mutex);
-      ++state_->full_synchronizations;
-    }
     synchronize();
     try {
       return state_->arena.allocate(bytes);
@@ -641,10 +621,6 @@ class CudaTier final : public DeviceTier {
     try {
       return state_->pinned.acquire(bytes);
     } catch (const OutOfMemoryError&) {
-    }
-    {
-      const std::lock_guard<std::mutex> lock(state_->mutex);
-      ++state_->full_synchronizations;
     }
     synchronize();
     // Free blocks of other sizes hold pinned memory that this size cannot use.

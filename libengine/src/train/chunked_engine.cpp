@@ -1270,20 +1270,20 @@ void ChunkedEngine::end_micro_batch() {
   // first. Only then: a whole-device synchronisation every micro-batch would stall the GPU's queue
   // for nothing (issue 20, item 7), and device-side slots are zeroed on the compute stream, in
   // order with the copies.
+  // A parameter no loss depends on gets no gradient: its slot must read as zero.
+  std::vector<ManagedTensor*> gradless;
   bool host_touched = s.comm != nullptr;
-  for (const auto& t : s.tensors) {
-    if ((t.state == TensorState::kCompute || t.state == TensorState::kHoldAfterFwd) && s.reuse &&
-        s.chunks[t.chunk].param && s.chunks[t.chunk].compute_tier == Tier::kHost)
-      host_touched = true;
+  for (auto& t : s.tensors) {
+    if (t.state != TensorState::kCompute && t.state != TensorState::kHoldAfterFwd) continue;
+    gradless.push_back(&t);
+    const Chunk& c = s.chunks[t.chunk];
+    if (s.reuse && c.param && c.compute_tier == Tier::kHost) host_touched = true;
   }
   if (host_touched) s.device_tier->synchronize();
-  // A parameter no loss depends on gets no gradient: its slot must read as zero.
   torch::NoGradGuard no_grad;
-  for (auto& t : s.tensors) {
-    if (t.state == TensorState::kCompute || t.state == TensorState::kHoldAfterFwd) {
-      if (s.reuse && s.chunks[t.chunk].param) s.param_view(t).zero_();
-      s.set_state(t, TensorState::kHoldAfterBwd);
-    }
+  for (ManagedTensor* t : gradless) {
+    if (s.reuse && s.chunks[t->chunk].param) s.param_view(*t).zero_();
+    s.set_state(*t, TensorState::kHoldAfterBwd);
   }
   s.in_backward = false;
   if (s.comm == nullptr) return;
