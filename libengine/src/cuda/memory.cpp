@@ -44,10 +44,7 @@ struct PinnedPoolState {
   mutable std::mutex mutex;
   std::unordered_map<int64_t, std::vector<void*>>
       free;  // exact size -> free blocks, last freed last
-  int64_t reserved_bytes = 0;
-  int64_t in_use_bytes = 0;
-  int64_t blocks = 0;
-  int64_t free_blocks = 0;
+  PinnedHostPool::Stats stats;
 };
 
 }  // namespace detail
@@ -166,16 +163,17 @@ PinnedBlock& PinnedBlock::operator=(PinnedBlock&& other) noexcept {
 void PinnedBlock::reset() {
   if (data_ != nullptr && pool_ != nullptr) {
     const std::lock_guard<std::mutex> lock(pool_->mutex);
+    PinnedHostPool::Stats& s = pool_->stats;
     try {
       pool_->free[bytes_].push_back(data_);
-      ++pool_->free_blocks;
+      ++s.free_blocks;
     } catch (...) {
       // std::bad_alloc from the free list: give the block back to CUDA instead of keeping it.
       (void)cudaFreeHost(data_);
-      --pool_->blocks;
-      pool_->reserved_bytes -= bytes_;
+      --s.blocks;
+      s.reserved.decrease(bytes_);
     }
-    pool_->in_use_bytes -= bytes_;
+    s.in_use.decrease(bytes_);
   }
   pool_.reset();
   data_ = nullptr;
@@ -191,22 +189,23 @@ PinnedBlock PinnedHostPool::acquire(int64_t bytes) {
   PinnedBlock block;
   if (bytes == 0) return block;
   const std::lock_guard<std::mutex> lock(state_->mutex);
+  Stats& s = state_->stats;
   void* data = nullptr;
   const auto it = state_->free.find(bytes);
   if (it != state_->free.end() && !it->second.empty()) {
     data = it->second.back();
     it->second.pop_back();
     if (it->second.empty()) state_->free.erase(it);
-    --state_->free_blocks;
+    --s.free_blocks;
   } else {
     PSTAR_CUDA_CHECK(cudaHostAlloc(&data, static_cast<size_t>(bytes), cudaHostAllocDefault),
                      "cudaHostAlloc of ", format_bytes(bytes), " (", bytes,
-                     " bytes) of pinned host memory, with ", format_bytes(state_->reserved_bytes),
+                     " bytes) of pinned host memory, with ", format_bytes(s.reserved.current),
                      " already pinned by this pool");
-    state_->reserved_bytes += bytes;
-    ++state_->blocks;
+    s.reserved.increase(bytes);
+    ++s.blocks;
   }
-  state_->in_use_bytes += bytes;
+  s.in_use.increase(bytes);
   block.pool_ = state_;
   block.data_ = data;
   block.bytes_ = bytes;
@@ -215,6 +214,7 @@ PinnedBlock PinnedHostPool::acquire(int64_t bytes) {
 
 int64_t PinnedHostPool::release_free() {
   const std::lock_guard<std::mutex> lock(state_->mutex);
+  Stats& s = state_->stats;
   int64_t released = 0;
   for (auto it = state_->free.begin(); it != state_->free.end();) {
     std::vector<void*>& blocks = it->second;
@@ -222,33 +222,23 @@ int64_t PinnedHostPool::release_free() {
       PSTAR_CUDA_CHECK(cudaFreeHost(blocks.back()), "cudaFreeHost of ", format_bytes(it->first));
       blocks.pop_back();
       released += it->first;
-      state_->reserved_bytes -= it->first;
-      --state_->blocks;
-      --state_->free_blocks;
+      s.reserved.decrease(it->first);
+      --s.blocks;
+      --s.free_blocks;
     }
     it = state_->free.erase(it);
   }
   return released;
 }
 
-int64_t PinnedHostPool::bytes_reserved() const {
-  const std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->reserved_bytes;
-}
+int64_t PinnedHostPool::bytes_reserved() const { return stats().reserved.current; }
+int64_t PinnedHostPool::bytes_in_use() const { return stats().in_use.current; }
+int64_t PinnedHostPool::block_count() const { return stats().blocks; }
+int64_t PinnedHostPool::free_block_count() const { return stats().free_blocks; }
 
-int64_t PinnedHostPool::bytes_in_use() const {
+PinnedHostPool::Stats PinnedHostPool::stats() const {
   const std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->in_use_bytes;
-}
-
-int64_t PinnedHostPool::block_count() const {
-  const std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->blocks;
-}
-
-int64_t PinnedHostPool::free_block_count() const {
-  const std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->free_blocks;
+  return state_->stats;
 }
 
 }  // namespace pstar::cuda

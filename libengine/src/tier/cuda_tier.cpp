@@ -27,6 +27,7 @@
 #include "pstar/cuda/memory.h"
 #include "pstar/cuda/sq_sum.h"
 #include "pstar/cuda/stream.h"
+#include "pstar/memory/host_pool.h"
 #include "pstar/optim/host_adam.h"
 #include "pstar/tier/device_tier.h"
 
@@ -95,6 +96,7 @@ struct AfterAll {
 struct Retired {
   cuda::DeviceBlock device_block;
   cuda::PinnedBlock host_block;
+  memory::HostBlock pageable_block;  // Note [pinned what moves]
   AfterAll after;
 };
 
@@ -129,6 +131,7 @@ struct CudaTierState {
   const int device;
   cuda::DeviceArena arena;
   cuda::PinnedHostPool pinned;
+  memory::HostPool pageable;  // host blocks no copy touches in steady state
   cuda::Stream copies[kCopyStreams];
 
   std::mutex mutex;  // guards everything below
@@ -173,6 +176,7 @@ struct CudaTierState {
       if (r.after.query()) {
         r.device_block.reset();
         r.host_block.reset();
+        r.pageable_block.reset();
         recycle_locked(r.after);
       } else {
         pending.push_back(std::move(r));
@@ -311,9 +315,10 @@ struct CudaTierState {
     }
   }
 
-  // From a block's owner: the memory goes back to the arena or the pool only once both streams
-  // have passed this point.
-  void retire(cuda::DeviceBlock device_block, cuda::PinnedBlock host_block) noexcept {
+  // From a block's owner: the memory goes back to the arena or a pool only once every stream has
+  // passed this point.
+  void retire(cuda::DeviceBlock device_block, cuda::PinnedBlock host_block,
+              memory::HostBlock pageable_block = memory::HostBlock()) noexcept {
     try {
       const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
       const std::lock_guard<std::mutex> lock(mutex);
@@ -329,7 +334,8 @@ struct CudaTierState {
         }
         ahead.swap(keep);
       }
-      retired.push_back(Retired{std::move(device_block), std::move(host_block), mark_all_locked()});
+      retired.push_back(Retired{std::move(device_block), std::move(host_block),
+                                std::move(pageable_block), mark_all_locked()});
     } catch (...) {
       // CUDA failed (a broken context, or the runtime unloading at exit): no queued work can be
       // waited for any more, so the memory is freed now, by the blocks' destructors.
@@ -357,6 +363,20 @@ class PinnedOwner final : public Block::Owner {
  private:
   std::shared_ptr<CudaTierState> state_;
   cuda::PinnedBlock block_;
+};
+
+// Note [pinned what moves]: a host block that no copy touches in steady state, in pageable memory.
+class PageableOwner final : public Block::Owner {
+ public:
+  PageableOwner(std::shared_ptr<CudaTierState> state, memory::HostBlock block)
+      : state_(std::move(state)), block_(std::move(block)) {}
+  ~PageableOwner() override {
+    state_->retire(cuda::DeviceBlock(), cuda::PinnedBlock(), std::move(block_));
+  }
+
+ private:
+  std::shared_ptr<CudaTierState> state_;
+  memory::HostBlock block_;
 };
 
 class CudaTier final : public DeviceTier {
@@ -412,6 +432,17 @@ class CudaTier final : public DeviceTier {
       }
     }
     PSTAR_INTERNAL_ASSERT(false, "unknown side ", static_cast<int>(side));
+  }
+
+  // A pageable block is reused only after its retirement too, so nothing can still touch it.
+  Block allocate_host_only(int64_t bytes) override {
+    PSTAR_INTERNAL_ASSERT(bytes > 0, "allocate_host_only(", bytes, ")");
+    reap();
+    memory::HostBlock block = state_->pageable.acquire(bytes);
+    std::memset(block.data(), 0, static_cast<size_t>(bytes));
+    void* data = block.data();
+    return Block(data, bytes, Side::kHost,
+                 std::make_unique<PageableOwner>(state_, std::move(block)));
   }
 
   void copy(Block& dst, const Block& src, int64_t bytes) override {
@@ -511,6 +542,16 @@ class CudaTier final : public DeviceTier {
     for (cuda::Stream& stream : state_->copies) stream.synchronize();
     state_->forget_pending_locked();
     state_->reap_locked();
+  }
+
+  HostMemory host_memory() const override {
+    return HostMemory{state_->pinned.stats().reserved, state_->pageable.stats().reserved};
+  }
+
+  // Released blocks reach their pool only after their work: wait for all of it, then free.
+  int64_t trim() override {
+    synchronize();
+    return state_->pinned.release_free() + state_->pageable.release_free();
   }
 
  private:

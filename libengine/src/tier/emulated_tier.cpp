@@ -2,17 +2,18 @@
 // engine decides about placement runs, and is tested, on any machine.
 #include <cstring>
 #include <limits>
+#include <utility>
 
-#include "pstar/memory/buffer.h"
 #include "pstar/memory/cpu_counter.h"
+#include "pstar/memory/host_pool.h"
 #include "pstar/tier/device_tier.h"
 
 namespace pstar::tier {
 namespace {
 
-struct BufferOwner final : Block::Owner {
-  explicit BufferOwner(int64_t bytes) : buffer(bytes) {}
-  memory::Buffer buffer;
+struct PoolOwner final : Block::Owner {
+  explicit PoolOwner(memory::HostBlock b) : block(std::move(b)) {}
+  memory::HostBlock block;
 };
 
 class EmulatedTier final : public DeviceTier {
@@ -23,12 +24,19 @@ class EmulatedTier final : public DeviceTier {
   int64_t device_capacity_bytes() const override { return std::numeric_limits<int64_t>::max(); }
 
   Block allocate(Side side, int64_t bytes) override {
-    auto owner = std::make_unique<BufferOwner>(bytes);  // zeroed
-    void* data = owner->buffer.data();
-    return Block(data, bytes, side, std::move(owner));
+    Block block = allocate_uninitialized(side, bytes);
+    std::memset(block.data(), 0, static_cast<size_t>(bytes));
+    return block;
   }
-  // memory::Buffer always zeroes; issue 23's pool will hand out reused memory as it is.
-  Block allocate_uninitialized(Side side, int64_t bytes) override { return allocate(side, bytes); }
+  // Note [exact-size host pool]: a move's destination is a block freed before, as it is.
+  Block allocate_uninitialized(Side side, int64_t bytes) override {
+    return from(side == Side::kDevice ? device_ : pinned_, side, bytes);
+  }
+  Block allocate_host_only(int64_t bytes) override {
+    Block block = from(pageable_, Side::kHost, bytes);
+    std::memset(block.data(), 0, static_cast<size_t>(bytes));
+    return block;
+  }
   void copy(Block& dst, const Block& src, int64_t bytes) override {
     std::memcpy(dst.data(), src.data(), static_cast<size_t>(bytes));
   }
@@ -56,7 +64,25 @@ class EmulatedTier final : public DeviceTier {
 
   void synchronize() override {}
 
+  HostMemory host_memory() const override {
+    return HostMemory{pinned_.stats().reserved, pageable_.stats().reserved};
+  }
+  int64_t trim() override {
+    device_.release_free();
+    return pinned_.release_free() + pageable_.release_free();
+  }
+
  private:
+  static Block from(memory::HostPool& pool, Side side, int64_t bytes) {
+    auto owner = std::make_unique<PoolOwner>(pool.acquire(bytes));
+    void* data = owner->block.data();
+    return Block(data, bytes, side, std::move(owner));
+  }
+
+  // Both sides are host memory. The host side keeps apart what the CUDA tier would pin (blocks fit
+  // for copies) and what it would not (Note [pinned what moves]), so that host_memory() reports
+  // what a GPU run of the same plan would hold.
+  memory::HostPool device_, pinned_, pageable_;
   memory::CpuAllocationCounter& counter_ = memory::CpuAllocationCounter::instance();
 };
 

@@ -229,9 +229,23 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     profiler->begin_moment(what, stage, memory, std::move(places));
   }
 
-  void check_host() const {
+  void check_host() {
     PSTAR_CHECK(host_bytes <= host_budget, OutOfMemoryError, "host tier: chunks need ",
                 format_bytes(host_bytes), " but engine.host_memory is ", format_bytes(host_budget),
+                "; raise engine.host_memory or engine.device_memory, or train a smaller model");
+    check_host_pools();
+  }
+
+  // Note [exact-size host pool]: what the tier's host pools hold, free blocks included, counts
+  // against engine.host_memory; the free blocks go back before that is called a failure.
+  void check_host_pools() {
+    if (device_tier->host_memory().current() <= host_budget) return;
+    device_tier->trim();
+    const tier::DeviceTier::HostMemory held = device_tier->host_memory();
+    PSTAR_CHECK(held.current() <= host_budget, OutOfMemoryError, "host tier: the chunk payloads' ",
+                "memory pools hold ", format_bytes(held.current()), " (",
+                format_bytes(held.pinned.current), " of it page-locked) but engine.host_memory is ",
+                format_bytes(host_budget),
                 "; raise engine.host_memory or engine.device_memory, or train a smaller model");
   }
 
@@ -292,14 +306,24 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       c.compute_tier = c.optimizer_tier = Tier::kDevice;
     }
     const Tier tier = c.compute_tier;
-    c.param = device_tier->allocate(tier, chunk_size * elem_bytes);
-    if (!reuse) c.grad = device_tier->allocate(tier, chunk_size * 4);
-    if (!fp32) c.master = device_tier->allocate(tier, chunk_size * 4);
-    c.exp_avg = device_tier->allocate(tier, chunk_size * 4);
-    c.exp_avg_sq = device_tier->allocate(tier, chunk_size * 4);
+    // Note [pinned what moves]: compute payloads move unless the chunk always computes on the
+    // host; optimizer state moves at most once, if the plan promotes the chunk to the margin.
+    const bool compute_moves = !c.host_pinned;
+    c.param = allocate_payload(tier, chunk_size * elem_bytes, compute_moves);
+    if (!reuse) c.grad = allocate_payload(tier, chunk_size * 4, compute_moves);
+    if (!fp32) c.master = allocate_payload(tier, chunk_size * 4, false);
+    c.exp_avg = allocate_payload(tier, chunk_size * 4, false);
+    c.exp_avg_sq = allocate_payload(tier, chunk_size * 4, false);
     chunks.push_back(std::move(c));
     add_bytes(tier, whole_bytes());
     check_host();
+  }
+
+  // A zeroed payload on `tier`; `moves`: copies between the sides will take it back and forth
+  // (Note [pinned what moves]).
+  Block allocate_payload(Tier tier, int64_t bytes, bool moves) {
+    return tier == Tier::kHost && !moves ? device_tier->allocate_host_only(bytes)
+                                         : device_tier->allocate(tier, bytes);
   }
 
   // Replaces `block` by a copy of it on side `to`; `ahead`: a prefetch (Note [prefetch]).
@@ -420,8 +444,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       const int64_t k = group_chunk(g, part);
       Chunk& c = chunks[k];
       if (c.remote) {
-        c.param = device_tier->allocate(c.compute_tier, chunk_size * elem_bytes);
-        if (!reuse) c.grad = device_tier->allocate(c.compute_tier, chunk_size * 4);
+        c.param = allocate_payload(c.compute_tier, chunk_size * elem_bytes, !c.host_pinned);
+        if (!reuse) c.grad = allocate_payload(c.compute_tier, chunk_size * 4, !c.host_pinned);
         add_bytes(c.compute_tier, compute_bytes());
         record(k, formats::ChunkEventKind::kAllocate, compute_bytes());
       }
@@ -985,6 +1009,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
       move_optimizer_state(k, Tier::kDevice);
       move_compute(k, Tier::kDevice);
     }
+    // The host blocks the margin left stay free for good (Note [exact-size host pool]).
+    if (given > fixed) device_tier->trim();
     // The optimizer moment now keeps the margin on the device.
     trace.accesses.back().clear();
     for (int64_t k = 0; k < num; ++k)
@@ -1401,6 +1427,7 @@ void ChunkedEngine::end_step() {
       std::max(s.step.device_peak, s.interval_chunk_bytes + s.device_tier->non_model_peak_bytes());
   // Every gathered copy is released by now: what is left is this rank's own model data.
   s.step.model_data = s.device_bytes + s.host_bytes;
+  s.check_host_pools();
   s.last = s.step;
 }
 
@@ -1458,6 +1485,11 @@ void ChunkedEngine::fill_metrics(StepMetrics& m) {
     m.adam_wait_s = s.last.adam_wait_s;
   }
   m.model_data_bytes = s.last.model_data;
+  const tier::DeviceTier::HostMemory held = s.device_tier->host_memory();
+  m.pinned_bytes = held.pinned.current;
+  m.pinned_peak_bytes = held.pinned.peak;
+  m.pageable_bytes = held.pageable.current;
+  m.pageable_peak_bytes = held.pageable.peak;
   if (s.comm != nullptr) {
     const dist::CommStats comm = s.comm->take_stats();
     m.comm_bytes = comm.bytes_sent;

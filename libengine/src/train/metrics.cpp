@@ -39,6 +39,10 @@ void MetricsWriter::write(const StepMetrics& m) {
         {"adam_queued_chunks", m.adam_queued_chunks},
         {"adam_early_chunks", m.adam_early_chunks},
         {"model_data_bytes", m.model_data_bytes},
+        {"pinned_bytes", m.pinned_bytes},
+        {"pinned_peak_bytes", m.pinned_peak_bytes},
+        {"pageable_bytes", m.pageable_bytes},
+        {"pageable_peak_bytes", m.pageable_peak_bytes},
         {"comm_bytes", m.comm_bytes},
         {"gathers", m.gathers},
         {"reductions", m.reductions}}) {

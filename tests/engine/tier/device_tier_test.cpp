@@ -130,6 +130,63 @@ TEST(EmulatedTier, AdamAndSumOfSquaresGiveHostBitsOnBothSides) {
   }
 }
 
+// Note [exact-size host pool]: a move's destination is memory freed before, handed out as it is on
+// either side; allocate() still zeroes what it hands out.
+TEST(EmulatedTier, MovesReuseFreedBlocksWithoutZeroingThem) {
+  auto tier = make_emulated_tier();
+  for (Side side : {Side::kDevice, Side::kHost}) {
+    SCOPED_TRACE(side_name(side));
+    Block first = tier->allocate_uninitialized(side, 4096);
+    void* const memory = first.data();
+    std::memset(memory, 0x7E, 4096);
+    first.reset();
+    Block moved = tier->allocate_uninitialized(side, 4096);
+    EXPECT_EQ(moved.data(), memory);
+    EXPECT_EQ(static_cast<const uint8_t*>(moved.data())[4095], 0x7E);
+    moved.reset();
+    Block zeroed = tier->allocate(side, 4096);
+    EXPECT_EQ(zeroed.data(), memory);
+    EXPECT_TRUE(torch::equal(tier->view(zeroed, torch::kUInt8, 0, {4096}),
+                             torch::zeros({4096}, torch::kUInt8)));
+  }
+}
+
+// Note [pinned what moves]: the emulated tier counts the host memory the CUDA tier would pin
+// (blocks fit for copies) apart from the pageable rest, each with what its pool keeps for reuse,
+// and the device side in neither.
+TEST(EmulatedTier, HostMemoryCountsWhatWouldBePinnedApartFromThePageableRest) {
+  auto tier = make_emulated_tier();
+  Block device = tier->allocate(Side::kDevice, 1 << 16);
+  Block moving = tier->allocate(Side::kHost, 3000);
+  Block moved = tier->allocate_uninitialized(Side::kHost, 5000);
+  Block staying = tier->allocate_host_only(7000);
+  EXPECT_EQ(staying.side(), Side::kHost);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(staying.data()) % 64, 0u);
+  EXPECT_TRUE(torch::equal(tier->view(staying, torch::kUInt8, 0, {7000}),
+                           torch::zeros({7000}, torch::kUInt8)));
+  DeviceTier::HostMemory held = tier->host_memory();
+  EXPECT_EQ(held.pinned.current, 8000);
+  EXPECT_EQ(held.pageable.current, 7000);
+  EXPECT_EQ(held.current(), 15000);
+  // Freed blocks stay held, for reuse, until trim() gives them back.
+  moved.reset();
+  staying.reset();
+  device.reset();
+  held = tier->host_memory();
+  EXPECT_EQ(held.current(), 15000);
+  EXPECT_EQ(tier->trim(), 12000);
+  held = tier->host_memory();
+  EXPECT_EQ(held.pinned.current, 3000);
+  EXPECT_EQ(held.pageable.current, 0);
+  EXPECT_EQ(held.pinned.peak, 8000);
+  EXPECT_EQ(held.pageable.peak, 7000);
+  // The pools are apart: a pageable block of a pinned block's size is pageable memory.
+  Block again = tier->allocate_host_only(3000);
+  held = tier->host_memory();
+  EXPECT_EQ(held.pinned.current, 3000);
+  EXPECT_EQ(held.pageable.current, 3000);
+}
+
 TEST(EmulatedTier, NonModelMemoryIsLibTorchsAndNotTheTiers) {
   auto tier = make_emulated_tier();
   tier->reset_non_model_peak();
@@ -164,6 +221,8 @@ struct Ledger {
   struct Range {
     int64_t bytes;
     Side side;
+    bool host_only;  // from allocate_host_only (Note [pinned what moves])
+    bool moved;      // from allocate_uninitialized: a move's destination
   };
   std::map<uintptr_t, Range> live;  // by start address
   int64_t live_bytes[2] = {0, 0};   // by Side
@@ -172,6 +231,21 @@ struct Ledger {
   int64_t adam_calls[2] = {0, 0};
   int64_t copied_ahead = 0, awaited = 0;
   int64_t uninitialized_allocations = 0;  // move destinations (allocate_uninitialized)
+  int64_t host_only_allocations = 0;
+  int64_t host_only_copied = 0;  // bytes copied from or into allocate_host_only blocks
+
+  int64_t live_host_only_bytes() const {
+    int64_t bytes = 0;
+    for (const auto& [start, range] : live) bytes += range.host_only ? range.bytes : 0;
+    return bytes;
+  }
+  // Host memory fit for copies (pinned on the CUDA tier) that holds no payload a move put there.
+  int64_t live_unmoved_copyable_host_bytes() const {
+    int64_t bytes = 0;
+    for (const auto& [start, range] : live)
+      bytes += range.side == Side::kHost && !range.host_only && !range.moved ? range.bytes : 0;
+    return bytes;
+  }
   // Copies ahead not yet awaited, by destination: the bytes to write when they are.
   std::map<uintptr_t, std::vector<uint8_t>> ahead;
   std::vector<std::string> violations;
@@ -217,6 +291,11 @@ struct Ledger {
     if (p != nullptr && !inside(p, bytes, side))
       violations.push_back(std::string(what) + " is not in a live " + side_name(side) + " block");
   }
+  // A copy between the sides touches [p, p + bytes): counts it if that is host-only memory.
+  void note_copy_of(const void* p, int64_t bytes) {
+    const auto it = live.find(reinterpret_cast<uintptr_t>(p));
+    if (it != live.end() && it->second.host_only) host_only_copied += bytes;
+  }
 };
 
 // The emulated tier, with every call checked against the blocks it handed out.
@@ -246,11 +325,20 @@ class CheckingTier final : public DeviceTier {
       const std::lock_guard<std::mutex> lock(ledger_->mutex);
       ++ledger_->uninitialized_allocations;
     }
-    return track(std::move(block), side, bytes);
+    return track(std::move(block), side, bytes, /*host_only=*/false, /*moved=*/true);
+  }
+
+  Block allocate_host_only(int64_t bytes) override {
+    {
+      const std::lock_guard<std::mutex> lock(ledger_->mutex);
+      ++ledger_->host_only_allocations;
+    }
+    return track(inner_->allocate_host_only(bytes), Side::kHost, bytes, /*host_only=*/true);
   }
 
   // The ledger's record of a block from the inner tier, kept until the block is released.
-  Block track(Block inner_block, Side side, int64_t bytes) {
+  Block track(Block inner_block, Side side, int64_t bytes, bool host_only = false,
+              bool moved = false) {
     struct Owner final : Block::Owner {
       Block inner;
       std::shared_ptr<Ledger> ledger;
@@ -267,7 +355,7 @@ class CheckingTier final : public DeviceTier {
     owner->ledger = ledger_;
     void* data = owner->inner.data();
     const std::lock_guard<std::mutex> lock(ledger_->mutex);
-    ledger_->live[reinterpret_cast<uintptr_t>(data)] = Ledger::Range{bytes, side};
+    ledger_->live[reinterpret_cast<uintptr_t>(data)] = Ledger::Range{bytes, side, host_only, moved};
     int64_t& live = ledger_->live_bytes[static_cast<int>(side)];
     live += bytes;
     if (side == Side::kDevice)
@@ -281,6 +369,8 @@ class CheckingTier final : public DeviceTier {
     ledger_->expect_inside(src.data(), bytes, src.side(), "a copy's source");
     ledger_->expect_inside(dst.data(), bytes, dst.side(), "a copy's destination");
     ledger_->copied[static_cast<int>(src.side())][static_cast<int>(dst.side())] += bytes;
+    ledger_->note_copy_of(src.data(), bytes);
+    ledger_->note_copy_of(dst.data(), bytes);
     // The tier's own copies follow its copies ahead.
     ledger_->land(src.data());
     ledger_->land(dst.data());
@@ -295,6 +385,7 @@ class CheckingTier final : public DeviceTier {
     ledger_->expect_inside(dst.data(), bytes, dst.side(), "a copy ahead's destination");
     if (dst.side() != Side::kDevice) ledger_->violations.push_back("a copy ahead into the host");
     ledger_->copied[static_cast<int>(src.side())][static_cast<int>(dst.side())] += bytes;
+    ledger_->note_copy_of(src.data(), bytes);
     ledger_->copied_ahead += bytes;
     ledger_->land(src.data());
     const auto* from = static_cast<const uint8_t*>(src.data());
@@ -379,6 +470,8 @@ class CheckingTier final : public DeviceTier {
     }
     inner_->synchronize();
   }
+  HostMemory host_memory() const override { return inner_->host_memory(); }
+  int64_t trim() override { return inner_->trim(); }
 
  private:
   std::unique_ptr<DeviceTier> inner_;
@@ -406,6 +499,8 @@ class ChunkedEngineOnATier : public ::testing::Test {
   struct Plan {
     int64_t non_model_peak = 0;
     int64_t compute_chunk_bytes = 0;
+    int64_t optimizer_chunk_bytes = 0;
+    int64_t num_chunks = 0;
   };
 
   // A checkpoint's tensors as plain bytes: LibTorch tensors kept across runs would count as the
@@ -449,6 +544,8 @@ class ChunkedEngineOnATier : public ::testing::Test {
     }
     if (plan_out != nullptr) {
       plan_out->compute_chunk_bytes = raw->compute_chunk_bytes();
+      plan_out->optimizer_chunk_bytes = raw->optimizer_chunk_bytes();
+      plan_out->num_chunks = raw->num_chunks();
       for (int64_t b : raw->trace().non_model_bytes)
         plan_out->non_model_peak = std::max(plan_out->non_model_peak, b);
     }
@@ -610,6 +707,93 @@ TEST_F(ChunkedEngineOnATier, QueuedHostAdamIsAwaitedBeforeUseAndChangesNoNumber)
           << in_place_state[i].first;
     }
     RecordProperty(mode + " adam_wait_s", std::to_string(waited));
+  }
+}
+
+// Note [exact-size host pool], Note [pinned what moves]: over 100 steps under a budget that moves
+// chunks and keeps a margin, the tier's host pools hold exactly the host payloads at every step's
+// end (no free block kept beyond them), page-locked memory exactly for the payloads that move and
+// pageable memory for the rest, they allocate nothing once the plan has settled, and after the
+// plan no copy touches pageable memory (only the margin's promotion copied it, once).
+TEST_F(ChunkedEngineOnATier, HostPoolsHoldExactlyTheHostPayloadsAndStopGrowing) {
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    auto c = small_config(bf16);
+    c.training.steps = 3;
+    Plan plan;
+    const auto reference = run(c, nullptr, nullptr, &plan);
+    c.training.steps = 100;
+    const int64_t whole = plan.compute_chunk_bytes + plan.optimizer_chunk_bytes;
+    c.engine.device_memory = plan.non_model_peak + 5 * plan.compute_chunk_bytes + 2 * whole;
+    auto ledger = std::make_shared<Ledger>();
+    auto tier = std::make_unique<CheckingTier>(ledger, std::numeric_limits<int64_t>::max());
+    const CheckingTier* checking = tier.get();
+    const int64_t planned = c.engine.warmup_iterations;  // the plan runs at this step's end
+    int64_t settled_allocated = -1, copied_at_plan = -1, moved = 0;
+    const auto trained = run(c, std::move(tier), [&](const train::StepMetrics& m) {
+      const DeviceTier::HostMemory held = checking->host_memory();
+      EXPECT_EQ(m.pinned_bytes, held.pinned.current);
+      EXPECT_EQ(m.pageable_bytes, held.pageable.current);
+      EXPECT_EQ(m.pinned_peak_bytes, held.pinned.peak);
+      const std::lock_guard<std::mutex> lock(ledger->mutex);
+      const int64_t host_only = ledger->live_host_only_bytes();
+      EXPECT_EQ(m.pageable_bytes, host_only) << "step " << m.step;
+      EXPECT_EQ(m.pinned_bytes, ledger->live_bytes[1] - host_only) << "step " << m.step;
+      // Every payload in memory fit for copies got there by a move: what stays is pageable.
+      if (m.step >= planned)
+        EXPECT_EQ(ledger->live_unmoved_copyable_host_bytes(), 0) << "step " << m.step;
+      if (m.step > planned) moved += m.moved_h2d_bytes;
+      if (m.step == planned) copied_at_plan = ledger->host_only_copied;
+      if (m.step > planned)
+        EXPECT_EQ(ledger->host_only_copied, copied_at_plan) << "step " << m.step;
+      const int64_t allocated = held.pinned.allocated + held.pageable.allocated;
+      if (m.step == planned + 2) settled_allocated = allocated;
+      if (m.step > planned + 2) EXPECT_EQ(allocated, settled_allocated) << "step " << m.step;
+    });
+    ASSERT_EQ(trained.size(), 100u);
+    for (size_t i = 0; i < reference.size(); ++i) EXPECT_EQ(trained[i].loss, reference[i].loss);
+    EXPECT_GT(moved, 0) << "the budget forced no moves";
+    EXPECT_GT(ledger->adam_calls[0], 0) << "the budget left no margin";
+    EXPECT_GT(copied_at_plan, 0) << "the margin's optimizer state was not pageable";
+    EXPECT_GT(ledger->host_only_allocations, 0);
+    for (const auto& v : ledger->violations) ADD_FAILURE() << v;
+  }
+}
+
+// The pools count against engine.host_memory, free blocks included: free memory the tier holds
+// goes back before the engine needs the room, and memory that is held goes against the budget.
+TEST_F(ChunkedEngineOnATier, HostPoolsCountAgainstTheHostBudget) {
+  auto c = small_config(/*bf16=*/true);
+  c.training.steps = 2;
+  Plan plan;
+  const auto reference = run(c, nullptr, nullptr, &plan);
+  // Exactly the model data: every chunk starts on the host.
+  const int64_t whole = plan.compute_chunk_bytes + plan.optimizer_chunk_bytes;
+  c.engine.host_memory = plan.num_chunks * whole;
+  const int64_t extra = whole;  // what the tier holds before the engine allocates anything
+  {
+    // Free: the engine gives it back and trains.
+    auto tier = make_emulated_tier();
+    tier->allocate(Side::kHost, extra).reset();
+    ASSERT_EQ(tier->host_memory().current(), extra);
+    const DeviceTier* held = tier.get();
+    const auto trained = run(c, std::move(tier), [&](const train::StepMetrics& m) {
+      EXPECT_LE(m.pinned_bytes + m.pageable_bytes, *c.engine.host_memory) << "step " << m.step;
+      EXPECT_LE(held->host_memory().current(), *c.engine.host_memory) << "step " << m.step;
+    });
+    EXPECT_EQ(losses(trained), losses(reference));
+  }
+  {
+    // In use: the chunks do not fit beside it.
+    auto tier = make_emulated_tier();
+    Block in_use = tier->allocate(Side::kHost, extra);
+    try {
+      run(c, std::move(tier));
+      FAIL() << "the pools held more than engine.host_memory";
+    } catch (const OutOfMemoryError& e) {
+      EXPECT_NE(std::string(e.what()).find("memory pools hold"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("engine.host_memory"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -17,6 +17,8 @@
 #include <optional>
 #include <string>
 
+#include "pstar/memory/stat.h"
+
 namespace pstar::cuda {
 
 // Note [device arena]: byte ranges in [0, capacity), kept as a free list sorted by offset. An
@@ -146,9 +148,15 @@ class PinnedBlock {
 // the pool has one, else cudaHostAlloc's a new one of exactly n bytes (no rounding to size
 // classes: chunk payloads come in a few sizes, and pinned memory is too scarce to waste). Blocks
 // go back to CUDA only through release_free() or when the pool and all its blocks are gone.
-// Thread-safe.
+// Thread-safe. (memory::HostPool is the same for pageable memory: Note [exact-size host pool].)
 class PinnedHostPool {
  public:
+  struct Stats {
+    memory::Stat reserved;  // pinned: in use + free
+    memory::Stat in_use;
+    int64_t blocks = 0, free_blocks = 0;
+  };
+
   PinnedHostPool();
 
   // Throws OutOfMemoryError ("cudaHostAlloc of 1.00 GiB: out of memory ...") when CUDA cannot pin
@@ -162,6 +170,8 @@ class PinnedHostPool {
   int64_t bytes_in_use() const;
   int64_t block_count() const;
   int64_t free_block_count() const;
+  // All of the above at once, with peaks.
+  Stats stats() const;
 
  private:
   std::shared_ptr<detail::PinnedPoolState> state_;

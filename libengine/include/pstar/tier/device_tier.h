@@ -7,15 +7,17 @@
 // computes) and kHost, copies payloads between them, runs Adam and the gradient sum of squares on
 // either side, and measures the compute device's non-model memory. The engine asks the same
 // questions of either implementation and never asks which one it has:
-// - the emulated tier (make_emulated_tier): both sides are 64-byte aligned host allocations
-//   (memory::Buffer), copies are memcpy, Adam is host Adam on both sides, and non-model memory is
-//   LibTorch's CPU allocations (memory::CpuAllocationCounter). It is what every machine without
-//   a GPU trains with, and what the tests of placement, eviction and budgets run on.
+// - the emulated tier (make_emulated_tier): both sides are 64-byte aligned host blocks from
+//   exact-size pools (memory::HostPool, Note [exact-size host pool]), copies are memcpy, Adam is
+//   host Adam on both sides, and non-model memory is LibTorch's CPU allocations
+//   (memory::CpuAllocationCounter). It is what every machine without a GPU trains with, and what
+//   the tests of placement, eviction and budgets run on.
 // - the CUDA tier (make_cuda_tier, only in builds with a CUDA LibTorch): kDevice blocks come from
 //   one cuda::DeviceArena the size of engine.device_memory, kHost blocks from an exact-size
-//   cuda::PinnedHostPool; copies run on a side stream ordered with LibTorch's compute stream by
-//   events; Adam on the device side is cuda::adam_step; non-model memory is LibTorch's CUDA
-//   caching allocator's.
+//   cuda::PinnedHostPool, or for payloads that never move from a memory::HostPool of pageable
+//   memory (Note [pinned what moves]); copies run on a side stream ordered with LibTorch's compute
+//   stream by events; Adam on the device side is cuda::adam_step; non-model memory is LibTorch's
+//   CUDA caching allocator's.
 // Both give the same bits for every operation (host Adam and the CUDA kernel agree bit for bit,
 // Note [cuda adam bit identity]; the sum of squares follows Note [grad sq sum order] on both
 // sides), so where a chunk is placed never changes the numbers.
@@ -33,6 +35,16 @@
 // may also run on one other thread at the same time, on blocks the driving thread leaves alone
 // meanwhile (the chunk engine's host Adam worker, Note [host adam overlap]). They still wait for
 // the copies the driving thread queued into or out of those blocks before.
+//
+// Note [pinned what moves]
+// Copies between the sides run asynchronously only from and into page-locked host memory, and
+// page-locked memory is scarce (the system can neither swap nor reclaim it, and pinning it is
+// slow). So the host side has two kinds of block: allocate() and allocate_uninitialized() give
+// memory fit for copies (pinned on the CUDA tier), allocate_host_only() ordinary pageable memory,
+// for payloads that stay on the host: the chunk engine's optimizer state outside the device margin
+// and the payloads of chunks that always compute on the host. Both kinds come from exact-size pools
+// (Note [exact-size host pool] in pstar/memory/host_pool.h), host_memory() reports what each holds,
+// and trim() gives back the free blocks once the engine's plan has fixed what moves.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +56,7 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/ArrayRef.h>
 
+#include "pstar/memory/stat.h"
 #include "pstar/optim/host_adam.h"
 
 namespace pstar::tier {
@@ -107,6 +120,11 @@ class DeviceTier {
   // pass over the memory for nothing (on the CUDA tier, a host memset of a whole pinned block on
   // the thread that launches kernels).
   virtual Block allocate_uninitialized(Side side, int64_t bytes) = 0;
+  // Zeroed kHost memory like allocate(kHost, bytes)'s, for a payload that no copy between the
+  // sides touches in steady state (Note [pinned what moves]): copies into or out of it stay
+  // correct, but may be slow (on the CUDA tier it is pageable memory, which a copy stages through
+  // a driver buffer while the host waits).
+  virtual Block allocate_host_only(int64_t bytes) = 0;
   // Copies the first `bytes` of src into dst (either side to either side).
   virtual void copy(Block& dst, const Block& src, int64_t bytes) = 0;
   // A copy into a kDevice block ahead of its use (a prefetch): LibTorch's compute queued after it
@@ -136,6 +154,19 @@ class DeviceTier {
 
   // Waits until everything queued so far has finished, so that the host may touch any block.
   virtual void synchronize() = 0;
+
+  // The host memory the tier holds for payloads (blocks in use and free blocks kept for reuse,
+  // Note [exact-size host pool]): `pinned`, page-locked for copies (the emulated tier counts what
+  // it would pin: its allocate(kHost) and allocate_uninitialized(kHost) blocks), and `pageable`
+  // (allocate_host_only's).
+  struct HostMemory {
+    memory::Stat pinned, pageable;
+    int64_t current() const { return pinned.current + pageable.current; }
+  };
+  virtual HostMemory host_memory() const = 0;
+  // Gives the free blocks the tier keeps for reuse back to the system (on the CUDA tier after the
+  // work queued on them has finished, which it waits for); returns the host bytes given back.
+  virtual int64_t trim() = 0;
 
   // A tensor over `block` from element `offset` of `dtype`, with `shape`. It does not own the
   // memory: the block must outlive it.

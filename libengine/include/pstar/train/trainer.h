@@ -73,6 +73,13 @@ struct StepMetrics {
   double adam_wait_s = -1;
   // Bytes of model data (chunk payloads) this rank holds between steps; -1 for the torch engine.
   int64_t model_data_bytes = -1;
+  // Chunk engine only (-1 otherwise): the host memory its device tier holds for payloads at the
+  // step's end, blocks in use and free blocks kept for reuse (Note [exact-size host pool]), in
+  // page-locked memory for the payloads that move and in pageable memory for the rest (Note
+  // [pinned what moves]; the emulated tier counts what the CUDA tier would pin), and the most
+  // each held at once so far.
+  int64_t pinned_bytes = -1, pinned_peak_bytes = -1;
+  int64_t pageable_bytes = -1, pageable_peak_bytes = -1;
   // Several ranks only (-1 otherwise): payload bytes this rank sent in collectives this step,
   // the wall time spent in them, and the chunk groups gathered and reduced.
   int64_t comm_bytes = -1;

@@ -1,0 +1,3 @@
+pstar_add_test(NAME engine_memory_tests LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/host_pool_test.cpp
+  LIBS pstar::engine)
