@@ -21,6 +21,19 @@
 // over its fastest steady-state step, with the median beside it. Exit status 1 when the budget was
 // exceeded or a loss differed.
 //
+// Note [copy bound]
+// On the emulated tier a move is one memcpy of a payload into a block of the tier's pool, so the
+// least a budgeted step can cost beyond the unconstrained one is the time to copy the bytes it
+// moves, and nothing else (no allocation, page fault, zeroing or bookkeeping should show). The
+// bound copies exactly a step's moved bytes (h2d + d2h) payload by payload, with one thread as the
+// tier does, between distinct buffers of the compute payload's size from a memory::HostPool, the
+// tier's own allocator: one source and one destination per payload the step moves, so the copies
+// touch as much memory as the step's moves, and warm (each pass copies back what the previous one
+// wrote, as a step's moves reuse the pool's blocks). It runs once after every steady-state step
+// pair, so it sees the same moments of a shared machine as the steps do. The headline
+// move_cost_over_copy_bound is the median over the pairs of (budgeted - unconstrained step time)
+// over the median copy time.
+//
 // Note [two engines, one counter]
 // The chunk engine measures non-model memory with a process-wide counter of LibTorch's CPU
 // allocations (pstar/memory/cpu_counter.h), read as a peak between its moments. With two trainers
@@ -31,8 +44,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -54,6 +69,7 @@
 #include "pstar/core/log.h"
 #include "pstar/formats/config.h"
 #include "pstar/memory/cpu_counter.h"
+#include "pstar/memory/host_pool.h"
 #include "pstar/train/chunked_engine.h"
 #include "pstar/train/trainer.h"
 
@@ -108,6 +124,8 @@ class Training {
     return result_.steps.back().step_time_s;
   }
 
+  const pstar::train::StepMetrics& last() const { return result_.steps.back(); }
+
   RunResult result() const {
     RunResult r = result_;
     r.num_chunks = engine_->num_chunks();
@@ -161,6 +179,38 @@ Steady steady(const RunResult& r, int64_t warmup) {
   return s;
 }
 
+// Note [copy bound]
+class CopyBound {
+ public:
+  CopyBound(int64_t payload_bytes, int64_t payloads) : payload_bytes_(payload_bytes) {
+    for (int64_t i = 0; i < payloads; ++i) {
+      src_.push_back(pool_.acquire(payload_bytes));
+      dst_.push_back(pool_.acquire(payload_bytes));
+      std::memset(src_.back().data(), 1, static_cast<size_t>(payload_bytes));
+      std::memset(dst_.back().data(), 2, static_cast<size_t>(payload_bytes));
+    }
+    for (int i = 0; i < 2; ++i) run();  // warm
+  }
+
+  // Seconds for one pass over every payload.
+  double run() {
+    const auto begin = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < src_.size(); ++i)
+      std::memcpy(dst_[i].data(), src_[i].data(), static_cast<size_t>(payload_bytes_));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    std::swap(src_, dst_);
+    return seconds;
+  }
+
+  int64_t bytes() const { return payload_bytes_ * static_cast<int64_t>(src_.size()); }
+
+ private:
+  int64_t payload_bytes_;
+  pstar::memory::HostPool pool_;
+  std::vector<pstar::memory::HostBlock> src_, dst_;
+};
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -209,7 +259,8 @@ int run(const Options& o) {
   budgeted_config.engine.device_memory = budget;
 
   std::vector<RunResult> free_runs, budgeted_runs;
-  std::vector<double> free_seconds, budgeted_seconds, pair_ratios;
+  std::vector<double> free_seconds, budgeted_seconds, pair_ratios, pair_extra, copy_seconds;
+  std::unique_ptr<CopyBound> bound;
   for (int64_t round = 0; round < o.rounds; ++round) {
     Training free_training(config);
     Training budgeted_training(budgeted_config);
@@ -226,6 +277,15 @@ int run(const Options& o) {
       free_seconds.push_back(free_s);
       budgeted_seconds.push_back(budgeted_s);
       pair_ratios.push_back(free_s / budgeted_s);
+      pair_extra.push_back(budgeted_s - free_s);
+      // Note [copy bound]: sized by the first steady-state step's moves.
+      if (!bound) {
+        const auto& moved = budgeted_training.last();
+        const int64_t payload = reference.compute_chunk_bytes;
+        bound = std::make_unique<CopyBound>(
+            payload, (moved.moved_h2d_bytes + moved.moved_d2h_bytes + payload - 1) / payload);
+      }
+      copy_seconds.push_back(bound->run());
     }
     free_runs.push_back(free_training.result());
     budgeted_runs.push_back(budgeted_training.result());
@@ -269,6 +329,14 @@ int run(const Options& o) {
   const double free_median = tokens_per_step / median(free_seconds);
   const double budgeted_median = tokens_per_step / median(budgeted_seconds);
   const double ratio = median(pair_ratios);
+  // Note [copy bound]
+  const double moved_per_step = bs.h2d_per_step + bs.d2h_per_step;
+  const double copy_gbps = static_cast<double>(bound->bytes()) / median(copy_seconds) / 1e9;
+  const double copy_best_gbps = static_cast<double>(bound->bytes()) /
+                                *std::min_element(copy_seconds.begin(), copy_seconds.end()) / 1e9;
+  const double copy_bound_s = moved_per_step / (copy_gbps * 1e9);
+  const double extra_s = median(pair_extra);
+  const double over_bound = extra_s / copy_bound_s;
 
   std::printf(
       "budgeted chunk-engine training, GPT hidden 512, 8 layers, seq_len 32, batch 2, bf16, %d "
@@ -322,6 +390,16 @@ int run(const Options& o) {
       mib(static_cast<double>(bs.d2h_min)), mib(static_cast<double>(bs.d2h_max)),
       budgeted_runs.size(), budgeted_runs_agree ? "agree" : "DISAGREE");
   std::printf(
+      "  memcpy of %.1f MiB in %.2f MiB payloads (%zu measurements between the pairs): %.2f GB/s "
+      "(median; best %.2f GB/s): copy bound %.2f ms per step\n",
+      mib(static_cast<double>(bound->bytes())),
+      mib(static_cast<double>(reference.compute_chunk_bytes)), copy_seconds.size(), copy_gbps,
+      copy_best_gbps, 1e3 * copy_bound_s);
+  std::printf(
+      "  budgeted - unconstrained step time: %.2f ms (median of %zu pairs) = %.3f x the copy "
+      "bound\n",
+      1e3 * extra_s, pair_extra.size(), over_bound);
+  std::printf(
       "  device peak %.1f MiB %s the budget; budgeted losses %s, gradient norms %s (every "
       "budgeted run against the reference run; the %zu other unconstrained runs %s)\n",
       mib(static_cast<double>(peak)), within_budget ? "within" : "OVER",
@@ -355,6 +433,11 @@ int run(const Options& o) {
       {"moved_h2d_bytes_per_step", bs.h2d_per_step},
       {"moved_d2h_bytes_per_step", bs.d2h_per_step},
       {"prefetched_h2d_bytes_per_step", bs.prefetched_per_step},
+      {"copy_gb_per_s", copy_gbps},
+      {"copy_best_gb_per_s", copy_best_gbps},
+      {"copy_bound_s", copy_bound_s},
+      {"extra_step_s", extra_s},
+      {"move_cost_over_copy_bound", over_bound},
       {"device_peak_bytes", peak},
       {"peak_within_budget", within_budget},
       {"margin_chunks", budgeted.margin_chunks},
