@@ -1,6 +1,7 @@
 // Helpers shared by the benchmarks in bench/.
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,7 +35,8 @@ struct TempCorpus {
 };
 
 // Runs a program (argv[0] a path) and waits: its exit code, or 128 + the signal that ended it.
-inline int run_program(const std::vector<std::string>& args) {
+// `usage`, when given, receives the child's resource usage (page faults, CPU time).
+inline int run_program(const std::vector<std::string>& args, struct rusage* usage = nullptr) {
   std::vector<std::string> storage(args);
   std::vector<char*> argv;
   for (auto& a : storage) argv.push_back(a.data());
@@ -46,7 +48,8 @@ inline int run_program(const std::vector<std::string>& args) {
     _exit(127);
   }
   int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) < 0) return -1;
+  struct rusage ignored {};
+  if (pid < 0 || wait4(pid, &status, 0, usage != nullptr ? usage : &ignored) < 0) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
