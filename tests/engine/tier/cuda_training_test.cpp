@@ -2,6 +2,7 @@
 // asks of real GPU training (fp32 parity over 20 steps, bit-identical losses under tight budgets
 // with the real device peak under the budget, bf16 and fp16 convergence, exact resume).
 #include <cmath>
+#include <cstring>
 
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
@@ -161,6 +162,59 @@ TEST_F(CudaTraining, ResumeIsExact) {
   for (size_t i = 0; i < resumed.size(); ++i) {
     EXPECT_EQ(resumed[i].loss, full[i + 4].loss) << "step " << i + 5;
     EXPECT_EQ(resumed[i].grad_norm, full[i + 4].grad_norm) << "step " << i + 5;
+  }
+}
+
+// Note [pinned what moves]: the CUDA tier pins the blocks fit for copies and serves host-only
+// blocks from pageable memory, copies through either give the bytes back, and trim() returns the
+// free blocks of both pools.
+TEST_F(CudaTraining, TheTierPinsWhatMovesAndKeepsTheRestPageable) {
+  auto tier = tier::make_cuda_tier(0, int64_t{64} << 20);
+  tier::Block staying = tier->allocate_host_only(1000);
+  tier::Block moving = tier->allocate(tier::Side::kHost, 4096);
+  tier::DeviceTier::HostMemory held = tier->host_memory();
+  EXPECT_EQ(held.pinned.current, 4096);
+  EXPECT_EQ(held.pageable.current, 1000);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(static_cast<const uint8_t*>(staying.data())[i], 0);
+  for (int i = 0; i < 1000; ++i) static_cast<uint8_t*>(staying.data())[i] = static_cast<uint8_t>(i);
+  // Pageable to the device and back into pageable and pinned memory.
+  tier::Block device = tier->allocate_uninitialized(tier::Side::kDevice, 1000);
+  tier->copy(device, staying, 1000);
+  tier::Block pinned_back = tier->allocate_uninitialized(tier::Side::kHost, 1000);
+  tier::Block pageable_back = tier->allocate_host_only(1000);
+  tier->copy(pinned_back, device, 1000);
+  tier->copy(pageable_back, device, 1000);
+  tier->synchronize();
+  EXPECT_EQ(std::memcmp(pinned_back.data(), staying.data(), 1000), 0);
+  EXPECT_EQ(std::memcmp(pageable_back.data(), staying.data(), 1000), 0);
+  held = tier->host_memory();
+  EXPECT_EQ(held.pinned.current, 4096 + 1000);
+  EXPECT_EQ(held.pageable.current, 2000);
+  staying.reset();
+  pinned_back.reset();
+  EXPECT_EQ(tier->trim(), 2000);  // released blocks are given back once their work is done
+  held = tier->host_memory();
+  EXPECT_EQ(held.pinned.current, 4096);
+  EXPECT_EQ(held.pageable.current, 1000);
+}
+
+// Training under a tight budget: the pageable pool holds the optimizer state, the pinned pool the
+// compute payloads that move, and neither grows once the plan has settled.
+TEST_F(CudaTraining, HostPoolsStopGrowingOnceThePlanHasSettled) {
+  auto c = small_config();
+  c.bf16.enabled = true;
+  c.training.steps = 10;
+  Plan plan;
+  run(c, "", &plan);
+  c.engine.device_memory = tight_budget(plan);
+  const auto tight = run(c);
+  for (const auto& m : tight) {
+    EXPECT_GT(m.pinned_bytes, 0) << "step " << m.step;
+    EXPECT_GT(m.pageable_bytes, 0) << "step " << m.step;
+    if (m.step > c.engine.warmup_iterations + 2) {
+      EXPECT_EQ(m.pinned_bytes, tight[c.engine.warmup_iterations + 1].pinned_bytes);
+      EXPECT_EQ(m.pageable_bytes, tight[c.engine.warmup_iterations + 1].pageable_bytes);
+    }
   }
 }
 
