@@ -97,6 +97,7 @@ struct StepStats {
   // early (in the backward), and the time spent waiting for queued work.
   int64_t adam_queued = 0, adam_early = 0;
   double adam_wait_s = 0;
+  double move_s = 0;  // the training thread's time in moves (allocation, copy, re-pointing)
 };
 
 // A queued host Adam that finished, for the profile.
@@ -355,17 +356,21 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     if (ahead) step.prefetched += compute_bytes();
     c.compute_tier = to;
     repoint(k);
+    const double seconds = seconds_since(begin);
+    step.move_s += seconds;
     record(
         k,
         to == Tier::kDevice ? formats::ChunkEventKind::kMoveH2D : formats::ChunkEventKind::kMoveD2H,
-        compute_bytes(), seconds_since(begin));
+        compute_bytes(), seconds);
   }
 
   void move_optimizer_state(int64_t k, Tier to) {
     Chunk& c = chunks[k];
     if (c.optimizer_tier == to) return;
+    const auto begin = std::chrono::steady_clock::now();
     for (Block* b : {&c.master, &c.exp_avg, &c.exp_avg_sq})
       if (*b) moved_to(*b, to);
+    step.move_s += seconds_since(begin);
     add_bytes(c.optimizer_tier, -optimizer_bytes());
     add_bytes(to, optimizer_bytes());
     (to == Tier::kDevice ? step.h2d : step.d2h) += optimizer_bytes();
@@ -1477,6 +1482,7 @@ void ChunkedEngine::fill_metrics(StepMetrics& m) {
   m.host_peak_bytes = s.last.host_peak;
   m.moved_h2d_bytes = s.last.h2d;
   m.moved_d2h_bytes = s.last.d2h;
+  m.move_s = s.last.move_s;
   m.prefetched_h2d_bytes = s.last.prefetched;
   m.adam_device_chunks = s.last.adam_device_chunks;
   if (s.adam_worker != nullptr) {

@@ -50,6 +50,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   }
   if (m.comm_s >= 0) line["comm_s"] = m.comm_s;
   if (m.adam_wait_s >= 0) line["adam_wait_s"] = m.adam_wait_s;
+  if (m.move_s >= 0) line["move_s"] = m.move_s;
   const std::string text = line.dump() + "\n";
   PSTAR_CHECK(std::fwrite(text.data(), 1, text.size(), file_.get()) == text.size() &&
                   std::fflush(file_.get()) == 0,

@@ -740,15 +740,24 @@ TEST_F(ChunkedEngineOnATier, HostPoolsHoldExactlyTheHostPayloadsAndStopGrowing) 
       EXPECT_EQ(m.pageable_bytes, host_only) << "step " << m.step;
       EXPECT_EQ(m.pinned_bytes, ledger->live_bytes[1] - host_only) << "step " << m.step;
       // Every payload in memory fit for copies got there by a move: what stays is pageable.
-      if (m.step >= planned)
+      if (m.step >= planned) {
         EXPECT_EQ(ledger->live_unmoved_copyable_host_bytes(), 0) << "step " << m.step;
+      }
       if (m.step > planned) moved += m.moved_h2d_bytes;
+      if (m.moved_h2d_bytes + m.moved_d2h_bytes > 0) {
+        EXPECT_GT(m.move_s, 0) << "step " << m.step;
+      } else {
+        EXPECT_EQ(m.move_s, 0) << "step " << m.step;
+      }
       if (m.step == planned) copied_at_plan = ledger->host_only_copied;
-      if (m.step > planned)
+      if (m.step > planned) {
         EXPECT_EQ(ledger->host_only_copied, copied_at_plan) << "step " << m.step;
+      }
       const int64_t allocated = held.pinned.allocated + held.pageable.allocated;
       if (m.step == planned + 2) settled_allocated = allocated;
-      if (m.step > planned + 2) EXPECT_EQ(allocated, settled_allocated) << "step " << m.step;
+      if (m.step > planned + 2) {
+        EXPECT_EQ(allocated, settled_allocated) << "step " << m.step;
+      }
     });
     ASSERT_EQ(trained.size(), 100u);
     for (size_t i = 0; i < reference.size(); ++i) EXPECT_EQ(trained[i].loss, reference[i].loss);

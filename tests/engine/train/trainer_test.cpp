@@ -12,6 +12,7 @@
 #include "pstar/data/token_source.h"
 #include "pstar/formats/config.h"
 #include "pstar/model/causal_lm.h"
+#include "pstar/train/metrics.h"
 #include "pstar/train/trainer.h"
 #include "test_util.h"
 
@@ -175,6 +176,39 @@ TEST_F(TrainerTest, WritesOneMetricsObjectPerStep) {
     EXPECT_GT(j.at("tokens_per_s").get<double>(), 0);
   }
   EXPECT_EQ(n, 3);
+}
+
+// The chunk engine's keys appear only when the engine filled them (the torch engine leaves -1).
+TEST_F(TrainerTest, MetricsLinesCarryTheChunkEnginesMemoryAndMoveKeysOnlyWhenSet) {
+  const std::string path = dir_.file("keys.jsonl");
+  {
+    MetricsWriter writer(path);
+    StepMetrics chunked;
+    chunked.step = 1;
+    chunked.pinned_bytes = 100;
+    chunked.pinned_peak_bytes = 200;
+    chunked.pageable_bytes = 300;
+    chunked.pageable_peak_bytes = 400;
+    chunked.move_s = 0.25;
+    writer.write(chunked);
+    StepMetrics torch_engine;
+    torch_engine.step = 2;
+    writer.write(torch_engine);
+  }
+  std::ifstream in(path);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const auto chunked = nlohmann::json::parse(line);
+  EXPECT_EQ(chunked.at("pinned_bytes").get<int64_t>(), 100);
+  EXPECT_EQ(chunked.at("pinned_peak_bytes").get<int64_t>(), 200);
+  EXPECT_EQ(chunked.at("pageable_bytes").get<int64_t>(), 300);
+  EXPECT_EQ(chunked.at("pageable_peak_bytes").get<int64_t>(), 400);
+  EXPECT_EQ(chunked.at("move_s").get<double>(), 0.25);
+  ASSERT_TRUE(std::getline(in, line));
+  const auto torch_line = nlohmann::json::parse(line);
+  for (const char* key :
+       {"pinned_bytes", "pinned_peak_bytes", "pageable_bytes", "pageable_peak_bytes", "move_s"})
+    EXPECT_FALSE(torch_line.contains(key)) << key;
 }
 
 TEST_F(TrainerTest, DivergenceIsANumericError) {

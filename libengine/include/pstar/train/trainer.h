@@ -64,6 +64,9 @@ struct StepMetrics {
   int64_t moved_h2d_bytes = -1;
   int64_t moved_d2h_bytes = -1;
   int64_t prefetched_h2d_bytes = -1;  // of moved_h2d_bytes: uploads started a moment early
+  // Chunk engine only (-1 otherwise): the seconds the training thread spent moving payloads this
+  // step (allocating the destination, copying or queueing the copy, re-pointing the tensors).
+  double move_s = -1;
   int64_t adam_device_chunks = -1;
   // engine.overlap_adam on (-1 otherwise): host chunks whose Adam this step queued on the worker,
   // those of them queued early (in the backward), and the seconds this step waited for queued
