@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
@@ -361,8 +362,8 @@ class PinnedOwner final : public Block::Owner {
 
 class CudaTier final : public DeviceTier {
  public:
-  CudaTier(int device, int64_t arena_bytes, std::string description)
-      : description_(std::move(description)) {
+  CudaTier(int device, int64_t arena_bytes, int64_t context_bytes, std::string description)
+      : description_(std::move(description)), context_bytes_(context_bytes) {
     const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
     state_ = std::make_shared<CudaTierState>(device, arena_bytes);
   }
@@ -490,6 +491,33 @@ class CudaTier final : public DeviceTier {
     PSTAR_INTERNAL_ASSERT(false, "unknown side ", static_cast<int>(side));
   }
 
+  // The device side's sums: all queued, then one wait (a wait per chunk would drain the compute
+  // stream once per margin chunk at every step).
+  void grad_sq_sums(Side side, const std::vector<GradRef>& grads, double* out) override {
+    if (side == Side::kHost) {
+      DeviceTier::grad_sq_sums(side, grads, out);
+      return;
+    }
+    const c10::cuda::CUDAGuard guard(device_index());
+    Ranges ranges;
+    std::vector<cuda::SqSumJob> jobs;
+    for (const GradRef& g : grads) {
+      ranges.emplace_back(g.grad, g.numel * grad_bytes(g.grad_type));
+      jobs.push_back(cuda::SqSumJob{g.grad, g.grad_type, g.numel});
+    }
+    await_ahead(ranges);
+    cuda::grad_sq_sums(jobs.data(), static_cast<int64_t>(jobs.size()), out, compute());
+  }
+
+  // Note [device footprint].
+  Footprint footprint() override {
+    return Footprint{state_->arena.capacity_bytes(), cuda::sq_sum_scratch_bytes(), context_bytes_};
+  }
+  int64_t non_model_reserved_peak_bytes() override {
+    return compat::cuda_reserved_bytes(state_->device).peak;
+  }
+  int64_t own_synchronizations() const override { return own_syncs_.load(); }
+
   // The arena is one cudaMalloc outside LibTorch, so LibTorch's own allocations are the non-model
   // memory.
   int64_t non_model_bytes() override {
@@ -608,6 +636,7 @@ class CudaTier final : public DeviceTier {
         if (attempt == 0 && !s.settle_in_stream_order_locked()) break;
       }
     }
+    ++own_syncs_;
     synchronize();
     try {
       return state_->arena.allocate(bytes);
@@ -622,6 +651,7 @@ class CudaTier final : public DeviceTier {
       return state_->pinned.acquire(bytes);
     } catch (const OutOfMemoryError&) {
     }
+    ++own_syncs_;
     synchronize();
     // Free blocks of other sizes hold pinned memory that this size cannot use.
     state_->pinned.release_free();
@@ -634,6 +664,8 @@ class CudaTier final : public DeviceTier {
 
   std::shared_ptr<CudaTierState> state_;
   std::string description_;
+  const int64_t context_bytes_;
+  std::atomic<int64_t> own_syncs_{0};  // allocate_device/allocate_host's last resort
 };
 
 }  // namespace
@@ -683,7 +715,11 @@ std::unique_ptr<DeviceTier> make_cuda_tier(int device_index, int64_t arena_bytes
       str_cat("CUDA device ", device_index, " (", info.name, ", ",
               format_bytes(info.total_memory_bytes), "), arena ", format_bytes(arena_bytes));
   try {
-    return std::make_unique<CudaTier>(device_index, arena_bytes, std::move(description));
+    // What the device holds before the arena: the context LibTorch just made, its libraries'
+    // workspaces, and any other process on the device (Note [device footprint]).
+    const int64_t context_bytes = memory.total_bytes - memory.free_bytes;
+    return std::make_unique<CudaTier>(device_index, arena_bytes, context_bytes,
+                                      std::move(description));
   } catch (const OutOfMemoryError& e) {
     // Free memory is not all allocatable (fragmentation, another process allocating meanwhile).
     PSTAR_THROW(OutOfMemoryError, e.what(), "; lower engine.device_memory");

@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -126,6 +127,15 @@ class DeviceTier {
   // optim::grad_sq_sum of a buffer on `side`, with the same bits on either side.
   virtual double grad_sq_sum(Side side, const void* grad, optim::GradType grad_type,
                              int64_t numel) = 0;
+  // grad_sq_sum of each of `grads`, all on `side`, into out[i]: the same bits as one call each.
+  // The CUDA tier queues every device-side sum and waits for their results once, rather than once
+  // per chunk (the gradient norm sums every margin chunk at each step). By default, one call each.
+  struct GradRef {
+    const void* grad = nullptr;
+    optim::GradType grad_type = optim::GradType::kF32;
+    int64_t numel = 0;
+  };
+  virtual void grad_sq_sums(Side side, const std::vector<GradRef>& grads, double* out);
 
   // Non-model memory on the compute device: what LibTorch holds there now, and the most it held
   // at once since the last reset_non_model_peak(), which starts a new window at the current level
@@ -134,8 +144,33 @@ class DeviceTier {
   virtual int64_t non_model_peak_bytes() = 0;
   virtual int64_t reset_non_model_peak() = 0;
 
+  // Note [device footprint]
+  // device_peak_bytes counts what the chunk engine plans with: chunk payloads on the device plus
+  // LibTorch's live non-model allocations. The device holds more than that on a GPU: the caching
+  // allocator keeps what it freed (reserved >= allocated), the CUDA tier sets the whole arena aside
+  // at start-up, its kernels keep scratch, and the CUDA context and libraries sit below all of it.
+  // The engine adds these up per step (device_reserved_peak_bytes) and checks the budget against
+  // that sum; the context is reported beside it, since engine.device_memory's default is measured
+  // after the context exists.
+  struct Footprint {
+    // Memory set aside for chunk payloads whatever they use of it (the CUDA arena); 0 where
+    // payloads are allocated one by one (the emulated tier), so the engine counts its own.
+    int64_t payload_reserve_bytes = 0;
+    int64_t scratch_bytes = 0;  // the tier's kernels' own device buffers
+    int64_t context_bytes = 0;  // in use on the device before the tier was made
+  };
+  virtual Footprint footprint() { return Footprint{}; }
+  // What LibTorch held reserved on the compute device at most in the current non-model window
+  // (reset with reset_non_model_peak()): the CUDA caching allocator's reserved bytes. By default
+  // the allocated peak (an allocator that keeps nothing back).
+  virtual int64_t non_model_reserved_peak_bytes() { return non_model_peak_bytes(); }
+
   // Waits until everything queued so far has finished, so that the host may touch any block.
   virtual void synchronize() = 0;
+  // Whole-device synchronisations the tier made on its own so far, not counting synchronize()
+  // calls: the CUDA tier's last resort when memory retired on the device is all that is missing
+  // (Note [stream-ordered reuse]). A steady state makes none.
+  virtual int64_t own_synchronizations() const { return 0; }
 
   // A tensor over `block` from element `offset` of `dtype`, with `shape`. It does not own the
   // memory: the block must outlive it.

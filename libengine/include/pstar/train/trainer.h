@@ -60,6 +60,12 @@ struct StepMetrics {
   // Chunk engine only (-1 otherwise): peak bytes per tier over the step (device: chunks + measured
   // non-model; host: chunks), bytes moved each way, chunks whose Adam ran on the device.
   int64_t device_peak_bytes = -1;
+  // What the device held at most (Note [device footprint] in tier/device_tier.h): on a GPU the
+  // CUDA arena, LibTorch's reserved memory and the tier's scratch; on the emulated tier the same as
+  // device_peak_bytes. Checked against engine.device_memory (a warning when over).
+  int64_t device_reserved_peak_bytes = -1;
+  // Whole-device synchronisations this step, the engine's and the tier's own: 0 at steady state.
+  int64_t device_syncs = -1;
   int64_t host_peak_bytes = -1;
   int64_t moved_h2d_bytes = -1;
   int64_t moved_d2h_bytes = -1;
