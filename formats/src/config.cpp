@@ -766,22 +766,8 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   engine.read_bool("prefetch", &c.engine.prefetch);
   engine.read_bool_or_auto("overlap_adam", &c.engine.overlap_adam, &c.engine.overlap_adam_auto);
 
-  // Checks across keys.
-  if (c.train_batch_size) {
-    const int64_t micro = c.train_micro_batch_size_per_gpu;
-    const int64_t accumulation = c.gradient_accumulation_steps;
-    const bool overflows = micro > kInt64Max / accumulation;
-    const std::string product = overflows ? "more than 2^63" : std::to_string(micro * accumulation);
-    if (overflows || micro * accumulation != *c.train_batch_size) {
-      ctx.fail_about(
-          {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"},
-          str_cat("train_batch_size: expected train_micro_batch_size_per_gpu (", micro,
-                  ") * gradient_accumulation_steps (", accumulation,
-                  ") * world size (1) = ", product, ", found ", *c.train_batch_size,
-                  "; pstar trains on one process for now, so the world size is 1 (set "
-                  "train_batch_size to that product or leave it out)"));
-    }
-  }
+  // Checks across keys. train_batch_size is micro × accumulation × the world size, which a config
+  // does not know: the run plan checks it (plan::resolve_run).
   if (c.fp16.enabled && (c.bf16.enabled || c.bf16.auto_select)) {
     ctx.fail_about({"fp16.enabled", "bf16.enabled"},
                    c.bf16.auto_select

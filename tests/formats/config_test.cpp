@@ -497,22 +497,13 @@ TEST(SizeTest, ParsesUnitsAndRejectsNonsense) {
 // ---------------------------------------------------------------------------------------------
 // Checks across keys
 
-TEST(ConfigCross, TrainBatchSizeMustEqualMicroTimesAccumulation) {
-  expect_contains(config_error(with_data(R"("train_micro_batch_size_per_gpu": 4,
-                                "gradient_accumulation_steps": 2, "train_batch_size": 16)")),
-                  {"train_batch_size: expected train_micro_batch_size_per_gpu (4) * "
-                   "gradient_accumulation_steps (2) * world size (1) = 8, found 16",
-                   "world size is 1"});
+// train_batch_size counts every rank's sequences, and a config does not know the world size: the
+// run plan checks it (RunPlan.TrainBatchSizeCountsEveryRank). Reading keeps it as given.
+TEST(ConfigCross, TrainBatchSizeIsKeptForTheRunPlan) {
   const TrainConfig c = parse(with_data(R"("train_micro_batch_size_per_gpu": 4,
                                            "gradient_accumulation_steps": 2,
-                                           "train_batch_size": 8)"));
-  EXPECT_EQ(c.train_batch_size, 8);
-}
-
-TEST(ConfigCross, TrainBatchSizeProductOverflow) {
-  expect_contains(config_error(with_data(R"("train_micro_batch_size_per_gpu": 4611686018427387904,
-                                "gradient_accumulation_steps": 4, "train_batch_size": 16)")),
-                  {"= more than 2^63, found 16"});
+                                           "train_batch_size": 16)"));
+  EXPECT_EQ(c.train_batch_size, 16);
 }
 
 TEST(ConfigCross, Fp16AndBf16AreExclusive) {

@@ -672,15 +672,13 @@ class CudaTier final : public DeviceTier {
 
 bool cuda_tier_built() { return true; }
 
-int64_t default_cuda_budget(int device_index) {
+int64_t cuda_free_bytes(int device_index) {
   const int devices = cuda::device_count();
   PSTAR_CHECK(device_index >= 0 && device_index < devices, ConfigError, "CUDA device ",
               device_index, " does not exist (", devices, " found",
               devices == 0 ? str_cat(": ", cuda::no_device_reason()) : std::string(),
               "); train with --device cpu");
-  // The rest is left to the CUDA context, cuBLAS workspaces and the caching allocator's slack.
-  return static_cast<int64_t>(0.9 *
-                              static_cast<double>(cuda::memory_info(device_index).free_bytes));
+  return cuda::memory_info(device_index).free_bytes;
 }
 
 std::unique_ptr<DeviceTier> make_cuda_tier(int device_index, int64_t arena_bytes) {

@@ -25,6 +25,7 @@
 #include "pstar/model/hooks.h"
 #include "pstar/optim/host_adam.h"
 #include "pstar/plan/memory_plan.h"
+#include "pstar/plan/run_plan.h"
 #include "pstar/tier/device_tier.h"
 #include "pstar/train/profiler.h"
 #include "pstar/train/trainer.h"
@@ -1099,8 +1100,9 @@ ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType 
   }
   s.first_device_chunk = s.fit.host_chunks;
   // Note [host adam overlap]: "auto" overlaps where the host is free while the device computes.
-  const bool overlap = config.engine.overlap_adam_auto ? s.device_tier->compute_device().is_cuda()
-                                                       : config.engine.overlap_adam;
+  const bool overlap = plan::overlap_adam_on(
+      config.engine,
+      s.device_tier->compute_device().is_cuda() ? plan::DeviceKind::kCuda : plan::DeviceKind::kCpu);
   if (overlap) s.adam_worker = std::make_unique<core::OrderedWorker>();
   const int64_t capacity = s.device_tier->device_capacity_bytes();
   PSTAR_CHECK(s.fit.device_chunks <= capacity / s.whole_bytes(), OutOfMemoryError,

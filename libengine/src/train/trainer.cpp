@@ -37,6 +37,7 @@
 #include "pstar/model/hf_gpt2.h"
 #include "pstar/model/hooks.h"
 #include "pstar/plan/memory_plan.h"
+#include "pstar/plan/run_plan.h"
 #include "pstar/tier/device_tier.h"
 #include "pstar/train/checkpoint.h"
 #include "pstar/train/chunked_engine.h"
@@ -46,6 +47,7 @@
 #include "pstar/train/param_engine.h"
 #include "pstar/train/precision.h"
 #include "pstar/train/profiler.h"
+#include "pstar/train/run_facts.h"
 #include "pstar/train/torch_engine.h"
 
 namespace pstar::train {
@@ -90,8 +92,8 @@ std::string fixed4(double v) {
 
 c10::ScalarType compute_dtype(const config::TrainConfig& c) {
   PSTAR_CHECK(!c.bf16.auto_select, ConfigError,
-              "bf16.enabled \"auto\" is decided for a compute device: pass the config through "
-              "train::resolve_precision before building the engine");
+              "bf16.enabled \"auto\" is decided for a compute device: resolve the config's run "
+              "plan (train::plan_run) before building the engine");
   if (c.bf16.enabled) return torch::kBFloat16;
   if (c.fp16.enabled) return torch::kFloat16;
   return torch::kFloat32;
@@ -166,17 +168,6 @@ c10::Device compute_device(const config::TrainConfig& config, const std::string&
 }
 
 namespace {
-
-// engine.device_memory defaults to a share of physical RAM, which means nothing for a GPU.
-config::TrainConfig with_device_budget(config::TrainConfig config, c10::Device device) {
-  if (config.engine.mode == "chunked" && device.is_cuda() && !config.engine.device_memory) {
-    config.engine.device_memory =
-        tier::default_cuda_budget(device.has_index() ? device.index() : 0);
-    log::info("engine.device_memory: ", format_bytes(*config.engine.device_memory),
-              " (90% of the free memory of ", device.str(), ")");
-  }
-  return config;
-}
 
 // The chunk engine's device tier for a compute device (Note [device tier]).
 std::unique_ptr<tier::DeviceTier> make_tier(c10::Device device, const config::TrainConfig& config,
@@ -505,12 +496,14 @@ void Trainer::Impl::start_profile() {
 
 void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   core::configure_runtime(comm != nullptr ? comm->world().local_world_size : 1);
-  device = compute_device(config, options.device);
-  config = with_device_budget(config, device);
-  // A prebuilt engine was built from a config already resolved (build_model_and_engine checks).
-  config = resolve_precision(config, device);
-  dtype = compute_dtype(config);
-  const bool chunked = config.engine.mode == "chunked";
+  // `pstar train` passes a config its plan resolved already (train()); a Trainer made directly
+  // (tests, programs over the library) is resolved here, by the same function (Note [run plan]).
+  const plan::RunPlan plan = plan_run(config, options.device, comm);
+  for (const std::string& line : plan.decisions) log::info(line);
+  config = plan.config;
+  device = plan_device(plan);
+  dtype = plan_dtype(plan);
+  const bool chunked = plan.chunked;
   check_dtype_supported(dtype, device);
 
   const int64_t seq_len = model->max_seq_len();
@@ -527,8 +520,6 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
 
   int64_t num_params = 0;
   for (auto& p : model->parameters()) num_params += p.numel();
-  PSTAR_CHECK(world == 1 || chunked, ConfigError, "engine.mode \"", config.engine.mode,
-              "\" trains on one rank; use engine.mode \"chunked\" to train on ", world, " ranks");
   if (prebuilt) {
     engine = std::move(prebuilt);
   } else if (chunked) {
@@ -829,13 +820,11 @@ TrainSummary train(const config::TrainConfig& config, const TrainOptions& option
   }
   log::info("config: ", config.source);
   core::configure_runtime(world.local_world_size);  // before the precision probe, which it times
-  const c10::Device device = compute_device(config, options.device);
-  config::TrainConfig resolved = resolve_precision(with_device_budget(config, device), device);
-  if (comm != nullptr && config.bf16.auto_select) {
-    // Probes are timings: ranks could disagree near the threshold. Rank 0 decides for all.
-    resolved.bf16.enabled = comm->exchange("bf16", resolved.bf16.enabled ? "1" : "0")[0] == "1";
-  }
-  ModelAndEngine built = build_model_and_engine(resolved, comm.get(), device);
+  // The run's shape, decided once (Note [run plan]); the Trainer finds nothing left to decide.
+  const plan::RunPlan plan = plan_run(config, options.device, comm.get());
+  for (const std::string& line : plan.decisions) log::info(line);
+  const config::TrainConfig& resolved = plan.config;
+  ModelAndEngine built = build_model_and_engine(resolved, comm.get(), plan_device(plan));
   // Every rank built the same initial model from training.seed; from here on (dropout) each
   // rank draws its own numbers. Rank 0 keeps the stream a single-rank run would.
   if (world.rank > 0) torch::manual_seed(config.training.seed + 7919 * world.rank);

@@ -190,9 +190,10 @@ bool cuda_tier_built();
 // arena does not fit.
 std::unique_ptr<DeviceTier> make_cuda_tier(int device_index, int64_t arena_bytes);
 
-// engine.device_memory when the config leaves it out, for a CUDA device: 90% of the memory free on
-// it now. Throws ConfigError like make_cuda_tier when this build has no CUDA tier.
-int64_t default_cuda_budget(int device_index);
+// The memory free on a CUDA device now (engine.device_memory's default is a share of it:
+// plan::resolve_run). Throws ConfigError like make_cuda_tier when this build has no CUDA tier or
+// the device does not exist.
+int64_t cuda_free_bytes(int device_index);
 
 // The tier for a compute device: emulated for kCPU, CUDA (an arena of `arena_bytes`) for kCUDA.
 std::unique_ptr<DeviceTier> make_device_tier(c10::Device device, int64_t arena_bytes);

@@ -141,8 +141,8 @@ std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config);
 
 // The same, and for engine.mode "chunked" the chunk engine, which takes each unit of the model
 // into chunks as it is built (start-up never holds a second full copy of the model). The config's
-// precision must be decided (resolve_precision in precision.h): "auto" is a ConfigError here.
-// `device` (compute_device) chooses the device tier.
+// precision must be decided (plan::resolve_run, through train::plan_run): "auto" is a ConfigError
+// here. `device` (compute_device) chooses the device tier.
 ModelAndEngine build_model_and_engine(const config::TrainConfig& config,
                                       dist::Communicator* comm = nullptr,
                                       c10::Device device = c10::Device(c10::kCPU));
