@@ -347,8 +347,8 @@ void print_report(const EstimateCommandOptions& o, const plan::Hardware& hw,
 
 int run_config_check(const EstimateCommandOptions& o) {
   auto config = config::load_train_config(o.config_path, o.overrides);
-  PSTAR_CHECK(config.engine.mode == "chunked", ConfigError, o.config_path, ": engine.mode is \"",
-              config.engine.mode,
+  PSTAR_CHECK(config.engine.mode == config::EngineMode::kChunked, ConfigError, o.config_path,
+              ": engine.mode is \"", config::engine_mode_name(config.engine.mode),
               "\"; pstar estimate checks chunk-engine configs (engine.mode \"chunked\")");
   const bool hardware = !o.hardware.empty() || !o.gpu_mem.empty();
   // The run plan `pstar train` would resolve (Note [run plan]): for the hardware given, facts that

@@ -220,7 +220,7 @@ Json to_json(const TrainConfig& c) {
   training["keep_last"] = c.training.keep_last;
 
   Json engine = Json::object();
-  engine["mode"] = c.engine.mode;
+  engine["mode"] = engine_mode_name(c.engine.mode);
   engine["device_memory"] = optional_json(c.engine.device_memory);
   engine["host_memory"] = optional_json(c.engine.host_memory);
   engine["activation_checkpointing"] = c.engine.activation_checkpointing;
@@ -757,7 +757,9 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   schedule.read_number("min_lr", &c.training.lr_schedule.min_lr, kNonNegative);
 
   const Level engine = top.child("engine");
-  engine.read_choice("mode", &c.engine.mode, {"chunked", "torch"});
+  std::string mode = engine_mode_name(c.engine.mode);
+  engine.read_choice("mode", &mode, {"chunked", "torch"});
+  c.engine.mode = engine_mode_from_name(mode);
   engine.read_optional_size("device_memory", &c.engine.device_memory);
   engine.read_optional_size("host_memory", &c.engine.host_memory);
   engine.read_bool("activation_checkpointing", &c.engine.activation_checkpointing);
@@ -823,6 +825,23 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   std::string base_dir = fs::path(path).parent_path().string();
   if (base_dir.empty()) base_dir = ".";
   return parse_train_config(text.str(), path, base_dir, overrides);
+}
+
+const char* engine_mode_name(EngineMode mode) {
+  switch (mode) {
+    case EngineMode::kChunked:
+      return "chunked";
+    case EngineMode::kTorch:
+      return "torch";
+  }
+  return "?";
+}
+
+EngineMode engine_mode_from_name(const std::string& name) {
+  if (name == "chunked") return EngineMode::kChunked;
+  if (name == "torch") return EngineMode::kTorch;
+  PSTAR_THROW(ConfigError, "engine.mode: expected one of \"chunked\", \"torch\", found \"", name,
+              "\"");
 }
 
 TrainConfig parse_train_config(const std::string& json_text, const std::string& source,

@@ -199,7 +199,7 @@ TEST(ConfigParse, FullConfigReadsEveryKey) {
   EXPECT_EQ(c.training.lr_schedule.type, "constant");
   EXPECT_EQ(c.training.lr_schedule.warmup_steps, 50);
   EXPECT_DOUBLE_EQ(c.training.lr_schedule.min_lr, 0.00001);
-  EXPECT_EQ(c.engine.mode, "torch");
+  EXPECT_EQ(c.engine.mode, EngineMode::kTorch);
 }
 
 TEST(ConfigParse, CommentKeysAreIgnoredAtEveryLevel) {
@@ -448,7 +448,7 @@ TEST(ConfigRange, EngineModeAndSizes) {
                                            "activation_checkpointing": true,
                                            "warmup_iterations": 2, "chunk_size_search": true,
                                            "prefetch": false})"));
-  EXPECT_EQ(c.engine.mode, "chunked");
+  EXPECT_EQ(c.engine.mode, EngineMode::kChunked);
   EXPECT_EQ(c.engine.device_memory, int64_t{512} << 20);
   EXPECT_EQ(c.engine.host_memory, int64_t{1} << 30);
   EXPECT_TRUE(c.engine.activation_checkpointing);

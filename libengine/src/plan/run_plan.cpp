@@ -52,13 +52,14 @@ RunPlan resolve_run(const config::TrainConfig& config, const RunFacts& facts) {
   RunPlan plan;
   plan.config = config;
   config::TrainConfig& c = plan.config;
-  plan.chunked = c.engine.mode == "chunked";
+  plan.chunked = c.engine.mode == config::EngineMode::kChunked;
   plan.device = facts.device;
   plan.device_name = facts.device_name;
   plan.world_size = facts.world_size;
   plan.ranks_per_host = facts.ranks_per_host;
 
-  PSTAR_CHECK(plan.world_size == 1 || plan.chunked, ConfigError, "engine.mode \"", c.engine.mode,
+  PSTAR_CHECK(plan.world_size == 1 || plan.chunked, ConfigError, "engine.mode \"",
+              config::engine_mode_name(c.engine.mode),
               "\" trains on one rank; use engine.mode \"chunked\" to train on ", plan.world_size,
               " ranks");
   check_global_batch(c, plan.world_size);

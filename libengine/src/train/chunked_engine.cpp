@@ -27,8 +27,8 @@
 #include "pstar/plan/memory_plan.h"
 #include "pstar/plan/run_plan.h"
 #include "pstar/tier/device_tier.h"
+#include "pstar/train/metrics.h"
 #include "pstar/train/profiler.h"
-#include "pstar/train/trainer.h"
 
 namespace pstar::train {
 namespace {

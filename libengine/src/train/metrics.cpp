@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include "pstar/base/error.h"
-#include "pstar/train/trainer.h"
 
 namespace pstar::train {
 

@@ -34,7 +34,8 @@ plan::RunFacts gather_run_facts(const config::TrainConfig& config, const std::st
   } else if (config.bf16.enabled) {
     warn_if_bf16_slow(device);
   }
-  if (config.engine.mode == "chunked" && device.is_cuda() && !config.engine.device_memory)
+  if (config.engine.mode == config::EngineMode::kChunked && device.is_cuda() &&
+      !config.engine.device_memory)
     facts.free_device_bytes = tier::cuda_free_bytes(device.has_index() ? device.index() : 0);
   facts.physical_memory_bytes = plan::physical_memory_bytes();
   return facts;

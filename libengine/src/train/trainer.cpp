@@ -155,7 +155,7 @@ void check_same_config(dist::Communicator& comm, const config::TrainConfig& conf
 }  // namespace
 
 c10::Device compute_device(const config::TrainConfig& config, const std::string& device_option) {
-  if (config.engine.mode != "chunked" || tier::cuda_tier_built())
+  if (config.engine.mode != config::EngineMode::kChunked || tier::cuda_tier_built())
     return core::resolve_device(device_option, "--device");
   // Without the CUDA tier the chunk engine's device tier is emulated on the CPU (Note [device
   // tier]), whatever GPU LibTorch sees.
@@ -470,7 +470,8 @@ void Trainer::Impl::resume(const std::string& where) {
 void Trainer::Impl::start_profile() {
   auto* chunked = dynamic_cast<ChunkedEngine*>(engine.get());
   PSTAR_CHECK(chunked != nullptr, ConfigError, "--profile records the chunk engine's chunks; ",
-              "engine.mode \"", config.engine.mode, "\" has none (use engine.mode \"chunked\")");
+              "engine.mode \"", config::engine_mode_name(config.engine.mode),
+              "\" has none (use engine.mode \"chunked\")");
   {
     // Find out now, not after the whole run, that the file cannot be written.
     const std::string path = rank_path(options.profile_path);
@@ -585,7 +586,7 @@ std::optional<StepMetrics> Trainer::Impl::run_step(bool may_abandon) {
                 " ran out of memory for activations and temporaries: ", what,
                 "; lower train_micro_batch_size_per_gpu or turn on "
                 "engine.activation_checkpointing",
-                config.engine.mode == "chunked"
+                config.engine.mode == config::EngineMode::kChunked
                     ? ", or lower engine.device_memory so that chunks leave LibTorch more"
                     : "",
                 last_saved_dir.empty()
@@ -781,7 +782,8 @@ std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config) 
 
 ModelAndEngine build_model_and_engine(const config::TrainConfig& config, dist::Communicator* comm,
                                       c10::Device device) {
-  if (config.engine.mode != "chunked") return ModelAndEngine{build_model(config), nullptr};
+  if (config.engine.mode != config::EngineMode::kChunked)
+    return ModelAndEngine{build_model(config), nullptr};
   auto shape = model::resolve_gpt_config(config.model);
   const int64_t non_model =
       plan::estimate_gpt_activations(plan::gpt_activation_input(config, shape)).peak;

@@ -128,7 +128,7 @@ TEST(RunPlan, BudgetsComeFromTheConfigOrTheMachine) {
   EXPECT_TRUE(p.decisions.empty());
   // The torch engine has no device tier: nothing is decided for one.
   c.engine.device_memory.reset();
-  c.engine.mode = "torch";
+  c.engine.mode = config::EngineMode::kTorch;
   p = resolve_run(c, no_free);
   EXPECT_FALSE(p.chunked);
   EXPECT_FALSE(p.config.engine.device_memory.has_value());
@@ -154,7 +154,7 @@ TEST(RunPlan, OverlapAdamAutoIsOnForAGpuOnly) {
 
 TEST(RunPlan, SeveralRanksNeedTheChunkEngine) {
   config::TrainConfig c;
-  c.engine.mode = "torch";
+  c.engine.mode = config::EngineMode::kTorch;
   EXPECT_FALSE(resolve_run(c, cpu_facts()).chunked);
   try {
     resolve_run(c, cpu_facts(2, 2));

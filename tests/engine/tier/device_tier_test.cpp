@@ -746,7 +746,7 @@ TEST(DeviceArenaBytes, LeavesTheLargerOfThePredictionAndTheUnfilledShare) {
 TEST(ComputeDevice, ChunkEngineOnCudaNeedsTheCudaTier) {
   if (cuda_tier_built()) GTEST_SKIP() << "this build has the CUDA tier";
   config::TrainConfig c;
-  c.engine.mode = "chunked";
+  c.engine.mode = config::EngineMode::kChunked;
   EXPECT_TRUE(train::compute_device(c, "cpu").is_cpu());
   EXPECT_TRUE(train::compute_device(c, "auto").is_cpu());
   try {

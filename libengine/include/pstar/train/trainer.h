@@ -11,6 +11,8 @@
 
 #include <c10/core/Device.h>
 
+#include "pstar/train/metrics.h"
+
 namespace pstar::config {
 struct TrainConfig;
 }
@@ -44,47 +46,6 @@ struct TrainOptions {
   double abandon_step_after_s = 10.0;
   // The run's communicator (train() makes one from the environment); null for one rank.
   dist::Communicator* comm = nullptr;
-};
-
-struct StepMetrics {
-  int64_t step = 0;       // 1-based
-  double loss = 0;        // mean cross-entropy over the step's tokens, before the update
-  double lr = 0;          // the rate this step's update used
-  double grad_norm = 0;   // global L2 norm of the (unscaled) gradient, before clipping
-  double loss_scale = 1;  // fp16 loss scale used this step (1 otherwise)
-  bool skipped = false;   // fp16 overflow: no update was made
-  int64_t tokens = 0;     // tokens trained on so far, this step included
-  double step_time_s = 0;
-  double tokens_per_s = 0;  // this step's throughput
-  double elapsed_s = 0;     // since the first step started
-  // Chunk engine only (-1 otherwise): peak bytes per tier over the step (device: chunks + measured
-  // non-model; host: chunks), bytes moved each way, chunks whose Adam ran on the device.
-  int64_t device_peak_bytes = -1;
-  // What the device held at most (Note [device footprint] in tier/device_tier.h): on a GPU the
-  // CUDA arena, LibTorch's reserved memory and the tier's scratch; on the emulated tier the same as
-  // device_peak_bytes. Checked against engine.device_memory (a warning when over).
-  int64_t device_reserved_peak_bytes = -1;
-  // Whole-device synchronisations this step, the engine's and the tier's own: 0 at steady state.
-  int64_t device_syncs = -1;
-  int64_t host_peak_bytes = -1;
-  int64_t moved_h2d_bytes = -1;
-  int64_t moved_d2h_bytes = -1;
-  int64_t prefetched_h2d_bytes = -1;  // of moved_h2d_bytes: uploads started a moment early
-  int64_t adam_device_chunks = -1;
-  // engine.overlap_adam on (-1 otherwise): host chunks whose Adam this step queued on the worker,
-  // those of them queued early (in the backward), and the seconds this step waited for queued
-  // Adam work.
-  int64_t adam_queued_chunks = -1;
-  int64_t adam_early_chunks = -1;
-  double adam_wait_s = -1;
-  // Bytes of model data (chunk payloads) this rank holds between steps; -1 for the torch engine.
-  int64_t model_data_bytes = -1;
-  // Several ranks only (-1 otherwise): payload bytes this rank sent in collectives this step,
-  // the wall time spent in them, and the chunk groups gathered and reduced.
-  int64_t comm_bytes = -1;
-  double comm_s = -1;
-  int64_t gathers = -1;
-  int64_t reductions = -1;
 };
 
 struct TrainSummary {
