@@ -16,6 +16,7 @@
 #include "pstar/chunk/access_trace.h"
 #include "pstar/chunk/eviction.h"
 #include "pstar/chunk/sharding.h"
+#include "pstar/core/clock.h"
 #include "pstar/core/log.h"
 #include "pstar/core/ordered_worker.h"
 #include "pstar/dist/communicator.h"
@@ -36,9 +37,7 @@ namespace {
 using Tier = tier::Side;
 using tier::Block;
 
-double seconds_since(std::chrono::steady_clock::time_point begin) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-}
+using core::seconds_since;
 
 // PatrickStar's tensor lifecycle. Only chunks with no tensor in kCompute may move.
 enum class TensorState { kHold, kCompute, kHoldAfterFwd, kHoldAfterBwd };

@@ -23,6 +23,7 @@
 
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
+#include "pstar/core/clock.h"
 #include "pstar/core/device.h"
 #include "pstar/core/log.h"
 #include "pstar/core/stop.h"
@@ -53,11 +54,8 @@
 namespace pstar::train {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using core::Clock;
+using core::seconds_since;
 
 std::string human_count(double n) {
   char buf[32];
