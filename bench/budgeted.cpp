@@ -243,7 +243,7 @@ int run(const Options& o) {
   // Small against the budget: the largest module (c_fc, 4h² + 4h = 1,050,624 parameters) rounded
   // up to a multiple of 64K elements, which is what the engine would raise 1 << 20 to anyway.
   config.default_chunk_size = 17 * (int64_t{1} << 16);
-  config.engine.mode = "chunked";
+  config.engine.mode = pstar::config::EngineMode::kChunked;
   config.training.steps = o.steps;
   config.engine.prefetch = o.prefetch;
 

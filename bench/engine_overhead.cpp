@@ -63,7 +63,7 @@ class Mode {
       : config_(std::make_unique<pstar::config::TrainConfig>(base)) {
     // The chunk engine keeps a reference to the config it was built from: it lives on the heap
     // with the trainer.
-    config_->engine.mode = mode;
+    config_->engine.mode = pstar::config::engine_mode_from_name(mode);
     config_->training.steps = total_steps;
     pstar::train::TrainOptions options;
     options.device = "cpu";

@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   config.model.vocab_size = 256;
   config.data.text = corpus.path.string();
   config.train_micro_batch_size_per_gpu = batch;
-  config.engine.mode = "torch";  // this benchmark measures the reference engine
+  config.engine.mode =
+      pstar::config::EngineMode::kTorch;  // this benchmark measures the reference engine
 
   const double fp32 = tokens_per_s(config, 2, steps);
   config.bf16.enabled = true;

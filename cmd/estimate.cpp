@@ -16,7 +16,8 @@
 #include "pstar/formats/config.h"
 #include "pstar/model/gpt_shape.h"
 #include "pstar/plan/estimate.h"
-#include "pstar/train/precision.h"
+#include "pstar/plan/run_plan.h"
+#include "pstar/train/run_facts.h"
 #include "pstar/train/trainer.h"
 
 namespace pstar::cmd {
@@ -346,29 +347,41 @@ void print_report(const EstimateCommandOptions& o, const plan::Hardware& hw,
 
 int run_config_check(const EstimateCommandOptions& o) {
   auto config = config::load_train_config(o.config_path, o.overrides);
-  PSTAR_CHECK(config.engine.mode == "chunked", ConfigError, o.config_path, ": engine.mode is \"",
-              config.engine.mode,
+  PSTAR_CHECK(config.engine.mode == config::EngineMode::kChunked, ConfigError, o.config_path,
+              ": engine.mode is \"", config::engine_mode_name(config.engine.mode),
               "\"; pstar estimate checks chunk-engine configs (engine.mode \"chunked\")");
   const bool hardware = !o.hardware.empty() || !o.gpu_mem.empty();
-  if (config.bf16.auto_select) {
-    if (hardware) {
-      // GPUs since Ampere run bf16 at twice their fp32 tensor rate: "auto" picks it there.
-      config.bf16 = {true, false};
-      log::info("bf16.enabled \"auto\": estimated as bf16 on GPUs");
-    } else {
-      // The config's own budgets describe this machine: decide as `pstar train` would here.
-      core::configure_runtime();
-      config = train::resolve_precision(config, train::compute_device(config, "auto"));
-    }
+  // The run plan `pstar train` would resolve (Note [run plan]): for the hardware given, facts that
+  // describe it; else this machine's own, gathered as `pstar train` gathers them.
+  plan::Hardware hw;
+  plan::RunFacts facts;
+  if (hardware) {
+    hw = resolve_hardware(o);
+    facts.world_size = hw.world();
+    facts.ranks_per_host = hw.gpus_per_node;
+    facts.device = plan::DeviceKind::kCuda;
+    facts.device_name = hw.name;
+    // GPUs since Ampere run bf16 at twice their fp32 tensor rate: "auto" picks it there.
+    facts.bf16_fast = true;
+    facts.bf16_evidence =
+        "estimated as bf16 on GPUs, whose tensor cores run it at twice fp32's rate";
+    facts.free_device_bytes = hw.gpu_memory;
+    facts.physical_memory_bytes = hw.cpu_memory;
+  } else {
+    core::configure_runtime();  // before the bf16 probe, which it times
+    facts = train::gather_run_facts(config, "auto", nullptr);
   }
+  // The estimate is per rank: a train_batch_size for another world size is not its business.
+  config.train_batch_size.reset();
+  const plan::RunPlan run = plan::resolve_run(config, facts);
+  for (const std::string& line : run.decisions) log::info(line);
+  config = run.config;
   const auto shape = model::resolve_gpt_config(config.model);
   const plan::Workload w = plan::workload_from_config(config, shape);
   plan::Evaluation e;
-  plan::Hardware hw;
   int64_t gpu_capacity = 0, host_capacity = 0;
   std::string where;
   if (hardware) {
-    hw = resolve_hardware(o);
     e = plan::evaluate(hw, w, shape.hidden, shape.layers, shape.heads);
     gpu_capacity = hw.gpu_memory;
     host_capacity = hw.cpu_memory;
@@ -376,8 +389,7 @@ int run_config_check(const EstimateCommandOptions& o) {
                     format_bytes(hw.cpu_memory), " host per node");
   } else {
     // What `pstar train` checks at start-up: the config's budgets, one rank, no staging.
-    const plan::Budgets budgets = plan::config_budgets(config);
-    const int64_t device = budgets.device, host = budgets.host;
+    const int64_t device = run.budgets.device, host = run.budgets.host;
     e = plan::evaluate_budgets(device, host, w, shape.hidden, shape.layers, shape.heads);
     gpu_capacity = device;
     host_capacity = host;

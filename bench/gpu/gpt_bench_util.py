@@ -210,13 +210,15 @@ def pstar_figures(d, a, params):
            "host_peak_bytes": measure["host_peak_bytes"],
            "host_bytes_per_param": measure["host_peak_bytes"] / params,
            "gpu_used_peak_bytes": measure["gpu_used_peak_bytes"],
-           "device_peak_bytes": None, "host_chunk_peak_bytes": None, "model_data_bytes": None,
+           "device_peak_bytes": None, "device_reserved_peak_bytes": None,
+           "device_syncs_per_step": None, "host_chunk_peak_bytes": None, "model_data_bytes": None,
            "moved_h2d_bytes_per_step": None, "moved_d2h_bytes_per_step": None,
            "prefetched_h2d_bytes_per_step": None, "adam_device_chunks": None,
            "adam_queued_chunks": None, "adam_early_chunks": None, "adam_wait_s_per_step": None, "wall_s": measure["wall_s"]}
     if steps:
         out["loss_first"], out["loss_last"] = steps[0]["loss"], steps[-1]["loss"]
         for key, src in (("device_peak_bytes", "device_peak_bytes"),
+                         ("device_reserved_peak_bytes", "device_reserved_peak_bytes"),
                          ("host_chunk_peak_bytes", "host_peak_bytes")):
             vals = [s[src] for s in steps if s.get(src) is not None]
             out[key] = max(vals) if vals else None
@@ -240,6 +242,8 @@ def pstar_figures(d, a, params):
             "prefetched_h2d_bytes_per_step":
                 sum(s.get("prefetched_h2d_bytes", 0) for s in timed) / len(timed),
         })
+        syncs = [s["device_syncs"] for s in timed if s.get("device_syncs") is not None]
+        out["device_syncs_per_step"] = sum(syncs) / len(syncs) if syncs else None
         waits = [s["adam_wait_s"] for s in timed if s.get("adam_wait_s") is not None]
         out["adam_wait_s_per_step"] = sum(waits) / len(waits) if waits else None
         out["tflops"] = flops_per_token(params, a.layers, a.hidden, a.seq) * out["tokens_per_s"] / 1e12

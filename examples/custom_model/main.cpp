@@ -93,7 +93,9 @@ int main(int argc, char** argv) {
     auto model = std::make_shared<TrigramMlp>(256, 64, 256, config.model.seq_len.value_or(64));
 
     pstar::train::TrainOptions options;
-    options.device = "auto";
+    // The config's 32 MiB budget is for the device tier emulated on the CPU; on a GPU build "auto"
+    // would put a 32 MiB CUDA arena under it. For a GPU, raise engine.device_memory and use "auto".
+    options.device = "cpu";
     pstar::train::Trainer trainer(config, model, options);
     auto summary = trainer.run();
     // A model that did not learn on this repetitive text points at a broken setup.

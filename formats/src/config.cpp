@@ -220,7 +220,7 @@ Json to_json(const TrainConfig& c) {
   training["keep_last"] = c.training.keep_last;
 
   Json engine = Json::object();
-  engine["mode"] = c.engine.mode;
+  engine["mode"] = engine_mode_name(c.engine.mode);
   engine["device_memory"] = optional_json(c.engine.device_memory);
   engine["host_memory"] = optional_json(c.engine.host_memory);
   engine["activation_checkpointing"] = c.engine.activation_checkpointing;
@@ -757,7 +757,9 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   schedule.read_number("min_lr", &c.training.lr_schedule.min_lr, kNonNegative);
 
   const Level engine = top.child("engine");
-  engine.read_choice("mode", &c.engine.mode, {"chunked", "torch"});
+  std::string mode = engine_mode_name(c.engine.mode);
+  engine.read_choice("mode", &mode, {"chunked", "torch"});
+  c.engine.mode = engine_mode_from_name(mode);
   engine.read_optional_size("device_memory", &c.engine.device_memory);
   engine.read_optional_size("host_memory", &c.engine.host_memory);
   engine.read_bool("activation_checkpointing", &c.engine.activation_checkpointing);
@@ -766,22 +768,8 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   engine.read_bool("prefetch", &c.engine.prefetch);
   engine.read_bool_or_auto("overlap_adam", &c.engine.overlap_adam, &c.engine.overlap_adam_auto);
 
-  // Checks across keys.
-  if (c.train_batch_size) {
-    const int64_t micro = c.train_micro_batch_size_per_gpu;
-    const int64_t accumulation = c.gradient_accumulation_steps;
-    const bool overflows = micro > kInt64Max / accumulation;
-    const std::string product = overflows ? "more than 2^63" : std::to_string(micro * accumulation);
-    if (overflows || micro * accumulation != *c.train_batch_size) {
-      ctx.fail_about(
-          {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"},
-          str_cat("train_batch_size: expected train_micro_batch_size_per_gpu (", micro,
-                  ") * gradient_accumulation_steps (", accumulation,
-                  ") * world size (1) = ", product, ", found ", *c.train_batch_size,
-                  "; pstar trains on one process for now, so the world size is 1 (set "
-                  "train_batch_size to that product or leave it out)"));
-    }
-  }
+  // Checks across keys. train_batch_size is micro × accumulation × the world size, which a config
+  // does not know: the run plan checks it (plan::resolve_run).
   if (c.fp16.enabled && (c.bf16.enabled || c.bf16.auto_select)) {
     ctx.fail_about({"fp16.enabled", "bf16.enabled"},
                    c.bf16.auto_select
@@ -837,6 +825,23 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   std::string base_dir = fs::path(path).parent_path().string();
   if (base_dir.empty()) base_dir = ".";
   return parse_train_config(text.str(), path, base_dir, overrides);
+}
+
+const char* engine_mode_name(EngineMode mode) {
+  switch (mode) {
+    case EngineMode::kChunked:
+      return "chunked";
+    case EngineMode::kTorch:
+      return "torch";
+  }
+  return "?";
+}
+
+EngineMode engine_mode_from_name(const std::string& name) {
+  if (name == "chunked") return EngineMode::kChunked;
+  if (name == "torch") return EngineMode::kTorch;
+  PSTAR_THROW(ConfigError, "engine.mode: expected one of \"chunked\", \"torch\", found \"", name,
+              "\"");
 }
 
 TrainConfig parse_train_config(const std::string& json_text, const std::string& source,

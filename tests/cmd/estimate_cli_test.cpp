@@ -145,7 +145,8 @@ TEST(EstimateCliTest, ConfigWithBf16AutoIsDecidedBeforeEstimating) {
   ASSERT_EQ(bf16.exit_code, 0) << bf16;
   EXPECT_EQ(json::parse(on_gpu.out)["memory"], json::parse(bf16.out)["memory"]);
 
-  const RunResult here = estimate({}, {"PSTAR_ONEDNN=0"});
+  // This CPU's probe decides: no GPU may be visible, or a CUDA build would estimate for it.
+  const RunResult here = estimate({}, {"PSTAR_ONEDNN=0", "CUDA_VISIBLE_DEVICES="});
   ASSERT_EQ(here.exit_code, 0) << here;
   EXPECT_TRUE(contains(here.err, "precision: fp32 (bf16.enabled \"auto\"")) << here;
   const RunResult fp32 = estimate({"--set", "bf16.enabled=false"}, {});
@@ -158,12 +159,15 @@ TEST(EstimateCliTest, ConfigWithBf16AutoIsDecidedBeforeEstimating) {
 TEST(EstimateCliTest, ConfigCheckAgreesWithTrain) {
   pstar::testing::ScratchDir dir;
   const std::string config = write_small_config(dir, "true");
-  RunResult r = run_pstar({"estimate", "--config", config, "--json"}, fs::current_path());
+  // The config's budgets are the emulated tier's: in a CUDA build on a GPU machine, `train` would
+  // take the GPU ("--device auto") and its arena's rules instead.
+  const std::vector<std::string> cpu_only = {"CUDA_VISIBLE_DEVICES="};
+  RunResult r = run_pstar({"estimate", "--config", config, "--json"}, fs::current_path(), cpu_only);
   ASSERT_EQ(r.exit_code, 0) << r;
   const json j = json::parse(r.out);
   EXPECT_TRUE(j["fits"].get<bool>());
   EXPECT_GT(j["margin"]["gpu"].get<int64_t>(), 0);
-  r = run_pstar({"train", config, "-q"}, fs::current_path());
+  r = run_pstar({"train", config, "-q"}, fs::current_path(), cpu_only);
   EXPECT_EQ(r.exit_code, 0) << r;
 
   // Less host and device memory: both refuse, with the same reason.
@@ -171,12 +175,12 @@ TEST(EstimateCliTest, ConfigCheckAgreesWithTrain) {
                                           "engine.host_memory=\"1MiB\""};
   std::vector<std::string> args = {"estimate", "--config", config};
   args.insert(args.end(), tight.begin(), tight.end());
-  r = run_pstar(args, fs::current_path());
+  r = run_pstar(args, fs::current_path(), cpu_only);
   EXPECT_EQ(r.exit_code, 5) << r;
   EXPECT_TRUE(contains(r.out, "DOES NOT FIT")) << r;
   args = {"train", config, "-q"};
   args.insert(args.end(), tight.begin(), tight.end());
-  const RunResult t = run_pstar(args, fs::current_path());
+  const RunResult t = run_pstar(args, fs::current_path(), cpu_only);
   EXPECT_EQ(t.exit_code, 5) << t;
   EXPECT_TRUE(contains(t.err, "device tier")) << t;
   EXPECT_TRUE(contains(r.err, "device tier")) << r;

@@ -135,6 +135,27 @@ ChunkPlan parse_chunk_plan(const std::string& log) {
   return p;
 }
 
+// DeepSpeed's train_batch_size is the global batch: micro-batch × accumulation × world size. On two
+// ranks with micro-batch 2, 4 trains and 2 (one rank's product) is refused with the product named,
+// by every rank before any training.
+TEST_F(DistTrainTest, TrainBatchSizeCountsEveryRank) {
+  json c = config(/*micro_batch=*/2, /*steps=*/2);
+  c["train_batch_size"] = 4;
+  const RunResult ok = train(write_config(c), {"--nproc", "2"});
+  EXPECT_EQ(ok.exit_code, 0) << ok;
+  c["train_batch_size"] = 2;
+  const RunResult refused = train(write_config(c, "wrong.json"), {"--nproc", "2"});
+  EXPECT_EQ(refused.exit_code, 2) << refused;
+  EXPECT_NE(refused.err.find("train_batch_size: expected train_micro_batch_size_per_gpu (2) * "
+                             "gradient_accumulation_steps (1) * world size (2) = 4, found 2"),
+            std::string::npos)
+      << refused;
+  EXPECT_EQ(refused.err.find("step 1/"), std::string::npos) << "trained before refusing";
+  // One rank: the product without the second rank.
+  const RunResult single = train("conf/wrong.json", {});
+  EXPECT_EQ(single.exit_code, 0) << single;
+}
+
 // The same global batch of 4 sequences, on 1, 2 and 4 ranks: the same losses; each rank holds its
 // share of the model data; the bytes each rank sends are what ZeRO's schedule says.
 TEST_F(DistTrainTest, OneTwoAndFourRanksAgreeAndShareTheModelData) {

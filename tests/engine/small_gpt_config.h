@@ -22,7 +22,7 @@ inline config::TrainConfig small_gpt_config(const std::string& corpus,
   c.training.steps = 20;
   c.training.lr_schedule.type = "constant";
   c.default_chunk_size = 20000;
-  c.engine.mode = mode;
+  c.engine.mode = config::engine_mode_from_name(mode);
   return c;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -25,6 +26,10 @@ namespace {
 // cudaMallocAsync per call: the default memory pool gives its memory back at every synchronize
 // (release threshold 0), so each call would map and unmap device memory, and raising that
 // threshold is a process-wide setting that belongs to LibTorch or the engine, not to this call.
+// Device bytes every thread's scratch holds now (for the tier's footprint, Note [device
+// footprint]).
+std::atomic<int64_t> scratch_total{0};
+
 class BlockSumScratch {
  public:
   double* get(int64_t blocks) {
@@ -37,7 +42,8 @@ class BlockSumScratch {
       void* p = nullptr;
       PSTAR_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(bytes)), "cudaMalloc of ",
                        format_bytes(bytes), " for the gradient sum of squares on device ", device);
-      data_ = std::unique_ptr<double, Free>(static_cast<double*>(p), Free{device});
+      scratch_total += bytes;
+      data_ = std::unique_ptr<double, Free>(static_cast<double*>(p), Free{device, bytes});
       device_ = device;
       capacity_ = capacity;
     }
@@ -50,7 +56,9 @@ class BlockSumScratch {
   // be gone already, and the memory with it.
   struct Free {
     int device = 0;
+    int64_t bytes = 0;
     void operator()(double* p) const {
+      scratch_total -= bytes;
       int current = 0;
       const bool switch_device = cudaGetDevice(&current) == cudaSuccess && current != device;
       if (switch_device) (void)cudaSetDevice(device);
@@ -85,15 +93,13 @@ bool valid(optim::GradType type) {
          type == optim::GradType::kF16;
 }
 
-}  // namespace
-
-double grad_sq_sum_on_grid(const void* grad, optim::GradType grad_type, int64_t numel,
-                           int64_t max_ctas, CUstream_st* stream) {
-  // optim::grad_sq_sum's checks, in its order, plus alignment.
+// optim::grad_sq_sum's checks, in its order, plus alignment. Returns whether there is anything
+// to sum.
+bool check_job(const void* grad, optim::GradType grad_type, int64_t numel) {
   PSTAR_CHECK(numel >= 0, ConfigError, "CUDA grad_sq_sum: numel must be >= 0, got ", numel);
   PSTAR_CHECK(valid(grad_type), ConfigError, "CUDA grad_sq_sum: invalid grad_type ",
               static_cast<int>(grad_type));
-  if (numel == 0) return 0.0;
+  if (numel == 0) return false;
   const uintptr_t elem_bytes = grad_type == optim::GradType::kF32 ? 4 : 2;
   PSTAR_CHECK(grad != nullptr, ConfigError, "CUDA grad_sq_sum: grad (",
               grad_type == optim::GradType::kF32    ? "f32"
@@ -102,12 +108,25 @@ double grad_sq_sum_on_grid(const void* grad, optim::GradType grad_type, int64_t 
               ") must not be null");
   PSTAR_CHECK(reinterpret_cast<uintptr_t>(grad) % elem_bytes == 0, ConfigError,
               "CUDA grad_sq_sum: grad is not aligned to its element size (", elem_bytes, " bytes)");
+  return true;
+}
+
+// The scratch of the calling thread's sums (see BlockSumScratch).
+BlockSumScratch& thread_scratch() {
+  thread_local BlockSumScratch scratch;
+  return scratch;
+}
+
+}  // namespace
+
+double grad_sq_sum_on_grid(const void* grad, optim::GradType grad_type, int64_t numel,
+                           int64_t max_ctas, CUstream_st* stream) {
+  if (!check_job(grad, grad_type, numel)) return 0.0;
   PSTAR_CHECK(max_ctas >= 1, ConfigError, "CUDA grad_sq_sum: max_ctas must be >= 1, got ",
               max_ctas);
 
-  thread_local BlockSumScratch scratch;
   const int64_t blocks = sq_sum_block_count(numel);
-  double* device_sums = scratch.get(blocks);
+  double* device_sums = thread_scratch().get(blocks);
   std::vector<double> block_sums(static_cast<size_t>(blocks));
   DrainOnError drain(stream);
   launch_sq_sum(grad, grad_type, numel, device_sums, max_ctas, stream);
@@ -123,6 +142,48 @@ double grad_sq_sum_on_grid(const void* grad, optim::GradType grad_type, int64_t 
 }
 
 }  // namespace detail
+
+void grad_sq_sums(const SqSumJob* jobs, int64_t count, double* out, CUstream_st* stream) {
+  using namespace detail;
+  PSTAR_CHECK(count >= 0 && (count == 0 || (jobs != nullptr && out != nullptr)), ConfigError,
+              "CUDA grad_sq_sums: ", count, " jobs need non-null jobs and out");
+  // Every job's block sums side by side in one scratch: first[i] is job i's first block.
+  std::vector<int64_t> first(static_cast<size_t>(count) + 1, 0);
+  for (int64_t i = 0; i < count; ++i) {
+    const SqSumJob& job = jobs[i];
+    const int64_t blocks =
+        check_job(job.grad, job.grad_type, job.numel) ? sq_sum_block_count(job.numel) : 0;
+    first[static_cast<size_t>(i) + 1] = first[static_cast<size_t>(i)] + blocks;
+  }
+  const int64_t total = first.back();
+  for (int64_t i = 0; i < count; ++i) out[i] = 0.0;
+  if (total == 0) return;
+  double* device_sums = thread_scratch().get(total);
+  std::vector<double> block_sums(static_cast<size_t>(total));
+  DrainOnError drain(stream);
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t at = first[static_cast<size_t>(i)];
+    if (first[static_cast<size_t>(i) + 1] == at) continue;
+    launch_sq_sum(jobs[i].grad, jobs[i].grad_type, jobs[i].numel, device_sums + at, kSqSumMaxCtas,
+                  stream);
+  }
+  const int64_t bytes = total * static_cast<int64_t>(sizeof(double));
+  PSTAR_CUDA_CHECK(cudaMemcpyAsync(block_sums.data(), device_sums, static_cast<size_t>(bytes),
+                                   cudaMemcpyDeviceToHost, stream),
+                   "copying ", total, " block sums of ", count,
+                   " gradient sums of squares to the host");
+  PSTAR_CUDA_CHECK(cudaStreamSynchronize(stream),
+                   "cudaStreamSynchronize after the gradient sums of squares");
+  drain.disarm();
+  // Note [cuda grad sq sum order]: each job's block sums in block order, as the host adds them.
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t at = first[static_cast<size_t>(i)];
+    const int64_t blocks = first[static_cast<size_t>(i) + 1] - at;
+    if (blocks > 0) out[i] = sq_sum_blocks(block_sums.data() + at, blocks);
+  }
+}
+
+int64_t sq_sum_scratch_bytes() { return detail::scratch_total.load(); }
 
 double grad_sq_sum(const void* grad, optim::GradType grad_type, int64_t numel,
                    CUstream_st* stream) {

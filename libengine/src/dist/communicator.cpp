@@ -14,12 +14,13 @@
 #include <torch/torch.h>
 
 #include "pstar/base/error.h"
+#include "pstar/core/clock.h"
 #include "pstar/core/log.h"
 
 namespace pstar::dist {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using core::Clock;
 
 std::string what_of(const std::exception& e) {
   if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
@@ -136,7 +137,7 @@ void Communicator::all_gather(const std::vector<void*>& parts, int64_t bytes) {
     const int64_t recv = (s.world.rank - i - 1 + 2 * n) % n;
     s.round(parts[send], parts[recv], bytes, "all-gather");
   }
-  s.stats.seconds += std::chrono::duration<double>(Clock::now() - begin).count();
+  s.stats.seconds += core::seconds_since(begin);
 }
 
 void Communicator::reduce_scatter(int64_t numel,
@@ -159,7 +160,7 @@ void Communicator::reduce_scatter(int64_t numel,
     std::swap(send, recv);
   }
   std::memcpy(out, send.data(), static_cast<size_t>(numel) * 4);
-  s.stats.seconds += std::chrono::duration<double>(Clock::now() - begin).count();
+  s.stats.seconds += core::seconds_since(begin);
 }
 
 void Communicator::all_reduce_sum(std::vector<double>& values) {
@@ -173,7 +174,7 @@ void Communicator::all_reduce_sum(std::vector<double>& values) {
     s.fail("all-reduce", e);
   }
   s.stats.bytes_sent += static_cast<int64_t>(values.size() * sizeof(double));
-  s.stats.seconds += std::chrono::duration<double>(Clock::now() - begin).count();
+  s.stats.seconds += core::seconds_since(begin);
 }
 
 double Communicator::all_reduce_sum(double value) {

@@ -173,7 +173,7 @@ ActivationEstimate estimate_gpt_activations(const GptActivationInput& in) {
 
 int64_t compute_elem_bytes(const config::TrainConfig& config) {
   PSTAR_INTERNAL_ASSERT(!config.bf16.auto_select,
-                        "bf16.enabled \"auto\" must be decided (train::resolve_precision) first");
+                        "bf16.enabled \"auto\" must be decided (plan::resolve_run) first");
   return config.bf16.enabled || config.fp16.enabled ? 2 : 4;
 }
 

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
@@ -381,8 +382,8 @@ class PageableOwner final : public Block::Owner {
 
 class CudaTier final : public DeviceTier {
  public:
-  CudaTier(int device, int64_t arena_bytes, std::string description)
-      : description_(std::move(description)) {
+  CudaTier(int device, int64_t arena_bytes, int64_t context_bytes, std::string description)
+      : description_(std::move(description)), context_bytes_(context_bytes) {
     const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
     state_ = std::make_shared<CudaTierState>(device, arena_bytes);
   }
@@ -521,6 +522,33 @@ class CudaTier final : public DeviceTier {
     PSTAR_INTERNAL_ASSERT(false, "unknown side ", static_cast<int>(side));
   }
 
+  // The device side's sums: all queued, then one wait (a wait per chunk would drain the compute
+  // stream once per margin chunk at every step).
+  void grad_sq_sums(Side side, const std::vector<GradRef>& grads, double* out) override {
+    if (side == Side::kHost) {
+      DeviceTier::grad_sq_sums(side, grads, out);
+      return;
+    }
+    const c10::cuda::CUDAGuard guard(device_index());
+    Ranges ranges;
+    std::vector<cuda::SqSumJob> jobs;
+    for (const GradRef& g : grads) {
+      ranges.emplace_back(g.grad, g.numel * grad_bytes(g.grad_type));
+      jobs.push_back(cuda::SqSumJob{g.grad, g.grad_type, g.numel});
+    }
+    await_ahead(ranges);
+    cuda::grad_sq_sums(jobs.data(), static_cast<int64_t>(jobs.size()), out, compute());
+  }
+
+  // Note [device footprint].
+  Footprint footprint() override {
+    return Footprint{state_->arena.capacity_bytes(), cuda::sq_sum_scratch_bytes(), context_bytes_};
+  }
+  int64_t non_model_reserved_peak_bytes() override {
+    return compat::cuda_reserved_bytes(state_->device).peak;
+  }
+  int64_t own_synchronizations() const override { return own_syncs_.load(); }
+
   // The arena is one cudaMalloc outside LibTorch, so LibTorch's own allocations are the non-model
   // memory.
   int64_t non_model_bytes() override {
@@ -550,6 +578,7 @@ class CudaTier final : public DeviceTier {
 
   // Released blocks reach their pool only after their work: wait for all of it, then free.
   int64_t trim() override {
+    ++own_syncs_;  // the engine trims once its plan is made, not at steady state
     synchronize();
     return state_->pinned.release_free() + state_->pageable.release_free();
   }
@@ -649,6 +678,7 @@ class CudaTier final : public DeviceTier {
         if (attempt == 0 && !s.settle_in_stream_order_locked()) break;
       }
     }
+    ++own_syncs_;
     synchronize();
     try {
       return state_->arena.allocate(bytes);
@@ -663,6 +693,7 @@ class CudaTier final : public DeviceTier {
       return state_->pinned.acquire(bytes);
     } catch (const OutOfMemoryError&) {
     }
+    ++own_syncs_;
     synchronize();
     // Free blocks of other sizes hold pinned memory that this size cannot use.
     state_->pinned.release_free();
@@ -675,21 +706,21 @@ class CudaTier final : public DeviceTier {
 
   std::shared_ptr<CudaTierState> state_;
   std::string description_;
+  const int64_t context_bytes_;
+  std::atomic<int64_t> own_syncs_{0};  // allocate_device/allocate_host's last resort
 };
 
 }  // namespace
 
 bool cuda_tier_built() { return true; }
 
-int64_t default_cuda_budget(int device_index) {
+int64_t cuda_free_bytes(int device_index) {
   const int devices = cuda::device_count();
   PSTAR_CHECK(device_index >= 0 && device_index < devices, ConfigError, "CUDA device ",
               device_index, " does not exist (", devices, " found",
               devices == 0 ? str_cat(": ", cuda::no_device_reason()) : std::string(),
               "); train with --device cpu");
-  // The rest is left to the CUDA context, cuBLAS workspaces and the caching allocator's slack.
-  return static_cast<int64_t>(0.9 *
-                              static_cast<double>(cuda::memory_info(device_index).free_bytes));
+  return cuda::memory_info(device_index).free_bytes;
 }
 
 std::unique_ptr<DeviceTier> make_cuda_tier(int device_index, int64_t arena_bytes) {
@@ -724,7 +755,11 @@ std::unique_ptr<DeviceTier> make_cuda_tier(int device_index, int64_t arena_bytes
       str_cat("CUDA device ", device_index, " (", info.name, ", ",
               format_bytes(info.total_memory_bytes), "), arena ", format_bytes(arena_bytes));
   try {
-    return std::make_unique<CudaTier>(device_index, arena_bytes, std::move(description));
+    // What the device holds before the arena: the context LibTorch just made, its libraries'
+    // workspaces, and any other process on the device (Note [device footprint]).
+    const int64_t context_bytes = memory.total_bytes - memory.free_bytes;
+    return std::make_unique<CudaTier>(device_index, arena_bytes, context_bytes,
+                                      std::move(description));
   } catch (const OutOfMemoryError& e) {
     // Free memory is not all allocatable (fragmentation, another process allocating meanwhile).
     PSTAR_THROW(OutOfMemoryError, e.what(), "; lower engine.device_memory");

@@ -24,6 +24,6 @@ std::unique_ptr<DeviceTier> make_cuda_tier(int device_index, int64_t) {
   no_cuda_tier(device_index);
 }
 
-int64_t default_cuda_budget(int device_index) { no_cuda_tier(device_index); }
+int64_t cuda_free_bytes(int device_index) { no_cuda_tier(device_index); }
 
 }  // namespace pstar::tier

@@ -30,6 +30,11 @@ at::Tensor DeviceTier::view(const Block& block, c10::ScalarType dtype, int64_t o
   return torch::from_blob(base, shape, torch::dtype(dtype).device(device_of(block.side())));
 }
 
+void DeviceTier::grad_sq_sums(Side side, const std::vector<GradRef>& grads, double* out) {
+  for (size_t i = 0; i < grads.size(); ++i)
+    out[i] = grad_sq_sum(side, grads[i].grad, grads[i].grad_type, grads[i].numel);
+}
+
 std::unique_ptr<DeviceTier> make_device_tier(c10::Device device, int64_t arena_bytes) {
   if (device.is_cpu()) return make_emulated_tier();
   PSTAR_CHECK(device.is_cuda(), ConfigError, "the chunk engine's device tier runs on a CPU ",

@@ -16,6 +16,7 @@
 #include "pstar/chunk/access_trace.h"
 #include "pstar/chunk/eviction.h"
 #include "pstar/chunk/sharding.h"
+#include "pstar/core/clock.h"
 #include "pstar/core/log.h"
 #include "pstar/core/ordered_worker.h"
 #include "pstar/dist/communicator.h"
@@ -25,9 +26,10 @@
 #include "pstar/model/hooks.h"
 #include "pstar/optim/host_adam.h"
 #include "pstar/plan/memory_plan.h"
+#include "pstar/plan/run_plan.h"
 #include "pstar/tier/device_tier.h"
+#include "pstar/train/metrics.h"
 #include "pstar/train/profiler.h"
-#include "pstar/train/trainer.h"
 
 namespace pstar::train {
 namespace {
@@ -35,9 +37,7 @@ namespace {
 using Tier = tier::Side;
 using tier::Block;
 
-double seconds_since(std::chrono::steady_clock::time_point begin) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-}
+using core::seconds_since;
 
 // PatrickStar's tensor lifecycle. Only chunks with no tensor in kCompute may move.
 enum class TensorState { kHold, kCompute, kHoldAfterFwd, kHoldAfterBwd };
@@ -92,6 +92,11 @@ struct StepStats {
   int64_t gathers = 0, reductions = 0;
   int64_t model_data = 0;
   int64_t device_peak = 0, host_peak = 0;
+  // Note [device footprint]: the device memory held at most, the tier's reserves included.
+  int64_t device_reserved_peak = 0;
+  // Whole-device synchronisations: the engine's calls, and the tier's own up to begin_step.
+  int64_t syncs = 0;
+  int64_t tier_syncs_before = 0;
   int64_t adam_device_chunks = 0;
   // Note [host adam overlap]: host chunks whose Adam was queued on the worker, those of them queued
   // early (in the backward), and the time spent waiting for queued work.
@@ -170,8 +175,30 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   // The update this step will make, when the trainer knows it before the backward (lr, multiplier).
   std::optional<std::pair<double, double>> expected_update;
   int64_t micro_batches_done = 0;  // this step's
+  // Autograd runs a CPU tensor's backward on the thread that called backward(), and a CUDA one's on
+  // its device thread: with use_cpu_embedding on the CUDA tier, the embedding's gradient hook runs
+  // on the training thread while the device thread may be in another module's hook. Every hook
+  // holds this while it reads or changes the engine's state.
+  std::mutex hook_mutex;
+  bool warned_footprint = false;
   // Last member: destroyed first, so a running Adam finishes before any payload is freed.
   std::unique_ptr<core::OrderedWorker> adam_worker;
+
+  // A whole-device synchronisation by the engine: host code is about to touch payloads.
+  void synchronize_tier() {
+    device_tier->synchronize();
+    ++step.syncs;
+  }
+
+  // Note [device footprint]: the device memory held in the window that ends now, from LibTorch's
+  // reserved peak in it (read before the window is reset).
+  void note_footprint(int64_t reserved_non_model) {
+    const tier::DeviceTier::Footprint fp = device_tier->footprint();
+    const int64_t chunks =
+        fp.payload_reserve_bytes > 0 ? fp.payload_reserve_bytes : interval_chunk_bytes;
+    step.device_reserved_peak =
+        std::max(step.device_reserved_peak, chunks + reserved_non_model + fp.scratch_bytes);
+  }
 
   void sample_startup() {
     startup_peak = std::max(startup_peak, host_bytes + device_bytes + host_counter.current_bytes());
@@ -574,11 +601,14 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   // A moment begins: close the non-model window of the previous one (Note [placement]).
   void begin_moment(const std::string& what) {
     record_finished_adam();
+    const int64_t reserved = device_tier->non_model_reserved_peak_bytes();
     const int64_t non_model = device_tier->reset_non_model_peak();
     // The window since the last optimizer step closed in end_step, which counted it for the step
     // it belongs to; a step's peak covers its own moments only (as a profile's rows do).
-    if (moment >= 0)
+    if (moment >= 0) {
       step.device_peak = std::max(step.device_peak, interval_chunk_bytes + non_model);
+      note_footprint(reserved);
+    }
     if (profiler != nullptr) profiler->close_moment(non_model);
     if (moment >= 0) {
       record_non_model[moment] = std::max(record_non_model[moment], non_model);
@@ -747,20 +777,26 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     for (int64_t id : ids) set_state(tensors[id], TensorState::kCompute);
   }
 
-  void pre_forward(torch::nn::Module& module) override { access(module, "forward"); }
+  void pre_forward(torch::nn::Module& module) override {
+    const std::lock_guard<std::mutex> lock(hook_mutex);
+    access(module, "forward");
+  }
   void pre_backward(torch::nn::Module& module) override {
+    const std::lock_guard<std::mutex> lock(hook_mutex);
     // The backward writes gradients into every chunk, used in the forward or not.
     if (!in_backward) await_queued_adam();
     in_backward = true;
     access(module, "backward");
   }
   void post_forward(torch::nn::Module& module) override {
+    const std::lock_guard<std::mutex> lock(hook_mutex);
     for (int64_t id : tensors_of(module)) set_state(tensors[id], TensorState::kHoldAfterFwd);
   }
 
   // Runs just before autograd accumulates this tensor's gradient into its .grad, which views the
   // gradient slot. With reuse the slot still holds the parameter: clear it so the sum is the grad.
   void on_grad(int64_t id) {
+    const std::lock_guard<std::mutex> lock(hook_mutex);
     ManagedTensor& t = tensors[id];
     if (reuse) {
       torch::NoGradGuard no_grad;
@@ -1094,8 +1130,9 @@ ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType 
   }
   s.first_device_chunk = s.fit.host_chunks;
   // Note [host adam overlap]: "auto" overlaps where the host is free while the device computes.
-  const bool overlap = config.engine.overlap_adam_auto ? s.device_tier->compute_device().is_cuda()
-                                                       : config.engine.overlap_adam;
+  const bool overlap = plan::overlap_adam_on(
+      config.engine,
+      s.device_tier->compute_device().is_cuda() ? plan::DeviceKind::kCuda : plan::DeviceKind::kCpu);
   if (overlap) s.adam_worker = std::make_unique<core::OrderedWorker>();
   const int64_t capacity = s.device_tier->device_capacity_bytes();
   PSTAR_CHECK(s.fit.device_chunks <= capacity / s.whole_bytes(), OutOfMemoryError,
@@ -1280,6 +1317,7 @@ void ChunkedEngine::begin_step() {
   s.device_tier->reset_non_model_peak();
   s.step = StepStats{};
   s.step.host_peak = s.host_bytes;
+  s.step.tier_syncs_before = s.device_tier->own_synchronizations();
   s.moment = -1;
   s.record_accesses.clear();
   s.record_non_model.clear();
@@ -1310,7 +1348,7 @@ void ChunkedEngine::end_micro_batch() {
     const Chunk& c = s.chunks[t.chunk];
     if (s.reuse && c.param && c.compute_tier == Tier::kHost) host_touched = true;
   }
-  if (host_touched) s.device_tier->synchronize();
+  if (host_touched) s.synchronize_tier();
   torch::NoGradGuard no_grad;
   for (ManagedTensor* t : gradless) {
     if (s.reuse && s.chunks[t->chunk].param) s.param_view(*t).zero_();
@@ -1330,18 +1368,29 @@ void ChunkedEngine::end_micro_batch() {
 double ChunkedEngine::grad_norm(double loss_scale) {
   Impl& s = *impl_;
   s.optimizer_moment();
-  // The device side's sums first, while the evictions the optimizer moment queued are still under
-  // way; then the host side's, each waiting only for its own chunk's copy. They are added in
-  // chunk order whatever the sides, so placement does not change the norm's bits.
+  // The device side's sums first, all queued and waited for once, while the evictions the
+  // optimizer moment queued are still under way; then the host side's, each waiting only for its
+  // own chunk's copy. They are added in chunk order whatever the sides, so placement does not
+  // change the norm's bits.
   std::vector<double> sums(s.chunks.size(), 0.0);
   for (Tier side : {Tier::kDevice, Tier::kHost}) {
+    std::vector<size_t> summed;
+    std::vector<tier::DeviceTier::GradRef> grads;
     for (size_t k = 0; k < s.chunks.size(); ++k) {
       const Chunk& c = s.chunks[k];
       if (c.remote || c.compute_tier != side) continue;
       // An early chunk's sum came from the worker, by the same function on the same bytes.
-      sums[k] = c.early ? c.early_sq
-                        : s.device_tier->grad_sq_sum(side, s.grad_data(c), s.grad_type(), c.used);
+      if (c.early) {
+        sums[k] = c.early_sq;
+        continue;
+      }
+      summed.push_back(k);
+      grads.push_back(tier::DeviceTier::GradRef{s.grad_data(c), s.grad_type(), c.used});
     }
+    if (grads.empty()) continue;
+    std::vector<double> out(grads.size());
+    s.device_tier->grad_sq_sums(side, grads, out.data());
+    for (size_t i = 0; i < summed.size(); ++i) sums[summed[i]] = out[i];
   }
   double sum = 0;
   for (double part : sums) sum += part;
@@ -1403,7 +1452,7 @@ void ChunkedEngine::end_step() {
   } else if (!s.updated) {
     // A skipped update (fp16 overflow) leaves gradients in the parameter slots: restore the
     // parameters from the masters (Note [param/grad reuse]), with LibTorch on host payloads too.
-    s.device_tier->synchronize();
+    s.synchronize_tier();
     torch::NoGradGuard no_grad;
     for (auto& t : s.tensors)
       if (!s.chunks[t.chunk].remote) s.param_view(t).copy_(s.master_view(t));
@@ -1430,6 +1479,25 @@ void ChunkedEngine::end_step() {
   // The optimizer step's window is this step's too (the next step's first moment restarts it).
   s.step.device_peak =
       std::max(s.step.device_peak, s.interval_chunk_bytes + s.device_tier->non_model_peak_bytes());
+  s.note_footprint(s.device_tier->non_model_reserved_peak_bytes());
+  s.step.device_reserved_peak = std::max(s.step.device_reserved_peak, s.step.device_peak);
+  s.step.syncs += s.device_tier->own_synchronizations() - s.step.tier_syncs_before;
+  if (s.step.device_reserved_peak > s.device_budget && !s.warned_footprint) {
+    // The plan keeps chunks and live allocations under the budget; what the device holds beyond
+    // them (the caching allocator's freed blocks, the tier's scratch) is outside its control.
+    s.warned_footprint = true;
+    log::warn(
+        "the device held ", format_bytes(s.step.device_reserved_peak), " at most in step ",
+        s.iteration, " (chunk payloads ",
+        format_bytes(s.device_tier->footprint().payload_reserve_bytes > 0
+                         ? s.device_tier->footprint().payload_reserve_bytes
+                         : s.step.device_peak),
+        ", LibTorch's reserved memory and the tier's scratch), more than engine.device_memory ",
+        format_bytes(s.device_budget),
+        "; LibTorch's caching allocator keeps freed memory: lower "
+        "train_micro_batch_size_per_gpu, turn on engine.activation_checkpointing, or set "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True");
+  }
   // Every gathered copy is released by now: what is left is this rank's own model data.
   s.step.model_data = s.device_bytes + s.host_bytes;
   s.check_host_pools();
@@ -1439,7 +1507,7 @@ void ChunkedEngine::end_step() {
 void ChunkedEngine::state_dict(TensorList& out) {
   Impl& s = *impl_;
   s.await_all_adam();
-  s.device_tier->synchronize();
+  s.synchronize_tier();
   // Copies on the host, whichever side a payload is on.
   const auto host_copy = [](const torch::Tensor& view) {
     return view.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
@@ -1460,7 +1528,7 @@ void ChunkedEngine::state_dict(TensorList& out) {
 void ChunkedEngine::load_state_dict(const TensorMap& in, const std::string& file) {
   Impl& s = *impl_;
   s.await_all_adam();
-  s.device_tier->synchronize();
+  s.synchronize_tier();
   torch::NoGradGuard no_grad;
   s.adam_steps =
       checkpoint_tensor(in, "__pstar__.adam_step", file, {}, torch::kInt64).item<int64_t>();
@@ -1479,6 +1547,8 @@ void ChunkedEngine::load_state_dict(const TensorMap& in, const std::string& file
 void ChunkedEngine::fill_metrics(StepMetrics& m) {
   const Impl& s = *impl_;
   m.device_peak_bytes = s.last.device_peak;
+  m.device_reserved_peak_bytes = s.last.device_reserved_peak;
+  m.device_syncs = s.last.syncs;
   m.host_peak_bytes = s.last.host_peak;
   m.moved_h2d_bytes = s.last.h2d;
   m.moved_d2h_bytes = s.last.d2h;

@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include "pstar/base/error.h"
-#include "pstar/train/trainer.h"
 
 namespace pstar::train {
 
@@ -31,6 +30,8 @@ void MetricsWriter::write(const StepMetrics& m) {
   };
   for (const auto& [key, value] :
        {std::pair<const char*, int64_t>{"device_peak_bytes", m.device_peak_bytes},
+        {"device_reserved_peak_bytes", m.device_reserved_peak_bytes},
+        {"device_syncs", m.device_syncs},
         {"host_peak_bytes", m.host_peak_bytes},
         {"moved_h2d_bytes", m.moved_h2d_bytes},
         {"moved_d2h_bytes", m.moved_d2h_bytes},

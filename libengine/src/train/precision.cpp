@@ -96,31 +96,23 @@ Bf16Probe bf16_probe(c10::Device device) {
   return it->second;
 }
 
-config::TrainConfig resolve_precision(config::TrainConfig config, c10::Device device) {
-  if (config.bf16.auto_select) {
-    const Bf16Probe probe = bf16_probe(device);
-    config.bf16.auto_select = false;
-    config.bf16.enabled = probe.fast();
-    log::info("precision: ", probe.fast() ? "bf16" : "fp32", " (bf16.enabled \"auto\" on ",
-              device.str(), ": ", probe.describe(),
-              "; bf16 needs >= ", fixed(Bf16Probe::kMinSpeedup, "%.1f"),
-              "x and error <= ", fixed(Bf16Probe::kMaxRelativeError, "%.0e"), ")");
-    return config;
+std::string describe_bf16_verdict(const Bf16Probe& probe) {
+  return str_cat(probe.describe(), "; bf16 needs >= ", fixed(Bf16Probe::kMinSpeedup, "%.1f"),
+                 "x and error <= ", fixed(Bf16Probe::kMaxRelativeError, "%.0e"));
+}
+
+void warn_if_bf16_slow(c10::Device device) {
+  const Bf16Probe probe = bf16_probe(device);
+  static std::once_flag warned;
+  if (probe.supported && !probe.fast()) {
+    std::call_once(warned, [&] {
+      log::warn("bf16.enabled is true, but bf16 is slow or inexact on ", device.str(), ": ",
+                probe.describe(),
+                " (LibTorch's fast bf16 CPU kernels need AVX-512; see docs/training.md, "
+                "\"Choosing bf16\"). Training in bf16 as asked; set \"bf16\": {\"enabled\": "
+                "\"auto\"} or false to train in fp32 here.");
+    });
   }
-  if (config.bf16.enabled) {
-    const Bf16Probe probe = bf16_probe(device);
-    static std::once_flag warned;
-    if (probe.supported && !probe.fast()) {
-      std::call_once(warned, [&] {
-        log::warn("bf16.enabled is true, but bf16 is slow or inexact on ", device.str(), ": ",
-                  probe.describe(),
-                  " (LibTorch's fast bf16 CPU kernels need AVX-512; see docs/training.md, "
-                  "\"Choosing bf16\"). Training in bf16 as asked; set \"bf16\": {\"enabled\": "
-                  "\"auto\"} or false to train in fp32 here.");
-      });
-    }
-  }
-  return config;
 }
 
 }  // namespace pstar::train

@@ -9,7 +9,7 @@
 
 #include "pstar/base/error.h"
 #include "pstar/memory/cpu_counter.h"
-#include "pstar/train/trainer.h"
+#include "pstar/train/metrics.h"
 
 namespace pstar::train {
 

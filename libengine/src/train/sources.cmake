@@ -7,5 +7,6 @@ target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/merge.cpp
   ${CMAKE_CURRENT_LIST_DIR}/precision.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/run_facts.cpp
   ${CMAKE_CURRENT_LIST_DIR}/profiler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp)

@@ -23,6 +23,7 @@
 
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
+#include "pstar/core/clock.h"
 #include "pstar/core/device.h"
 #include "pstar/core/log.h"
 #include "pstar/core/stop.h"
@@ -37,6 +38,7 @@
 #include "pstar/model/hf_gpt2.h"
 #include "pstar/model/hooks.h"
 #include "pstar/plan/memory_plan.h"
+#include "pstar/plan/run_plan.h"
 #include "pstar/tier/device_tier.h"
 #include "pstar/train/checkpoint.h"
 #include "pstar/train/chunked_engine.h"
@@ -46,16 +48,14 @@
 #include "pstar/train/param_engine.h"
 #include "pstar/train/precision.h"
 #include "pstar/train/profiler.h"
+#include "pstar/train/run_facts.h"
 #include "pstar/train/torch_engine.h"
 
 namespace pstar::train {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using core::Clock;
+using core::seconds_since;
 
 std::string human_count(double n) {
   char buf[32];
@@ -90,8 +90,8 @@ std::string fixed4(double v) {
 
 c10::ScalarType compute_dtype(const config::TrainConfig& c) {
   PSTAR_CHECK(!c.bf16.auto_select, ConfigError,
-              "bf16.enabled \"auto\" is decided for a compute device: pass the config through "
-              "train::resolve_precision before building the engine");
+              "bf16.enabled \"auto\" is decided for a compute device: resolve the config's run "
+              "plan (train::plan_run) before building the engine");
   if (c.bf16.enabled) return torch::kBFloat16;
   if (c.fp16.enabled) return torch::kFloat16;
   return torch::kFloat32;
@@ -153,7 +153,7 @@ void check_same_config(dist::Communicator& comm, const config::TrainConfig& conf
 }  // namespace
 
 c10::Device compute_device(const config::TrainConfig& config, const std::string& device_option) {
-  if (config.engine.mode != "chunked" || tier::cuda_tier_built())
+  if (config.engine.mode != config::EngineMode::kChunked || tier::cuda_tier_built())
     return core::resolve_device(device_option, "--device");
   // Without the CUDA tier the chunk engine's device tier is emulated on the CPU (Note [device
   // tier]), whatever GPU LibTorch sees.
@@ -166,17 +166,6 @@ c10::Device compute_device(const config::TrainConfig& config, const std::string&
 }
 
 namespace {
-
-// engine.device_memory defaults to a share of physical RAM, which means nothing for a GPU.
-config::TrainConfig with_device_budget(config::TrainConfig config, c10::Device device) {
-  if (config.engine.mode == "chunked" && device.is_cuda() && !config.engine.device_memory) {
-    config.engine.device_memory =
-        tier::default_cuda_budget(device.has_index() ? device.index() : 0);
-    log::info("engine.device_memory: ", format_bytes(*config.engine.device_memory),
-              " (90% of the free memory of ", device.str(), ")");
-  }
-  return config;
-}
 
 // The chunk engine's device tier for a compute device (Note [device tier]).
 std::unique_ptr<tier::DeviceTier> make_tier(c10::Device device, const config::TrainConfig& config,
@@ -479,7 +468,8 @@ void Trainer::Impl::resume(const std::string& where) {
 void Trainer::Impl::start_profile() {
   auto* chunked = dynamic_cast<ChunkedEngine*>(engine.get());
   PSTAR_CHECK(chunked != nullptr, ConfigError, "--profile records the chunk engine's chunks; ",
-              "engine.mode \"", config.engine.mode, "\" has none (use engine.mode \"chunked\")");
+              "engine.mode \"", config::engine_mode_name(config.engine.mode),
+              "\" has none (use engine.mode \"chunked\")");
   {
     // Find out now, not after the whole run, that the file cannot be written.
     const std::string path = rank_path(options.profile_path);
@@ -505,12 +495,14 @@ void Trainer::Impl::start_profile() {
 
 void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   core::configure_runtime(comm != nullptr ? comm->world().local_world_size : 1);
-  device = compute_device(config, options.device);
-  config = with_device_budget(config, device);
-  // A prebuilt engine was built from a config already resolved (build_model_and_engine checks).
-  config = resolve_precision(config, device);
-  dtype = compute_dtype(config);
-  const bool chunked = config.engine.mode == "chunked";
+  // `pstar train` passes a config its plan resolved already (train()); a Trainer made directly
+  // (tests, programs over the library) is resolved here, by the same function (Note [run plan]).
+  const plan::RunPlan plan = plan_run(config, options.device, comm);
+  for (const std::string& line : plan.decisions) log::info(line);
+  config = plan.config;
+  device = plan_device(plan);
+  dtype = plan_dtype(plan);
+  const bool chunked = plan.chunked;
   check_dtype_supported(dtype, device);
 
   const int64_t seq_len = model->max_seq_len();
@@ -527,8 +519,6 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
 
   int64_t num_params = 0;
   for (auto& p : model->parameters()) num_params += p.numel();
-  PSTAR_CHECK(world == 1 || chunked, ConfigError, "engine.mode \"", config.engine.mode,
-              "\" trains on one rank; use engine.mode \"chunked\" to train on ", world, " ranks");
   if (prebuilt) {
     engine = std::move(prebuilt);
   } else if (chunked) {
@@ -594,7 +584,7 @@ std::optional<StepMetrics> Trainer::Impl::run_step(bool may_abandon) {
                 " ran out of memory for activations and temporaries: ", what,
                 "; lower train_micro_batch_size_per_gpu or turn on "
                 "engine.activation_checkpointing",
-                config.engine.mode == "chunked"
+                config.engine.mode == config::EngineMode::kChunked
                     ? ", or lower engine.device_memory so that chunks leave LibTorch more"
                     : "",
                 last_saved_dir.empty()
@@ -790,7 +780,8 @@ std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config) 
 
 ModelAndEngine build_model_and_engine(const config::TrainConfig& config, dist::Communicator* comm,
                                       c10::Device device) {
-  if (config.engine.mode != "chunked") return ModelAndEngine{build_model(config), nullptr};
+  if (config.engine.mode != config::EngineMode::kChunked)
+    return ModelAndEngine{build_model(config), nullptr};
   auto shape = model::resolve_gpt_config(config.model);
   const int64_t non_model =
       plan::estimate_gpt_activations(plan::gpt_activation_input(config, shape)).peak;
@@ -829,13 +820,11 @@ TrainSummary train(const config::TrainConfig& config, const TrainOptions& option
   }
   log::info("config: ", config.source);
   core::configure_runtime(world.local_world_size);  // before the precision probe, which it times
-  const c10::Device device = compute_device(config, options.device);
-  config::TrainConfig resolved = resolve_precision(with_device_budget(config, device), device);
-  if (comm != nullptr && config.bf16.auto_select) {
-    // Probes are timings: ranks could disagree near the threshold. Rank 0 decides for all.
-    resolved.bf16.enabled = comm->exchange("bf16", resolved.bf16.enabled ? "1" : "0")[0] == "1";
-  }
-  ModelAndEngine built = build_model_and_engine(resolved, comm.get(), device);
+  // The run's shape, decided once (Note [run plan]); the Trainer finds nothing left to decide.
+  const plan::RunPlan plan = plan_run(config, options.device, comm.get());
+  for (const std::string& line : plan.decisions) log::info(line);
+  const config::TrainConfig& resolved = plan.config;
+  ModelAndEngine built = build_model_and_engine(resolved, comm.get(), plan_device(plan));
   // Every rank built the same initial model from training.seed; from here on (dropout) each
   // rank draws its own numbers. Rank 0 keeps the stream a single-rank run would.
   if (world.rank > 0) torch::manual_seed(config.training.seed + 7919 * world.rank);

@@ -2,6 +2,7 @@
 // order]): every gradient dtype, sizes around the lane row and the block, a start one element in,
 // non-finite values, a grid small enough that the kernel loops, and the three ways to name a
 // stream. Needs a GPU; skipped without.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -106,6 +107,39 @@ TEST_F(SqSumKernelStreamTest, EveryStreamGivesTheSameBits) {
   EXPECT_TRUE(same_sq_sum(host, grad_sq_sum(device.data(), GradType::kBF16, n, nullptr)));
   EXPECT_TRUE(same_sq_sum(optim::grad_sq_sum(grad.data(), GradType::kBF16, 17),
                           grad_sq_sum(device.data(), GradType::kBF16, 17, stream)));
+}
+
+// Issue 20, item 7: the batched sums (one wait for all) give each buffer its own call's bits, empty
+// buffers among them, and check every buffer before queuing anything.
+TEST_F(SqSumKernelStreamTest, BatchedSumsGiveEachBufferItsOwnBits) {
+  DeviceArena arena(64 << 20);
+  Stream stream;
+  std::vector<DeviceGrad> device;
+  std::vector<std::vector<uint8_t>> host;
+  std::vector<SqSumJob> jobs;
+  const GradType types[] = {GradType::kBF16, GradType::kF32, GradType::kF16, GradType::kF32};
+  const int64_t sizes[] = {5 * 65536 + 77, 17, 3 * 65536, 0};
+  std::mt19937 rng(43);
+  for (int i = 0; i < 4; ++i) {
+    host.push_back(sq_sum_grad(types[i], std::max<int64_t>(sizes[i], 1), SqSumInput::kRandom, rng));
+    device.emplace_back(arena, types[i], host.back(), i % 2, stream);
+  }
+  for (int i = 0; i < 4; ++i) jobs.push_back(SqSumJob{device[i].data(), types[i], sizes[i]});
+  std::vector<double> out(jobs.size(), -1.0);
+  grad_sq_sums(jobs.data(), static_cast<int64_t>(jobs.size()), out.data(), stream.native());
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE("buffer " + std::to_string(i));
+    EXPECT_TRUE(same_sq_sum(optim::grad_sq_sum(host[i].data(), types[i], sizes[i]), out[i]));
+    EXPECT_TRUE(same_sq_sum(grad_sq_sum(device[i].data(), types[i], sizes[i], stream), out[i]));
+  }
+  EXPECT_GT(sq_sum_scratch_bytes(), 0);
+  // A bad job anywhere: nothing is queued, nothing written.
+  jobs[2].grad = nullptr;
+  std::fill(out.begin(), out.end(), -1.0);
+  EXPECT_THROW(
+      grad_sq_sums(jobs.data(), static_cast<int64_t>(jobs.size()), out.data(), stream.native()),
+      ConfigError);
+  EXPECT_EQ(out[0], -1.0);
 }
 
 TEST_F(SqSumKernelStreamTest, RejectsBadArgumentsAndEmptyBuffers) {

@@ -46,7 +46,7 @@ class EstimateValidationTest : public ::testing::TestWithParam<Case> {
     t.training.steps = 3;
     t.training.lr_schedule.type = "constant";
     t.default_chunk_size = 1 << 16;
-    t.engine.mode = "chunked";
+    t.engine.mode = config::EngineMode::kChunked;
     t.engine.activation_checkpointing = c.checkpointing;
     t.engine.device_memory = c.device_mib << 20;
     t.engine.host_memory = c.host_mib << 20;

@@ -104,7 +104,15 @@ TEST_F(CudaTraining, TightBudgetsGiveBitIdenticalLossesWithTheRealPeakUnderTheBu
     EXPECT_EQ(losses(tight), losses(free_run));
     int64_t moved = 0;
     for (const auto& m : tight) {
-      EXPECT_LE(m.device_peak_bytes, *c.engine.device_memory) << "step " << m.step;
+      // What the device really held (Note [device footprint]): the arena, LibTorch's reserved
+      // memory and the scratch, not only the planned chunks and live allocations.
+      EXPECT_LE(m.device_peak_bytes, m.device_reserved_peak_bytes) << "step " << m.step;
+      EXPECT_LE(m.device_reserved_peak_bytes, *c.engine.device_memory) << "step " << m.step;
+      // Issue 20, item 3: after the first planned step, uploads reuse evicted memory in stream
+      // order and nothing waits for the whole device.
+      if (m.step > c.engine.warmup_iterations + 1) {
+        EXPECT_EQ(m.device_syncs, 0) << "step " << m.step;
+      }
       moved += m.moved_h2d_bytes;
     }
     EXPECT_GT(moved, 0) << "the budget forced no moves";

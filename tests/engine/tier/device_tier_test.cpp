@@ -231,6 +231,9 @@ struct Ledger {
   int64_t adam_calls[2] = {0, 0};
   int64_t copied_ahead = 0, awaited = 0;
   int64_t uninitialized_allocations = 0;  // move destinations (allocate_uninitialized)
+  int64_t synchronizations = 0;
+  // The largest reserved non-model peak the tier reported since the test last cleared it.
+  int64_t reported_reserved_peak = 0;
   int64_t host_only_allocations = 0;
   int64_t host_only_copied = 0;  // bytes copied from or into allocate_host_only blocks
 
@@ -307,6 +310,12 @@ class CheckingTier final : public DeviceTier {
   // Host Adam called from another thread sleeps this long first, so that anything that touches
   // its buffers without waiting for it does so while it is still running.
   void set_off_thread_adam_delay(std::chrono::milliseconds delay) { delay_ = delay; }
+  // Reports this footprint, and LibTorch's reserved memory as `reserved_extra` above the allocated
+  // peak (Note [device footprint]), as a CUDA tier would.
+  void set_footprint(Footprint footprint, int64_t reserved_extra) {
+    footprint_ = footprint;
+    reserved_extra_ = reserved_extra;
+  }
 
   std::string describe() const override { return "checked, " + inner_->describe(); }
   c10::Device compute_device() const override { return inner_->compute_device(); }
@@ -462,9 +471,17 @@ class CheckingTier final : public DeviceTier {
   int64_t non_model_bytes() override { return inner_->non_model_bytes(); }
   int64_t non_model_peak_bytes() override { return inner_->non_model_peak_bytes(); }
   int64_t reset_non_model_peak() override { return inner_->reset_non_model_peak(); }
+  Footprint footprint() override { return footprint_; }
+  int64_t non_model_reserved_peak_bytes() override {
+    const int64_t reserved = inner_->non_model_peak_bytes() + reserved_extra_;
+    const std::lock_guard<std::mutex> lock(ledger_->mutex);
+    ledger_->reported_reserved_peak = std::max(ledger_->reported_reserved_peak, reserved);
+    return reserved;
+  }
   void synchronize() override {
     {
       const std::lock_guard<std::mutex> lock(ledger_->mutex);
+      ++ledger_->synchronizations;
       while (!ledger_->ahead.empty())
         ledger_->land(reinterpret_cast<const void*>(ledger_->ahead.begin()->first));
     }
@@ -479,6 +496,8 @@ class CheckingTier final : public DeviceTier {
   int64_t capacity_;
   const std::thread::id owner_thread_ = std::this_thread::get_id();
   std::chrono::milliseconds delay_{0};
+  Footprint footprint_;
+  int64_t reserved_extra_ = 0;
 };
 
 class ChunkedEngineOnATier : public ::testing::Test {
@@ -572,24 +591,33 @@ TEST_F(ChunkedEngineOnATier, KernelsSeeTheirSideAndReportsMatchTheTiersLedger) {
     auto ledger = std::make_shared<Ledger>();
     const int64_t chunk = plan.compute_chunk_bytes;
     c.engine.device_memory = plan.non_model_peak + 3 * chunk + chunk / 2;
-    int64_t h2d_before = 0, d2h_before = 0, adam_device_before = 0;
+    int64_t h2d_before = 0, d2h_before = 0, adam_device_before = 0, syncs_before = 0;
     int64_t moved = 0;
-    const auto checked =
-        run(c, std::make_unique<CheckingTier>(ledger, std::numeric_limits<int64_t>::max()),
-            [&](const train::StepMetrics& m) {
-              const int64_t h2d = ledger->copied[1][0], d2h = ledger->copied[0][1];
-              EXPECT_EQ(m.moved_h2d_bytes, h2d - h2d_before) << "step " << m.step;
-              EXPECT_EQ(m.moved_d2h_bytes, d2h - d2h_before) << "step " << m.step;
-              EXPECT_EQ(m.adam_device_chunks, ledger->adam_calls[0] - adam_device_before)
-                  << "step " << m.step;
-              EXPECT_EQ(m.model_data_bytes, ledger->live_bytes[0] + ledger->live_bytes[1])
-                  << "step " << m.step;
-              EXPECT_LE(m.device_peak_bytes, *c.engine.device_memory) << "step " << m.step;
-              moved += h2d - h2d_before;
-              h2d_before = h2d;
-              d2h_before = d2h;
-              adam_device_before = ledger->adam_calls[0];
-            });
+    const auto checked = run(
+        c, std::make_unique<CheckingTier>(ledger, std::numeric_limits<int64_t>::max()),
+        [&](const train::StepMetrics& m) {
+          const int64_t h2d = ledger->copied[1][0], d2h = ledger->copied[0][1];
+          EXPECT_EQ(m.moved_h2d_bytes, h2d - h2d_before) << "step " << m.step;
+          EXPECT_EQ(m.moved_d2h_bytes, d2h - d2h_before) << "step " << m.step;
+          EXPECT_EQ(m.adam_device_chunks, ledger->adam_calls[0] - adam_device_before)
+              << "step " << m.step;
+          EXPECT_EQ(m.model_data_bytes, ledger->live_bytes[0] + ledger->live_bytes[1])
+              << "step " << m.step;
+          EXPECT_LE(m.device_peak_bytes, *c.engine.device_memory) << "step " << m.step;
+          // No reserve, scratch or caching here: the device held what the engine planned.
+          EXPECT_EQ(m.device_reserved_peak_bytes, m.device_peak_bytes) << "step " << m.step;
+          // Issue 20, item 3: the engine reports every whole-device synchronisation it asked
+          // for, and a tight budget at steady state asks for none.
+          EXPECT_EQ(m.device_syncs, ledger->synchronizations - syncs_before) << "step " << m.step;
+          if (m.step > c.engine.warmup_iterations + 1) {
+            EXPECT_EQ(m.device_syncs, 0) << "step " << m.step;
+          }
+          syncs_before = ledger->synchronizations;
+          moved += h2d - h2d_before;
+          h2d_before = h2d;
+          d2h_before = d2h;
+          adam_device_before = ledger->adam_calls[0];
+        });
     EXPECT_EQ(losses(checked), losses(reference));
     EXPECT_GT(moved, 0) << "the budget forced no moves";
     // Every move lands in memory that was never zeroed (issue 20, item 4), and the losses above
@@ -834,6 +862,70 @@ TEST_F(ChunkedEngineOnATier, DeviceCapacityBelowTheBudgetBoundsDeviceMemory) {
   for (const auto& v : ledger->violations) ADD_FAILURE() << v;
 }
 
+// Note [device footprint]: where a tier sets memory aside for payloads, keeps scratch and reserves
+// more than LibTorch allocates (the CUDA tier), device_reserved_peak_bytes is their sum with the
+// largest reserved figure of the step's windows, while device_peak_bytes stays what the plan
+// counts; the numbers do not change.
+TEST_F(ChunkedEngineOnATier, ReservedPeakAddsTheTiersReservesToTheReservedNonModelPeak) {
+  auto c = small_config(/*bf16=*/true);
+  c.training.steps = 4;
+  const auto reference = run(c, nullptr);
+  auto ledger = std::make_shared<Ledger>();
+  auto tier = std::make_unique<CheckingTier>(ledger, std::numeric_limits<int64_t>::max());
+  DeviceTier::Footprint footprint;
+  footprint.payload_reserve_bytes = 96 << 20;
+  footprint.scratch_bytes = 3 << 20;
+  footprint.context_bytes = 500 << 20;  // reported, not counted against the budget
+  const int64_t extra = 7 << 20;
+  tier->set_footprint(footprint, extra);
+  const auto checked = run(c, std::move(tier), [&](const train::StepMetrics& m) {
+    int64_t reserved = 0;
+    {
+      const std::lock_guard<std::mutex> lock(ledger->mutex);
+      reserved = ledger->reported_reserved_peak;
+      ledger->reported_reserved_peak = 0;
+    }
+    EXPECT_GE(reserved, extra) << "step " << m.step;
+    EXPECT_EQ(m.device_reserved_peak_bytes,
+              footprint.payload_reserve_bytes + footprint.scratch_bytes + reserved)
+        << "step " << m.step;
+    EXPECT_LT(m.device_peak_bytes, m.device_reserved_peak_bytes) << "step " << m.step;
+  });
+  EXPECT_EQ(losses(checked), losses(reference));
+  for (size_t i = 0; i < checked.size(); ++i)
+    EXPECT_EQ(checked[i].device_peak_bytes, reference[i].device_peak_bytes) << "step " << i + 1;
+}
+
+// The batched sum of squares gives every buffer the bits of its own call (the CUDA tier's own is
+// checked on a GPU in SqSumKernelStreamTest).
+TEST(DeviceTierSums, BatchedSumsMatchOneCallEach) {
+  auto tier = make_emulated_tier();
+  std::vector<Block> blocks;
+  std::vector<DeviceTier::GradRef> grads;
+  const int64_t sizes[] = {1, 65536 + 3, 0, 300001};
+  for (int64_t n : sizes) {
+    blocks.push_back(tier->allocate(Side::kDevice, std::max<int64_t>(n, 1) * 4));
+    auto v = tier->view(blocks.back(), c10::kFloat, 0, {std::max<int64_t>(n, 1)});
+    v.copy_(torch::randn({std::max<int64_t>(n, 1)}));
+    grads.push_back({blocks.back().data(), optim::GradType::kF32, n});
+  }
+  std::vector<double> out(grads.size(), -1.0);
+  tier->grad_sq_sums(Side::kDevice, grads, out.data());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const double one =
+        tier->grad_sq_sum(Side::kDevice, grads[i].grad, grads[i].grad_type, grads[i].numel);
+    EXPECT_EQ(out[i], one) << "buffer " << i;
+    // Against float64, independently of the kernel's order.
+    const double ref = grads[i].numel == 0 ? 0.0
+                                           : tier->view(blocks[i], c10::kFloat, 0, {grads[i].numel})
+                                                 .to(torch::kDouble)
+                                                 .pow(2)
+                                                 .sum()
+                                                 .item<double>();
+    EXPECT_NEAR(out[i], ref, 1e-9 * std::max(1.0, ref)) << "buffer " << i;
+  }
+}
+
 TEST(DeviceArenaBytes, LeavesTheLargerOfThePredictionAndTheUnfilledShare) {
   config::TrainConfig c;
   c.engine.device_memory = 1000 << 20;
@@ -847,7 +939,7 @@ TEST(DeviceArenaBytes, LeavesTheLargerOfThePredictionAndTheUnfilledShare) {
 TEST(ComputeDevice, ChunkEngineOnCudaNeedsTheCudaTier) {
   if (cuda_tier_built()) GTEST_SKIP() << "this build has the CUDA tier";
   config::TrainConfig c;
-  c.engine.mode = "chunked";
+  c.engine.mode = config::EngineMode::kChunked;
   EXPECT_TRUE(train::compute_device(c, "cpu").is_cpu());
   EXPECT_TRUE(train::compute_device(c, "auto").is_cpu());
   try {

@@ -65,7 +65,7 @@ TEST_F(ChunkedEngineTest, Fp32MatchesTheTorchEngine) {
   c.gradient_clipping = 0.5;
   c.optimizer.weight_decay = 0.1;
   auto chunked = run(c);
-  c.engine.mode = "torch";
+  c.engine.mode = config::EngineMode::kTorch;
   auto reference = run(c);
   for (size_t i = 0; i < reference.size(); ++i) {
     EXPECT_NEAR(chunked[i].loss, reference[i].loss, 1e-5 * reference[i].loss) << "step " << i + 1;
@@ -82,7 +82,7 @@ TEST_F(ChunkedEngineTest, Bf16MatchesTheTorchEngineAndConverges) {
   c.bf16.enabled = true;
   c.gradient_clipping = 1.0;
   auto chunked = run(c);
-  c.engine.mode = "torch";
+  c.engine.mode = config::EngineMode::kTorch;
   auto reference = run(c);
   for (size_t i = 0; i < reference.size(); ++i)
     EXPECT_NEAR(chunked[i].loss, reference[i].loss, 1e-2 * reference[i].loss) << "step " << i + 1;
@@ -96,7 +96,7 @@ TEST_F(ChunkedEngineTest, AccumulationMatchesTheTorchEngine) {
     c.gradient_accumulation_steps = 3;
     c.bf16.enabled = bf16;
     auto chunked = run(c);
-    c.engine.mode = "torch";
+    c.engine.mode = config::EngineMode::kTorch;
     auto reference = run(c);
     const double tol = bf16 ? 1e-2 : 1e-5;
     for (size_t i = 0; i < reference.size(); ++i)
@@ -192,7 +192,7 @@ TEST_F(ChunkedEngineTest, TrainsAUserModuleLikeTheTorchEngine) {
   o.progress = false;
   torch::manual_seed(5);
   Trainer chunked(c, std::make_shared<UserModel>(), o);
-  c.engine.mode = "torch";
+  c.engine.mode = config::EngineMode::kTorch;
   torch::manual_seed(5);
   Trainer reference(c, std::make_shared<UserModel>(), o);
   double first = 0, last = 0;

@@ -8,6 +8,7 @@
 
 #include "pstar/core/torch_compat.h"
 #include "pstar/formats/config.h"
+#include "pstar/train/run_facts.h"
 
 namespace pstar::train {
 namespace {
@@ -93,34 +94,34 @@ TEST(Bf16Probe, OneDnnAccumulatesInFp32OnAvx512) {
   EXPECT_LE(p.bf16_relative_error, Bf16Probe::kMaxRelativeError) << p.describe();
 }
 
-TEST(ResolvePrecision, AutoFollowsTheProbe) {
+TEST(PlanRunPrecision, AutoFollowsTheProbe) {
   config::TrainConfig c;
   c.bf16.auto_select = true;
-  const auto resolved = resolve_precision(c, c10::Device(c10::kCPU));
+  const auto resolved = plan_run(c, "cpu", nullptr).config;
   EXPECT_FALSE(resolved.bf16.auto_select);
   EXPECT_EQ(resolved.bf16.enabled, bf16_probe(c10::Device(c10::kCPU)).fast());
 }
 
-TEST(ResolvePrecision, AutoChoosesFp32OnFallbackKernels) {
+TEST(PlanRunPrecision, AutoChoosesFp32OnFallbackKernels) {
 #if PSTAR_TORCH_VERSION_AT_LEAST(2, 0)
   GTEST_SKIP() << "see FallbackKernelsAreSlowAndInexact";
 #else
   ScopedOneDnn off(false);
   config::TrainConfig c;
   c.bf16.auto_select = true;
-  const auto resolved = resolve_precision(c, c10::Device(c10::kCPU));
+  const auto resolved = plan_run(c, "cpu", nullptr).config;
   EXPECT_FALSE(resolved.bf16.auto_select);
   EXPECT_FALSE(resolved.bf16.enabled);
 #endif
 }
 
-TEST(ResolvePrecision, ExplicitChoicesAreKept) {
+TEST(PlanRunPrecision, ExplicitChoicesAreKept) {
   ScopedOneDnn off(false);  // bf16 is slow here, and still kept when asked for
   config::TrainConfig c;
   c.bf16.enabled = true;
-  EXPECT_TRUE(resolve_precision(c, c10::Device(c10::kCPU)).bf16.enabled);
+  EXPECT_TRUE(plan_run(c, "cpu", nullptr).config.bf16.enabled);
   c.bf16.enabled = false;
-  const auto fp32 = resolve_precision(c, c10::Device(c10::kCPU));
+  const auto fp32 = plan_run(c, "cpu", nullptr).config;
   EXPECT_FALSE(fp32.bf16.enabled);
   EXPECT_FALSE(fp32.bf16.auto_select);
 }

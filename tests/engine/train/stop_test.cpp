@@ -39,7 +39,7 @@ class StopTest : public ::testing::TestWithParam<const char*> {
     c.training.lr_schedule.type = "cosine";
     c.training.lr_schedule.warmup_steps = 2;
     c.default_chunk_size = 20000;
-    c.engine.mode = GetParam();
+    c.engine.mode = config::engine_mode_from_name(GetParam());
     c.engine.device_memory = 3 << 20;  // chunks move, so the engine is mid-flight when stopped
     return c;
   }

@@ -77,10 +77,15 @@ struct TrainingConfig {
   int64_t keep_last = 3;
 };
 
+// engine.mode: "chunked", model data in chunks moved between a device tier and the host
+// (docs/engine.md); "torch", plain LibTorch training, the reference.
+enum class EngineMode : uint8_t { kChunked, kTorch };
+const char* engine_mode_name(EngineMode mode);  // the config's spelling
+// The mode a config spells `name`; ConfigError naming the valid ones otherwise.
+EngineMode engine_mode_from_name(const std::string& name);
+
 struct EngineConfig {
-  // "chunked": model data in chunks moved between a device tier and the host (docs/engine.md);
-  // "torch": plain LibTorch training, the reference.
-  std::string mode = "chunked";
+  EngineMode mode = EngineMode::kChunked;
   // Tier budgets in bytes; unset: what the machine has, times 0.8.
   std::optional<int64_t> device_memory;
   std::optional<int64_t> host_memory;

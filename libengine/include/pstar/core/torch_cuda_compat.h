@@ -39,6 +39,16 @@ struct CudaAllocatedBytes {
   int64_t peak = 0;
 };
 
+// What LibTorch's caching allocator holds reserved from the device (its cudaMalloc'd segments,
+// freed blocks among them) now and at most since the last reset_cuda_allocated_peak, read like
+// cuda_allocated_bytes.
+inline CudaAllocatedBytes cuda_reserved_bytes(int device) {
+  const auto stats =
+      c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  const auto& aggregate = stats.reserved_bytes[0];
+  return CudaAllocatedBytes{aggregate.current, aggregate.peak};
+}
+
 // The bytes of LibTorch's live CUDA allocations on `device` (the caching allocator's
 // allocated_bytes over all pools), now and at most since the last reset_cuda_allocated_peak. The
 // device argument is an int in 1.13 and a c10::DeviceIndex in 2.x, and DeviceStats moved to

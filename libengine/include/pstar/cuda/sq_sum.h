@@ -25,4 +25,21 @@ class Stream;
 double grad_sq_sum(const void* grad, optim::GradType grad_type, int64_t numel, CUstream_st* stream);
 double grad_sq_sum(const void* grad, optim::GradType grad_type, int64_t numel, Stream& stream);
 
+// One buffer of grad_sq_sums.
+struct SqSumJob {
+  const void* grad = nullptr;
+  optim::GradType grad_type = optim::GradType::kF32;
+  int64_t numel = 0;
+};
+
+// grad_sq_sum of each of jobs[0..count) into out[i], with its bits, but with one wait for all of
+// them: every kernel is queued on `stream` into one scratch, the block sums come back in one copy,
+// and the calling thread blocks once (the chunk engine's gradient norm sums every device chunk at
+// each step; a wait per chunk would drain the stream that many times). The checks are
+// grad_sq_sum's, all made before anything is queued. Empty jobs give 0.
+void grad_sq_sums(const SqSumJob* jobs, int64_t count, double* out, CUstream_st* stream);
+
+// The device bytes the sums' scratch holds now, over every thread and device.
+int64_t sq_sum_scratch_bytes();
+
 }  // namespace pstar::cuda

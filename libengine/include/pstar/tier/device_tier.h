@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -144,6 +145,15 @@ class DeviceTier {
   // optim::grad_sq_sum of a buffer on `side`, with the same bits on either side.
   virtual double grad_sq_sum(Side side, const void* grad, optim::GradType grad_type,
                              int64_t numel) = 0;
+  // grad_sq_sum of each of `grads`, all on `side`, into out[i]: the same bits as one call each.
+  // The CUDA tier queues every device-side sum and waits for their results once, rather than once
+  // per chunk (the gradient norm sums every margin chunk at each step). By default, one call each.
+  struct GradRef {
+    const void* grad = nullptr;
+    optim::GradType grad_type = optim::GradType::kF32;
+    int64_t numel = 0;
+  };
+  virtual void grad_sq_sums(Side side, const std::vector<GradRef>& grads, double* out);
 
   // Non-model memory on the compute device: what LibTorch holds there now, and the most it held
   // at once since the last reset_non_model_peak(), which starts a new window at the current level
@@ -152,8 +162,33 @@ class DeviceTier {
   virtual int64_t non_model_peak_bytes() = 0;
   virtual int64_t reset_non_model_peak() = 0;
 
+  // Note [device footprint]
+  // device_peak_bytes counts what the chunk engine plans with: chunk payloads on the device plus
+  // LibTorch's live non-model allocations. The device holds more than that on a GPU: the caching
+  // allocator keeps what it freed (reserved >= allocated), the CUDA tier sets the whole arena aside
+  // at start-up, its kernels keep scratch, and the CUDA context and libraries sit below all of it.
+  // The engine adds these up per step (device_reserved_peak_bytes) and checks the budget against
+  // that sum; the context is reported beside it, since engine.device_memory's default is measured
+  // after the context exists.
+  struct Footprint {
+    // Memory set aside for chunk payloads whatever they use of it (the CUDA arena); 0 where
+    // payloads are allocated one by one (the emulated tier), so the engine counts its own.
+    int64_t payload_reserve_bytes = 0;
+    int64_t scratch_bytes = 0;  // the tier's kernels' own device buffers
+    int64_t context_bytes = 0;  // in use on the device before the tier was made
+  };
+  virtual Footprint footprint() { return Footprint{}; }
+  // What LibTorch held reserved on the compute device at most in the current non-model window
+  // (reset with reset_non_model_peak()): the CUDA caching allocator's reserved bytes. By default
+  // the allocated peak (an allocator that keeps nothing back).
+  virtual int64_t non_model_reserved_peak_bytes() { return non_model_peak_bytes(); }
+
   // Waits until everything queued so far has finished, so that the host may touch any block.
   virtual void synchronize() = 0;
+  // Whole-device synchronisations the tier made on its own so far, not counting synchronize()
+  // calls: the CUDA tier's last resort when memory retired on the device is all that is missing
+  // (Note [stream-ordered reuse]). A steady state makes none.
+  virtual int64_t own_synchronizations() const { return 0; }
 
   // The host memory the tier holds for payloads (blocks in use and free blocks kept for reuse,
   // Note [exact-size host pool]): `pinned`, page-locked for copies (the emulated tier counts what
@@ -186,9 +221,10 @@ bool cuda_tier_built();
 // arena does not fit.
 std::unique_ptr<DeviceTier> make_cuda_tier(int device_index, int64_t arena_bytes);
 
-// engine.device_memory when the config leaves it out, for a CUDA device: 90% of the memory free on
-// it now. Throws ConfigError like make_cuda_tier when this build has no CUDA tier.
-int64_t default_cuda_budget(int device_index);
+// The memory free on a CUDA device now (engine.device_memory's default is a share of it:
+// plan::resolve_run). Throws ConfigError like make_cuda_tier when this build has no CUDA tier or
+// the device does not exist.
+int64_t cuda_free_bytes(int device_index);
 
 // The tier for a compute device: emulated for kCPU, CUDA (an arena of `arena_bytes`) for kCUDA.
 std::unique_ptr<DeviceTier> make_device_tier(c10::Device device, int64_t arena_bytes);

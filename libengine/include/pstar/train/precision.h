@@ -47,10 +47,13 @@ Bf16Probe measure_bf16(c10::Device device);
 // measure_bf16, once per process for each device and oneDNN setting.
 Bf16Probe bf16_probe(c10::Device device);
 
-// `config` with bf16.enabled "auto" decided for `device` by the probe, and the choice logged with
-// its numbers. Explicit bf16 trains as asked; where the probe finds it slow or inaccurate, one
-// warning per process says so with the numbers. fp32 and fp16 configs come back unchanged and
-// cost no probe.
-config::TrainConfig resolve_precision(config::TrainConfig config, c10::Device device);
+// Why "auto" chose what it chose, for the run plan's log line: the probe's numbers and the rule
+// (bf16.enabled "auto" is resolved with the other decisions of a run: plan::resolve_run, fed by
+// gather_run_facts in run_facts.h).
+std::string describe_bf16_verdict(const Bf16Probe& probe);
+
+// For bf16.enabled true: bf16 trains as asked, and where the probe finds it slow or inaccurate on
+// `device`, one warning per process says so with the numbers.
+void warn_if_bf16_slow(c10::Device device);
 
 }  // namespace pstar::train

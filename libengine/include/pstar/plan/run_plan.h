@@ -1,0 +1,87 @@
+// The run plan: what a training run is, decided once from the config and the facts of the machine
+// it runs on, and read by everything after (Note [run plan]). Pure C++ (no LibTorch), so that
+// `pstar estimate --config` resolves the same plan for hypothetical facts, and a table of configs
+// and facts tests it.
+//
+// Note [run plan]
+// A config says what the user asked for, with "auto" and unset keys where the machine should
+// decide. Before, each part of a run decided those on its own: the precision in three places, the
+// device budget in four, the global batch before the world size was known. Now one function,
+// resolve_run, turns the config and the RunFacts (the world size, the compute device, what the
+// bf16 probe measured, the free device memory), gathered once and agreed by every rank, into a
+// RunPlan. Its `config` is the config with every "auto" decided, and the decisions are logged from
+// `decisions`. Gathering the facts needs LibTorch and the device (train/run_facts.h); resolving
+// them does not.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pstar/formats/config.h"
+#include "pstar/plan/memory_plan.h"
+
+namespace pstar::plan {
+
+enum class Precision : uint8_t { kFp32, kBf16, kFp16 };
+const char* precision_name(Precision precision);  // "fp32", "bf16", "fp16"
+
+enum class DeviceKind : uint8_t { kCpu, kCuda };
+
+// What this process found out about its run, gathered once; every rank uses rank 0's.
+struct RunFacts {
+  int64_t world_size = 1;
+  int64_t ranks_per_host = 1;  // ranks sharing this host's memory (and engine.host_memory)
+  DeviceKind device = DeviceKind::kCpu;
+  std::string device_name = "cpu";  // for messages: "cpu", "cuda:0"
+  // Whether bf16 is fast and accurate on the device (the start-up probe on a CPU); needed only
+  // when bf16.enabled is "auto". `bf16_evidence` says why, for the log.
+  std::optional<bool> bf16_fast;
+  std::string bf16_evidence;
+  // Free memory on a CUDA device; needed only when the chunk engine runs there without
+  // engine.device_memory.
+  std::optional<int64_t> free_device_bytes;
+  int64_t physical_memory_bytes = 0;  // the defaults of the budgets are a share of it
+};
+
+// Everything the rest of a run reads about its shape.
+struct RunPlan {
+  config::TrainConfig
+      config;           // as given, with bf16.enabled, overlap_adam and a CUDA budget decided
+  bool chunked = true;  // engine.mode "chunked"; else "torch"
+  Precision precision = Precision::kFp32;
+  DeviceKind device = DeviceKind::kCpu;
+  std::string device_name = "cpu";
+  int64_t world_size = 1;
+  int64_t ranks_per_host = 1;
+  int64_t micro_batch = 1;   // sequences per rank per micro-batch
+  int64_t accumulation = 1;  // micro-batches per step
+  int64_t global_batch = 1;  // sequences per step over every rank: micro × accumulation × world
+  Budgets budgets;           // engine.device_memory and engine.host_memory, defaults applied
+  int64_t host_budget_per_rank = 0;  // the ranks on a host share its budget
+  bool prefetch = true;
+  bool overlap_adam = false;
+  // One log line per decision the plan made for the user ("precision: bf16 (...)").
+  std::vector<std::string> decisions;
+
+  // Bytes of one element of the compute dtype: 4, or 2 for bf16 and fp16.
+  int64_t compute_elem_bytes() const { return precision == Precision::kFp32 ? 4 : 2; }
+};
+
+// The share of a CUDA device's free memory engine.device_memory defaults to: the rest is left to
+// the CUDA context's growth, cuBLAS workspaces and the caching allocator's slack.
+inline constexpr double kCudaFreeMemoryRatio = 0.9;
+
+// engine.overlap_adam on `device`: its "auto" is on for a GPU, where the device computes while the
+// host updates, and off on the emulated tier, where both would share the CPU's cores (Note [host
+// adam overlap]). resolve_run decides with it, and so does a chunk engine made from a config no
+// plan resolved.
+bool overlap_adam_on(const config::EngineConfig& engine, DeviceKind device);
+
+// Resolves `config` for `facts` (Note [run plan]). Pure. Throws ConfigError for what no machine
+// could run: train_batch_size unequal to micro × accumulation × world size, several ranks with
+// the torch engine; a missing fact the config needs is an InternalError.
+RunPlan resolve_run(const config::TrainConfig& config, const RunFacts& facts);
+
+}  // namespace pstar::plan

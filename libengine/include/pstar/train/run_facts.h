@@ -1,0 +1,36 @@
+// Gathering the facts a run plan is resolved from (Note [run plan] in plan/run_plan.h): the part
+// that needs LibTorch and the device.
+#pragma once
+
+#include <string>
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include "pstar/formats/config.h"
+#include "pstar/plan/run_plan.h"
+
+namespace pstar::dist {
+class Communicator;
+}
+
+namespace pstar::train {
+
+// This run's facts, gathered once: the world from `comm` (null: one rank), the compute device for
+// `device_option` ("cpu", "cuda", "auto"; compute_device), the bf16 probe when bf16.enabled is
+// "auto" (rank 0's verdict for every rank: probes are timings, and ranks could disagree near the
+// threshold), and the free memory of a CUDA device when the chunk engine runs there without
+// engine.device_memory. A config resolved already asks for neither. With bf16.enabled true, warns
+// once when bf16 is slow or inexact on the device.
+plan::RunFacts gather_run_facts(const config::TrainConfig& config, const std::string& device_option,
+                                dist::Communicator* comm);
+
+// gather_run_facts, then plan::resolve_run: the run plan for `config` on this machine.
+plan::RunPlan plan_run(const config::TrainConfig& config, const std::string& device_option,
+                       dist::Communicator* comm);
+
+// The compute device and dtype a plan names.
+c10::Device plan_device(const plan::RunPlan& plan);
+c10::ScalarType plan_dtype(const plan::RunPlan& plan);
+
+}  // namespace pstar::train

@@ -1,0 +1,116 @@
+#include "pstar/plan/run_plan.h"
+
+#include <limits>
+
+#include "pstar/base/error.h"
+#include "pstar/base/size.h"
+
+namespace pstar::plan {
+
+const char* precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
+  }
+  return "?";
+}
+
+namespace {
+
+// DeepSpeed's train_batch_size is the global batch, so it can only be checked once the world size
+// is known: here, not when the config is read.
+void check_global_batch(const config::TrainConfig& c, int64_t world) {
+  if (!c.train_batch_size) return;
+  const int64_t micro = c.train_micro_batch_size_per_gpu;
+  const int64_t accumulation = c.gradient_accumulation_steps;
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const bool overflows = micro > kMax / accumulation || micro * accumulation > kMax / world;
+  const std::string product =
+      overflows ? "more than 2^63" : std::to_string(micro * accumulation * world);
+  PSTAR_CHECK(!overflows && micro * accumulation * world == *c.train_batch_size, ConfigError,
+              c.source.empty() ? std::string() : c.source + ": ",
+              "train_batch_size: expected train_micro_batch_size_per_gpu (", micro,
+              ") * gradient_accumulation_steps (", accumulation, ") * world size (", world,
+              ") = ", product, ", found ", *c.train_batch_size,
+              "; set train_batch_size to that product or leave it out");
+}
+
+}  // namespace
+
+bool overlap_adam_on(const config::EngineConfig& engine, DeviceKind device) {
+  return engine.overlap_adam_auto ? device == DeviceKind::kCuda : engine.overlap_adam;
+}
+
+RunPlan resolve_run(const config::TrainConfig& config, const RunFacts& facts) {
+  PSTAR_INTERNAL_ASSERT(facts.world_size >= 1 && facts.ranks_per_host >= 1 &&
+                            facts.ranks_per_host <= facts.world_size,
+                        "world size ", facts.world_size, ", ", facts.ranks_per_host, " per host");
+  RunPlan plan;
+  plan.config = config;
+  config::TrainConfig& c = plan.config;
+  plan.chunked = c.engine.mode == config::EngineMode::kChunked;
+  plan.device = facts.device;
+  plan.device_name = facts.device_name;
+  plan.world_size = facts.world_size;
+  plan.ranks_per_host = facts.ranks_per_host;
+
+  PSTAR_CHECK(plan.world_size == 1 || plan.chunked, ConfigError, "engine.mode \"",
+              config::engine_mode_name(c.engine.mode),
+              "\" trains on one rank; use engine.mode \"chunked\" to train on ", plan.world_size,
+              " ranks");
+  check_global_batch(c, plan.world_size);
+  plan.micro_batch = c.train_micro_batch_size_per_gpu;
+  plan.accumulation = c.gradient_accumulation_steps;
+  plan.global_batch = plan.micro_batch * plan.accumulation * plan.world_size;
+
+  // Precision: "auto" is bf16 where the device runs it fast and accurately (Note [bf16 on CPUs]).
+  if (c.bf16.auto_select) {
+    PSTAR_INTERNAL_ASSERT(facts.bf16_fast.has_value(),
+                          "bf16.enabled \"auto\" needs the bf16 probe's verdict");
+    c.bf16.auto_select = false;
+    c.bf16.enabled = *facts.bf16_fast;
+    plan.decisions.push_back(str_cat("precision: ", c.bf16.enabled ? "bf16" : "fp32",
+                                     " (bf16.enabled \"auto\" on ", facts.device_name, ": ",
+                                     facts.bf16_evidence, ")"));
+  }
+  plan.precision = c.bf16.enabled   ? Precision::kBf16
+                   : c.fp16.enabled ? Precision::kFp16
+                                    : Precision::kFp32;
+
+  // Budgets. On a GPU engine.device_memory's default is a share of the device's free memory; the
+  // config keeps it, so that every later reader (and the checkpoint's config.json) sees the same.
+  if (plan.chunked && plan.device == DeviceKind::kCuda && !c.engine.device_memory) {
+    PSTAR_INTERNAL_ASSERT(facts.free_device_bytes.has_value(),
+                          "the CUDA budget's default needs the device's free memory");
+    c.engine.device_memory =
+        static_cast<int64_t>(kCudaFreeMemoryRatio * static_cast<double>(*facts.free_device_bytes));
+    plan.decisions.push_back(
+        str_cat("engine.device_memory: ", format_bytes(*c.engine.device_memory), " (",
+                static_cast<int>(kCudaFreeMemoryRatio * 100), "% of the free memory of ",
+                facts.device_name, ")"));
+  }
+  const auto fallback =
+      static_cast<int64_t>(kDefaultMemoryRatio * static_cast<double>(facts.physical_memory_bytes));
+  plan.budgets.device = c.engine.device_memory.value_or(fallback);
+  plan.budgets.host = c.engine.host_memory.value_or(fallback);
+  plan.host_budget_per_rank = plan.budgets.host / plan.ranks_per_host;
+
+  c.engine.overlap_adam = overlap_adam_on(c.engine, plan.device);
+  c.engine.overlap_adam_auto = false;
+  plan.overlap_adam = plan.chunked && c.engine.overlap_adam;
+  // PatrickStar frees the other ranks' fp16 parameters after initialisation when it is set; pstar
+  // builds each unit straight into chunks and keeps another rank's chunk only while gathered, so
+  // there is never a copy to release. Said once rather than silently ignored.
+  if (c.release_after_init)
+    plan.decisions.push_back(
+        "release_after_init: true changes nothing in pstar (units are built straight into chunks, "
+        "and other ranks' chunks hold data only while gathered)");
+  plan.prefetch = plan.chunked && c.engine.prefetch;
+  return plan;
+}
+
+}  // namespace pstar::plan

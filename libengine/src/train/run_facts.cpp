@@ -1,0 +1,63 @@
+#include "pstar/train/run_facts.h"
+
+#include <torch/torch.h>
+
+#include "pstar/dist/communicator.h"
+#include "pstar/dist/world.h"
+#include "pstar/tier/device_tier.h"
+#include "pstar/train/precision.h"
+#include "pstar/train/trainer.h"
+
+namespace pstar::train {
+
+plan::RunFacts gather_run_facts(const config::TrainConfig& config, const std::string& device_option,
+                                dist::Communicator* comm) {
+  plan::RunFacts facts;
+  if (comm != nullptr) {
+    facts.world_size = comm->world_size();
+    facts.ranks_per_host = comm->world().local_world_size;
+  }
+  const c10::Device device = compute_device(config, device_option);
+  facts.device = device.is_cuda() ? plan::DeviceKind::kCuda : plan::DeviceKind::kCpu;
+  facts.device_name = device.str();
+  if (config.bf16.auto_select) {
+    const Bf16Probe probe = bf16_probe(device);
+    facts.bf16_fast = probe.fast();
+    facts.bf16_evidence = describe_bf16_verdict(probe);
+    if (comm != nullptr) {
+      const auto verdicts = comm->exchange("bf16", *facts.bf16_fast ? "1" : "0");
+      if ((verdicts[0] == "1") != *facts.bf16_fast) {
+        facts.bf16_fast = verdicts[0] == "1";
+        facts.bf16_evidence += "; rank 0 decided for every rank";
+      }
+    }
+  } else if (config.bf16.enabled) {
+    warn_if_bf16_slow(device);
+  }
+  if (config.engine.mode == config::EngineMode::kChunked && device.is_cuda() &&
+      !config.engine.device_memory)
+    facts.free_device_bytes = tier::cuda_free_bytes(device.has_index() ? device.index() : 0);
+  facts.physical_memory_bytes = plan::physical_memory_bytes();
+  return facts;
+}
+
+plan::RunPlan plan_run(const config::TrainConfig& config, const std::string& device_option,
+                       dist::Communicator* comm) {
+  return plan::resolve_run(config, gather_run_facts(config, device_option, comm));
+}
+
+c10::Device plan_device(const plan::RunPlan& plan) { return c10::Device(plan.device_name); }
+
+c10::ScalarType plan_dtype(const plan::RunPlan& plan) {
+  switch (plan.precision) {
+    case plan::Precision::kFp32:
+      return torch::kFloat32;
+    case plan::Precision::kBf16:
+      return torch::kBFloat16;
+    case plan::Precision::kFp16:
+      return torch::kFloat16;
+  }
+  PSTAR_INTERNAL_ASSERT(false, "unknown precision ", static_cast<int>(plan.precision));
+}
+
+}  // namespace pstar::train
