@@ -1,6 +1,8 @@
 #include "pstar/memory/host_pool.h"
 
-#include <cstdlib>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -10,6 +12,26 @@
 #include "pstar/base/size.h"
 
 namespace pstar::memory {
+namespace {
+
+// Blocks are mapped from the kernel directly rather than taken from malloc's heap: they stay apart
+// from LibTorch's tensors there (Note [heap for activations] in core/device.cpp), and giving one
+// back really returns its memory. Mappings are page-aligned, so 64-byte aligned too.
+size_t mapped_size(int64_t bytes) {
+  static const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (static_cast<size_t>(bytes) + page - 1) / page * page;
+}
+
+void* map_block(int64_t bytes) {
+  void* p =
+      mmap(nullptr, mapped_size(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+void unmap_block(void* p, int64_t bytes) { (void)munmap(p, mapped_size(bytes)); }
+
+}  // namespace
+
 namespace detail {
 
 // Lives until the HostPool and all its blocks are gone; then frees every block.
@@ -17,7 +39,7 @@ struct HostPoolState {
   HostPoolState() = default;
   ~HostPoolState() {
     for (auto& [bytes, list] : free)
-      for (void* p : list) std::free(p);
+      for (void* p : list) unmap_block(p, bytes);
   }
   HostPoolState(const HostPoolState&) = delete;
   HostPoolState& operator=(const HostPoolState&) = delete;
@@ -56,7 +78,7 @@ void HostBlock::reset() {
       ++s.free_blocks;
     } catch (...) {
       // std::bad_alloc from the free list: give the block back instead of keeping it.
-      std::free(data_);
+      unmap_block(data_, bytes_);
       --s.blocks;
       s.reserved.decrease(bytes_);
     }
@@ -81,8 +103,8 @@ HostBlock HostPool::acquire(int64_t bytes) {
     it->second.pop_back();
     --s.free_blocks;
   } else {
-    // aligned_alloc wants a multiple of the alignment; the pool accounts for the bytes asked.
-    data = std::aligned_alloc(64, (static_cast<size_t>(bytes) + 63) / 64 * 64);
+    // The pool accounts for the bytes asked, not the whole pages mapped.
+    data = map_block(bytes);
     PSTAR_CHECK(data != nullptr, OutOfMemoryError, "cannot allocate ", format_bytes(bytes),
                 " of host memory for a chunk payload (the pool holds ",
                 format_bytes(s.reserved.current),
@@ -103,7 +125,7 @@ int64_t HostPool::release_free() {
   Stats& s = state_->stats;
   int64_t released = 0;
   for (auto& [bytes, list] : state_->free) {
-    for (void* p : list) std::free(p);
+    for (void* p : list) unmap_block(p, bytes);
     const auto n = static_cast<int64_t>(list.size());
     released += n * bytes;
     s.reserved.decrease(n * bytes);

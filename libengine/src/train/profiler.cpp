@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 
 #include "pstar/base/error.h"
 #include "pstar/memory/cpu_counter.h"
@@ -24,6 +25,23 @@ struct Profiler::Impl {
   int64_t step = 0;
   int64_t step_moment = 0;  // moments so far in this step
   bool moment_open = false;
+
+  // Note [profile names]
+  // Moment names repeat every step, so each distinct one is kept once and a row holds its index;
+  // the names column is filled only when the profile is read (data(), write()). A string per row,
+  // kept for the rest of the run, used to land among the step's tensors in malloc's heap, whose
+  // free space then fragmented and grew by about 9 MiB a step for gpt-mini, every page of it
+  // faulted in afresh (issue 23). Recording a moment now keeps nothing new on the heap but an
+  // index, and the columns grow geometrically.
+  std::vector<std::string> names;  // distinct, in first-seen order
+  std::unordered_map<std::string, int32_t> name_index;
+  std::vector<int32_t> row_names;  // per by_moment row
+
+  void fill_names() {
+    std::vector<std::string>& column = profile.by_moment.name;
+    for (size_t r = column.size(); r < row_names.size(); ++r)
+      column.push_back(names[static_cast<size_t>(row_names[r])]);
+  }
 
   // Shared with the sampler thread.
   std::atomic<int64_t> device_chunks{0}, host_chunks{0};
@@ -76,7 +94,10 @@ Profiler::Profiler(std::chrono::microseconds period) : impl_(std::make_unique<Im
 
 Profiler::~Profiler() { impl_->stop_sampler(); }
 
-formats::Profile& Profiler::data() { return impl_->profile; }
+formats::Profile& Profiler::data() {
+  impl_->fill_names();
+  return impl_->profile;
+}
 bool Profiler::recording() const { return impl_->in_step; }
 
 void Profiler::begin_step(int64_t step) {
@@ -116,7 +137,9 @@ void Profiler::begin_moment(const std::string& name, formats::ProfileStage stage
   auto& m = s.profile.by_moment;
   m.step.push_back(s.step);
   m.moment.push_back(s.step_moment++);
-  m.name.push_back(name);
+  auto [it, added] = s.name_index.try_emplace(name, static_cast<int32_t>(s.names.size()));
+  if (added) s.names.push_back(name);
+  s.row_names.push_back(it->second);
   m.stage.push_back(static_cast<int8_t>(stage));
   m.time_s.push_back(s.now());
   m.device_chunks.push_back(memory.device_chunks);
@@ -164,6 +187,7 @@ void Profiler::set_chunk_bytes(int64_t device, int64_t host) {
 
 void Profiler::write(const std::string& path) {
   impl_->stop_sampler();
+  impl_->fill_names();
   formats::write_profile(path, impl_->profile);
 }
 

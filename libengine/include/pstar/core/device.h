@@ -17,7 +17,10 @@ c10::Device resolve_device(const std::string& name, const std::string& what);
 //   virtual machines);
 // - PSTAR_ONEDNN=0 turns LibTorch's oneDNN (mkldnn) CPU kernels off. bf16 matmuls then take
 //   ATen's fallback GEMM, the path every CPU without AVX-512 takes (Note [bf16 on CPUs]), so its
-//   speed and numerics can be reproduced on any x86-64 machine.
+//   speed and numerics can be reproduced on any x86-64 machine;
+// - the C allocator keeps LibTorch's CPU tensors in its heap for reuse (Note [heap for
+//   activations] in device.cpp), unless MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ say
+//   otherwise.
 void configure_runtime(int64_t ranks_per_host = 1);
 
 }  // namespace pstar::core

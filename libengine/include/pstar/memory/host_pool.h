@@ -10,10 +10,11 @@
 // free list of its exact size and hands it out again as it is, unzeroed: after the first steps a
 // move reuses pages that are mapped already and costs the copy alone. Sizes are never rounded up
 // (chunk payloads come in two or three sizes, and memory held for nothing would count against
-// engine.host_memory), so a block serves only a request of exactly its size. Blocks go back to the
-// C allocator only through release_free(): the chunk engine trims its tier's pools when its plan
-// has promoted chunks to the device margin for good, and when the memory they hold would exceed
-// engine.host_memory. The CUDA tier's pinned pool (cuda::PinnedHostPool) works the same way.
+// engine.host_memory), so a block serves only a request of exactly its size. Blocks are mapped
+// from the kernel (mmap), apart from malloc's heap, and go back to it only through release_free():
+// the chunk engine trims its tier's pools when its plan has promoted chunks to the device margin
+// for good, and when the memory they hold would exceed engine.host_memory. The CUDA tier's pinned
+// pool (cuda::PinnedHostPool) works the same way.
 #pragma once
 
 #include <cstdint>
@@ -54,7 +55,7 @@ class HostBlock {
 class HostPool {
  public:
   struct Stats {
-    Stat reserved;  // held from the C allocator: in use + free
+    Stat reserved;  // mapped from the system: in use + free
     Stat in_use;    // handed out
     int64_t blocks = 0, free_blocks = 0;
   };
@@ -63,7 +64,7 @@ class HostPool {
 
   // A block of exactly `bytes` (> 0), 64-byte aligned, its contents undefined: the free block of
   // that size freed last if there is one, else fresh memory. Throws OutOfMemoryError naming the
-  // size (and what the pool holds) when the C allocator has none.
+  // size (and what the pool holds) when the system has no memory for it.
   HostBlock acquire(int64_t bytes);
   // Frees every free block; returns the bytes given back.
   int64_t release_free();
