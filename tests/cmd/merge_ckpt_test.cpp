@@ -156,9 +156,10 @@ class MergeCkptTest : public ::testing::Test {
   }
 
   // Two ranks, `steps` steps, a checkpoint every 3 into `save_dir`.
-  void train_two_ranks(int64_t steps, const std::string& save_dir, const std::string& metrics) {
+  void train_two_ranks(int64_t steps, const std::string& save_dir, const std::string& metrics,
+                       int nproc = 2) {
     const std::string cfg = write_config(config(steps, 3, save_dir), save_dir + ".json");
-    const auto r = train(cfg, {"--nproc", "2", "--metrics", metrics});
+    const auto r = train(cfg, {"--nproc", std::to_string(nproc), "--metrics", metrics});
     ASSERT_EQ(r.exit_code, 0) << r;
   }
 
@@ -685,18 +686,19 @@ TEST_F(MergeCkptTest, ShardsThatFailTheirManifestChecksumAreRefusedAndNothingIsW
 // goes beside the shards, named after the pattern, its path printed; it is never replaced
 // without --force, and a later run's pattern does not take it for a shard.
 TEST_F(MergeCkptTest, WithoutOutputWritesBesideTheShardsAndPrintsThePath) {
-  train_two_ranks(3, "ck", "full.jsonl");
-  const fs::path step = dir_.path() / "ck/step-00000003";
+  // The issue's command as written: a 4-rank checkpoint of step 6.
+  train_two_ranks(6, "ck", "full.jsonl", 4);
+  const fs::path step = dir_.path() / "ck/step-00000006";
   const std::string config_before = read_text((step / "config.json").string());
   auto merge_in_step = [&](const std::vector<std::string>& extra) {
-    std::vector<std::string> args{"merge-ckpt", "--pattern", "ckpt-*.pt", "--num", "2"};
+    std::vector<std::string> args{"merge-ckpt", "--pattern", "ckpt-*.pt", "--num", "4"};
     args.insert(args.end(), extra.begin(), extra.end());
     return run_pstar(args, step);
   };
   auto r = merge_in_step({});
   ASSERT_EQ(r.exit_code, 0) << r;
   EXPECT_EQ(r.out, "ckpt-merged.pt\n") << r;
-  const auto masters = shard_parameters(step, 2);
+  const auto masters = shard_parameters(step, 4);
   auto expect_merged = [&] {
     const train::TensorMap merged = train::read_checkpoint_file((step / "ckpt-merged.pt").string());
     ASSERT_EQ(merged.size(), masters.size());
@@ -724,17 +726,17 @@ TEST_F(MergeCkptTest, WithoutOutputWritesBesideTheShardsAndPrintsThePath) {
   expect_merged();
 
   // A safetensors name from the pattern, from outside the directory; and --dir's default.
-  r = merge({"--pattern", "ck/step-00000003/ckpt-*.safetensors", "--num", "2"});
+  r = merge({"--pattern", "ck/step-00000006/ckpt-*.safetensors", "--num", "4"});
   EXPECT_EQ(r.exit_code, 3) << r;  // no shard matches *.safetensors
-  r = merge({"--dir", "ck/step-00000003", "--force"});
+  r = merge({"--dir", "ck/step-00000006", "--force"});
   ASSERT_EQ(r.exit_code, 0) << r;
-  EXPECT_EQ(r.out, "ck/step-00000003/ckpt-merged.pt\n") << r;
+  EXPECT_EQ(r.out, "ck/step-00000006/ckpt-merged.pt\n") << r;
   expect_merged();
 
   // Patterns that name no single place or name: -o is asked for, nothing written.
-  for (const std::string pattern : {"ck/*/ckpt-*.pt", "ck/step-00000003/ckpt-?.pt",
-                                    "ck/step-00000003/*-*.pt", "ck/step-00000003/ckpt-*"}) {
-    r = merge({"--pattern", pattern, "--num", "2"});
+  for (const std::string pattern : {"ck/*/ckpt-*.pt", "ck/step-00000006/ckpt-?.pt",
+                                    "ck/step-00000006/*-*.pt", "ck/step-00000006/ckpt-*"}) {
+    r = merge({"--pattern", pattern, "--num", "4"});
     EXPECT_EQ(r.exit_code, 2) << pattern << "\n" << r;
     EXPECT_TRUE(contains(r.err, "give the output with -o")) << pattern << "\n" << r;
   }

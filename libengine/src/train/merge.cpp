@@ -538,13 +538,12 @@ CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t 
   // before anything is read from it. A file no manifest vouches for is merged only when asked
   // (--unverified); the checks of pass 1 below still apply to it.
   std::vector<std::string> unverified;
-  for (const auto& f : files) {
+  for (const auto& f : options.verify ? files : std::vector<std::string>{}) {
     const std::string dir = fs::path(f).parent_path().string();
     auto m = manifests.find(dir);
     const auto rank = rank_from_file_name(f);
     if (m != manifests.end() && !m->second.digests.empty() && rank &&
         *rank < m->second.world_size) {
-      if (!options.verify) continue;
       const std::string problem =
           checkpoint_file_problem(dir.empty() ? "." : dir, m->second, *rank);
       PSTAR_CHECK(problem.empty(), FormatError, problem, "; nothing was merged");

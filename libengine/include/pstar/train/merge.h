@@ -56,8 +56,9 @@ std::vector<std::string> checkpoint_files_in(const std::string& dir);
 
 // How index_checkpoint trusts the files (Note [merge checks]).
 struct IndexOptions {
-  // Check each file's size and CRC-32 against its directory's manifest.json before parsing it.
-  // Off only where the caller has just checked them (a resume that reshards).
+  // Check each file's size and CRC-32 against its directory's manifest.json before parsing it,
+  // and refuse files no manifest vouches for (unless allow_unverified). Off only where the caller
+  // has just checked them as it accepts them (a resume that reshards).
   bool verify = true;
   // Also take files no manifest vouches for (no manifest.json, one from pstar before checksums,
   // or a file it does not list), unchecked: `merge-ckpt --unverified`. Files a manifest covers
