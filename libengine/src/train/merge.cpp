@@ -544,8 +544,7 @@ CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t 
     const auto rank = rank_from_file_name(f);
     if (m != manifests.end() && !m->second.digests.empty() && rank &&
         *rank < m->second.world_size) {
-      const std::string problem =
-          checkpoint_file_problem(dir.empty() ? "." : dir, m->second, *rank);
+      const std::string problem = checkpoint_file_problem(dir, m->second, *rank);
       PSTAR_CHECK(problem.empty(), FormatError, problem, "; nothing was merged");
       continue;
     }
@@ -560,7 +559,7 @@ CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t 
   if (!unverified.empty()) {
     PSTAR_CHECK(options.allow_unverified, ConfigError, "no manifest.json vouches for ",
                 file_list(unverified, 2),
-                ", so its size and CRC-32 cannot be checked; merge the "
+                ", so nothing can check their sizes and CRC-32s; merge the "
                 "checkpoint's own files (a step directory written by pstar train), or give "
                 "--unverified to merge them unchecked");
     log::warn("merge-ckpt: ", unverified.size(),
