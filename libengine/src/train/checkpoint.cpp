@@ -1,4 +1,5 @@
 #include "pstar/train/checkpoint.h"
+#include "pstar/train/checkpoint_schema.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -287,7 +288,7 @@ std::string checkpoint_file(const std::string& dir, int64_t rank) {
 }
 
 void write_manifest(const std::string& dir, const CheckpointManifest& manifest) {
-  nlohmann::json j = {{"format_version", 1},
+  nlohmann::json j = {{"format_version", ckpt::kFormatVersion},
                       {"world_size", manifest.world_size},
                       {"step", manifest.step},
                       {"run_id", manifest.run_id},

@@ -1,4 +1,5 @@
 #include "pstar/train/merge.h"
+#include "pstar/train/checkpoint_schema.h"
 
 #include <glob.h>
 #include <malloc.h>
@@ -17,6 +18,7 @@
 
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
+#include "pstar/base/strings.h"
 #include "pstar/base/version.h"
 #include "pstar/core/log.h"
 #include "pstar/formats/config.h"
@@ -32,17 +34,8 @@ using nlohmann::json;
 
 namespace {
 
-// The checkpoint format this pstar reads and writes (`__pstar__.format_version`).
-constexpr int64_t kFormatVersion = 1;
-const std::string kRunStatePrefix = "__pstar__.";
-
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.compare(0, prefix.size(), prefix) == 0;
-}
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+using ckpt::kFormatVersion;
+const std::string kRunStatePrefix = ckpt::kRunPrefix;
 
 int64_t tensor_bytes(const at::Tensor& t) { return static_cast<int64_t>(t.nbytes()); }
 
@@ -76,7 +69,7 @@ int64_t required_run_scalar(const TensorMap& tensors, const std::string& name,
 
 // Whether `name` is the Adam state (<param>.exp_avg / .exp_avg_sq) of a parameter in `tensors`.
 bool is_adam_state(const TensorMap& tensors, const std::string& name) {
-  for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) {
+  for (const char* suffix : {ckpt::kExpAvg, ckpt::kExpAvgSq}) {
     if (ends_with(name, suffix) &&
         tensors.count(name.substr(0, name.size() - std::strlen(suffix))) > 0)
       return true;
@@ -366,7 +359,7 @@ TensorList rank_tensors(const CheckpointIndex& index, const std::map<std::string
     for (const auto& p : index.params) {
       if (p.rank != s || owner.at(p.name) != r) continue;
       out.emplace_back(p.name, indexed_tensor(tensors, p, file));
-      for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) {
+      for (const char* suffix : {ckpt::kExpAvg, ckpt::kExpAvgSq}) {
         const std::string name = p.name + suffix;
         out.emplace_back(name, checkpoint_tensor(tensors, name, file, p.shape, torch::kFloat32));
       }
@@ -376,9 +369,9 @@ TensorList rank_tensors(const CheckpointIndex& index, const std::map<std::string
       *peak_held_bytes = std::max(*peak_held_bytes, held + kept_bytes);
     for (size_t i = first_from_file; i < out.size(); ++i) kept_bytes += tensor_bytes(out[i].second);
   }
-  for (const char* name :
-       {"format_version", "step", "tokens", "skipped_steps", "loss_scaler", "adam_step"}) {
-    const std::string key = kRunStatePrefix + name;
+  for (const char* name : {ckpt::kFormatVersionKey, ckpt::kStep, ckpt::kTokens, ckpt::kSkippedSteps,
+                           ckpt::kLossScaler, ckpt::kAdamStep}) {
+    const std::string key = name;
     auto it = first.find(key);
     PSTAR_CHECK(it != first.end(), FormatError, index.files[0], ": tensor '", key,
                 "' is missing; a resumable checkpoint needs it");
@@ -386,12 +379,12 @@ TensorList rank_tensors(const CheckpointIndex& index, const std::map<std::string
   }
   const size_t rng_rank = r < index.world_size ? static_cast<size_t>(r) : 0;
   const auto& rng_source = index.run_state[rng_rank];
-  auto rng = rng_source.find(kRunStatePrefix + "rng");
+  auto rng = rng_source.find(ckpt::kRng);
   PSTAR_CHECK(rng != rng_source.end(), FormatError, index.files[rng_rank],
               ": tensor '__pstar__.rng' is missing; a resumable checkpoint needs it");
   out.emplace_back(rng->first, rng->second);
-  out.emplace_back(kRunStatePrefix + "rank", torch::tensor(r, torch::kInt64));
-  out.emplace_back(kRunStatePrefix + "world_size", torch::tensor(world, torch::kInt64));
+  out.emplace_back(ckpt::kRank, torch::tensor(r, torch::kInt64));
+  out.emplace_back(ckpt::kWorldSize, torch::tensor(world, torch::kInt64));
   return out;
 }
 
@@ -584,11 +577,11 @@ CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t 
                               : (fs::path(manifests.begin()->first) / "manifest.json").string();
   for (const auto& file : files) {
     const TensorMap tensors = read_one_file(file);
-    const int64_t version = required_run_scalar(tensors, "__pstar__.format_version", file);
+    const int64_t version = required_run_scalar(tensors, ckpt::kFormatVersionKey, file);
     PSTAR_CHECK(version == kFormatVersion, FormatError, file, ": checkpoint format version ",
                 version, " is not supported by this pstar (expected ", kFormatVersion, ")");
     const auto named = rank_from_file_name(file);
-    const auto inside = run_scalar(tensors, "__pstar__.rank", file);
+    const auto inside = run_scalar(tensors, ckpt::kRank, file);
     PSTAR_CHECK(inside || named, FormatError, file,
                 ": holds no '__pstar__.rank' and its name is not ckpt-<rank>.pt; cannot tell "
                 "which rank wrote it");
@@ -601,12 +594,12 @@ CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t 
     const std::string& previous = index.files[static_cast<size_t>(rank)];
     PSTAR_CHECK(previous.empty(), FormatError, file, " and ", previous, " both hold rank ", rank,
                 "; give each rank's file once");
-    if (const auto world = run_scalar(tensors, "__pstar__.world_size", file)) {
+    if (const auto world = run_scalar(tensors, ckpt::kWorldSize, file)) {
       PSTAR_CHECK(*world == expected_ranks, ConfigError, file, ": written by rank ", rank, " of ",
                   *world, ", but --num is ", expected_ranks, "; give --num ", *world,
                   " and all its files");
     }
-    const int64_t file_step = required_run_scalar(tensors, "__pstar__.step", file);
+    const int64_t file_step = required_run_scalar(tensors, ckpt::kStep, file);
     PSTAR_CHECK(!step || *step == file_step, FormatError, file, ": at step ", file_step, " but ",
                 step_file, " is at step ", *step,
                 "; all files must come from one checkpoint of one run");
@@ -644,7 +637,7 @@ CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t 
   });
 
   // Files of different runs at the same step: the run's counters, equal on every rank, differ.
-  for (const char* name : {"__pstar__.tokens", "__pstar__.adam_step", "__pstar__.skipped_steps"}) {
+  for (const char* name : {ckpt::kTokens, ckpt::kAdamStep, ckpt::kSkippedSteps}) {
     const auto& state0 = index.run_state[0];
     auto a = state0.find(name);
     for (size_t r = 1; r < files.size() && a != state0.end(); ++r) {

@@ -1,4 +1,5 @@
 #include "pstar/train/trainer.h"
+#include "pstar/train/checkpoint_schema.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -279,16 +280,16 @@ void Trainer::Impl::save_checkpoint() {
   TensorList tensors;
   engine->state_dict(tensors);
   const auto scaler_state = scaler.state();
-  tensors.emplace_back("__pstar__.format_version", torch::tensor(int64_t{1}));
-  tensors.emplace_back("__pstar__.step", torch::tensor(step));
-  tensors.emplace_back("__pstar__.tokens", torch::tensor(tokens));
-  tensors.emplace_back("__pstar__.skipped_steps", torch::tensor(skipped));
-  tensors.emplace_back("__pstar__.loss_scaler",
+  tensors.emplace_back(ckpt::kFormatVersionKey, torch::tensor(ckpt::kFormatVersion));
+  tensors.emplace_back(ckpt::kStep, torch::tensor(step));
+  tensors.emplace_back(ckpt::kTokens, torch::tensor(tokens));
+  tensors.emplace_back(ckpt::kSkippedSteps, torch::tensor(skipped));
+  tensors.emplace_back(ckpt::kLossScaler,
                        torch::tensor(std::vector<double>(scaler_state.begin(), scaler_state.end()),
                                      torch::kFloat64));
-  tensors.emplace_back("__pstar__.rng", at::detail::getDefaultCPUGenerator().get_state());
-  tensors.emplace_back("__pstar__.rank", torch::tensor(rank));
-  tensors.emplace_back("__pstar__.world_size", torch::tensor(world));
+  tensors.emplace_back(ckpt::kRng, at::detail::getDefaultCPUGenerator().get_state());
+  tensors.emplace_back(ckpt::kRank, torch::tensor(rank));
+  tensors.emplace_back(ckpt::kWorldSize, torch::tensor(world));
   // Each rank reports its file's digest, or why it could not write it, so that a full disk on
   // one rank stops every rank with the same message instead of leaving them in a barrier.
   std::string mine;
@@ -461,18 +462,17 @@ void Trainer::Impl::resume(const std::string& where) {
     file = str_cat(dir, " (resharded for rank ", rank, " of ", world, ")");
   }
   const int64_t version =
-      checkpoint_tensor(tensors, "__pstar__.format_version", file, {}, torch::kInt64)
-          .item<int64_t>();
-  PSTAR_CHECK(version == 1, FormatError, file, ": checkpoint format version ", version,
-              " is not supported by this pstar (expected 1)");
+      checkpoint_tensor(tensors, ckpt::kFormatVersionKey, file, {}, torch::kInt64).item<int64_t>();
+  PSTAR_CHECK(version == ckpt::kFormatVersion, FormatError, file, ": checkpoint format version ",
+              version, " is not supported by this pstar (expected ", ckpt::kFormatVersion, ")");
   engine->load_state_dict(tensors, file);
-  step = checkpoint_tensor(tensors, "__pstar__.step", file, {}, torch::kInt64).item<int64_t>();
-  tokens = checkpoint_tensor(tensors, "__pstar__.tokens", file, {}, torch::kInt64).item<int64_t>();
-  skipped = checkpoint_tensor(tensors, "__pstar__.skipped_steps", file, {}, torch::kInt64)
-                .item<int64_t>();
-  const auto s = checkpoint_tensor(tensors, "__pstar__.loss_scaler", file, {3}, torch::kFloat64);
+  step = checkpoint_tensor(tensors, ckpt::kStep, file, {}, torch::kInt64).item<int64_t>();
+  tokens = checkpoint_tensor(tensors, ckpt::kTokens, file, {}, torch::kInt64).item<int64_t>();
+  skipped =
+      checkpoint_tensor(tensors, ckpt::kSkippedSteps, file, {}, torch::kInt64).item<int64_t>();
+  const auto s = checkpoint_tensor(tensors, ckpt::kLossScaler, file, {3}, torch::kFloat64);
   scaler.set_state({s[0].item<double>(), s[1].item<double>(), s[2].item<double>()});
-  auto it = tensors.find("__pstar__.rng");
+  auto it = tensors.find(ckpt::kRng);
   PSTAR_CHECK(it != tensors.end(), FormatError, file, ": tensor '__pstar__.rng' is missing");
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   generator.set_state(it->second);
