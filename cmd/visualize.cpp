@@ -23,6 +23,7 @@
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
 #include "pstar/core/log.h"
+#include "pstar/formats/file_guard.h"
 #include "pstar/formats/profile.h"
 
 namespace pstar::cmd {
@@ -197,37 +198,26 @@ const char* output_device(const std::string& path) {
 // so a failed run never leaves a truncated figure under the output's name.
 class TempOutput {
  public:
-  explicit TempOutput(std::string target) : target_(std::move(target)) {
-    const fs::path t(target_);
-    temp_ = (t.parent_path() / ("." + t.filename().string() + ".tmp-" + std::to_string(getpid())))
-                .string();
+  explicit TempOutput(std::string target) : temp_(std::move(target)) {
     // Opened here so an unwritable path is a clear I/O error; PLplot would exit the process.
-    std::FILE* f = std::fopen(temp_.c_str(), "wb");
-    PSTAR_CHECK(f != nullptr, IoError, "cannot write output file '", target_,
+    std::FILE* f = std::fopen(temp_.path().c_str(), "wb");
+    PSTAR_CHECK(f != nullptr, IoError, "cannot write output file '", temp_.target(),
                 "': ", std::strerror(errno));
     std::fclose(f);
   }
-  ~TempOutput() {
-    if (!committed_) std::remove(temp_.c_str());
-  }
-  TempOutput(const TempOutput&) = delete;
-  TempOutput& operator=(const TempOutput&) = delete;
 
-  const std::string& path() const { return temp_; }
+  const std::string& path() const { return temp_.path(); }
 
   void commit() {
     std::error_code ec;
-    const auto size = fs::file_size(temp_, ec);
-    PSTAR_CHECK(!ec && size > 0, IoError, "writing output file '", target_,
+    const auto size = fs::file_size(temp_.path(), ec);
+    PSTAR_CHECK(!ec && size > 0, IoError, "writing output file '", temp_.target(),
                 "' failed: PLplot wrote nothing", ec ? " (" + ec.message() + ")" : "");
-    PSTAR_CHECK(std::rename(temp_.c_str(), target_.c_str()) == 0, IoError,
-                "cannot write output file '", target_, "': ", std::strerror(errno));
-    committed_ = true;
+    temp_.publish("figure");
   }
 
  private:
-  std::string target_, temp_;
-  bool committed_ = false;
+  formats::TempPath temp_;  // Note [publish by rename]
 };
 
 // ---- data --------------------------------------------------------------------------------------

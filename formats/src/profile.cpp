@@ -23,6 +23,7 @@
 
 #include "pstar/base/error.h"
 #include "pstar/base/version.h"
+#include "pstar/formats/file_guard.h"
 
 namespace pstar::formats {
 
@@ -345,44 +346,6 @@ void write_contents(Writer& w, H5::H5File& file, const Profile& p) {
 }
 
 std::string os_reason(int err) { return std::strerror(err); }
-
-// Removes the temporary file on destruction unless the rename that publishes it succeeded.
-class TempFileGuard {
- public:
-  explicit TempFileGuard(std::string path) : path_(std::move(path)) {}
-  ~TempFileGuard() {
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-  TempFileGuard(const TempFileGuard&) = delete;
-  TempFileGuard& operator=(const TempFileGuard&) = delete;
-  void release() { path_.clear(); }
-
- private:
-  std::string path_;
-};
-
-// Owns a file descriptor.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-// fsync of a file or directory; returns 0 or the errno. HDF5's close flushes to the OS only.
-int sync_path(const std::string& path, int flags) {
-  Fd fd(::open(path.c_str(), flags | O_CLOEXEC));
-  if (fd.get() < 0) return errno;
-  if (::fsync(fd.get()) != 0) return errno;
-  return 0;
-}
 
 // ---------------------------------------------------------------------------------------------
 // The checksum header
@@ -886,24 +849,23 @@ void write_profile(const std::string& path, const Profile& profile) {
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   H5::Exception::dontPrint();  // pstar reports HDF5 failures in its own messages
 
-  // The file is built under a temporary name in the same directory and renamed into place, so a
-  // crash never leaves a half-written profile under the real name.
-  const std::string temp = str_cat(path, ".tmp-", ::getpid());
+  // Built under a temporary name beside `path` and published by rename (Note [publish by rename]),
+  // so a crash never leaves a half-written profile under the real name.
+  TempPath temp(path);
   {
     // Created by hand first so that a missing or read-only directory gives the OS's reason.
-    Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
+    UniqueFd fd(::open(temp.path().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
     if (fd.get() < 0) {
       const int err = errno;
-      PSTAR_THROW(IoError, "cannot write profile '", path, "': cannot create '", temp,
+      PSTAR_THROW(IoError, "cannot write profile '", path, "': cannot create '", temp.path(),
                   "': ", os_reason(err), "; check that the directory exists and is writable");
     }
   }
-  TempFileGuard guard(temp);
   std::string at = "the file";
   try {
     H5::FileCreatPropList create;
     create.setUserblock(kUserBlockBytes);  // the checksum header's room (Note [profile checksum])
-    H5::H5File file(temp, H5F_ACC_TRUNC, create);
+    H5::H5File file(temp.path(), H5F_ACC_TRUNC, create);
     Writer writer(file);
     try {
       write_contents(writer, file, profile);
@@ -914,36 +876,19 @@ void write_profile(const std::string& path, const Profile& profile) {
     at = "the file (closing it)";
     file.close();
   } catch (const H5::Exception& e) {
-    PSTAR_THROW(IoError, "cannot write profile '", path, "': writing ", at, " to '", temp,
+    PSTAR_THROW(IoError, "cannot write profile '", path, "': writing ", at, " to '", temp.path(),
                 "' failed (", e.getFuncName(), ": ", e.getDetailMsg(),
                 "); check free space and file size limits");
   }
   {
-    Fd fd(::open(temp.c_str(), O_RDWR | O_CLOEXEC));
+    UniqueFd fd(::open(temp.path().c_str(), O_RDWR | O_CLOEXEC));
     const int err = fd.get() < 0 ? errno : seal(fd.get());
     if (err != 0) {
       PSTAR_THROW(IoError, "cannot write profile '", path, "': writing the checksum header of '",
-                  temp, "' failed: ", os_reason(err));
+                  temp.path(), "' failed: ", os_reason(err));
     }
   }
-  if (const int err = sync_path(temp, O_RDONLY); err != 0) {
-    PSTAR_THROW(IoError, "cannot write profile '", path, "': fsync of '", temp,
-                "' failed: ", os_reason(err));
-  }
-  std::error_code ec;
-  std::filesystem::rename(temp, path, ec);
-  PSTAR_CHECK(!ec, IoError, "cannot write profile '", path, "': renaming '", temp,
-              "' to it failed: ", ec.message());
-  guard.release();
-  // Make the rename durable; some file systems cannot fsync a directory (EINVAL), and there the
-  // data is synced already.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  if (const int err = sync_path(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
-      err != 0 && err != EINVAL) {
-    PSTAR_THROW(IoError, "wrote profile '", path,
-                "' but could not sync its directory: ", os_reason(err),
-                "; the file may not survive a crash");
-  }
+  temp.publish("profile");
 }
 
 Profile read_profile(const std::string& path) {
@@ -952,7 +897,7 @@ Profile read_profile(const std::string& path) {
   {
     // Checked before HDF5 sees the file, so that only a malformed file gives a FormatError, and
     // a damaged one never reaches libhdf5's parser (Note [profile checksum]).
-    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.get() < 0) {
       const int err = errno;
       PSTAR_THROW(IoError, "cannot open profile '", path, "': ", os_reason(err),
@@ -988,7 +933,7 @@ Profile read_profile(const std::string& path) {
 }
 
 void reseal_profile(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (fd.get() < 0) {
     const int err = errno;
     PSTAR_THROW(IoError, "cannot reseal profile '", path, "': ", os_reason(err));

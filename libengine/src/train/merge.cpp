@@ -22,6 +22,7 @@
 #include "pstar/base/version.h"
 #include "pstar/core/log.h"
 #include "pstar/formats/config.h"
+#include "pstar/formats/file_guard.h"
 #include "pstar/formats/mapped_file.h"
 #include "pstar/formats/safetensors.h"
 #include "pstar/plan/memory_plan.h"
@@ -222,22 +223,6 @@ std::optional<config::TrainConfig> gpt_config_of(const CheckpointIndex& index,
   return config;
 }
 
-// Removes a directory being built unless it was published.
-class TempDirGuard {
- public:
-  explicit TempDirGuard(fs::path path) : path_(std::move(path)) {}
-  ~TempDirGuard() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  TempDirGuard(const TempDirGuard&) = delete;
-  TempDirGuard& operator=(const TempDirGuard&) = delete;
-  void release() { path_.clear(); }
-
- private:
-  fs::path path_;
-};
-
 std::string config_beside(const std::string& output) {
   return (fs::path(output).parent_path() / "config.json").string();
 }
@@ -405,13 +390,12 @@ MergeSummary write_resharded(const CheckpointIndex& index, const MergeOptions& o
   const std::map<std::string, int64_t> owner = new_owners(config, world, "--reshard");
 
   const fs::path target = fs::path(o.output);
-  const fs::path temp =
-      target.parent_path() / str_cat(".", target.filename().string(), ".tmp.", ::getpid());
+  // The folder appears whole or not at all (Note [publish by rename]).
+  formats::TempPath temp_dir(o.output);
+  const fs::path temp = temp_dir.path();
   std::error_code ec;
-  fs::remove_all(temp, ec);
   fs::create_directories(temp, ec);
   PSTAR_CHECK(!ec, IoError, "-o ", o.output, ": cannot create ", temp.string(), ": ", ec.message());
-  TempDirGuard guard(temp);
 
   MergeSummary summary;
   std::vector<FileDigest> digests;
@@ -432,11 +416,7 @@ MergeSummary write_resharded(const CheckpointIndex& index, const MergeOptions& o
   const std::string config_text = config::to_json_text(config);
   formats::write_file_atomic((temp / "config.json").string(), config_text.data(),
                              config_text.size());
-  // The directory appears whole or not at all.
-  fs::rename(temp, target, ec);
-  PSTAR_CHECK(!ec, IoError, "-o ", o.output, ": cannot rename ", temp.string(),
-              " to it: ", ec.message());
-  guard.release();
+  temp_dir.publish("resharded checkpoint");
   summary.outputs.push_back((target / "manifest.json").string());
   summary.outputs.push_back((target / "config.json").string());
   return summary;
