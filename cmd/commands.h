@@ -72,28 +72,42 @@ int run_profile(const ProfileCommandOptions& options);
 void register_estimate(CLI::App& app);
 int run_estimate(const EstimateCommandOptions& options);
 
-// `pstar visualize PROFILE.h5 --fig FIGURE -o OUT.png|svg|pdf` (cmd/visualize.cpp, docs/cli.md).
+// `pstar visualize PROFILE.h5 --fig FIGURE [-o OUT.png|svg|pdf]` (cmd/visualize.cpp,
+// docs/cli.md). Prints the path it wrote on stdout.
 struct VisualizeCommandOptions {
   std::string profile_path;
-  std::string figure;  // memory | location | moves | timeline
-  std::string tier;    // device | host; empty: the figure's default
-  std::string output_path;
+  std::string figure;       // memory | location (or access, PatrickStar's name) | moves | timeline
+  std::string tier;         // device | host; empty: the figure's default
+  std::string output_path;  // empty: visualize_default_output
 };
+
+// `<profile's directory>/<profile's stem>-<figure>.png`: run.h5 --fig memory -> run-memory.png.
+std::string visualize_default_output(const VisualizeCommandOptions& options);
 
 void register_visualize(CLI::App& app);
 int run_visualize(const VisualizeCommandOptions& options);
 
-// `pstar merge-ckpt --pattern 'DIR/ckpt-*.pt' --num N -o OUT.safetensors|OUT.pt` (or --dir DIR;
-// --reshard M writes a checkpoint for M ranks) (cmd/merge_ckpt.cpp, docs/cli.md).
+// `pstar merge-ckpt --pattern 'DIR/ckpt-*.pt' --num N [-o OUT.safetensors|OUT.pt]` (or --dir DIR;
+// --reshard M -o DIR writes a checkpoint for M ranks) (cmd/merge_ckpt.cpp, docs/cli.md). Prints
+// the path it wrote on stdout.
 struct MergeCkptCommandOptions {
   std::string pattern, dir;
-  int64_t num = 0;  // 0: with --dir, the manifest's world_size
-  std::string output;
+  int64_t num = 0;             // 0: with --dir, the manifest's world_size
+  std::string output;          // empty: beside the files (merge_ckpt_default_output)
   std::string dtype = "fp32";  // fp32 | bf16 | fp16
   int64_t reshard = 0;         // > 0: write a checkpoint for this many ranks
   std::string config_path;     // with reshard: the config whose chunk layout to follow
+  bool force = false;          // replace the default output if it exists
+  bool unverified = false;     // also merge files no manifest vouches for
   bool quiet = false;
 };
+
+// Where merge-ckpt writes without -o: beside the files, under the pattern's file name with its
+// one `*` replaced by `merged` (`ck/step-6/ckpt-*.pt` -> `ck/step-6/ckpt-merged.pt`), or
+// `DIR/ckpt-merged.pt` for --dir DIR. ConfigError, asking for -o, when the pattern gives no
+// such name (no or several `*`, other wildcards, wildcards in its directories, an extension
+// other than .pt or .safetensors).
+std::string merge_ckpt_default_output(const MergeCkptCommandOptions& options);
 
 void register_merge_ckpt(CLI::App& app);
 int run_merge_ckpt(const MergeCkptCommandOptions& options);

@@ -32,6 +32,7 @@
 
 #include "commands.h"
 #include "pstar/base/error.h"
+#include "pstar/formats/file_guard.h"
 
 extern char** environ;
 
@@ -46,33 +47,7 @@ constexpr int kPollMs = 100;               // how soon a signal flag or an exit 
 constexpr size_t kMaxLineBytes = 1 << 20;  // a longer "line" is passed on in pieces
 constexpr const char* kSelfExe = "/proc/self/exe";
 
-// Owns a file descriptor.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
+using formats::UniqueFd;
 
 // Writes all of `data`; a closed reader ends the launcher with SIGPIPE, as it would any filter.
 void write_all(int fd, std::string_view data) {
@@ -105,7 +80,7 @@ int parse_port(const std::string& source, const std::string& text) {
 // A port nobody listens on now. Another process may take it before rank 0 binds it; that rare
 // race shows as a failed rendezvous, and MASTER_PORT avoids it.
 int free_loopback_port() {
-  Fd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   PSTAR_CHECK(sock, DistError,
               "cannot open a TCP socket to find a free port: ", std::strerror(errno),
               "; set MASTER_PORT");
@@ -258,7 +233,7 @@ void child_fail(const char* text) {
 
 // One of a rank's output pipes, and the part of a line not yet passed on.
 struct Stream {
-  Fd fd;
+  UniqueFd fd;
   int64_t rank = 0;
   int target = STDOUT_FILENO;
   std::string pending;
@@ -302,12 +277,12 @@ class Launch {
     int out[2], err[2];
     PSTAR_CHECK(::pipe2(out, O_CLOEXEC) == 0, DistError, "cannot start rank ", rank,
                 ": pipe: ", std::strerror(errno));
-    r.out.fd = Fd(out[0]);
-    Fd out_write(out[1]);
+    r.out.fd = UniqueFd(out[0]);
+    UniqueFd out_write(out[1]);
     PSTAR_CHECK(::pipe2(err, O_CLOEXEC) == 0, DistError, "cannot start rank ", rank,
                 ": pipe: ", std::strerror(errno));
-    r.err.fd = Fd(err[0]);
-    Fd err_write(err[1]);
+    r.err.fd = UniqueFd(err[0]);
+    UniqueFd err_write(err[1]);
     r.out.target = STDOUT_FILENO;
     r.err.target = STDERR_FILENO;
     r.out.rank = r.err.rank = rank;

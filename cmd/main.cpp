@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "pstar/base/error.h"
+#include "pstar/base/version.h"
 #include "pstar/core/log.h"
 #include "pstar/formats/profile.h"
 #include "pstar/tier/device_tier.h"
@@ -20,7 +21,7 @@ int main(int argc, char** argv) {
   // checks for the CUDA device tier).
   app.set_version_flag("--version", [] {
     return pstar::str_cat(
-        "pstar 0.1.0\nLibTorch ", TORCH_VERSION,
+        "pstar ", pstar::version(), "\nLibTorch ", TORCH_VERSION,
         "\nCUDA device tier: ", pstar::tier::cuda_tier_built() ? "built" : "not built",
         "\nHDF5 profiles: ", pstar::formats::profile_io_built() ? "built" : "not built");
   });

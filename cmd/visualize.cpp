@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -22,6 +23,7 @@
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
 #include "pstar/core/log.h"
+#include "pstar/formats/file_guard.h"
 #include "pstar/formats/profile.h"
 
 namespace pstar::cmd {
@@ -69,6 +71,7 @@ enum Colour : PLINT {
   kD2H,
   kDeviceLine,
   kHostLine,
+  kBothPlaces,
   kColourCount,
 };
 
@@ -97,6 +100,7 @@ void set_palette() {
       {kD2H, 148, 103, 189, 1.0},
       {kDeviceLine, 31, 119, 180, 1.0},
       {kHostLine, 44, 160, 44, 1.0},
+      {kBothPlaces, 150, 150, 205, 1.0},
   };
   plscmap0n(kColourCount);
   for (const Entry& e : kPalette) plscol0a(e.index, e.r, e.g, e.b, e.alpha);
@@ -194,37 +198,26 @@ const char* output_device(const std::string& path) {
 // so a failed run never leaves a truncated figure under the output's name.
 class TempOutput {
  public:
-  explicit TempOutput(std::string target) : target_(std::move(target)) {
-    const fs::path t(target_);
-    temp_ = (t.parent_path() / ("." + t.filename().string() + ".tmp-" + std::to_string(getpid())))
-                .string();
+  explicit TempOutput(std::string target) : temp_(std::move(target)) {
     // Opened here so an unwritable path is a clear I/O error; PLplot would exit the process.
-    std::FILE* f = std::fopen(temp_.c_str(), "wb");
-    PSTAR_CHECK(f != nullptr, IoError, "cannot write output file '", target_,
+    std::FILE* f = std::fopen(temp_.path().c_str(), "wb");
+    PSTAR_CHECK(f != nullptr, IoError, "cannot write output file '", temp_.target(),
                 "': ", std::strerror(errno));
     std::fclose(f);
   }
-  ~TempOutput() {
-    if (!committed_) std::remove(temp_.c_str());
-  }
-  TempOutput(const TempOutput&) = delete;
-  TempOutput& operator=(const TempOutput&) = delete;
 
-  const std::string& path() const { return temp_; }
+  const std::string& path() const { return temp_.path(); }
 
   void commit() {
     std::error_code ec;
-    const auto size = fs::file_size(temp_, ec);
-    PSTAR_CHECK(!ec && size > 0, IoError, "writing output file '", target_,
+    const auto size = fs::file_size(temp_.path(), ec);
+    PSTAR_CHECK(!ec && size > 0, IoError, "writing output file '", temp_.target(),
                 "' failed: PLplot wrote nothing", ec ? " (" + ec.message() + ")" : "");
-    PSTAR_CHECK(std::rename(temp_.c_str(), target_.c_str()) == 0, IoError,
-                "cannot write output file '", target_, "': ", std::strerror(errno));
-    committed_ = true;
+    temp_.publish("figure");
   }
 
  private:
-  std::string target_, temp_;
-  bool committed_ = false;
+  formats::TempPath temp_;  // Note [publish by rename]
 };
 
 // ---- data --------------------------------------------------------------------------------------
@@ -602,13 +595,106 @@ void memory_figure(const Profile& p, const std::string& tier_name) {
   draw_legend(legend);
 }
 
+// Note [location rows]
+// Each row of the location figure is one chunk, and it holds every kind of payload (pstar keeps a
+// chunk's parameters, gradients and Adam state together, where PatrickStar keeps one chunk list
+// per kind: fp16 param, fp32 param, momentum, variance). The compute payloads (param+grad, or
+// param and grad) are what moves between the tiers, and what /location records, so they fill the
+// heat map. The optimizer payloads (master, exp_avg, exp_avg_sq: PatrickStar's fp32 param,
+// momentum and variance) do not move during training; they sit where the chunk's Adam runs, which
+// the adam_device and adam_host events record per step. A narrow strip to the right of the heat
+// map shows that place per chunk, so each row says where both groups of its payloads are.
+
+// A chunk's payloads split into the compute and the optimizer group (/chunks/payloads, e.g.
+// "param+grad,master,exp_avg,exp_avg_sq"), each as legend text with its dtype.
+struct RowPayloads {
+  std::string compute, optimizer;
+  std::string patrickstar;  // the optimizer kinds under PatrickStar's names
+  bool operator==(const RowPayloads& o) const {
+    return compute == o.compute && optimizer == o.optimizer;
+  }
+};
+
+RowPayloads row_payloads(const std::string& payloads, const std::string& precision) {
+  std::vector<std::string> compute, optimizer;
+  size_t start = 0;
+  while (start <= payloads.size()) {
+    const size_t end = std::min(payloads.find(',', start), payloads.size());
+    const std::string kind = payloads.substr(start, end - start);
+    if (!kind.empty())
+      (kind.rfind("param", 0) == 0 || kind == "grad" ? compute : optimizer).push_back(kind);
+    start = end + 1;
+  }
+  const auto join = [](const std::vector<std::string>& kinds) {
+    std::string text;
+    for (const auto& k : kinds) text += (text.empty() ? "" : ", ") + k;
+    return text;
+  };
+  RowPayloads r;
+  // The param is in the run's precision; a separate grad and the optimizer state are fp32.
+  const std::string param_dtype = precision.empty() ? "compute dtype" : precision;
+  r.compute = compute.empty() ? "none recorded" : join(compute) + " (" + param_dtype + ")";
+  r.optimizer = optimizer.empty() ? std::string() : join(optimizer) + " (fp32)";
+  std::vector<std::string> names;
+  for (const auto& k : optimizer) {
+    if (k == "master") names.push_back("fp32 param");
+    if (k == "exp_avg") names.push_back("momentum");
+    if (k == "exp_avg_sq") names.push_back("variance");
+  }
+  r.patrickstar = join(names);
+  return r;
+}
+
+// `words` in lines of at most `width` characters, broken at spaces (a longer word stays whole).
+std::vector<std::string> wrap(const std::string& words, size_t width) {
+  std::vector<std::string> lines;
+  std::string line;
+  size_t start = 0;
+  while (start < words.size()) {
+    size_t end = words.find(' ', start);
+    if (end == std::string::npos) end = words.size();
+    const std::string word = words.substr(start, end - start);
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      lines.push_back(line);
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+    start = end + 1;
+  }
+  if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
+// Where a chunk's optimizer payloads are, from where its Adam ran in the recorded steps.
+enum class OptimizerPlace { kNone, kHost, kDevice, kBoth };
+
+std::vector<OptimizerPlace> optimizer_places(const Profile& p) {
+  std::map<int64_t, size_t> row_of;
+  for (size_t c = 0; c < p.chunks.size(); ++c) row_of.emplace(p.chunks.id[c], c);
+  std::vector<OptimizerPlace> places(p.chunks.size(), OptimizerPlace::kNone);
+  const auto& e = p.events;
+  for (size_t k = 0; k < e.size(); ++k) {
+    const auto kind = static_cast<ChunkEventKind>(e.kind[k]);
+    if (kind != ChunkEventKind::kAdamDevice && kind != ChunkEventKind::kAdamHost) continue;
+    auto it = row_of.find(e.chunk[k]);
+    if (it == row_of.end()) continue;
+    OptimizerPlace& place = places[it->second];
+    const OptimizerPlace here =
+        kind == ChunkEventKind::kAdamDevice ? OptimizerPlace::kDevice : OptimizerPlace::kHost;
+    place = place == OptimizerPlace::kNone || place == here ? here : OptimizerPlace::kBoth;
+  }
+  return places;
+}
+
 void location_figure(const Profile& p) {
   const ProfileMemory& m = p.by_moment;
   const size_t n = m.size(), chunks = p.chunks.size();
   const double right = static_cast<double>(n);
   const double heat_top = kTop - 0.075;  // the stage strip sits above the heat map
+  // The optimizer strip (Note [location rows]) sits right of the heat map, inside kRight.
+  const double strip_left = kRight - 0.022, heat_right = strip_left - 0.012;
   const double heat_ymax = std::max<double>(1.0, static_cast<double>(chunks));
-  plvpor(kLeft, kRight, kBottom, heat_top);
+  plvpor(kLeft, heat_right, kBottom, heat_top);
   plwind(0, right, 0, heat_ymax);
 
   // Runs of one place along each chunk's row, one rectangle each: far fewer than cells.
@@ -649,15 +735,72 @@ void location_figure(const Profile& p) {
     plmtex("lv", 0.6, (static_cast<double>(c) + 0.5) / heat_ymax, 1.0,
            std::to_string(p.chunks.id[c]).c_str());
   plschr(0, kTextScale);
-  pllab("moment (row of /memory/by_moment, all recorded steps)", "chunk", "");
-  std::vector<LegendEntry> legend = {box("absent", kAbsent), box("on the host", kOnHost),
-                                     box("on the device", kOnDevice)};
+
+  // What the rows hold: one description when every chunk has the same payloads (pstar's engine
+  // gives every chunk the same), else the first chunk's with a pointer to the table.
+  RowPayloads kinds = chunks > 0 ? row_payloads(p.chunks.payloads[0], p.run.precision)
+                                 : RowPayloads{"none", "", ""};
+  bool uniform = true;
+  for (size_t c = 1; c < chunks && uniform; ++c)
+    uniform = row_payloads(p.chunks.payloads[c], p.run.precision) == kinds;
+  pllab("moment (row of /memory/by_moment, all recorded steps)",
+        plain("chunk: " + kinds.compute).c_str(), "");
+
+  // The optimizer strip.
+  const std::vector<OptimizerPlace> opt = optimizer_places(p);
+  bool opt_none = false, opt_both = false;
+  plvpor(strip_left, kRight, kBottom, heat_top);
+  plwind(0, 1, 0, heat_ymax);
+  for (size_t c = 0; c < chunks; ++c) {
+    switch (opt[c]) {
+      case OptimizerPlace::kNone:
+        plcol0(kAbsent);
+        opt_none = true;
+        break;
+      case OptimizerPlace::kHost:
+        plcol0(kOnHost);
+        break;
+      case OptimizerPlace::kDevice:
+        plcol0(kOnDevice);
+        break;
+      case OptimizerPlace::kBoth:
+        plcol0(kBothPlaces);
+        opt_both = true;
+        break;
+    }
+    fill_rect(0, 1, static_cast<double>(c), static_cast<double>(c + 1));
+  }
+  plcol0(kInk);
+  plbox("bc", 0, 0, "bc", 0, 0);
+  plschr(0, kSmallText);
+  plmtex("b", 1.2, 0.5, 0.5, "optim.");
+  plschr(0, kTextScale);
+
+  // The legend, in short lines (the column right of the plot is narrow): what each row's two
+  // parts show and the places' colours.
+  std::vector<LegendEntry> legend;
+  const auto text = [&](const std::string& words) {
+    for (const std::string& l : wrap(words, 25)) legend.push_back({LegendEntry::kText, plain(l)});
+  };
+  text("map: where each chunk's " + kinds.compute + " is");
+  legend.push_back(box("absent", kAbsent));
+  legend.push_back(box("on the host", kOnHost));
+  legend.push_back(box("on the device", kOnDevice));
+  if (!kinds.optimizer.empty()) {
+    text("optim.: where its " + kinds.optimizer + " are (where its Adam ran)" +
+         (kinds.patrickstar.empty() ? "" : "; PatrickStar's " + kinds.patrickstar));
+    if (opt_both) legend.push_back(box("host or device, by step", kBothPlaces));
+    if (opt_none) legend.push_back(box("no Adam recorded", kAbsent));
+  }
+  if (!uniform) text("(payloads vary by chunk: see /chunks/payloads)");
   for (const LegendEntry& e : stage_legend()) legend.push_back(e);
   if (steps_shown) legend.push_back(line("step boundary", kInk, 1, 1.5));
+  // Placed against the whole plot area, map and strip, as in the other figures.
+  plvpor(kLeft, kRight, kBottom, heat_top);
   draw_legend(legend);
 
   // The stage strip: each stage run shaded, lettered where it is wide enough to read.
-  plvpor(kLeft, kRight, heat_top + 0.015, kTop);
+  plvpor(kLeft, heat_right, heat_top + 0.015, kTop);
   plwind(0, right, 0, 1);
   const auto bands = stage_bands(m.stage, row_edges(n));
   draw_bands(bands, 0, 1);
@@ -812,46 +955,70 @@ void register_visualize(CLI::App& app) {
                   "Profile file (HDF5) written by pstar profile or pstar train --profile")
       ->required();
   sub->add_option("--fig", o->figure,
-                  "memory: one tier's memory by moment; location: where each chunk is at each "
-                  "moment; moves: bytes moved per moment; timeline: memory over wall time")
+                  "memory: one tier's memory by moment; location (or access, PatrickStar's "
+                  "name): where each chunk's payloads are at each moment; moves: bytes moved per "
+                  "moment; timeline: memory over wall time")
       ->required()
-      ->check(CLI::IsMember({"memory", "location", "moves", "timeline"}));
+      ->check(CLI::IsMember({"memory", "location", "access", "moves", "timeline"}));
   sub->add_option("--tier", o->tier,
                   "Memory tier for --fig memory (default device) and timeline (default: both "
                   "tiers' totals)")
       ->check(CLI::IsMember({"device", "host"}));
   sub->add_option("-o,--output", o->output_path,
-                  "Output file; .png (1200x700 pixels), .svg or .pdf chooses the format")
-      ->required();
+                  "Output file; .png (1200x700 pixels), .svg or .pdf chooses the format. "
+                  "Default: PROFILE-stem-FIG.png beside the profile (run.h5 -> run-memory.png)");
   sub->callback([o] { run_visualize(*o); });
 }
 
-int run_visualize(const VisualizeCommandOptions& o) {
+std::string visualize_default_output(const VisualizeCommandOptions& o) {
+  const fs::path profile(o.profile_path);
+  return (profile.parent_path() / (profile.stem().string() + "-" + o.figure + ".png")).string();
+}
+
+int run_visualize(const VisualizeCommandOptions& options) {
+  VisualizeCommandOptions o = options;
+  if (o.output_path.empty()) o.output_path = visualize_default_output(o);
+  // PatrickStar calls the chunk-location figure "access"; the default file name keeps the name
+  // the user gave.
+  const std::string figure = o.figure == "access" ? "location" : o.figure;
   // Cheap checks first, so a typo in -o does not wait for the profile to load.
+  {
+    std::error_code ec;
+    PSTAR_CHECK(!fs::equivalent(o.output_path, o.profile_path, ec), ConfigError, "-o ",
+                o.output_path, ": that is the profile itself; give another output file");
+  }
   const char* device = output_device(o.output_path);
-  if (!o.tier.empty() && (o.figure == "location" || o.figure == "moves"))
+  if (!o.tier.empty() && (figure == "location" || figure == "moves"))
     log::warn("--tier ", o.tier, " has no effect on --fig ", o.figure);
   const Profile profile = formats::read_profile(o.profile_path);
+  if (!profile.checksummed) {
+    log::warn("profile '", o.profile_path,
+              "' has no checksum header (an older pstar wrote it, before profiles had one): read "
+              "unchecked, so damage in it may go unnoticed (docs/profile.md#the-checksum-header)");
+  }
   check_profile(o.profile_path, profile);
   PSTAR_CHECK(plplot_has_device(device), IoError, "PLplot has no '", device,
               "' output device; install plplot-driver-cairo (scripts/setup-deps.sh)");
 
   TempOutput out(o.output_path);
   PlotSession session(device, out.path());
-  if (o.figure == "memory")
+  if (figure == "memory")
     memory_figure(profile, o.tier.empty() ? "device" : o.tier);
-  else if (o.figure == "location")
+  else if (figure == "location")
     location_figure(profile);
-  else if (o.figure == "moves")
+  else if (figure == "moves")
     moves_figure(profile);
-  else if (o.figure == "timeline")
+  else if (figure == "timeline")
     timeline_figure(profile, o.tier);
   else
     PSTAR_INTERNAL_ASSERT(false, "unknown figure '", o.figure, "' passed the CLI check");
   session.finish();
   out.commit();
-  log::info("wrote ", o.output_path, " (", o.figure, ", ", profile.by_moment.size(), " moments, ",
+  log::info("wrote ", o.output_path, " (", figure, ", ", profile.by_moment.size(), " moments, ",
             profile.chunks.size(), " chunks)");
+  // The result, for scripts: the file written.
+  std::printf("%s\n", o.output_path.c_str());
+  std::fflush(stdout);
   return 0;
 }
 

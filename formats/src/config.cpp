@@ -16,6 +16,7 @@
 
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
+#include "pstar/base/strings.h"
 
 namespace pstar::config {
 namespace {
@@ -35,10 +36,6 @@ constexpr size_t kMaxShownChars = 60;
 
 std::string join_path(const std::string& parent, const std::string& key) {
   return parent.empty() ? key : parent + "." + key;
-}
-
-bool starts_with(const std::string& text, const std::string& prefix) {
-  return text.compare(0, prefix.size(), prefix) == 0;
 }
 
 // `inner` is `outer` itself or lies inside it ("a.b" is inside "a", "ab" is not).

@@ -12,42 +12,12 @@
 #include <string>
 
 #include "pstar/base/error.h"
+#include "pstar/formats/file_guard.h"
 
 namespace pstar::formats {
 namespace {
 
 std::string os_reason(int err) { return std::strerror(err); }
-
-// Owns a file descriptor; closes it on destruction. close() reports the error that a failed
-// close of a written file can carry (a deferred write error on some file systems).
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-
-  int get() const { return fd_; }
-  // Returns 0 or the errno of the failed close.
-  int close() {
-    const int fd = fd_;
-    fd_ = -1;
-    return ::close(fd) == 0 ? 0 : errno;
-  }
-
- private:
-  int fd_;
-};
-
-int open_retrying(const char* path, int flags, mode_t mode = 0) {
-  int fd;
-  do {
-    fd = ::open(path, flags, mode);
-  } while (fd < 0 && errno == EINTR);
-  return fd;
-}
 
 // "dir/name" -> "dir"; "name" -> "."; "/name" -> "/".
 std::string parent_dir(const std::string& path) {

@@ -7,9 +7,11 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -20,6 +22,8 @@
 #include <vector>
 
 #include "pstar/base/error.h"
+#include "pstar/base/version.h"
+#include "pstar/formats/file_guard.h"
 
 namespace pstar::formats {
 
@@ -343,42 +347,185 @@ void write_contents(Writer& w, H5::H5File& file, const Profile& p) {
 
 std::string os_reason(int err) { return std::strerror(err); }
 
-// Removes the temporary file on destruction unless the rename that publishes it succeeded.
-class TempFileGuard {
- public:
-  explicit TempFileGuard(std::string path) : path_(std::move(path)) {}
-  ~TempFileGuard() {
-    if (!path_.empty()) ::unlink(path_.c_str());
+// ---------------------------------------------------------------------------------------------
+// The checksum header
+
+// Note [profile checksum]
+// libhdf5 (1.10) parses what a file claims before it can check anything, and some corrupt files
+// crash it (heap overflows, endless loops: docs/fuzzing.md). So a profile carries its own
+// checksum, checked before libhdf5 opens the file: HDF5's user block, the first 512 bytes, which
+// HDF5 reserves for the application and every HDF5 reader (h5py, h5dump) skips, holds this text,
+// NUL-padded:
+//
+//   pstar-profile\n
+//   crc32 89abcdef\n                  8 lowercase hex digits, at offset 20
+//   bytes 00000000000000123456\n      the file's size, 20 decimal digits
+//   version 0.1.0\n                   the pstar that wrote it
+//
+// The CRC-32 (zlib's) covers the whole file, the header included, with its own 8 digits read as
+// '0's. write_profile fills the header after libhdf5 has closed the file, before the file is
+// synced and renamed into place.
+constexpr size_t kUserBlockBytes = 512;  // HDF5's smallest user block
+constexpr char kHeaderMagic[] = "pstar-profile\n";
+constexpr size_t kMagicBytes = sizeof kHeaderMagic - 1;  // 14
+constexpr char kCrcKey[] = "crc32 ";
+constexpr size_t kCrcOffset = kMagicBytes + sizeof kCrcKey - 1;  // 20
+constexpr size_t kCrcDigits = 8;
+constexpr char kBytesKey[] = "bytes ";
+constexpr size_t kBytesOffset = kCrcOffset + kCrcDigits + 1 + sizeof kBytesKey - 1;  // 35
+constexpr size_t kBytesDigits = 20;
+constexpr char kHdf5Signature[] = "\x89HDF\r\n\x1a\n";
+
+std::string header_text(uint32_t crc, uint64_t bytes) {
+  char text[kUserBlockBytes] = {};
+  std::snprintf(text, sizeof text, "%scrc32 %08x\nbytes %020llu\nversion %.64s\n", kHeaderMagic,
+                crc, static_cast<unsigned long long>(bytes), version());
+  return std::string(text, sizeof text);
+}
+
+// Reads exactly `size` bytes at `offset`; false on a short read or an error (errno set).
+bool read_at(int fd, uint64_t offset, char* out, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::pread(fd, out, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    out += n;
+    offset += static_cast<uint64_t>(n);
+    size -= static_cast<size_t>(n);
   }
-  TempFileGuard(const TempFileGuard&) = delete;
-  TempFileGuard& operator=(const TempFileGuard&) = delete;
-  void release() { path_.clear(); }
+  return true;
+}
 
- private:
-  std::string path_;
-};
-
-// Owns a file descriptor.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
+bool write_at(int fd, uint64_t offset, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::pwrite(fd, data, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    offset += static_cast<uint64_t>(n);
+    size -= static_cast<size_t>(n);
   }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
+  return true;
+}
 
- private:
-  int fd_;
-};
+uint32_t crc32_update(uint32_t crc, const char* data, size_t size) {
+  return static_cast<uint32_t>(
+      ::crc32(crc, reinterpret_cast<const Bytef*>(data), static_cast<uInt>(size)));
+}
 
-// fsync of a file or directory; returns 0 or the errno. HDF5's close flushes to the OS only.
-int sync_path(const std::string& path, int flags) {
-  Fd fd(::open(path.c_str(), flags | O_CLOEXEC));
-  if (fd.get() < 0) return errno;
-  if (::fsync(fd.get()) != 0) return errno;
+// The CRC-32 of a file of `file_bytes` whose header is `header` (already read), with the header's
+// crc digits as '0's. False (errno set) if the file cannot be read.
+bool file_crc(int fd, uint64_t file_bytes, std::string header, uint32_t* crc) {
+  header.replace(kCrcOffset, kCrcDigits, kCrcDigits, '0');
+  uint32_t c = crc32_update(0, header.data(), header.size());
+  std::vector<char> buffer(size_t{1} << 20);
+  for (uint64_t offset = kUserBlockBytes; offset < file_bytes;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), file_bytes - offset));
+    if (!read_at(fd, offset, buffer.data(), n)) return false;
+    c = crc32_update(c, buffer.data(), n);
+    offset += n;
+  }
+  *crc = c;
+  return true;
+}
+
+// Parses `digits` as a number in `base`; false unless every character is a digit of it (lowercase
+// hex).
+bool parse_digits(const char* digits, size_t count, int base, uint64_t* out) {
+  uint64_t value = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const char ch = digits[i];
+    int d = -1;
+    if (ch >= '0' && ch <= '9') d = ch - '0';
+    if (base == 16 && ch >= 'a' && ch <= 'f') d = ch - 'a' + 10;
+    if (d < 0) return false;
+    if (value > (std::numeric_limits<uint64_t>::max() - static_cast<uint64_t>(d)) /
+                    static_cast<uint64_t>(base))
+      return false;
+    value = value * static_cast<uint64_t>(base) + static_cast<uint64_t>(d);
+  }
+  *out = value;
+  return true;
+}
+
+std::string crc_text(uint32_t crc) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%08x", crc);
+  return text;
+}
+
+// Writes the header of the profile open as `fd` (Note [profile checksum]); returns 0 or the errno.
+int seal(int fd) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return errno;
+  const auto bytes = static_cast<uint64_t>(st.st_size);
+  if (bytes < kUserBlockBytes) return EINVAL;
+  const std::string zero = header_text(0, bytes);
+  if (!write_at(fd, 0, zero.data(), zero.size())) return errno;
+  uint32_t crc = 0;
+  if (!file_crc(fd, bytes, zero, &crc)) return errno;
+  const std::string sealed = header_text(crc, bytes);
+  if (!write_at(fd, 0, sealed.data(), sealed.size())) return errno;
   return 0;
+}
+
+enum class Checksum { kVerified, kAbsent };
+
+// Checks the header of the profile open as `fd` before anything else reads it: kVerified, or
+// kAbsent for a profile from before checksums (the HDF5 signature at offset 0). FormatError
+// naming the file otherwise.
+Checksum verify_checksum(const std::string& path, int fd, uint64_t file_bytes) {
+  const auto fail = [&](const std::string& what) {
+    PSTAR_THROW(FormatError, "profile '", path, "' ", what);
+  };
+  std::string header(kUserBlockBytes, '\0');
+  const size_t have = static_cast<size_t>(std::min<uint64_t>(file_bytes, kUserBlockBytes));
+  if (!read_at(fd, 0, header.data(), have)) {
+    const int err = errno;
+    PSTAR_THROW(IoError, "cannot read profile '", path, "': ", std::strerror(err));
+  }
+  if (header.compare(0, kMagicBytes, kHeaderMagic) != 0) {
+    if (have >= 8 && header.compare(0, 8, kHdf5Signature, 8) == 0) return Checksum::kAbsent;
+    char signature[8] = {};
+    if (file_bytes >= kUserBlockBytes + 8 &&
+        read_at(fd, kUserBlockBytes, signature, sizeof signature) &&
+        std::memcmp(signature, kHdf5Signature, 8) == 0) {
+      fail(
+          "has a damaged header: its first 512 bytes are not pstar's checksum header (the "
+          "file is corrupt)");
+    }
+    fail(
+        "is not a pstar profile (it starts with neither pstar's checksum header nor the HDF5 "
+        "signature); give a file written by `pstar profile` or `pstar train --profile`");
+  }
+  uint64_t want_crc = 0, want_bytes = 0;
+  const bool parsed =
+      have == kUserBlockBytes && header.compare(kMagicBytes, sizeof kCrcKey - 1, kCrcKey) == 0 &&
+      parse_digits(&header[kCrcOffset], kCrcDigits, 16, &want_crc) &&
+      header[kCrcOffset + kCrcDigits] == '\n' &&
+      header.compare(kCrcOffset + kCrcDigits + 1, sizeof kBytesKey - 1, kBytesKey) == 0 &&
+      parse_digits(&header[kBytesOffset], kBytesDigits, 10, &want_bytes) &&
+      header[kBytesOffset + kBytesDigits] == '\n';
+  if (!parsed) fail("has a damaged checksum header (the file is corrupt)");
+  if (want_bytes != file_bytes) {
+    fail(str_cat("is ", file_bytes, " bytes but its header records ", want_bytes,
+                 " (the file is truncated, or was changed after pstar wrote it)"));
+  }
+  uint32_t crc = 0;
+  if (!file_crc(fd, file_bytes, header, &crc)) {
+    const int err = errno;
+    PSTAR_THROW(IoError, "cannot read profile '", path, "': ", std::strerror(err));
+  }
+  if (crc != want_crc) {
+    fail(str_cat("is corrupt: its CRC-32 is ", crc_text(crc), " but its header records ",
+                 crc_text(static_cast<uint32_t>(want_crc)),
+                 " (bytes changed after pstar wrote it; a profile edited through HDF5 must be "
+                 "resealed: formats::reseal_profile)"));
+  }
+  return Checksum::kVerified;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -702,22 +849,23 @@ void write_profile(const std::string& path, const Profile& profile) {
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   H5::Exception::dontPrint();  // pstar reports HDF5 failures in its own messages
 
-  // The file is built under a temporary name in the same directory and renamed into place, so a
-  // crash never leaves a half-written profile under the real name.
-  const std::string temp = str_cat(path, ".tmp-", ::getpid());
+  // Built under a temporary name beside `path` and published by rename (Note [publish by rename]),
+  // so a crash never leaves a half-written profile under the real name.
+  TempPath temp(path);
   {
     // Created by hand first so that a missing or read-only directory gives the OS's reason.
-    Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
+    UniqueFd fd(::open(temp.path().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
     if (fd.get() < 0) {
       const int err = errno;
-      PSTAR_THROW(IoError, "cannot write profile '", path, "': cannot create '", temp,
+      PSTAR_THROW(IoError, "cannot write profile '", path, "': cannot create '", temp.path(),
                   "': ", os_reason(err), "; check that the directory exists and is writable");
     }
   }
-  TempFileGuard guard(temp);
   std::string at = "the file";
   try {
-    H5::H5File file(temp, H5F_ACC_TRUNC);
+    H5::FileCreatPropList create;
+    create.setUserblock(kUserBlockBytes);  // the checksum header's room (Note [profile checksum])
+    H5::H5File file(temp.path(), H5F_ACC_TRUNC, create);
     Writer writer(file);
     try {
       write_contents(writer, file, profile);
@@ -728,35 +876,28 @@ void write_profile(const std::string& path, const Profile& profile) {
     at = "the file (closing it)";
     file.close();
   } catch (const H5::Exception& e) {
-    PSTAR_THROW(IoError, "cannot write profile '", path, "': writing ", at, " to '", temp,
+    PSTAR_THROW(IoError, "cannot write profile '", path, "': writing ", at, " to '", temp.path(),
                 "' failed (", e.getFuncName(), ": ", e.getDetailMsg(),
                 "); check free space and file size limits");
   }
-  if (const int err = sync_path(temp, O_RDONLY); err != 0) {
-    PSTAR_THROW(IoError, "cannot write profile '", path, "': fsync of '", temp,
-                "' failed: ", os_reason(err));
+  {
+    UniqueFd fd(::open(temp.path().c_str(), O_RDWR | O_CLOEXEC));
+    const int err = fd.get() < 0 ? errno : seal(fd.get());
+    if (err != 0) {
+      PSTAR_THROW(IoError, "cannot write profile '", path, "': writing the checksum header of '",
+                  temp.path(), "' failed: ", os_reason(err));
+    }
   }
-  std::error_code ec;
-  std::filesystem::rename(temp, path, ec);
-  PSTAR_CHECK(!ec, IoError, "cannot write profile '", path, "': renaming '", temp,
-              "' to it failed: ", ec.message());
-  guard.release();
-  // Make the rename durable; some file systems cannot fsync a directory (EINVAL), and there the
-  // data is synced already.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  if (const int err = sync_path(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
-      err != 0 && err != EINVAL) {
-    PSTAR_THROW(IoError, "wrote profile '", path,
-                "' but could not sync its directory: ", os_reason(err),
-                "; the file may not survive a crash");
-  }
+  temp.publish("profile");
 }
 
 Profile read_profile(const std::string& path) {
   uint64_t file_bytes = 0;
+  Checksum checksum = Checksum::kAbsent;
   {
-    // Checked before HDF5 sees the file, so that only a malformed file gives a FormatError.
-    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    // Checked before HDF5 sees the file, so that only a malformed file gives a FormatError, and
+    // a damaged one never reaches libhdf5's parser (Note [profile checksum]).
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.get() < 0) {
       const int err = errno;
       PSTAR_THROW(IoError, "cannot open profile '", path, "': ", os_reason(err),
@@ -766,6 +907,7 @@ Profile read_profile(const std::string& path) {
     PSTAR_CHECK(::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode), IoError,
                 "cannot read profile '", path, "': it is not a regular file");
     file_bytes = static_cast<uint64_t>(st.st_size);
+    checksum = verify_checksum(path, fd.get(), file_bytes);
   }
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   H5::Exception::dontPrint();
@@ -777,7 +919,9 @@ Profile read_profile(const std::string& path) {
     H5::H5File file(path, H5F_ACC_RDONLY);
     Reader reader(path, file, file_bytes);
     try {
-      return read_contents(reader, file);
+      Profile p = read_contents(reader, file);
+      p.checksummed = checksum == Checksum::kVerified;
+      return p;
     } catch (const H5::Exception&) {
       at = reader.at();
       throw;
@@ -785,6 +929,26 @@ Profile read_profile(const std::string& path) {
   } catch (const H5::Exception& e) {
     PSTAR_THROW(FormatError, "profile '", path, "': cannot read ", at, " (", e.getFuncName(), ": ",
                 e.getDetailMsg(), "); the file is truncated or corrupt");
+  }
+}
+
+void reseal_profile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  if (fd.get() < 0) {
+    const int err = errno;
+    PSTAR_THROW(IoError, "cannot reseal profile '", path, "': ", os_reason(err));
+  }
+  char magic[kMagicBytes] = {};
+  PSTAR_CHECK(read_at(fd.get(), 0, magic, sizeof magic) &&
+                  std::memcmp(magic, kHeaderMagic, kMagicBytes) == 0,
+              FormatError, "cannot reseal profile '", path,
+              "': it has no pstar checksum header to rewrite");
+  if (const int err = seal(fd.get()); err != 0) {
+    PSTAR_THROW(IoError, "cannot reseal profile '", path, "': ", os_reason(err));
+  }
+  if (::fsync(fd.get()) != 0) {
+    const int err = errno;
+    PSTAR_THROW(IoError, "cannot reseal profile '", path, "': fsync failed: ", os_reason(err));
   }
 }
 

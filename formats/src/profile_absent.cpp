@@ -27,4 +27,6 @@ void write_profile(const std::string& path, const Profile&) {
 
 Profile read_profile(const std::string& path) { no_hdf5("cannot read profile '" + path + "'"); }
 
+void reseal_profile(const std::string& path) { no_hdf5("cannot reseal profile '" + path + "'"); }
+
 }  // namespace pstar::formats

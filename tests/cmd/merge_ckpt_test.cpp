@@ -23,6 +23,7 @@
 
 #include "cli_util.h"
 #include "metrics_util.h"
+#include "pstar/base/version.h"
 #include "pstar/formats/config.h"
 #include "pstar/formats/safetensors.h"
 #include "pstar/model/gpt.h"
@@ -155,9 +156,10 @@ class MergeCkptTest : public ::testing::Test {
   }
 
   // Two ranks, `steps` steps, a checkpoint every 3 into `save_dir`.
-  void train_two_ranks(int64_t steps, const std::string& save_dir, const std::string& metrics) {
+  void train_two_ranks(int64_t steps, const std::string& save_dir, const std::string& metrics,
+                       int nproc = 2) {
     const std::string cfg = write_config(config(steps, 3, save_dir), save_dir + ".json");
-    const auto r = train(cfg, {"--nproc", "2", "--metrics", metrics});
+    const auto r = train(cfg, {"--nproc", std::to_string(nproc), "--metrics", metrics});
     ASSERT_EQ(r.exit_code, 0) << r;
   }
 
@@ -204,7 +206,7 @@ TEST_F(MergeCkptTest, MergedSafetensorsEqualTheShardsAndTrainThroughInitFrom) {
   ASSERT_EQ(r.exit_code, 0) << r;
   EXPECT_TRUE(contains(r.err, "wrote 28 tensors")) << r;
   EXPECT_TRUE(contains(r.err, "out/model.safetensors")) << r;
-  EXPECT_TRUE(r.out.empty()) << r;
+  EXPECT_EQ(r.out, "out/model.safetensors\n") << r;  // the path written, for scripts
 
   const auto masters = shard_parameters(step, 2);
   model::GptConfig tiny{64, 2, 4, 256, 32};
@@ -212,6 +214,7 @@ TEST_F(MergeCkptTest, MergedSafetensorsEqualTheShardsAndTrainThroughInitFrom) {
   ASSERT_EQ(masters.size(), expected.size());
   formats::SafetensorsReader reader(dir_.file("out/model.safetensors"));
   EXPECT_EQ(reader.metadata().at("format"), "pt");  // what Hugging Face's loaders look for
+  EXPECT_EQ(reader.metadata().at("pstar.version"), pstar::version());
   ASSERT_EQ(reader.tensors().size(), expected.size());
   for (const auto& p : expected) {
     SCOPED_TRACE(p.name);  // Hugging Face GPT-2 names: transformer.h.0.attn.c_attn.weight, ...
@@ -273,13 +276,20 @@ TEST_F(MergeCkptTest, PtOutputIsADictThatTorchLoadReads) {
   if (python.empty())
     GTEST_SKIP() << "no Python with torch (python3 -c 'import torch' fails; Debian: "
                     "apt-get install python3-torch)";
+  // weights_only=True: the default of torch.load from PyTorch 2.6 on, whose unpickler refuses
+  // every global but the tensor rebuilders it knows (Note [checkpoint pickle] in checkpoint.cpp).
+  // Passed explicitly so that an older torch (Debian's 1.13 has the argument) checks it too. The
+  // checkpoint's own files come from the same writer.
   write_text(dir_.file("load.py"),
              "import json, sys, torch\n"
-             "d = torch.load(sys.argv[1])\n"
+             "d = torch.load(sys.argv[1], weights_only=True)\n"
+             "c = torch.load(sys.argv[2], weights_only=True)\n"
+             "assert isinstance(c, dict) and c['__pstar__.step'].item() == 3, c.keys()\n"
              "print(json.dumps({k: [list(v.shape), str(v.dtype)] for k, v in d.items()}))\n");
   const std::string out = dir_.file("python.json");
   const std::string cmd = python + " " + dir_.file("load.py") + " " + dir_.file("out/model.pt") +
-                          " > " + out + " 2> " + dir_.file("python.err");
+                          " " + dir_.file("ck/step-00000003/ckpt-1.pt") + " > " + out + " 2> " +
+                          dir_.file("python.err");
   ASSERT_EQ(std::system(cmd.c_str()), 0) << read_text(dir_.file("python.err"));
   const json seen = json::parse(read_text(out));
   ASSERT_EQ(seen.size(), masters.size()) << seen.dump();
@@ -329,6 +339,8 @@ TEST_F(MergeCkptTest, ReshardedCheckpointsResume) {
   EXPECT_EQ(m1["world_size"], 1);
   EXPECT_EQ(m1["step"], 3);
   EXPECT_EQ(m1["run_id"], manifest["run_id"]);
+  EXPECT_EQ(manifest["pstar_version"], pstar::version());  // what pstar --version prints
+  EXPECT_EQ(m1["pstar_version"], pstar::version());
   const train::TensorMap one = train::read_checkpoint_file(dir_.file("re1/ckpt-0.pt"));
   EXPECT_EQ(one.at("__pstar__.world_size").item<int64_t>(), 1);
   EXPECT_EQ(one.at("__pstar__.step").item<int64_t>(), 3);
@@ -386,15 +398,22 @@ TEST_F(MergeCkptTest, BadFileSetsAreClearErrorsAndWriteNothing) {
   make("steps", {{a3 / "ckpt-0.pt", "ckpt-0.pt"},
                  {a6 / "ckpt-1.pt", "ckpt-1.pt"},
                  {a3 / "manifest.json", "manifest.json"}});
+  make("steps-unverified", {{a3 / "ckpt-0.pt", "ckpt-0.pt"}, {a6 / "ckpt-1.pt", "ckpt-1.pt"}});
   make("corrupt", {{a3 / "ckpt-0.pt", "ckpt-0.pt"}, {a3 / "manifest.json", "manifest.json"}});
   const std::string whole = read_text((a3 / "ckpt-1.pt").string());
   write_text(dir_.file("bad/corrupt/ckpt-1.pt"), whole.substr(0, whole.size() / 2));
+  make("corrupt-unverified", {{a3 / "ckpt-0.pt", "ckpt-0.pt"}});
+  write_text(dir_.file("bad/corrupt-unverified/ckpt-1.pt"), whole.substr(0, whole.size() / 2));
   make("newer", {{a3 / "ckpt-0.pt", "ckpt-0.pt"}, {a3 / "manifest.json", "manifest.json"}});
   {
+    // A file of a newer format that its manifest vouches for: the format check, not the
+    // checksum, refuses it.
     train::TensorMap t = train::read_checkpoint_file((a3 / "ckpt-1.pt").string());
     t["__pstar__.format_version"] = torch::tensor(int64_t{2});
-    train::write_checkpoint_file(dir_.file("bad/newer/ckpt-1.pt"),
-                                 train::TensorList(t.begin(), t.end()));
+    train::CheckpointManifest m = train::read_manifest(dir_.file("bad/newer"));
+    m.digests[1] = train::write_checkpoint_file(dir_.file("bad/newer/ckpt-1.pt"),
+                                                train::TensorList(t.begin(), t.end()));
+    train::write_manifest(dir_.file("bad/newer"), m);
   }
 
   const std::vector<Case> cases = {
@@ -403,7 +422,7 @@ TEST_F(MergeCkptTest, BadFileSetsAreClearErrorsAndWriteNothing) {
        2,
        {"--num 2 but 1 checkpoint file(s) matched", "bad/missing/ckpt-0.pt", "missing: ckpt-1.pt"}},
       {"duplicated rank",
-       {"--pattern", "bad/dup/*.pt", "--num", "2"},
+       {"--pattern", "bad/dup/*.pt", "--num", "2", "--unverified"},
        4,
        {"bad/dup/second.pt and bad/dup/first.pt both hold rank 0"}},
       {"two runs",
@@ -411,10 +430,15 @@ TEST_F(MergeCkptTest, BadFileSetsAreClearErrorsAndWriteNothing) {
        4,
        {"bad/runs/y/manifest.json describes run", "bad/runs/x/manifest.json",
         "all files must come from one checkpoint"}},
-      {"two steps",
+      {"two steps (the manifest's checksum)",
        {"--dir", "bad/steps"},
        4,
-       {"bad/steps/ckpt-1.pt: at step 6 but bad/steps/manifest.json is at step 3"}},
+       {"bad/steps/ckpt-1.pt", "but bad/steps/manifest.json records", "nothing was merged"}},
+      {"two steps (unverified, the step)",
+       {"--pattern", "bad/steps-unverified/ckpt-*.pt", "--num", "2", "--unverified"},
+       4,
+       {"bad/steps-unverified/ckpt-1.pt: at step 6 but bad/steps-unverified/ckpt-0.pt is at "
+        "step 3"}},
       {"--num above",
        {"--pattern", "a/step-00000003/ckpt-*.pt", "--num", "3"},
        2,
@@ -423,10 +447,15 @@ TEST_F(MergeCkptTest, BadFileSetsAreClearErrorsAndWriteNothing) {
        {"--pattern", "a/step-00000003/ckpt-0.pt", "--num", "1"},
        2,
        {"a/step-00000003/manifest.json: the checkpoint was written by 2 rank(s), but --num is 1"}},
-      {"corrupt file",
+      {"truncated file",
        {"--dir", "bad/corrupt"},
        4,
-       {"bad/corrupt/ckpt-1.pt: not a readable checkpoint (truncated or corrupt"}},
+       {"bad/corrupt/ckpt-1.pt has", "bytes but bad/corrupt/manifest.json records",
+        "(truncated, or not the file this checkpoint wrote)"}},
+      {"truncated file, unverified",
+       {"--pattern", "bad/corrupt-unverified/ckpt-*.pt", "--num", "2", "--unverified"},
+       4,
+       {"bad/corrupt-unverified/ckpt-1.pt: not a readable checkpoint (truncated or corrupt"}},
       {"newer format",
        {"--dir", "bad/newer"},
        4,
@@ -474,6 +503,7 @@ TEST_F(MergeCkptTest, StreamingMergeHoldsOneFileNotTheModel) {
     const plan::GptChunkMap map =
         plan::gpt_chunk_map(config::load_train_config((step / "config.json").string()));
     int64_t largest = 0, params = 0;
+    std::vector<train::FileDigest> digests;
     torch::manual_seed(7);
     for (int64_t r = 0; r < ranks; ++r) {
       train::TensorList tensors;
@@ -496,10 +526,10 @@ TEST_F(MergeCkptTest, StreamingMergeHoldsOneFileNotTheModel) {
       }
       tensors.emplace_back("__pstar__.loss_scaler", torch::ones({3}, torch::kFloat64));
       tensors.emplace_back("__pstar__.rng", at::detail::getDefaultCPUGenerator().get_state());
-      train::write_checkpoint_file(train::checkpoint_file(step, r), tensors);
+      digests.push_back(train::write_checkpoint_file(train::checkpoint_file(step, r), tensors));
       largest = std::max(largest, bytes);
     }
-    train::write_manifest(step.string(), train::CheckpointManifest{ranks, 1, "synthetic"});
+    train::write_manifest(step.string(), train::CheckpointManifest{ranks, 1, "synthetic", digests});
     return std::make_pair(largest, params);
   };
   write_checkpoint(
@@ -549,6 +579,216 @@ TEST_F(MergeCkptTest, StreamingMergeHoldsOneFileNotTheModel) {
     if (!is_parameter_name(last, name)) continue;
     EXPECT_TRUE(bitwise_equal(safetensors_tensor(reader, *reader.find(name)), t)) << name;
   }
+}
+
+// Note [merge checks]: every shard is checked against the size and CRC-32 that the checkpoint's
+// manifest.json records before it is read. Bytes flipped inside a tensor's data leave the archive
+// readable (the reader alone would merge them into the model); a truncated shard and one from
+// another step are refused the same way; each names the shard and writes nothing, --unverified
+// or not. A set without a manifest is refused unless --unverified.
+TEST_F(MergeCkptTest, ShardsThatFailTheirManifestChecksumAreRefusedAndNothingIsWritten) {
+  train_two_ranks(6, "ck", "full.jsonl");
+  const fs::path a3 = dir_.path() / "ck/step-00000003";
+  const fs::path a6 = dir_.path() / "ck/step-00000006";
+  auto copy_step = [&](const std::string& name) {
+    const fs::path to = dir_.path() / "bad" / name;
+    fs::create_directories(to);
+    for (const char* f : {"ckpt-0.pt", "ckpt-1.pt", "manifest.json", "config.json"})
+      fs::copy_file(a3 / f, to / f);
+    return to;
+  };
+
+  // Flipped bytes in the middle of the largest tensor of rank 1's file: find its data in the
+  // archive (stored uncompressed) and invert 8 bytes of it.
+  const fs::path flipped = copy_step("flipped");
+  {
+    const train::TensorMap t = train::read_checkpoint_file((flipped / "ckpt-1.pt").string());
+    std::string largest;
+    for (const auto& [name, tensor] : t)
+      if (largest.empty() || tensor.nbytes() > t.at(largest).nbytes()) largest = name;
+    const at::Tensor& victim = t.at(largest);
+    ASSERT_GT(victim.nbytes(), 64u);
+    std::string bytes = read_text((flipped / "ckpt-1.pt").string());
+    const std::string data(static_cast<const char*>(victim.data_ptr()), victim.nbytes());
+    const size_t at = bytes.find(data);
+    ASSERT_NE(at, std::string::npos) << "tensor data of " << largest << " not found in the file";
+    for (size_t i = 0; i < 8; ++i) bytes[at + victim.nbytes() / 2 + i] ^= '\xff';
+    write_text((flipped / "ckpt-1.pt").string(), bytes);
+    // The archive is still readable and the tensor now differs: only the checksum can tell.
+    const train::TensorMap damaged = train::read_checkpoint_file((flipped / "ckpt-1.pt").string());
+    EXPECT_FALSE(bitwise_equal(damaged.at(largest), victim)) << largest;
+  }
+  const fs::path truncated = copy_step("truncated");
+  {
+    const std::string bytes = read_text((truncated / "ckpt-1.pt").string());
+    write_text((truncated / "ckpt-1.pt").string(), bytes.substr(0, bytes.size() - 100));
+  }
+  const fs::path other_step = copy_step("other-step");
+  fs::copy_file(a6 / "ckpt-1.pt", other_step / "ckpt-1.pt", fs::copy_options::overwrite_existing);
+
+  const json manifest = json::parse(read_text((a3 / "manifest.json").string()));
+  char want[16];
+  std::snprintf(want, sizeof want, "0x%08x", manifest["crc32"][1].get<uint32_t>());
+  const train::FileDigest found_flipped = train::file_digest((flipped / "ckpt-1.pt").string());
+  char found[16];
+  std::snprintf(found, sizeof found, "0x%08x", found_flipped.crc32);
+  struct Case {
+    std::string dir;
+    std::vector<std::string> message;
+  };
+  const std::vector<Case> cases = {
+      {"bad/flipped",
+       {"bad/flipped/ckpt-1.pt: CRC-32 is " + std::string(found) +
+            " but bad/flipped/manifest.json records " + want,
+        "(the file is corrupt, or not the one this checkpoint wrote); nothing was merged"}},
+      {"bad/truncated",
+       {"bad/truncated/ckpt-1.pt has", "bytes but bad/truncated/manifest.json records"}},
+      {"bad/other-step", {"bad/other-step/ckpt-1.pt", "but bad/other-step/manifest.json records"}},
+  };
+  for (const Case& c : cases) {
+    for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{
+             {"-o", "out/model.safetensors"}, {"-o", "out/model.pt", "--unverified"}}) {
+      std::vector<std::string> args{"--dir", c.dir};
+      args.insert(args.end(), extra.begin(), extra.end());
+      const auto r = merge(args);
+      EXPECT_EQ(r.exit_code, 4) << c.dir << "\n" << r;
+      for (const auto& part : c.message) EXPECT_TRUE(contains(r.err, part)) << c.dir << "\n" << r;
+      EXPECT_TRUE(r.out.empty()) << r;
+      EXPECT_TRUE(entries("out").empty()) << c.dir << ": something was written";
+    }
+    // Nor beside the files, without -o.
+    const auto r = merge({"--pattern", c.dir + "/ckpt-*.pt", "--num", "2"});
+    EXPECT_EQ(r.exit_code, 4) << r;
+    EXPECT_FALSE(fs::exists(dir_.path() / c.dir / "ckpt-merged.pt")) << c.dir;
+  }
+
+  // No manifest: said so, with the flag that merges anyway.
+  const fs::path bare = dir_.path() / "bare";
+  fs::create_directories(bare);
+  for (const char* f : {"ckpt-0.pt", "ckpt-1.pt"}) fs::copy_file(a3 / f, bare / f);
+  auto r = merge({"--pattern", "bare/ckpt-*.pt", "--num", "2", "-o", "out/model.safetensors"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err, "no manifest.json vouches for bare/ckpt-0.pt")) << r;
+  EXPECT_TRUE(contains(r.err, "bare/manifest.json is missing")) << r;
+  EXPECT_TRUE(contains(r.err, "give --unverified to merge them unchecked")) << r;
+  EXPECT_TRUE(entries("out").empty());
+  r = merge(
+      {"--pattern", "bare/ckpt-*.pt", "--num", "2", "-o", "out/model.safetensors", "--unverified"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(contains(r.err, "warning: merge-ckpt: 2 file(s) merged without a checksum")) << r;
+  // The same model as the verified merge of the intact checkpoint.
+  formats::SafetensorsReader reader(dir_.file("out/model.safetensors"));
+  for (const auto& [name, master] : shard_parameters(a3, 2))
+    EXPECT_TRUE(bitwise_equal(safetensors_tensor(reader, *reader.find(name)), master)) << name;
+}
+
+// The command as a PatrickStar user writes it, inside a step directory: no -o. The merged file
+// goes beside the shards, named after the pattern, its path printed; it is never replaced
+// without --force, and a later run's pattern does not take it for a shard.
+TEST_F(MergeCkptTest, WithoutOutputWritesBesideTheShardsAndPrintsThePath) {
+  // The issue's command as written: a 4-rank checkpoint of step 6.
+  train_two_ranks(6, "ck", "full.jsonl", 4);
+  const fs::path step = dir_.path() / "ck/step-00000006";
+  const std::string config_before = read_text((step / "config.json").string());
+  auto merge_in_step = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args{"merge-ckpt", "--pattern", "ckpt-*.pt", "--num", "4"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_pstar(args, step);
+  };
+  auto r = merge_in_step({});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, "ckpt-merged.pt\n") << r;
+  const auto masters = shard_parameters(step, 4);
+  auto expect_merged = [&] {
+    const train::TensorMap merged = train::read_checkpoint_file((step / "ckpt-merged.pt").string());
+    ASSERT_EQ(merged.size(), masters.size());
+    for (const auto& [name, master] : masters) {
+      ASSERT_TRUE(merged.count(name)) << name;
+      EXPECT_TRUE(bitwise_equal(merged.at(name), master)) << name;
+    }
+  };
+  expect_merged();
+  // The step's config.json is the run's own: left as it was, and the log says why none was
+  // written for the merged file.
+  EXPECT_EQ(read_text((step / "config.json").string()), config_before);
+  EXPECT_TRUE(contains(r.err, "no config.json written beside ckpt-merged.pt")) << r;
+
+  // Again: refused, the file untouched.
+  write_text((step / "ckpt-merged.pt").string(), "not replaced");
+  r = merge_in_step({});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err, "ckpt-merged.pt already exists; give --force to replace it")) << r;
+  EXPECT_EQ(read_text((step / "ckpt-merged.pt").string()), "not replaced");
+  // --force replaces it; ckpt-*.pt matches it too, but it is not counted as a shard.
+  r = merge_in_step({"--force", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, "ckpt-merged.pt\n") << r;
+  expect_merged();
+
+  // A safetensors name from the pattern, from outside the directory; and --dir's default.
+  r = merge({"--pattern", "ck/step-00000006/ckpt-*.safetensors", "--num", "4"});
+  EXPECT_EQ(r.exit_code, 3) << r;  // no shard matches *.safetensors
+  r = merge({"--dir", "ck/step-00000006", "--force"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, "ck/step-00000006/ckpt-merged.pt\n") << r;
+  expect_merged();
+
+  // Patterns that name no single place or name: -o is asked for, nothing written.
+  for (const std::string pattern : {"ck/*/ckpt-*.pt", "ck/step-00000006/ckpt-?.pt",
+                                    "ck/step-00000006/*-*.pt", "ck/step-00000006/ckpt-*"}) {
+    r = merge({"--pattern", pattern, "--num", "4"});
+    EXPECT_EQ(r.exit_code, 2) << pattern << "\n" << r;
+    EXPECT_TRUE(contains(r.err, "give the output with -o")) << pattern << "\n" << r;
+  }
+}
+
+// Note [resume resharding]: a 2-rank checkpoint resumes with --nproc 1 and --nproc 4, resharded
+// on the fly, and continues exactly as a resume from `merge-ckpt --reshard` of it does; the log
+// says it resharded.
+TEST_F(MergeCkptTest, ResumeOnAnotherNumberOfRanksReshardsLikeMergeCkpt) {
+  train_two_ranks(6, "ck", "full.jsonl");
+  const std::string cfg = "conf/ck.json";
+  auto resume = [&](const std::string& from, int nproc, const std::string& metrics) {
+    return train(cfg, {"--nproc", std::to_string(nproc), "--resume", from, "--metrics", metrics,
+                       "--set", "training.save_dir=ck-" + metrics});
+  };
+  for (const int nproc : {1, 4}) {
+    SCOPED_TRACE("--nproc " + std::to_string(nproc));
+    const std::string n = std::to_string(nproc);
+    auto r = merge({"--dir", "ck/step-00000003", "--reshard", n, "-o", "re" + n});
+    ASSERT_EQ(r.exit_code, 0) << r;
+    auto t = resume("re" + n, nproc, "merged" + n + ".jsonl");
+    ASSERT_EQ(t.exit_code, 0) << t;
+    EXPECT_FALSE(contains(t.err, "resharding")) << t;
+    t = resume("ck/step-00000003", nproc, "direct" + n + ".jsonl");
+    ASSERT_EQ(t.exit_code, 0) << t;
+    EXPECT_TRUE(contains(t.err,
+                         "resume: resharding ck/step-00000003 from the 2 rank(s) that "
+                         "wrote it to this run's " +
+                             n))
+        << t;
+    EXPECT_TRUE(contains(t.err, "at step 3")) << t;
+    const auto merged = read_metrics(dir_.file("merged" + n + ".jsonl"));
+    const auto direct = read_metrics(dir_.file("direct" + n + ".jsonl"));
+    ASSERT_EQ(merged.size(), 3u);
+    ASSERT_EQ(direct.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(direct[i]["step"], merged[i]["step"]);
+      EXPECT_EQ(direct[i]["loss"].get<double>(), merged[i]["loss"].get<double>())
+          << "step " << direct[i]["step"];
+    }
+    // The new run's own checkpoint is one of the new number of ranks.
+    const json m =
+        json::parse(read_text(dir_.file("ck-direct" + n + ".jsonl/step-00000006/manifest.json")));
+    EXPECT_EQ(m["world_size"], nproc);
+  }
+  // A damaged old file is named before anything is loaded, by whichever rank checked it.
+  std::string bytes = read_text(dir_.file("ck/step-00000003/ckpt-1.pt"));
+  bytes[bytes.size() / 2] ^= 0x20;
+  write_text(dir_.file("ck/step-00000003/ckpt-1.pt"), bytes);
+  const auto t = resume("ck/step-00000003", 1, "bad.jsonl");
+  EXPECT_EQ(t.exit_code, 4) << t;
+  EXPECT_TRUE(contains(t.err, "ck/step-00000003/ckpt-1.pt: CRC-32 is")) << t;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "pstar/base/version.h"
 #include "pstar/formats/profile.h"
 #include "test_util.h"
 
@@ -74,6 +75,14 @@ TEST_F(ProfileCliTest, ProfileAgreesWithTheRunsMetrics) {
 
   const formats::Profile p = formats::read_profile(dir_.file("run.h5"));
   EXPECT_EQ(p.run.schema_version, formats::kProfileSchemaVersion);
+  EXPECT_TRUE(p.checksummed);
+  // The version `pstar --version` prints, from CMakeLists.txt's project(VERSION).
+  EXPECT_EQ(p.run.pstar_version, PSTAR_TEST_PROJECT_VERSION);
+  EXPECT_EQ(p.run.pstar_version, pstar::version());
+  EXPECT_NE(read_text(dir_.file("run.h5"))
+                .substr(0, 80)
+                .find(std::string("\nversion ") + PSTAR_TEST_PROJECT_VERSION + "\n"),
+            std::string::npos);
   EXPECT_EQ(p.run.steps, 3);
   EXPECT_EQ(p.run.precision, "fp32");
   EXPECT_EQ(p.run.chunk_size, 20000);

@@ -70,6 +70,16 @@ class TrainCliTest : public ::testing::Test {
   ScratchDir dir_;
 };
 
+// One version, from CMakeLists.txt's project(VERSION) (pstar/base/version.h), then the build's
+// parts.
+TEST(VersionCliTest, VersionComesFromTheProjectVersion) {
+  const RunResult r = run_pstar({"--version"}, fs::current_path());
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), std::string("pstar ") + PSTAR_TEST_PROJECT_VERSION)
+      << r;
+  EXPECT_TRUE(contains(r.out, "\nLibTorch ")) << r;
+}
+
 TEST_F(TrainCliTest, RunWritesSummaryAndMetrics) {
   const auto r = train({"--metrics", "metrics.jsonl"});
   ASSERT_EQ(r.exit_code, 0) << r;

@@ -307,10 +307,19 @@ TEST_F(DistTrainTest, ResumeWithTheSameRanksIsBitExact) {
   const json later = json::parse(read_text(dir_.file("ckpt/step-00000006/manifest.json")));
   EXPECT_EQ(later["run_id"], manifest["run_id"]);
 
-  const auto wrong = train(cfg, {"--metrics", "x.jsonl", "--resume", step3});
-  EXPECT_EQ(wrong.exit_code, 2) << wrong;
-  EXPECT_TRUE(contains(wrong.err, "written by 2 rank(s)")) << wrong;
-  EXPECT_TRUE(contains(wrong.err, "--nproc 2")) << wrong;
+  // One rank resumes it too, resharded on the fly (MergeCkptTest.
+  // ResumeOnAnotherNumberOfRanksReshardsLikeMergeCkpt checks the numbers), and saves step 6 again
+  // into the same directory: as a checkpoint of one rank, without the 2-rank run's ckpt-1.pt.
+  const auto one = train(cfg, {"--metrics", "x.jsonl", "--resume", step3});
+  ASSERT_EQ(one.exit_code, 0) << one;
+  EXPECT_TRUE(contains(one.err,
+                       "resume: resharding ckpt/step-00000003 from the 2 rank(s) that "
+                       "wrote it to this run's 1"))
+      << one;
+  const json resaved = json::parse(read_text(dir_.file("ckpt/step-00000006/manifest.json")));
+  EXPECT_EQ(resaved["world_size"], 1);
+  EXPECT_TRUE(fs::exists(dir_.path() / "ckpt/step-00000006/ckpt-0.pt"));
+  EXPECT_FALSE(fs::exists(dir_.path() / "ckpt/step-00000006/ckpt-1.pt"));
 }
 
 // SIGTERM to the launcher: every rank finishes the same step, each writes its file, rank 0 the

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +20,8 @@
 #include <vector>
 
 #include "pstar/base/error.h"
+#include "pstar/base/version.h"
+#include "pstar_test_paths.h"
 #include "test_util.h"
 
 namespace pstar::formats {
@@ -229,9 +232,14 @@ class RawFile {
   hid_t id_;
 };
 
+// Every edit below goes through HDF5 and then reseals the file (a new checksum header), so that
+// the reader's own checks of the contents are what the tests reach (Note [profile checksum]).
 void set_schema_version(const std::string& path, int64_t version) {
-  H5::H5File file(path, H5F_ACC_RDWR);
-  file.openAttribute("schema_version").write(H5::PredType::NATIVE_INT64, &version);
+  {
+    H5::H5File file(path, H5F_ACC_RDWR);
+    file.openAttribute("schema_version").write(H5::PredType::NATIVE_INT64, &version);
+  }
+  reseal_profile(path);
 }
 
 // Replaces dataset `name` by one of the given type and shape holding `values` (repeated).
@@ -239,13 +247,16 @@ template <typename T>
 void replace_dataset(const std::string& path, const std::string& name, const H5::PredType& type,
                      std::vector<hsize_t> dims, T value) {
   RawFile(path).delete_link(name.c_str());
-  H5::H5File file(path, H5F_ACC_RDWR);
-  size_t total = 1;
-  for (hsize_t d : dims) total *= d;
-  std::vector<T> values(total, value);
-  H5::DataSet dataset =
-      file.createDataSet(name, type, H5::DataSpace(static_cast<int>(dims.size()), dims.data()));
-  if (total > 0) dataset.write(values.data(), type);
+  {
+    H5::H5File file(path, H5F_ACC_RDWR);
+    size_t total = 1;
+    for (hsize_t d : dims) total *= d;
+    std::vector<T> values(total, value);
+    H5::DataSet dataset =
+        file.createDataSet(name, type, H5::DataSpace(static_cast<int>(dims.size()), dims.data()));
+    if (total > 0) dataset.write(values.data(), type);
+  }
+  reseal_profile(path);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -403,7 +414,7 @@ TEST_F(ProfileTest, GarbageFileIsAFormatError) {
   pstar::testing::write_text(path("garbage.h5"), "this is not HDF5 at all, just some text\n");
   std::string msg = message_of<FormatError>([&] { read_profile(path("garbage.h5")); });
   EXPECT_NE(msg.find(path("garbage.h5")), std::string::npos) << msg;
-  EXPECT_NE(msg.find("not an HDF5 file"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not a pstar profile"), std::string::npos) << msg;
 
   pstar::testing::write_text(path("empty.h5"), "");
   msg = message_of<FormatError>([&] { read_profile(path("empty.h5")); });
@@ -429,6 +440,7 @@ TEST_F(ProfileTest, OtherHdf5FileIsNotAProfile) {
     file.openAttribute("format").write(H5::StrType(H5::PredType::C_S1, H5T_VARIABLE),
                                        std::string("something-else"));
   }
+  reseal_profile(path("p.h5"));
   msg = message_of<FormatError>([&] { read_profile(path("p.h5")); });
   EXPECT_NE(msg.find("'something-else'"), std::string::npos) << msg;
 }
@@ -449,6 +461,7 @@ TEST_F(ProfileTest, MissingDatasetIsAFormatErrorNamingIt) {
     const std::string file = path("p.h5");
     write_profile(file, full_profile());
     RawFile(file).delete_link(name);
+    reseal_profile(file);
     const std::string msg = message_of<FormatError>([&] { read_profile(file); });
     EXPECT_NE(msg.find(file), std::string::npos) << msg;
     EXPECT_NE(msg.find(std::string(name) + " is missing"), std::string::npos) << msg;
@@ -458,6 +471,7 @@ TEST_F(ProfileTest, MissingDatasetIsAFormatErrorNamingIt) {
 TEST_F(ProfileTest, MissingAttributeIsAFormatErrorNamingIt) {
   write_profile(path("p.h5"), full_profile());
   H5::H5File(path("p.h5"), H5F_ACC_RDWR).removeAttr("precision");
+  reseal_profile(path("p.h5"));
   const std::string msg = message_of<FormatError>([&] { read_profile(path("p.h5")); });
   EXPECT_NE(msg.find("attribute 'precision' of / is missing"), std::string::npos) << msg;
 }
@@ -515,6 +529,7 @@ TEST_F(ProfileTest, DatasetLargerThanTheFileIsAFormatError) {
     plist.setChunk(1, chunk);
     file.createDataSet("/events/time_s", H5::PredType::IEEE_F64LE, H5::DataSpace(1, dims), plist);
   }
+  reseal_profile(path("p.h5"));
   const std::string msg = message_of<FormatError>([&] { read_profile(path("p.h5")); });
   EXPECT_NE(msg.find("dataset /events/time_s claims 1099511627776 elements"), std::string::npos)
       << msg;
@@ -530,6 +545,7 @@ TEST_F(ProfileTest, DatasetLargerThanTheFileIsAFormatError) {
     plist.setChunk(2, chunk);
     file.createDataSet("/location", H5::PredType::STD_I8LE, H5::DataSpace(2, dims), plist);
   }
+  reseal_profile(path("q.h5"));
   const std::string msg2 = message_of<FormatError>([&] { read_profile(path("q.h5")); });
   EXPECT_NE(msg2.find("dataset /location has shape [1099511627776, 1099511627776]"),
             std::string::npos)
@@ -577,6 +593,7 @@ with h5py.File(sys.argv[1], "r") as f:
     print(f["events/moment"][:].tolist())
     print(sorted(f["memory/by_time"].keys()))
     print(len(f.attrs["config_json"]))
+    print(f.userblock_size)
 )");
   const std::string out =
       run_command(python + " '" + path("read.py") + "' '" + path("p.h5") + "' 2>&1");
@@ -590,8 +607,120 @@ with h5py.File(sys.argv[1], "r") as f:
       "['device_chunks', 'device_non_model', 'device_total', 'host_chunks', 'host_non_model', "
       "'host_total', 'stage', 'time_s']\n",
       // Python counts characters, not UTF-8 bytes: µ is two bytes and ✓ three.
-      p.run.config_json.size() - 3, "\n");
+      p.run.config_json.size() - 3, "\n",
+      // pstar's checksum header, which h5py skips (Note [profile checksum]).
+      "512\n");
   EXPECT_EQ(out, expected);
+  // Reading it left it as it was.
+  EXPECT_TRUE(read_profile(path("p.h5")).checksummed);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checksum header (Note [profile checksum])
+
+TEST_F(ProfileTest, ChecksumHeaderLeadsTheFile) {
+  write_profile(path("p.h5"), full_profile());
+  const std::string bytes = pstar::testing::read_text(path("p.h5"));
+  ASSERT_GT(bytes.size(), 1024u);
+  char expected[128];
+  std::snprintf(expected, sizeof expected, "pstar-profile\ncrc32 %08x\nbytes %020zu\nversion %s\n",
+                0u, bytes.size(), pstar::version());
+  // The header as documented, its CRC-32 that of the file with the 8 digits read as '0's.
+  std::string zeroed = bytes;
+  zeroed.replace(20, 8, "00000000");
+  EXPECT_EQ(zeroed.substr(0, std::strlen(expected)), expected);
+  EXPECT_EQ(zeroed.find_first_not_of('\0', std::strlen(expected)), 512u);
+  const uLong crc =
+      ::crc32(0, reinterpret_cast<const Bytef*>(zeroed.data()), static_cast<uInt>(zeroed.size()));
+  char digits[16];
+  std::snprintf(digits, sizeof digits, "%08lx", crc);
+  EXPECT_EQ(bytes.substr(20, 8), digits);
+  // The HDF5 superblock right after it.
+  EXPECT_EQ(bytes.substr(512, 8), "\x89HDF\r\n\x1a\n");
+  EXPECT_TRUE(read_profile(path("p.h5")).checksummed);
+}
+
+// Any change after pstar wrote the file, even one HDF5 itself makes, is refused with the file's
+// name before libhdf5 reads it; reseal_profile accepts a deliberate edit.
+TEST_F(ProfileTest, ChangedBytesAreRefusedBeforeHdf5ReadsThem) {
+  write_profile(path("p.h5"), full_profile());
+  const std::string good = pstar::testing::read_text(path("p.h5"));
+  struct Case {
+    size_t offset;
+    const char* message;
+  };
+  for (const Case& c :
+       {Case{0, "has a damaged header"}, Case{3, "has a damaged header"},
+        Case{14, "has a damaged checksum header"}, Case{21, "has a damaged checksum header"},
+        Case{40, "has a damaged checksum header"}, Case{200, "is corrupt: its CRC-32 is"},
+        Case{600, "is corrupt: its CRC-32 is"}, Case{good.size() / 2, "is corrupt: its CRC-32 is"},
+        Case{good.size() - 1, "is corrupt: its CRC-32 is"}}) {
+    SCOPED_TRACE(c.offset);
+    std::string bytes = good;
+    bytes[c.offset] = static_cast<char>(bytes[c.offset] ^ 0xff);
+    pstar::testing::write_text(path("bad.h5"), bytes);
+    const std::string msg = message_of<FormatError>([&] { read_profile(path("bad.h5")); });
+    EXPECT_NE(msg.find("profile '" + path("bad.h5") + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.message), std::string::npos) << msg;
+  }
+  // A recorded digit changed to another digit: the CRC-32 or the size no longer match.
+  std::string bytes = good;
+  bytes[21] = bytes[21] == '0' ? '1' : '0';
+  pstar::testing::write_text(path("bad.h5"), bytes);
+  EXPECT_NE(message_of<FormatError>([&] {
+              read_profile(path("bad.h5"));
+            }).find("is corrupt: its CRC-32 is 0x"),
+            std::string::npos);
+  bytes = good;
+  bytes[53] = bytes[53] == '0' ? '1' : '0';
+  pstar::testing::write_text(path("bad.h5"), bytes);
+  EXPECT_NE(message_of<FormatError>([&] {
+              read_profile(path("bad.h5"));
+            }).find("bytes but its header records"),
+            std::string::npos);
+  // Appended to, and truncated.
+  pstar::testing::write_text(path("bad.h5"), good + "x");
+  EXPECT_NE(message_of<FormatError>([&] {
+              read_profile(path("bad.h5"));
+            }).find("bytes but its header records " + std::to_string(good.size())),
+            std::string::npos);
+  pstar::testing::write_text(path("bad.h5"), good.substr(0, 300));
+  EXPECT_NE(message_of<FormatError>([&] {
+              read_profile(path("bad.h5"));
+            }).find("has a damaged checksum header"),
+            std::string::npos);
+
+  // An edit through HDF5 (as h5py's "r+" would make) changes the bytes under the header.
+  H5::H5File(path("p.h5"), H5F_ACC_RDWR).removeAttr("precision");
+  const std::string msg = message_of<FormatError>([&] { read_profile(path("p.h5")); });
+  EXPECT_TRUE(msg.find("is corrupt: its CRC-32 is") != std::string::npos ||
+              msg.find("bytes but its header records") != std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("reseal"), std::string::npos) << msg;
+  reseal_profile(path("p.h5"));
+  const std::string after = message_of<FormatError>([&] { read_profile(path("p.h5")); });
+  EXPECT_NE(after.find("attribute 'precision' of / is missing"), std::string::npos) << after;
+
+  // Only a pstar profile can be resealed.
+  { H5::H5File file(path("other.h5"), H5F_ACC_TRUNC); }
+  EXPECT_NE(message_of<FormatError>([&] {
+              reseal_profile(path("other.h5"));
+            }).find("has no pstar checksum header"),
+            std::string::npos);
+}
+
+// A profile from before checksums (an older pstar's, no user block; the fuzz corpus keeps one)
+// still reads, unchecked.
+TEST_F(ProfileTest, ProfilesFromBeforeChecksumsAreReadUnchecked) {
+  const std::string old = std::string(PSTAR_SOURCE_DIR) + "/tests/fuzz/corpus/profile/tiny.h5";
+  ASSERT_EQ(pstar::testing::read_text(old).substr(0, 8), "\x89HDF\r\n\x1a\n");
+  const Profile p = read_profile(old);
+  EXPECT_FALSE(p.checksummed);
+  EXPECT_EQ(p.run.schema_version, 1);
+  EXPECT_GT(p.chunks.size(), 0u);
+  // Written again, it gets the header.
+  write_profile(path("new.h5"), p);
+  EXPECT_TRUE(read_profile(path("new.h5")).checksummed);
 }
 
 }  // namespace

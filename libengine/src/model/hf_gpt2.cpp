@@ -4,6 +4,7 @@
 #include <set>
 
 #include "pstar/base/error.h"
+#include "pstar/base/strings.h"
 #include "pstar/core/log.h"
 #include "pstar/formats/safetensors.h"
 #include "pstar/model/gpt.h"
@@ -33,11 +34,6 @@ c10::ScalarType to_scalar_type(formats::DType dtype) {
       break;
   }
   return torch::kByte;  // sentinel: not a float type
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // HF keeps these in GPT-2 files but they are not parameters.

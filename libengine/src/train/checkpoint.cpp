@@ -1,9 +1,11 @@
 #include "pstar/train/checkpoint.h"
+#include "pstar/train/checkpoint_schema.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -14,11 +16,14 @@
 #include <nlohmann/json.hpp>
 
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/import_read.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
 #include "pstar/base/error.h"
+#include "pstar/base/version.h"
 #include "pstar/core/log.h"
 #include "pstar/formats/mapped_file.h"
 
@@ -63,6 +68,16 @@ FileDigest digest_of_file(const std::string& path, std::string* error) {
   return d;
 }
 
+}  // namespace
+
+std::string crc32_text(uint32_t crc) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%08x", crc);
+  return text;
+}
+
+namespace {
+
 bool is_step_dir_name(const std::string& name, int64_t* step) {
   static const std::regex pattern("step-([0-9]{1,18})");
   std::smatch m;
@@ -93,13 +108,77 @@ FileDigest FileDigest::from_text(const std::string& text) {
   return d;
 }
 
+namespace {
+
+// A tensor with a storage of its own, exactly its bytes: LibTorch's archive writer writes whole
+// storages, so a view would drag the rest of its storage into the file.
+at::Tensor compact(const at::Tensor& t) {
+  at::Tensor c = t.detach().cpu().contiguous();
+  if (c.storage_offset() != 0 || c.storage().nbytes() != c.nbytes()) c = c.clone();
+  return c;
+}
+
+}  // namespace
+
+// Note [checkpoint pickle]
+// The file is what torch.save writes (a zip archive of data.pkl and one record per storage), with
+// a plain dict at the top of the pickle. LibTorch's pickler would by default wrap every dict in
+// torch.jit._pickle.restore_type_tag, a global that the weights-only unpickler of Python's
+// torch.load refuses (the default from PyTorch 2.6 on: "Unsupported global"); without type tags
+// the pickle uses only what that unpickler allows (_rebuild_tensor_v2, the storage types,
+// OrderedDict) and LibTorch's own unpickler still reads it as a dict of str -> Tensor.
+// LibTorch's archive writer streams each storage straight into the file, so the file is never
+// in memory whole, and the CRC-32 is computed on the way.
 FileDigest write_checkpoint_file(const std::string& path, const TensorList& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& [name, tensor] : tensors) dict.insert(name, tensor.detach().cpu().contiguous());
-  const std::vector<char> bytes = torch::pickle_save(dict);
-  formats::write_file_atomic(path, bytes.data(), bytes.size());
-  return FileDigest{static_cast<int64_t>(bytes.size()),
-                    crc32_update(0, bytes.data(), bytes.size())};
+  for (const auto& [name, tensor] : tensors) dict.insert(name, compact(tensor));
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler(
+      [&](const char* bytes, size_t size) { pickle.insert(pickle.end(), bytes, bytes + size); },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+      /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(dict);
+  pickler.stop();
+
+  formats::AtomicFileWriter file(path);
+  FileDigest digest;
+  digest.bytes = 0;
+  // The archive writer calls back from C code: an exception must not cross it. Nor may the writer
+  // throw once it has failed: its destructor finishes the archive, through this callback, and a
+  // throw there (while an error unwinds the stack) would end the process. So the first failed
+  // write (a full disk) is kept, and from then on the callback takes whatever comes without
+  // writing it; the error is rethrown once the writer is gone, and the temporary file is removed.
+  std::exception_ptr write_error;
+  bool abandoned = false;
+  {
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* bytes, size_t size) -> size_t {
+      if (abandoned) return size;
+      try {
+        file.append(bytes, size);
+        digest.crc32 = crc32_update(digest.crc32, static_cast<const char*>(bytes), size);
+        digest.bytes += static_cast<int64_t>(size);
+      } catch (...) {
+        write_error = std::current_exception();
+        abandoned = true;
+      }
+      return size;
+    });
+    try {
+      torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
+                                         writer);
+      writer.writeEndOfFile();
+    } catch (const c10::Error& e) {
+      abandoned = true;
+      if (write_error) std::rethrow_exception(write_error);
+      PSTAR_THROW(IoError, "cannot write '", path, "': ", e.what_without_backtrace());
+    }
+  }
+  if (write_error) std::rethrow_exception(write_error);
+  PSTAR_INTERNAL_ASSERT(digest.bytes == static_cast<int64_t>(file.size_bytes()), "wrote ",
+                        file.size_bytes(), " bytes to ", path, " but digested ", digest.bytes);
+  file.commit();
+  return digest;
 }
 
 TensorMap read_checkpoint_file(const std::string& path) {
@@ -209,10 +288,11 @@ std::string checkpoint_file(const std::string& dir, int64_t rank) {
 }
 
 void write_manifest(const std::string& dir, const CheckpointManifest& manifest) {
-  nlohmann::json j = {{"format_version", 1},
+  nlohmann::json j = {{"format_version", ckpt::kFormatVersion},
                       {"world_size", manifest.world_size},
                       {"step", manifest.step},
-                      {"run_id", manifest.run_id}};
+                      {"run_id", manifest.run_id},
+                      {"pstar_version", version()}};
   std::vector<std::string> files;
   for (int64_t r = 0; r < manifest.world_size; ++r)
     files.push_back(fs::path(checkpoint_file(dir, r)).filename().string());
@@ -301,15 +381,17 @@ std::string checkpoint_file_problem(const std::string& dir, const CheckpointMani
   const FileDigest& want = manifest.digests.at(static_cast<size_t>(rank));
   const auto size = static_cast<int64_t>(fs::file_size(file, ec));
   if (ec) return str_cat(file, ": ", ec.message());
+  const std::string manifest_path = (fs::path(dir) / "manifest.json").string();
   if (size != want.bytes)
-    return str_cat(file, " has ", size, " bytes but the manifest says ", want.bytes,
-                   " (truncated or overwritten)");
+    return str_cat(file, " has ", size, " bytes but ", manifest_path, " records ", want.bytes,
+                   " (truncated, or not the file this checkpoint wrote)");
   std::string error;
   const FileDigest got = digest_of_file(file, &error);
   if (!error.empty()) return error;
   if (got.crc32 != want.crc32)
-    return str_cat(file, ": CRC-32 ", got.crc32, " does not match the manifest's ", want.crc32,
-                   " (the file is corrupt)");
+    return str_cat(file, ": CRC-32 is ", crc32_text(got.crc32), " but ", manifest_path, " records ",
+                   crc32_text(want.crc32),
+                   " (the file is corrupt, or not the one this checkpoint wrote)");
   return {};
 }
 
@@ -362,6 +444,20 @@ std::vector<std::string> prune_checkpoints(const std::string& save_dir, int64_t 
       continue;
     }
     removed.push_back(it->dir);
+  }
+  return removed;
+}
+
+std::vector<std::string> remove_files_of_ranks_from(const std::string& dir, int64_t world_size) {
+  static const std::regex name("ckpt-([0-9]{1,9})\\.pt");
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::smatch m;
+    const std::string file = it->path().filename().string();
+    if (!std::regex_match(file, m, name) || std::stoll(m[1].str()) < world_size) continue;
+    std::error_code remove_ec;
+    if (fs::remove(it->path(), remove_ec)) removed.push_back(it->path().string());
   }
   return removed;
 }

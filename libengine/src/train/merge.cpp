@@ -1,4 +1,5 @@
 #include "pstar/train/merge.h"
+#include "pstar/train/checkpoint_schema.h"
 
 #include <glob.h>
 #include <malloc.h>
@@ -6,23 +7,22 @@
 
 #include <algorithm>
 #include <cstring>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <regex>
 #include <set>
 
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
+#include "pstar/base/strings.h"
+#include "pstar/base/version.h"
 #include "pstar/core/log.h"
 #include "pstar/formats/config.h"
+#include "pstar/formats/file_guard.h"
 #include "pstar/formats/mapped_file.h"
 #include "pstar/formats/safetensors.h"
 #include "pstar/plan/memory_plan.h"
@@ -35,17 +35,8 @@ using nlohmann::json;
 
 namespace {
 
-// The checkpoint format this pstar reads and writes (`__pstar__.format_version`).
-constexpr int64_t kFormatVersion = 1;
-const std::string kRunStatePrefix = "__pstar__.";
-
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.compare(0, prefix.size(), prefix) == 0;
-}
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+using ckpt::kFormatVersion;
+const std::string kRunStatePrefix = ckpt::kRunPrefix;
 
 int64_t tensor_bytes(const at::Tensor& t) { return static_cast<int64_t>(t.nbytes()); }
 
@@ -79,7 +70,7 @@ int64_t required_run_scalar(const TensorMap& tensors, const std::string& name,
 
 // Whether `name` is the Adam state (<param>.exp_avg / .exp_avg_sq) of a parameter in `tensors`.
 bool is_adam_state(const TensorMap& tensors, const std::string& name) {
-  for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) {
+  for (const char* suffix : {ckpt::kExpAvg, ckpt::kExpAvgSq}) {
     if (ends_with(name, suffix) &&
         tensors.count(name.substr(0, name.size() - std::strlen(suffix))) > 0)
       return true;
@@ -186,56 +177,6 @@ const at::Tensor& indexed_tensor(const TensorMap& tensors, const ShardParameter&
   return it->second;
 }
 
-// A tensor with a storage of its own, exactly its bytes: LibTorch's archive writer writes whole
-// storages.
-at::Tensor compact(const at::Tensor& t) {
-  at::Tensor c = t.contiguous();
-  if (c.storage_offset() != 0 || c.storage().nbytes() != c.nbytes()) c = c.clone();
-  return c;
-}
-
-// write_checkpoint_file without its in-memory copy of the whole file: LibTorch's archive writer
-// streams each tensor's storage straight into the file (the format of torch.save, which Python's
-// torch.load reads). Atomic: AtomicFileWriter.
-int64_t write_tensor_dict(const std::string& path, const TensorList& tensors) {
-  c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& [name, tensor] : tensors) dict.insert(name, compact(tensor));
-  std::vector<char> pickle;
-  torch::jit::Pickler pickler(
-      [&](const char* bytes, size_t size) { pickle.insert(pickle.end(), bytes, bytes + size); });
-  pickler.protocol();
-  pickler.pushIValue(dict);
-  pickler.stop();
-
-  formats::AtomicFileWriter file(path);
-  // The archive writer calls back from C code: an exception must not cross it, so a failed write
-  // is kept here, reported to the writer as 0 bytes written and rethrown once it returns.
-  std::exception_ptr write_error;
-  {
-    caffe2::serialize::PyTorchStreamWriter writer([&](const void* bytes, size_t size) -> size_t {
-      if (write_error) return 0;
-      try {
-        file.append(bytes, size);
-        return size;
-      } catch (...) {
-        write_error = std::current_exception();
-        return 0;
-      }
-    });
-    try {
-      torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
-                                         writer);
-      writer.writeEndOfFile();
-    } catch (const c10::Error& e) {
-      if (write_error) std::rethrow_exception(write_error);
-      PSTAR_THROW(IoError, "cannot write '", path, "': ", e.what_without_backtrace());
-    }
-  }
-  if (write_error) std::rethrow_exception(write_error);
-  file.commit();
-  return static_cast<int64_t>(file.size_bytes());
-}
-
 // The training config a checkpoint's files were written under, if it describes the GPT whose
 // parameters the index holds; nullopt (and `why`) otherwise.
 std::optional<config::TrainConfig> gpt_config_of(const CheckpointIndex& index,
@@ -282,22 +223,6 @@ std::optional<config::TrainConfig> gpt_config_of(const CheckpointIndex& index,
   return config;
 }
 
-// Removes a directory being built unless it was published.
-class TempDirGuard {
- public:
-  explicit TempDirGuard(fs::path path) : path_(std::move(path)) {}
-  ~TempDirGuard() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  TempDirGuard(const TempDirGuard&) = delete;
-  TempDirGuard& operator=(const TempDirGuard&) = delete;
-  void release() { path_.clear(); }
-
- private:
-  fs::path path_;
-};
-
 std::string config_beside(const std::string& output) {
   return (fs::path(output).parent_path() / "config.json").string();
 }
@@ -324,8 +249,8 @@ MergeSummary write_safetensors(const CheckpointIndex& index, const MergeOptions&
   std::vector<formats::SafetensorsStreamWriter::Entry> entries;
   for (const auto& p : index.params) entries.push_back({p.name, safetensors_dtype(dtype), p.shape});
   // Hugging Face's loaders want "format": "pt"; the rest says where the tensors came from.
-  std::map<std::string, std::string> metadata = {{"format", "pt"},
-                                                 {"pstar.step", std::to_string(index.step)}};
+  std::map<std::string, std::string> metadata = {
+      {"format", "pt"}, {"pstar.step", std::to_string(index.step)}, {"pstar.version", version()}};
   if (!index.run_id.empty()) metadata["pstar.run_id"] = index.run_id;
   formats::SafetensorsStreamWriter writer(o.output, entries, metadata);
 
@@ -365,7 +290,7 @@ MergeSummary write_pickle(const CheckpointIndex& index, const MergeOptions& o) {
     for (const auto& [name, t] : tensors) held += tensor_bytes(t);
     for (const auto& p : index.params) {
       if (p.rank != static_cast<int64_t>(r)) continue;
-      at::Tensor value = compact(indexed_tensor(tensors, p, file).to(dtype));
+      at::Tensor value = indexed_tensor(tensors, p, file).to(dtype);
       out_bytes += tensor_bytes(value);
       out.emplace_back(p.name, std::move(value));
     }
@@ -374,11 +299,78 @@ MergeSummary write_pickle(const CheckpointIndex& index, const MergeOptions& o) {
   }
   log::end_status();
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  write_tensor_dict(o.output, out);
+  write_checkpoint_file(o.output, out);
   summary.tensors = static_cast<int64_t>(out.size());
   summary.bytes = out_bytes;
   summary.outputs.push_back(o.output);
   return summary;
+}
+
+// Which new rank owns each parameter (Note [reshard]); ConfigError if there are fewer chunks
+// than ranks.
+std::map<std::string, int64_t> new_owners(const config::TrainConfig& config, int64_t world,
+                                          const char* what) {
+  const plan::GptChunkMap map = plan::gpt_chunk_map(config);
+  PSTAR_CHECK(map.layout.num_chunks >= world, ConfigError, what, " ", world, ": the model fits in ",
+              map.layout.num_chunks, " chunk(s) of ", map.layout.chunk_size,
+              " elements, fewer than the ", world,
+              " ranks that would each own one; use fewer ranks or lower default_chunk_size in the "
+              "config");
+  std::map<std::string, int64_t> owner;
+  for (size_t i = 0; i < map.params.size(); ++i)
+    owner.emplace(map.params[i].name, map.chunks[i] % world);
+  return owner;
+}
+
+// The tensors new rank `r` of `world` holds, given each parameter's new owner (Note [reshard]).
+TensorList rank_tensors(const CheckpointIndex& index, const std::map<std::string, int64_t>& owner,
+                        int64_t world, int64_t r, int64_t* peak_held_bytes) {
+  const auto& first = index.run_state[0];
+  TensorList out;
+  int64_t kept_bytes = 0;
+  std::set<int64_t> sources;
+  for (const auto& p : index.params) {
+    auto it = owner.find(p.name);
+    PSTAR_CHECK(it != owner.end(), FormatError, index.files[static_cast<size_t>(p.rank)],
+                ": tensor '", p.name, "' is not a parameter of the model the config describes");
+    if (it->second == r) sources.insert(p.rank);
+  }
+  for (int64_t s : sources) {
+    const std::string& file = index.files[static_cast<size_t>(s)];
+    const TensorMap tensors = read_one_file(file);
+    int64_t held = 0;
+    for (const auto& [name, t] : tensors) held += tensor_bytes(t);
+    const size_t first_from_file = out.size();
+    for (const auto& p : index.params) {
+      if (p.rank != s || owner.at(p.name) != r) continue;
+      out.emplace_back(p.name, indexed_tensor(tensors, p, file));
+      for (const char* suffix : {ckpt::kExpAvg, ckpt::kExpAvgSq}) {
+        const std::string name = p.name + suffix;
+        out.emplace_back(name, checkpoint_tensor(tensors, name, file, p.shape, torch::kFloat32));
+      }
+    }
+    // This file's tensors, and what the output keeps of the files before it.
+    if (peak_held_bytes != nullptr)
+      *peak_held_bytes = std::max(*peak_held_bytes, held + kept_bytes);
+    for (size_t i = first_from_file; i < out.size(); ++i) kept_bytes += tensor_bytes(out[i].second);
+  }
+  for (const char* name : {ckpt::kFormatVersionKey, ckpt::kStep, ckpt::kTokens, ckpt::kSkippedSteps,
+                           ckpt::kLossScaler, ckpt::kAdamStep}) {
+    const std::string key = name;
+    auto it = first.find(key);
+    PSTAR_CHECK(it != first.end(), FormatError, index.files[0], ": tensor '", key,
+                "' is missing; a resumable checkpoint needs it");
+    out.emplace_back(key, it->second);
+  }
+  const size_t rng_rank = r < index.world_size ? static_cast<size_t>(r) : 0;
+  const auto& rng_source = index.run_state[rng_rank];
+  auto rng = rng_source.find(ckpt::kRng);
+  PSTAR_CHECK(rng != rng_source.end(), FormatError, index.files[rng_rank],
+              ": tensor '__pstar__.rng' is missing; a resumable checkpoint needs it");
+  out.emplace_back(rng->first, rng->second);
+  out.emplace_back(ckpt::kRank, torch::tensor(r, torch::kInt64));
+  out.emplace_back(ckpt::kWorldSize, torch::tensor(world, torch::kInt64));
+  return out;
 }
 
 // Note [reshard]
@@ -389,76 +381,28 @@ MergeSummary write_pickle(const CheckpointIndex& index, const MergeOptions& o) {
 // scaler and Adam step are the same on every rank and are copied from rank 0's file. The random
 // state is per rank: new rank r takes old rank r's where there was one, else rank 0's. (pstar's
 // GPT draws no random numbers while training, so this changes no result; a reshard to the same
-// number of ranks resumes bit-identically.)
+// number of ranks resumes bit-identically.) `merge-ckpt --reshard` writes these tensors to files;
+// `pstar train --resume` on another number of ranks loads them directly (resharded_rank_tensors),
+// so the two continue the run identically.
 MergeSummary write_resharded(const CheckpointIndex& index, const MergeOptions& o,
                              const config::TrainConfig& config) {
   const int64_t world = o.reshard;
-  const plan::GptChunkMap map = plan::gpt_chunk_map(config);
-  PSTAR_CHECK(map.layout.num_chunks >= world, ConfigError, "--reshard ", world,
-              ": the model fits in ", map.layout.num_chunks, " chunk(s) of ", map.layout.chunk_size,
-              " elements, fewer than the ", world,
-              " ranks that would each own one; reshard to fewer ranks or lower default_chunk_size "
-              "in the config (--config)");
-  std::map<std::string, int64_t> owner;
-  for (size_t i = 0; i < map.params.size(); ++i)
-    owner.emplace(map.params[i].name, map.chunks[i] % world);
+  const std::map<std::string, int64_t> owner = new_owners(config, world, "--reshard");
 
   const fs::path target = fs::path(o.output);
-  const fs::path temp =
-      target.parent_path() / str_cat(".", target.filename().string(), ".tmp.", ::getpid());
+  // The folder appears whole or not at all (Note [publish by rename]).
+  formats::TempPath temp_dir(o.output);
+  const fs::path temp = temp_dir.path();
   std::error_code ec;
-  fs::remove_all(temp, ec);
   fs::create_directories(temp, ec);
   PSTAR_CHECK(!ec, IoError, "-o ", o.output, ": cannot create ", temp.string(), ": ", ec.message());
-  TempDirGuard guard(temp);
 
   MergeSummary summary;
-  const auto& first = index.run_state[0];
   std::vector<FileDigest> digests;
   for (int64_t r = 0; r < world; ++r) {
-    TensorList out;
-    int64_t kept_bytes = 0;
-    std::set<int64_t> sources;
-    for (const auto& p : index.params)
-      if (owner.at(p.name) == r) sources.insert(p.rank);
-    for (int64_t s : sources) {
-      const std::string& file = index.files[static_cast<size_t>(s)];
-      const TensorMap tensors = read_one_file(file);
-      int64_t held = 0;
-      for (const auto& [name, t] : tensors) held += tensor_bytes(t);
-      const size_t first_from_file = out.size();
-      for (const auto& p : index.params) {
-        if (p.rank != s || owner.at(p.name) != r) continue;
-        out.emplace_back(p.name, indexed_tensor(tensors, p, file));
-        for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) {
-          const std::string name = p.name + suffix;
-          out.emplace_back(name, checkpoint_tensor(tensors, name, file, p.shape, torch::kFloat32));
-        }
-      }
-      // This file's tensors, and what the output keeps of the files before it.
-      summary.peak_held_bytes = std::max(summary.peak_held_bytes, held + kept_bytes);
-      for (size_t i = first_from_file; i < out.size(); ++i)
-        kept_bytes += tensor_bytes(out[i].second);
-    }
-    for (const char* name :
-         {"format_version", "step", "tokens", "skipped_steps", "loss_scaler", "adam_step"}) {
-      const std::string key = kRunStatePrefix + name;
-      auto it = first.find(key);
-      PSTAR_CHECK(it != first.end(), FormatError, index.files[0], ": tensor '", key,
-                  "' is missing; a resumable checkpoint needs it");
-      out.emplace_back(key, it->second);
-    }
-    const auto& rng_source = index.run_state[r < index.world_size ? static_cast<size_t>(r) : 0];
-    auto rng = rng_source.find(kRunStatePrefix + "rng");
-    PSTAR_CHECK(rng != rng_source.end(), FormatError,
-                index.files[r < index.world_size ? static_cast<size_t>(r) : 0],
-                ": tensor '__pstar__.rng' is missing; a resumable checkpoint needs it");
-    out.emplace_back(rng->first, rng->second);
-    out.emplace_back(kRunStatePrefix + "rank", torch::tensor(r, torch::kInt64));
-    out.emplace_back(kRunStatePrefix + "world_size", torch::tensor(world, torch::kInt64));
+    const TensorList out = rank_tensors(index, owner, world, r, &summary.peak_held_bytes);
     const std::string file = checkpoint_file(temp.string(), r);
-    write_tensor_dict(file, out);
-    digests.push_back(file_digest(file));
+    digests.push_back(write_checkpoint_file(file, out));
     for (const auto& [name, t] : out) {
       if (starts_with(name, kRunStatePrefix)) continue;
       ++summary.tensors;
@@ -472,11 +416,7 @@ MergeSummary write_resharded(const CheckpointIndex& index, const MergeOptions& o
   const std::string config_text = config::to_json_text(config);
   formats::write_file_atomic((temp / "config.json").string(), config_text.data(),
                              config_text.size());
-  // The directory appears whole or not at all.
-  fs::rename(temp, target, ec);
-  PSTAR_CHECK(!ec, IoError, "-o ", o.output, ": cannot rename ", temp.string(),
-              " to it: ", ec.message());
-  guard.release();
+  temp_dir.publish("resharded checkpoint");
   summary.outputs.push_back((target / "manifest.json").string());
   summary.outputs.push_back((target / "config.json").string());
   return summary;
@@ -516,7 +456,8 @@ std::vector<std::string> checkpoint_files_in(const std::string& dir) {
   return files;
 }
 
-CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t expected_ranks) {
+CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t expected_ranks,
+                                 const IndexOptions& options) {
   PSTAR_CHECK(expected_ranks >= 1, ConfigError, "--num ", expected_ranks,
               ": expected the number of ranks (files), at least 1");
   if (static_cast<int64_t>(files.size()) != expected_ranks) {
@@ -563,6 +504,40 @@ CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t 
     }
     manifests.emplace(dir, m);
   }
+  // Note [merge checks]
+  // Every file is checked against the size and CRC-32 its checkpoint's manifest.json records
+  // before it is parsed, so that flipped bytes inside a tensor (which leave the archive readable)
+  // are refused rather than merged into a model, and a file of another step or run is refused
+  // before anything is read from it. A file no manifest vouches for is merged only when asked
+  // (--unverified); the checks of pass 1 below still apply to it.
+  std::vector<std::string> unverified;
+  for (const auto& f : options.verify ? files : std::vector<std::string>{}) {
+    const std::string dir = fs::path(f).parent_path().string();
+    auto m = manifests.find(dir);
+    const auto rank = rank_from_file_name(f);
+    if (m != manifests.end() && !m->second.digests.empty() && rank &&
+        *rank < m->second.world_size) {
+      const std::string problem = checkpoint_file_problem(dir, m->second, *rank);
+      PSTAR_CHECK(problem.empty(), FormatError, problem, "; nothing was merged");
+      continue;
+    }
+    const fs::path manifest_path = fs::path(dir.empty() ? "." : dir) / "manifest.json";
+    unverified.push_back(
+        str_cat(f, m == manifests.end() ? str_cat(" (", manifest_path.string(), " is missing)")
+                   : m->second.digests.empty()
+                       ? str_cat(" (", manifest_path.string(), " was written before checksums)")
+                       : str_cat(" (not one of the ckpt-<rank>.pt files ", manifest_path.string(),
+                                 " lists)")));
+  }
+  if (!unverified.empty()) {
+    PSTAR_CHECK(options.allow_unverified, ConfigError, "no manifest.json vouches for ",
+                file_list(unverified, 2),
+                ", so nothing can check their sizes and CRC-32s; merge the "
+                "checkpoint's own files (a step directory written by pstar train), or give "
+                "--unverified to merge them unchecked");
+    log::warn("merge-ckpt: ", unverified.size(),
+              " file(s) merged without a checksum (--unverified): ", file_list(unverified, 2));
+  }
   if (!manifests.empty()) {
     index.run_id = manifests.begin()->second.run_id;
     index.step = manifests.begin()->second.step;
@@ -582,11 +557,11 @@ CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t 
                               : (fs::path(manifests.begin()->first) / "manifest.json").string();
   for (const auto& file : files) {
     const TensorMap tensors = read_one_file(file);
-    const int64_t version = required_run_scalar(tensors, "__pstar__.format_version", file);
+    const int64_t version = required_run_scalar(tensors, ckpt::kFormatVersionKey, file);
     PSTAR_CHECK(version == kFormatVersion, FormatError, file, ": checkpoint format version ",
                 version, " is not supported by this pstar (expected ", kFormatVersion, ")");
     const auto named = rank_from_file_name(file);
-    const auto inside = run_scalar(tensors, "__pstar__.rank", file);
+    const auto inside = run_scalar(tensors, ckpt::kRank, file);
     PSTAR_CHECK(inside || named, FormatError, file,
                 ": holds no '__pstar__.rank' and its name is not ckpt-<rank>.pt; cannot tell "
                 "which rank wrote it");
@@ -599,12 +574,12 @@ CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t 
     const std::string& previous = index.files[static_cast<size_t>(rank)];
     PSTAR_CHECK(previous.empty(), FormatError, file, " and ", previous, " both hold rank ", rank,
                 "; give each rank's file once");
-    if (const auto world = run_scalar(tensors, "__pstar__.world_size", file)) {
+    if (const auto world = run_scalar(tensors, ckpt::kWorldSize, file)) {
       PSTAR_CHECK(*world == expected_ranks, ConfigError, file, ": written by rank ", rank, " of ",
                   *world, ", but --num is ", expected_ranks, "; give --num ", *world,
                   " and all its files");
     }
-    const int64_t file_step = required_run_scalar(tensors, "__pstar__.step", file);
+    const int64_t file_step = required_run_scalar(tensors, ckpt::kStep, file);
     PSTAR_CHECK(!step || *step == file_step, FormatError, file, ": at step ", file_step, " but ",
                 step_file, " is at step ", *step,
                 "; all files must come from one checkpoint of one run");
@@ -632,8 +607,8 @@ CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t 
       index.param_bytes += tensor_bytes(t);
     }
     index.largest_file_tensor_bytes = std::max(index.largest_file_tensor_bytes, bytes);
-    progress(
-        str_cat("merge-ckpt: checked ", file, " (rank ", rank, ", ", format_bytes(bytes), ")"));
+    progress(str_cat(options.label, ": checked ", file, " (rank ", rank, ", ", format_bytes(bytes),
+                     ")"));
   }
   log::end_status();
   index.step = *step;
@@ -642,7 +617,7 @@ CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t 
   });
 
   // Files of different runs at the same step: the run's counters, equal on every rank, differ.
-  for (const char* name : {"__pstar__.tokens", "__pstar__.adam_step", "__pstar__.skipped_steps"}) {
+  for (const char* name : {ckpt::kTokens, ckpt::kAdamStep, ckpt::kSkippedSteps}) {
     const auto& state0 = index.run_state[0];
     auto a = state0.find(name);
     for (size_t r = 1; r < files.size() && a != state0.end(); ++r) {
@@ -695,9 +670,15 @@ MergeSummary merge_checkpoint(const CheckpointIndex& index, const MergeOptions& 
   // is written, so a problem with it leaves nothing behind.
   std::string config_text;
   const fs::path output(o.output);
-  if (auto config = gpt_config_of(index, index.config_path, &why)) {
-    PSTAR_CHECK(!same_directory(output.parent_path(), fs::path(index.config_path).parent_path()),
-                ConfigError, "-o ", o.output,
+  const bool in_checkpoint_dir =
+      !index.config_path.empty() &&
+      same_directory(output.parent_path(), fs::path(index.config_path).parent_path());
+  if (in_checkpoint_dir && o.beside_checkpoint) {
+    log::info("merge-ckpt: no config.json written beside ", o.output, ": ", index.config_path,
+              " is the run's own; to train from the merged file, merge with -o into another "
+              "directory, which gets a config.json that does");
+  } else if (auto config = gpt_config_of(index, index.config_path, &why)) {
+    PSTAR_CHECK(!in_checkpoint_dir, ConfigError, "-o ", o.output,
                 ": its config.json would replace the checkpoint's own ", index.config_path,
                 "; write the output to another directory");
     nlohmann::ordered_json j = nlohmann::ordered_json::parse(config::to_json_text(*config));
@@ -720,6 +701,14 @@ MergeSummary merge_checkpoint(const CheckpointIndex& index, const MergeOptions& 
     summary.outputs.push_back(path);
   }
   return summary;
+}
+
+TensorList resharded_rank_tensors(const CheckpointIndex& index, const config::TrainConfig& config,
+                                  int64_t world, int64_t rank) {
+  PSTAR_INTERNAL_ASSERT(!index.files.empty() && index.run_state.size() == index.files.size());
+  PSTAR_INTERNAL_ASSERT(rank >= 0 && rank < world, "rank ", rank, " of ", world);
+  const std::map<std::string, int64_t> owner = new_owners(config, world, "--nproc");
+  return rank_tensors(index, owner, world, rank, nullptr);
 }
 
 }  // namespace pstar::train

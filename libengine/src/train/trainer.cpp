@@ -1,4 +1,5 @@
 #include "pstar/train/trainer.h"
+#include "pstar/train/checkpoint_schema.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -23,6 +24,7 @@
 
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
+#include "pstar/base/version.h"
 #include "pstar/core/clock.h"
 #include "pstar/core/device.h"
 #include "pstar/core/log.h"
@@ -35,6 +37,7 @@
 #include "pstar/formats/config.h"
 #include "pstar/formats/mapped_file.h"
 #include "pstar/model/gpt.h"
+#include "pstar/model/gpt_shape.h"
 #include "pstar/model/hf_gpt2.h"
 #include "pstar/model/hooks.h"
 #include "pstar/plan/memory_plan.h"
@@ -44,6 +47,7 @@
 #include "pstar/train/chunked_engine.h"
 #include "pstar/train/loss_scaler.h"
 #include "pstar/train/lr_schedule.h"
+#include "pstar/train/merge.h"
 #include "pstar/train/metrics.h"
 #include "pstar/train/param_engine.h"
 #include "pstar/train/precision.h"
@@ -237,6 +241,7 @@ struct Trainer::Impl {
   void check_save_dir();
   void save_checkpoint();
   void resume(const std::string& dir);
+  TensorMap resharded_tensors(const std::string& dir, const CheckpointManifest& manifest);
 };
 
 // Note [graceful stop]
@@ -264,21 +269,27 @@ void Trainer::Impl::save_checkpoint() {
   const std::string file = checkpoint_file(dir, rank);
   // Saving into a directory of the same step again (a run resumed before it): it stops counting
   // as complete until the new manifest is written. A killed save left its temporary there.
-  if (rank == 0) std::filesystem::remove(std::filesystem::path(dir) / "manifest.json", ec);
+  if (rank == 0) {
+    std::filesystem::remove(std::filesystem::path(dir) / "manifest.json", ec);
+    // A run of more ranks saved this step before (this one resumed by resharding, Note [resume
+    // resharding]): its other ranks' files are not part of this checkpoint.
+    for (const std::string& old : remove_files_of_ranks_from(dir, world))
+      log::debug("checkpoint: deleted ", old, ", a file of a run with more ranks");
+  }
   remove_stale_temporaries(dir, std::filesystem::path(file).filename().string());
   TensorList tensors;
   engine->state_dict(tensors);
   const auto scaler_state = scaler.state();
-  tensors.emplace_back("__pstar__.format_version", torch::tensor(int64_t{1}));
-  tensors.emplace_back("__pstar__.step", torch::tensor(step));
-  tensors.emplace_back("__pstar__.tokens", torch::tensor(tokens));
-  tensors.emplace_back("__pstar__.skipped_steps", torch::tensor(skipped));
-  tensors.emplace_back("__pstar__.loss_scaler",
+  tensors.emplace_back(ckpt::kFormatVersionKey, torch::tensor(ckpt::kFormatVersion));
+  tensors.emplace_back(ckpt::kStep, torch::tensor(step));
+  tensors.emplace_back(ckpt::kTokens, torch::tensor(tokens));
+  tensors.emplace_back(ckpt::kSkippedSteps, torch::tensor(skipped));
+  tensors.emplace_back(ckpt::kLossScaler,
                        torch::tensor(std::vector<double>(scaler_state.begin(), scaler_state.end()),
                                      torch::kFloat64));
-  tensors.emplace_back("__pstar__.rng", at::detail::getDefaultCPUGenerator().get_state());
-  tensors.emplace_back("__pstar__.rank", torch::tensor(rank));
-  tensors.emplace_back("__pstar__.world_size", torch::tensor(world));
+  tensors.emplace_back(ckpt::kRng, at::detail::getDefaultCPUGenerator().get_state());
+  tensors.emplace_back(ckpt::kRank, torch::tensor(rank));
+  tensors.emplace_back(ckpt::kWorldSize, torch::tensor(world));
   // Each rank reports its file's digest, or why it could not write it, so that a full disk on
   // one rank stops every rank with the same message instead of leaving them in a barrier.
   std::string mine;
@@ -406,11 +417,18 @@ void Trainer::Impl::resume(const std::string& where) {
   const std::string& dir = target.dir;
   // Every rank checks its own file against the manifest first, and all of them agree on the
   // verdict, so a bad file stops every rank with the same message.
+  // On another number of ranks (Note [resume resharding]) every old file is read by every rank,
+  // so they share the checking: old rank q's file is checked by new rank q % world.
   std::string problem;
   CheckpointManifest manifest;
   try {
     manifest = read_manifest(dir);
-    if (manifest.world_size == world) problem = checkpoint_file_problem(dir, manifest, rank);
+    for (int64_t q = manifest.world_size == world ? rank : 0;
+         q < manifest.world_size && problem.empty(); ++q) {
+      if (manifest.world_size != world && q % world != rank) continue;
+      problem = checkpoint_file_problem(dir, manifest, q);
+      if (manifest.world_size == world) break;
+    }
   } catch (const Error& e) {
     problem = e.what();
   }
@@ -434,25 +452,27 @@ void Trainer::Impl::resume(const std::string& where) {
                                : str_cat("; the newest intact one is ", intact,
                                          ": continue with --resume ", intact));
   }
-  PSTAR_CHECK(manifest.world_size == world, ConfigError, "--resume ", dir,
-              ": the checkpoint was written by ", manifest.world_size, " rank(s) but this run has ",
-              world, "; resume with the same number of ranks (--nproc ", manifest.world_size, ")");
   if (!manifest.run_id.empty()) run_id = manifest.run_id;
-  const std::string file = checkpoint_file(dir, rank);
-  const TensorMap tensors = read_checkpoint_file(file);
+  std::string file = checkpoint_file(dir, rank);
+  TensorMap tensors;
+  if (manifest.world_size == world) {
+    tensors = read_checkpoint_file(file);
+  } else {
+    tensors = resharded_tensors(dir, manifest);
+    file = str_cat(dir, " (resharded for rank ", rank, " of ", world, ")");
+  }
   const int64_t version =
-      checkpoint_tensor(tensors, "__pstar__.format_version", file, {}, torch::kInt64)
-          .item<int64_t>();
-  PSTAR_CHECK(version == 1, FormatError, file, ": checkpoint format version ", version,
-              " is not supported by this pstar (expected 1)");
+      checkpoint_tensor(tensors, ckpt::kFormatVersionKey, file, {}, torch::kInt64).item<int64_t>();
+  PSTAR_CHECK(version == ckpt::kFormatVersion, FormatError, file, ": checkpoint format version ",
+              version, " is not supported by this pstar (expected ", ckpt::kFormatVersion, ")");
   engine->load_state_dict(tensors, file);
-  step = checkpoint_tensor(tensors, "__pstar__.step", file, {}, torch::kInt64).item<int64_t>();
-  tokens = checkpoint_tensor(tensors, "__pstar__.tokens", file, {}, torch::kInt64).item<int64_t>();
-  skipped = checkpoint_tensor(tensors, "__pstar__.skipped_steps", file, {}, torch::kInt64)
-                .item<int64_t>();
-  const auto s = checkpoint_tensor(tensors, "__pstar__.loss_scaler", file, {3}, torch::kFloat64);
+  step = checkpoint_tensor(tensors, ckpt::kStep, file, {}, torch::kInt64).item<int64_t>();
+  tokens = checkpoint_tensor(tensors, ckpt::kTokens, file, {}, torch::kInt64).item<int64_t>();
+  skipped =
+      checkpoint_tensor(tensors, ckpt::kSkippedSteps, file, {}, torch::kInt64).item<int64_t>();
+  const auto s = checkpoint_tensor(tensors, ckpt::kLossScaler, file, {3}, torch::kFloat64);
   scaler.set_state({s[0].item<double>(), s[1].item<double>(), s[2].item<double>()});
-  auto it = tensors.find("__pstar__.rng");
+  auto it = tensors.find(ckpt::kRng);
   PSTAR_CHECK(it != tensors.end(), FormatError, file, ": tensor '__pstar__.rng' is missing");
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   generator.set_state(it->second);
@@ -463,6 +483,41 @@ void Trainer::Impl::resume(const std::string& where) {
   last_saved_step = step;
   last_saved_dir = dir;
   log::info("resumed from ", file, " at step ", step);
+}
+
+// Note [resume resharding]
+// A checkpoint of M ranks resumes on N != M ranks by resharding it on the fly: each rank indexes
+// the old files (train/merge.h, one read of each, after the ranks have checked them against the
+// manifest between them) and loads exactly what `merge-ckpt --reshard N` would have written to
+// its file (resharded_rank_tensors, Note [reshard] in merge.cpp), laid out by this run's config.
+// So a run resumed either way continues identically. The chunk layout comes from the GPT that the
+// config describes; another model resumes on the number of ranks that wrote its checkpoint.
+TensorMap Trainer::Impl::resharded_tensors(const std::string& dir,
+                                           const CheckpointManifest& manifest) {
+  PSTAR_CHECK(config.engine.mode == config::EngineMode::kChunked, ConfigError, "--resume ", dir,
+              ": the checkpoint was written by ", manifest.world_size,
+              " rank(s); resharding it for ", world, " is for the chunk engine");
+  try {
+    (void)model::resolve_gpt_config(config.model);
+  } catch (const Error& e) {
+    PSTAR_THROW(ConfigError, "--resume ", dir, ": the checkpoint was written by ",
+                manifest.world_size, " rank(s) but this run has ", world,
+                "; resharding follows a GPT's chunk layout, and this model is not one (", e.what(),
+                "); resume with --nproc ", manifest.world_size);
+  }
+  std::vector<std::string> files;
+  for (int64_t q = 0; q < manifest.world_size; ++q) files.push_back(checkpoint_file(dir, q));
+  IndexOptions options;
+  options.verify = false;  // every file was checked just now, by one of the ranks
+  options.label = "resume";
+  const CheckpointIndex index = index_checkpoint(files, manifest.world_size, options);
+  const TensorList mine = resharded_rank_tensors(index, config, world, rank);
+  if (rank == 0) {
+    log::info("resume: resharding ", dir, " from the ", manifest.world_size,
+              " rank(s) that wrote it to this run's ", world,
+              " (as pstar merge-ckpt --reshard would; Note [resume resharding])");
+  }
+  return TensorMap(mine.begin(), mine.end());
 }
 
 void Trainer::Impl::start_profile() {
@@ -484,7 +539,7 @@ void Trainer::Impl::start_profile() {
   chunked->set_profiler(profiler.get());
   formats::ProfileRun& run = profiler->data().run;
   run.config_json = config::to_json_text(config);
-  run.pstar_version = "0.1.0";
+  run.pstar_version = version();
   run.torch_version = compat::torch_version();
   run.precision = dtype == torch::kFloat32 ? "fp32" : dtype == torch::kBFloat16 ? "bf16" : "fp16";
   const std::time_t now = std::time(nullptr);

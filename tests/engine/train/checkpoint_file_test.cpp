@@ -97,10 +97,11 @@ TEST_F(CheckpointFileTest, TensorReachingPastItsStorageIsAFormatError) {
             std::string::npos)
       << msg;
 
-  // The storage offset is "K\x00" right after the persistent id ("tQq\x07").
+  // The storage offset is "K\x00" right after the persistent id and its memo entry ("tQq\x06":
+  // the seventh memoized object, the dict being untagged: Note [checkpoint pickle]).
   const std::string shifted = scratch_.file("shifted.pt");
   write_edited_checkpoint(shifted,
-                          {{std::string("tQq\x07K\x00", 6), std::string("tQq\x07K\x02", 6)}});
+                          {{std::string("tQq\x06K\x00", 6), std::string("tQq\x06K\x02", 6)}});
   msg = message_of<FormatError>([&] { read_checkpoint_file(shifted); });
   EXPECT_NE(msg.find("offset 2) reaches outside its 32-byte storage"), std::string::npos) << msg;
 }

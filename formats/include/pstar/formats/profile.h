@@ -93,6 +93,10 @@ struct ProfileSteps {
 };
 
 struct Profile {
+  // Set by read_profile: the file carried pstar's checksum header and matched it (Note [profile
+  // checksum] in profile.cpp). False for a profile written before checksums (by an older pstar),
+  // which is read unchecked. Not stored as such: write_profile always writes the header.
+  bool checksummed = false;
   ProfileRun run;
   ProfileChunks chunks;
   ProfileMemory by_moment, by_time;
@@ -110,14 +114,24 @@ bool profile_io_built();
 // work, so that they fail at once rather than when the profile is written.
 void require_profile_io(const std::string& what);
 
-// Writes atomically (a temporary file, then rename). IoError naming the path when it cannot be
-// written; InternalError if the columns' lengths disagree.
+// Writes atomically (a temporary file, then rename), with a checksum header in the HDF5 user
+// block (the first 512 bytes: pstar's magic, the CRC-32 and size of the file, the pstar version),
+// written after libhdf5 has closed the file; HDF5 readers skip it. IoError naming the path when it
+// cannot be written; InternalError if the columns' lengths disagree.
 void write_profile(const std::string& path, const Profile& profile);
 
-// IoError for a missing/unreadable file; FormatError naming the file and the dataset or
-// attribute for anything malformed or missing, and for a schema_version newer than this build's
-// (saying which version this pstar reads). In a build without HDF5, both throw
-// require_profile_io's ConfigError.
+// Checks the checksum header (size and CRC-32) before libhdf5 sees a byte of the file, so that a
+// damaged profile is a FormatError rather than whatever libhdf5's parser makes of it (it can crash
+// on corrupt files). A file without the header but with the HDF5 signature at its start is a
+// profile from before checksums and is read unchecked (Profile::checksummed false). Then IoError
+// for a missing/unreadable file; FormatError naming the file and the dataset or attribute for
+// anything malformed or missing, and for a schema_version newer than this build's (saying which
+// version this pstar reads). In a build without HDF5, both throw require_profile_io's ConfigError.
 Profile read_profile(const std::string& path);
+
+// Recomputes the checksum header of a profile changed in place through HDF5 (for example by h5py
+// in "r+" mode, or the fuzz target's edits), so that read_profile takes it again. FormatError if
+// the file has no pstar checksum header to rewrite; IoError if it cannot be read or written.
+void reseal_profile(const std::string& path);
 
 }  // namespace pstar::formats

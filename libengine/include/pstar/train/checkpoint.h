@@ -25,6 +25,9 @@ struct FileDigest {
   static FileDigest from_text(const std::string& text);
 };
 
+// "0x89abcdef": how messages show a CRC-32.
+std::string crc32_text(uint32_t crc);
+
 // The digest of a file on disk (one pass over it); IoError naming it if unreadable.
 FileDigest file_digest(const std::string& path);
 
@@ -46,7 +49,8 @@ std::string checkpoint_dir(const std::string& save_dir, int64_t step);
 // Marks `dir` as the newest checkpoint of `save_dir`.
 void write_latest(const std::string& save_dir, const std::string& dir);
 // `<dir>/manifest.json`, written by rank 0 after every rank's file: which run wrote the
-// checkpoint, at which step, with how many ranks (one file each).
+// checkpoint, at which step, with how many ranks (one file each), each file's size and CRC-32, and
+// (`pstar_version`, not read back) the pstar that wrote it.
 struct CheckpointManifest {
   int64_t world_size = 1;
   int64_t step = -1;
@@ -87,6 +91,11 @@ std::string newest_intact_checkpoint(const std::string& save_dir, int64_t before
 // Returns the directories deleted.
 std::vector<std::string> prune_checkpoints(const std::string& save_dir, int64_t current,
                                            int64_t keep_last);
+
+// Deletes the `ckpt-<r>.pt` files of `dir` with r >= `world_size`: what a run of more ranks left in
+// a step directory that a run of fewer ranks (resumed by resharding) saves into again. Returns
+// the files deleted.
+std::vector<std::string> remove_files_of_ranks_from(const std::string& dir, int64_t world_size);
 
 // Deletes the temporaries a killed writer of `dir/<file>` left behind (atomic writes name them
 // `.<file>.tmp.*`).

@@ -21,6 +21,9 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
+#include "pstar/formats/config.h"
+#include "pstar/train/checkpoint.h"
+
 namespace pstar::train {
 
 // One parameter of a checkpoint, as the index knows it (no data).
@@ -51,13 +54,29 @@ std::vector<std::string> match_checkpoint_files(const std::string& pattern);
 // The ckpt-<rank>.pt files of a step directory, sorted. IoError when there are none.
 std::vector<std::string> checkpoint_files_in(const std::string& dir);
 
+// How index_checkpoint trusts the files (Note [merge checks]).
+struct IndexOptions {
+  // Check each file's size and CRC-32 against its directory's manifest.json before parsing it,
+  // and refuse files no manifest vouches for (unless allow_unverified). Off only where the caller
+  // has just checked them as it accepts them (a resume that reshards).
+  bool verify = true;
+  // Also take files no manifest vouches for (no manifest.json, one from pstar before checksums,
+  // or a file it does not list), unchecked: `merge-ckpt --unverified`. Files a manifest covers
+  // are checked all the same.
+  bool allow_unverified = false;
+  // Names the work in progress lines ("merge-ckpt: checked ...").
+  std::string label = "merge-ckpt";
+};
+
 // Reads each file once and checks that together they are one checkpoint of `expected_ranks`
-// ranks: as many files (and as manifest.json says, where there is one), each rank 0..N-1 once
-// (by `__pstar__.rank`, else the file name ckpt-<rank>.pt), one format version this pstar reads,
-// the same step, world size and run, no parameter in two files. With a config.json that
-// describes a GPT, the parameters must be exactly that model's. FormatError, or ConfigError for
-// a wrong count, naming the file and what is wrong.
-CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t expected_ranks);
+// ranks: each file intact by its manifest (IndexOptions), as many files (and as manifest.json
+// says, where there is one), each rank 0..N-1 once (by `__pstar__.rank`, else the file name
+// ckpt-<rank>.pt), one format version this pstar reads, the same step, world size and run, no
+// parameter in two files. With a config.json that describes a GPT, the parameters must be
+// exactly that model's. FormatError, or ConfigError for a wrong count or files no manifest
+// vouches for, naming the file and what is wrong.
+CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t expected_ranks,
+                                 const IndexOptions& options = {});
 
 enum class MergeDType { kFp32, kBf16, kFp16 };
 
@@ -71,6 +90,10 @@ struct MergeOptions {
   // With `reshard`: the training config whose chunk layout the new ranks will have; empty: the
   // checkpoint's own config.json.
   std::string config_path;
+  // The output is the default one beside the checkpoint's files (merge-ckpt without -o): where
+  // the checkpoint's own config.json lies, none is written beside it (that one is the run's),
+  // instead of refusing the output.
+  bool beside_checkpoint = false;
 };
 
 struct MergeSummary {
@@ -88,5 +111,14 @@ void check_merge_options(const MergeOptions& options);
 // directories. Throws as index_checkpoint does, ConfigError for bad options, IoError when the
 // output cannot be written; no output file is left behind then.
 MergeSummary merge_checkpoint(const CheckpointIndex& index, const MergeOptions& options);
+
+// What rank `rank` of `world` holds in the checkpoint `index` resharded for `world` ranks, the
+// chunks laid out as `config` (a GPT) lays them out (Note [reshard] in merge.cpp): its parameters
+// with their Adam state, read from the files that hold them, and the run state. The tensors
+// `--reshard` writes to that rank's file; `pstar train --resume` on another number of ranks
+// loads them straight away. ConfigError when `config` has fewer chunks than `world` ranks or
+// describes no GPT; FormatError when a file lacks what a rank needs.
+TensorList resharded_rank_tensors(const CheckpointIndex& index, const config::TrainConfig& config,
+                                  int64_t world, int64_t rank);
 
 }  // namespace pstar::train
