@@ -24,11 +24,15 @@ int64_t physical_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{16} << 30;
 }
 
-Budgets config_budgets(const config::TrainConfig& config) {
+Budgets budgets_for(const config::TrainConfig& config, int64_t physical_memory_bytes) {
   const auto fallback =
-      static_cast<int64_t>(kDefaultMemoryRatio * static_cast<double>(physical_memory_bytes()));
+      static_cast<int64_t>(kDefaultMemoryRatio * static_cast<double>(physical_memory_bytes));
   return Budgets{config.engine.device_memory.value_or(fallback),
                  config.engine.host_memory.value_or(fallback)};
+}
+
+Budgets config_budgets(const config::TrainConfig& config) {
+  return budgets_for(config, physical_memory_bytes());
 }
 
 namespace {

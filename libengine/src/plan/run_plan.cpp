@@ -93,10 +93,7 @@ RunPlan resolve_run(const config::TrainConfig& config, const RunFacts& facts) {
                 static_cast<int>(kCudaFreeMemoryRatio * 100), "% of the free memory of ",
                 facts.device_name, ")"));
   }
-  const auto fallback =
-      static_cast<int64_t>(kDefaultMemoryRatio * static_cast<double>(facts.physical_memory_bytes));
-  plan.budgets.device = c.engine.device_memory.value_or(fallback);
-  plan.budgets.host = c.engine.host_memory.value_or(fallback);
+  plan.budgets = budgets_for(c, facts.physical_memory_bytes);
   plan.host_budget_per_rank = plan.budgets.host / plan.ranks_per_host;
 
   c.engine.overlap_adam = overlap_adam_on(c.engine, plan.device);

@@ -39,6 +39,8 @@ struct Budgets {
   int64_t device = 0, host = 0;
 };
 Budgets config_budgets(const config::TrainConfig& config);
+// The same on a machine of `physical_memory_bytes` (the run plan's facts, or a hypothetical one).
+Budgets budgets_for(const config::TrainConfig& config, int64_t physical_memory_bytes);
 
 // A leaf module that owns parameters, as the chunk plan sees it.
 struct LeafModule {
