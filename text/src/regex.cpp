@@ -21,7 +21,8 @@ Regex::Regex(const std::string& pattern, bool literal, const std::string& what)
     : pattern_(pattern) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0u);
+  // PCRE2_LITERAL takes no UCP (a literal has no classes for it to change).
+  const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
                         &error, &offset, nullptr);
   PSTAR_CHECK(code_ != nullptr, FormatError, what, " '", pattern,
