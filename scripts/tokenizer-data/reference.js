@@ -58,16 +58,55 @@ write(path.join(cacheDir, "llama3-pairs", "tokenizer.json"), JSON.stringify(llam
 
 // Reference ids: one JSON file per tokenizer and corpus file, holding the text it encoded, so a
 // test can tell a stale reference (the corpus changed since) from a wrong encoder.
+// A file named NAME.llama3.txt is for that tokenizer only (Llama 3's special tokens in text;
+// gpt-3-encoder does not match <|endoftext|> as Hugging Face does).
 const encoders = {
   gpt2: (text) => gpt2Encoder.encode(text),
   llama3: (text) => llama3.encode(text, { add_special_tokens: false }),
 };
 const files = fs.readdirSync(corpusDir).filter((f) => f.endsWith(".txt")).sort();
+
+// Random text from a fixed seed: runs of characters of every class the pre-tokenizers' regexes
+// tell apart, so edge cases nobody wrote by hand are compared too.
+function randomText(seed, length) {
+  let state = seed >>> 0;
+  const next = () => {  // xorshift32
+    state ^= state << 13; state >>>= 0;
+    state ^= state >>> 17;
+    state ^= state << 5; state >>>= 0;
+    return state;
+  };
+  const pools = [
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", "0123456789", "    ", "\t", "\n",
+    "\r\n", "'", "'s't're've'm'll'd'S'T'RE", ".,;:!?-_()[]{}<>/\\|@#$%^&*+=~`\"",
+    "éèàçñüößÅØæœ", "中文字符測試日本語ひらがなカタカナ한국어", "Русскийтекст", "العربيةنص",
+    "😀👍🏽🔥✨❤️🇩🇪", "\u00a0\u2009\u3000", "\u0301\u0303\u0308", "²³¹½¼",
+  ];
+  let out = "";
+  while (out.length < length) {
+    const pool = Array.from(pools[next() % pools.length]);
+    const run = 1 + (next() % 6);
+    for (let i = 0; i < run; ++i) out += pool[next() % pool.length];
+  }
+  return out;
+}
+
+let count = 0;
 for (const [name, encode] of Object.entries(encoders)) {
   for (const f of files) {
+    const only = f.match(/\.([a-z0-9]+)\.txt$/);
+    if (only && only[1] !== name) continue;
     const text = fs.readFileSync(path.join(corpusDir, f), "utf8");
     const ids = encode(text);
     write(path.join(cacheDir, "reference", name, f + ".json"), JSON.stringify({ text, ids }));
+    ++count;
   }
+  const random = [];
+  for (let seed = 1; seed <= 20; ++seed) {
+    const text = randomText(seed * 2654435761, 2000);
+    random.push({ text, ids: encode(text) });
+  }
+  write(path.join(cacheDir, "reference", name, "random.json"), JSON.stringify(random));
 }
-console.log(`reference ids for ${files.length} corpus files written under ${cacheDir}/reference`);
+console.log(`reference ids for ${count} corpus files and 20 random texts per tokenizer written ` +
+            `under ${cacheDir}/reference`);

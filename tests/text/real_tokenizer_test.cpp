@@ -70,6 +70,11 @@ TEST_P(RealTokenizer, MatchesTheReferenceEncoderOnEveryCorpusFile) {
   int files = 0;
   for (const auto& entry : fs::directory_iterator(kCorpus)) {
     const std::string name = entry.path().filename().string();
+    // NAME.TOKENIZER.txt is for that tokenizer only.
+    const size_t dot = name.find('.');
+    if (dot != name.rfind('.') && name.substr(dot + 1, name.rfind('.') - dot - 1) != c.reference) {
+      continue;
+    }
     const fs::path ref_path = fs::path(cache_dir()) / "reference" / c.reference / (name + ".json");
     ASSERT_TRUE(fs::exists(ref_path))
         << ref_path << " is missing: rerun scripts/fetch-tokenizer-data.sh";
@@ -84,6 +89,32 @@ TEST_P(RealTokenizer, MatchesTheReferenceEncoderOnEveryCorpusFile) {
     ++files;
   }
   EXPECT_GE(files, 6);
+}
+
+TEST_P(RealTokenizer, MatchesTheReferenceEncoderOnRandomText) {
+  SKIP_WITHOUT_DATA();
+  const Case c = GetParam();
+  const Tokenizer& t = tokenizer(c.folder);
+  // Texts of random runs of letters, digits, spaces, tabs, newlines, CRLF, apostrophes,
+  // punctuation, accented Latin, CJK, Cyrillic, Arabic, emoji, Unicode spaces and combining marks
+  // (scripts/tokenizer-data/reference.js).
+  const auto ref = nlohmann::json::parse(
+      read(fs::path(cache_dir()) / "reference" / c.reference / "random.json"));
+  ASSERT_GE(ref.size(), 20u);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const std::string text = ref[i].at("text").get<std::string>();
+    EXPECT_EQ(t.encode(text), ref[i].at("ids").get<Ids>()) << c.folder << ", random text " << i;
+    // And in pieces of 1 to 13 bytes.
+    StreamEncoder encoder(t);
+    Ids ids;
+    const size_t size = 1 + i % 13;
+    for (size_t pos = 0; pos < text.size(); pos += size) {
+      encoder.feed(std::string_view(text).substr(pos, size), ids);
+    }
+    encoder.finish(ids);
+    EXPECT_EQ(ids, ref[i].at("ids").get<Ids>())
+        << c.folder << ", random text " << i << " in pieces of " << size;
+  }
 }
 
 TEST_P(RealTokenizer, PiecesOfAnySizeGiveTheWholeTextsIds) {
