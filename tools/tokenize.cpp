@@ -113,38 +113,30 @@ void print_statistics(const std::vector<int64_t>& counts, int64_t vocab_size,
   std::cout << entropy_line;
 }
 
-// Appends ids to the output file as they come, in the file's dtype; nothing is published unless
-// commit() is reached (AtomicFileWriter).
+// Writes ids to the output file as they come and counts them for the statistics; nothing is
+// published unless commit() is reached (TokenFileWriter).
 class TokenWriter {
  public:
   TokenWriter(const std::string& path, TokenDType dtype, int64_t vocab_size)
-      : writer_(path), dtype_(dtype), counts_(static_cast<size_t>(vocab_size), 0) {}
+      : writer_(path, dtype), counts_(static_cast<size_t>(vocab_size), 0) {}
 
   void append(const std::vector<uint32_t>& ids) {
-    const size_t width = pstar::formats::token_dtype_size(dtype_);
-    bytes_.resize(ids.size() * width);
-    uint8_t* p = bytes_.data();
     for (const uint32_t id : ids) {
       // The vocabulary was checked against the dtype; an id past it is a bug.
       PSTAR_INTERNAL_ASSERT(id < counts_.size(), "token id ", id, " is not below the vocabulary ",
                             counts_.size());
       ++counts_[id];
-      for (size_t b = 0; b < width; ++b) *p++ = static_cast<uint8_t>(id >> (8 * b));
     }
-    writer_.append(bytes_.data(), bytes_.size());
+    writer_.append(ids);
   }
   void commit() { writer_.commit(); }
   uint64_t size_bytes() const { return writer_.size_bytes(); }
   const std::vector<int64_t>& counts() const { return counts_; }
 
  private:
-  pstar::formats::AtomicFileWriter writer_;
-  TokenDType dtype_;
+  pstar::formats::TokenFileWriter writer_;
   std::vector<int64_t> counts_;
-  std::vector<uint8_t> bytes_;
 };
-
-const char* dtype_name(TokenDType dtype) { return dtype == TokenDType::kU16 ? "uint16" : "uint32"; }
 
 std::string format_mb(double bytes) {
   char buf[32];
@@ -168,8 +160,8 @@ void run_bytes(const TokenizeOptions& options, const std::vector<std::string>& i
     writer.append(tokens);
   }
   writer.commit();
-  std::cout << "wrote " << output << " (" << dtype_name(dtype) << ", " << writer.size_bytes()
-            << " bytes)\n";
+  std::cout << "wrote " << output << " (" << pstar::formats::token_dtype_name(dtype) << ", "
+            << writer.size_bytes() << " bytes)\n";
   print_statistics(writer.counts(), 256, nullptr);
 }
 
@@ -234,8 +226,8 @@ void run_tokenizer(const TokenizeOptions& options, const std::vector<std::string
                     ? static_cast<double>(totals.bytes_total) / static_cast<double>(totals.tokens)
                     : 0.0);
   std::cerr << line;
-  std::cout << "wrote " << output << " (" << dtype_name(dtype) << ", " << writer.size_bytes()
-            << " bytes)\n";
+  std::cout << "wrote " << output << " (" << pstar::formats::token_dtype_name(dtype) << ", "
+            << writer.size_bytes() << " bytes)\n";
   print_statistics(writer.counts(), vocab, &tokenizer);
 }
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "checksum.h"
 #include "pstar/base/error.h"
 #include "pstar/formats/mapped_file.h"
 #include "pstar/text/tokenizer.h"
@@ -40,13 +41,6 @@ Json parse_json(const std::string& text, const std::string& origin) {
     return Json::parse(text);
   } catch (const Json::exception& e) {
     PSTAR_THROW(FormatError, origin, " is not valid JSON: ", e.what());
-  }
-}
-
-void fnv1a(uint64_t& h, std::string_view bytes) {
-  for (const char c : bytes) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ull;
   }
 }
 
@@ -138,10 +132,7 @@ class Builder {
     max_id_ = std::max<int64_t>(max_id_, token.id);
   }
 
-  void hash(std::string_view bytes) {
-    fnv1a(hash_, bytes);
-    fnv1a(hash_, std::string_view("\0", 1));
-  }
+  void hash(std::string_view bytes) { fnv1a_field(hash_, bytes); }
 
   std::shared_ptr<TokenizerImpl> finish(const std::string& form, const std::string& path,
                                         const std::string& config_text) {
@@ -211,7 +202,7 @@ class Builder {
   std::shared_ptr<TokenizerImpl> impl_;
   std::unordered_map<std::string, uint32_t> by_text_;
   int64_t max_id_ = -1;
-  uint64_t hash_ = 0xcbf29ce484222325ull;
+  uint64_t hash_ = kFnvOffset;
 };
 
 const Json& field(const Json& object, const char* key, const std::string& what,
