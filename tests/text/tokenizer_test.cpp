@@ -69,6 +69,19 @@ Json byte_level(bool add_prefix_space, bool use_regex) {
           {"use_regex", use_regex}};
 }
 
+// Split (a regex, or with `literal` a plain string) and then ByteLevel without a regex, so that
+// the pieces reach BPE as Split made them.
+Json split_then_bytes(const std::string& pattern, const std::string& behavior, bool invert,
+                      bool literal = false) {
+  return {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"},
+             {"pattern", {{literal ? "String" : "Regex", pattern}}},
+             {"behavior", behavior},
+             {"invert", invert}},
+            byte_level(false, false)}}};
+}
+
 Tokenizer from(const Json& j) { return Tokenizer::from_json(j.dump(), "test.json"); }
 
 // The pieces ids stand for, joined by '|'.
@@ -160,28 +173,54 @@ TEST(Tokenizer, SplitBehaviours) {
       {"Contiguous", "a|-|b|--|c"},
   };
   for (const auto& [behavior, expected] : cases) {
-    const Json pre = {{"type", "Sequence"},
-                      {"pretokenizers",
-                       {{{"type", "Split"},
-                         {"pattern", {{"String", "-"}}},
-                         {"behavior", behavior},
-                         {"invert", false}},
-                        byte_level(false, false)}}};
+    const Json pre = split_then_bytes("-", behavior, false, true);
     // ignore_merges with no merges: a piece is one id when it is an entry, else its bytes.
     const Tokenizer t = from(byte_tokenizer(extra, pre, true));
     EXPECT_EQ(pieces(t, t.encode("a-b--c")), expected) << behavior;
     expect_piece_independent(t, "a-b--c-xa--b-");
   }
   // invert: the pattern names what to keep apart; Removed then drops what it did not match.
-  const Json inverted = {{"type", "Sequence"},
-                         {"pretokenizers",
-                          {{{"type", "Split"},
-                            {"pattern", {{"Regex", "[a-z]"}}},
-                            {"behavior", "Removed"},
-                            {"invert", true}},
-                           byte_level(false, false)}}};
+  const Json inverted = split_then_bytes("[a-z]", "Removed", true);
   const Tokenizer t = from(byte_tokenizer(extra, inverted, true));
   EXPECT_EQ(pieces(t, t.encode("a-b--c")), "a|b|c");
+}
+
+TEST(Tokenizer, EveryBehaviourAndPatternIsPieceIndependentOnRandomText) {
+  // Random text over an alphabet the patterns tell apart (letters, digits, spaces, newlines,
+  // punctuation, an apostrophe, two- and four-byte characters), from a fixed seed.
+  const std::vector<std::string> alphabet = {
+      "a",    "b", "Z",  "1",  "7",  " ",  "  ",       "\n",
+      "\r\n", ".", "!?", "'s", "'t", "\t", "\xc3\xa9", "\xf0\x9f\x98\x80"};
+  uint64_t state = 42;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<size_t>(state >> 33);
+  };
+  std::string text;
+  while (text.size() < 600) text += alphabet[next() % alphabet.size()];
+  // Merges of every pair of these ASCII characters: two bytes of one piece become one id, two of
+  // different pieces stay two, so the ids show where the pieces were cut.
+  const std::string ascii = "abZ17 \n\r.!?'st\t";
+  std::vector<std::string> pairs;
+  Json merges = Json::array();
+  for (const char x : ascii) {
+    for (const char y : ascii) {
+      pairs.push_back(std::string{x, y});
+      merges.push_back(byte_key(std::string{x}) + " " + byte_key(std::string{y}));
+    }
+  }
+  for (const char* pattern : {"\\s+(?!\\S)|\\s+", "\\p{N}{1,3}", "[.!?]+[\\r\\n]*", "(?i:'s|'t)",
+                              "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+"}) {
+    for (const char* behavior :
+         {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"}) {
+      for (const bool invert : {false, true}) {
+        SCOPED_TRACE(std::string(pattern) + " " + behavior + (invert ? " inverted" : ""));
+        const Tokenizer t =
+            from(byte_tokenizer(pairs, split_then_bytes(pattern, behavior, invert), false, merges));
+        expect_piece_independent(t, text);
+      }
+    }
+  }
 }
 
 TEST(Tokenizer, ByteLevelPrefixSpaceAndRegex) {
@@ -199,23 +238,11 @@ TEST(Tokenizer, ByteLevelPrefixSpaceAndRegex) {
 TEST(Tokenizer, RegexLookbehindAndStartAnchorAcrossPieces) {
   // (?<=a)b needs the byte before a cut; ^a matches at the start of the text only.
   for (const char* pattern : {"(?<=a)b", "^a", "\\bab"}) {
-    const Json pre = {{"type", "Sequence"},
-                      {"pretokenizers",
-                       {{{"type", "Split"},
-                         {"pattern", {{"Regex", pattern}}},
-                         {"behavior", "Isolated"},
-                         {"invert", false}},
-                        byte_level(false, false)}}};
+    const Json pre = split_then_bytes(pattern, "Isolated", false);
     const Tokenizer t = from(byte_tokenizer({"ab", "aa", "ba", "aab"}, pre, true));
     expect_piece_independent(t, "aabab ab aaab abba ab");
   }
-  const Json start = {{"type", "Sequence"},
-                      {"pretokenizers",
-                       {{{"type", "Split"},
-                         {"pattern", {{"Regex", "^a"}}},
-                         {"behavior", "Isolated"},
-                         {"invert", false}},
-                        byte_level(false, false)}}};
+  const Json start = split_then_bytes("^a", "Isolated", false);
   const Tokenizer t = from(byte_tokenizer({"aa"}, start, true));
   EXPECT_EQ(pieces(t, t.encode("aaa")), "a|aa");
   EXPECT_EQ(pieces(t, encode_in_pieces(t, "aaa", 1)), "a|aa");
