@@ -317,6 +317,10 @@ TEST(Tokenizer, MalformedAndUnsupportedFilesNameTheComponent) {
                      {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Isolated"}});
   EXPECT_NE(json_error(j.dump()).find("pre_tokenizer has no ByteLevel"), std::string::npos);
   j = byte_tokenizer({}, byte_level(false, true));
+  j["added_tokens"] = Json::array({{{"id", 16777216}, {"content", "<huge>"}}});
+  EXPECT_NE(json_error(j.dump()).find("added_tokens[0].id must be an id from 0 to 16777215"),
+            std::string::npos);
+  j = byte_tokenizer({}, byte_level(false, true));
   j["model"]["dropout"] = 0.1;
   EXPECT_NE(json_error(j.dump()).find("model.dropout is 0.1"), std::string::npos);
 }

@@ -17,6 +17,11 @@ namespace {
 
 using Json = nlohmann::json;
 
+// The largest id pstar accepts: far above any real vocabulary (Llama 3: 128256, Gemma: 256000),
+// and low enough that a table by id (a user's statistics, an embedding) stays small. A file with
+// an id of 4 billion is refused instead of asking for that much memory.
+constexpr uint64_t kMaxId = (uint64_t{1} << 24) - 1;
+
 // GPT-2's pre-tokenizer regex (ByteLevel with use_regex).
 constexpr const char* kGpt2Regex =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -94,9 +99,9 @@ class Builder {
     auto& bpe = impl_->bpe;
     bpe.byte_ids.fill(-1);
     for (const auto& [key, value] : vocab.items()) {
-      PSTAR_CHECK(value.is_number_unsigned() && value.get<uint64_t>() <= 0xffffffffu, FormatError,
+      PSTAR_CHECK(value.is_number_unsigned() && value.get<uint64_t>() <= kMaxId, FormatError,
                   origin_, ": ", what, " entry '", key, "' has id ", value.dump(),
-                  ", not an id from 0 to 4294967295");
+                  ", not an id from 0 to ", kMaxId);
       const auto id = value.get<uint32_t>();
       by_text_[key] = id;
       max_id_ = std::max<int64_t>(max_id_, id);
@@ -168,10 +173,7 @@ class Builder {
   }
 
  private:
-  void set_text(uint32_t id, const std::string& text) {
-    if (impl_->id_texts.size() <= id) impl_->id_texts.resize(size_t{id} + 1);
-    impl_->id_texts[id] = text;
-  }
+  void set_text(uint32_t id, const std::string& text) { impl_->id_texts[id] = text; }
 
   void read_config(const std::string& text) {
     const std::string where = "tokenizer_config.json beside " + origin_;
@@ -380,8 +382,8 @@ void read_added_tokens(const Json& list, Builder& b) {
     const Json& id = field(t, "id", what, origin);
     PSTAR_CHECK(content.is_string() && !content.get<std::string>().empty(), FormatError, origin,
                 ": ", what, ".content must be a non-empty string");
-    PSTAR_CHECK(id.is_number_unsigned() && id.get<uint64_t>() <= 0xffffffffu, FormatError, origin,
-                ": ", what, ".id must be an id from 0 to 4294967295, not ", id.dump());
+    PSTAR_CHECK(id.is_number_unsigned() && id.get<uint64_t>() <= kMaxId, FormatError, origin, ": ",
+                what, ".id must be an id from 0 to ", kMaxId, ", not ", id.dump());
     AddedToken token;
     token.content = content.get<std::string>();
     token.id = id.get<uint32_t>();
@@ -498,7 +500,8 @@ std::optional<uint32_t> Tokenizer::token_id(std::string_view token) const {
 }
 
 std::string Tokenizer::token_text(uint32_t id) const {
-  return id < impl_->id_texts.size() ? impl_->id_texts[id] : std::string();
+  const auto it = impl_->id_texts.find(id);
+  return it == impl_->id_texts.end() ? std::string() : it->second;
 }
 
 }  // namespace pstar::text

@@ -109,7 +109,7 @@ class TokenizerImpl {
   Bpe bpe;
   // Every entry by its text in the file (the byte-level alphabet) and added tokens by content.
   std::unordered_map<std::string, uint32_t> token_ids;
-  std::vector<std::string> id_texts;  // raw bytes or content, by id
+  std::unordered_map<uint32_t, std::string> id_texts;  // raw bytes or content, by id
   int64_t vocab_size = 0;
   std::optional<uint32_t> bos, eos;
   std::string fingerprint, description;

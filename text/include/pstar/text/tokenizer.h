@@ -42,7 +42,8 @@ class Tokenizer {
   // the byte offset otherwise).
   std::vector<uint32_t> encode(std::string_view text) const;
 
-  // Largest id (of the model's vocabulary and the added tokens) + 1.
+  // Largest id (of the model's vocabulary and the added tokens) + 1. Ids above 16777215 are
+  // refused when loading (FormatError), so this is at most 2^24.
   int64_t vocab_size() const;
   // The begin/end-of-text tokens: from tokenizer_config.json when present, else the added special
   // token conventionally used (<|endoftext|> for both, <|begin_of_text|>/<|end_of_text|>,
