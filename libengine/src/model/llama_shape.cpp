@@ -292,9 +292,9 @@ std::vector<int64_t> llama_leaf_module_numels(const LlamaConfig& c) {
   return numels;
 }
 
-std::vector<LlamaParameterShape> llama_parameter_shapes(const LlamaConfig& c) {
+std::vector<ParameterShape> llama_parameter_shapes(const LlamaConfig& c) {
   const int64_t h = c.hidden;
-  std::vector<LlamaParameterShape> params;
+  std::vector<ParameterShape> params;
   int64_t leaf = 0;
   auto add_leaf = [&](const std::string& prefix, std::vector<int64_t> weight, bool bias) {
     const int64_t rows = weight[0];

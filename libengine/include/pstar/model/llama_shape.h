@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "pstar/model/parameter_shape.h"
+
 namespace pstar::model {
 
 // rope_scaling of type "llama3" (Llama 3.1 and later): long wavelengths divided by `factor`, short
@@ -77,14 +79,9 @@ void validate_llama_config(const LlamaConfig& config, const std::string& source)
 // post_attention_layernorm, gate_proj, up_proj, down_proj; then norm and, untied, lm_head.
 std::vector<int64_t> llama_leaf_module_numels(const LlamaConfig& config);
 
-// One parameter as model/llama.cpp builds it: its Hugging Face name
+// Every parameter as model/llama.cpp builds it, in construction order: its Hugging Face name
 // ("model.layers.0.self_attn.q_proj.weight"), shape, and leaf index in llama_leaf_module_numels'
 // order.
-struct LlamaParameterShape {
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t leaf = 0;
-};
-std::vector<LlamaParameterShape> llama_parameter_shapes(const LlamaConfig& config);
+std::vector<ParameterShape> llama_parameter_shapes(const LlamaConfig& config);
 
 }  // namespace pstar::model
