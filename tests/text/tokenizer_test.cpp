@@ -237,7 +237,7 @@ TEST(Tokenizer, ByteLevelPrefixSpaceAndRegex) {
 
 TEST(Tokenizer, RegexLookbehindAndStartAnchorAcrossPieces) {
   // (?<=a)b needs the byte before a cut; ^a matches at the start of the text only.
-  for (const char* pattern : {"(?<=a)b", "^a", "\\bab"}) {
+  for (const char* pattern : {"(?<=a)b", "^a", "\\bab", "(?<=^a)a", "(?<=^aa)b"}) {
     const Json pre = split_then_bytes(pattern, "Isolated", false);
     const Tokenizer t = from(byte_tokenizer({"ab", "aa", "ba", "aab"}, pre, true));
     expect_piece_independent(t, "aabab ab aaab abba ab");

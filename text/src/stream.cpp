@@ -149,8 +149,7 @@ class PreTokenizeStage final : public Stage {
     }
     const PreTokenizer& first = impl_.pre[0];
     spans_.clear();
-    find_spans(*first.regex, matcher_, text, context_, !final, context_ > 0 || segment_cut_,
-               spans_);
+    find_spans(*first.regex, matcher_, text, context_, !final, segment_cut_, spans_);
     apply_split_behavior(spans_, first.behavior, first.invert, pieces_);
     size_t cut = text.size();
     if (!final) {
@@ -159,9 +158,7 @@ class PreTokenizeStage final : public Stage {
       cut = pieces_.back().first;
       pieces_.pop_back();
     }
-    // pieces_ is reused by split() at deeper levels: walk a copy of the bounds.
-    level1_.assign(pieces_.begin(), pieces_.end());
-    for (const auto& [b, e] : level1_) split(1, text.substr(b, e - b));
+    for (const auto& [b, e] : pieces_) split(1, text.substr(b, e - b));
     if (final) return;
     // Keep context before the cut for lookbehinds, starting on a character boundary.
     size_t keep = cut > context_bytes_ ? cut - context_bytes_ : 0;
@@ -206,7 +203,7 @@ class PreTokenizeStage final : public Stage {
   bool started_ = false;      // the segment has had text
   bool segment_cut_ = false;  // pending_ no longer starts where the segment starts
   std::vector<Span> spans_;
-  std::vector<std::pair<size_t, size_t>> pieces_, level1_;
+  std::vector<std::pair<size_t, size_t>> pieces_;
 };
 
 }  // namespace
