@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -11,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pstar/base/error.h"
+#include "pstar/formats/mapped_file.h"
 
 namespace pstar::formats {
 namespace {
@@ -96,6 +99,88 @@ std::string hf_index_json(const std::map<std::string, std::string>& shard_of, ui
   j["weight_map"] = nlohmann::json::object();
   for (const auto& [name, shard] : shard_of) j["weight_map"][name] = shard;
   return j.dump(2) + "\n";
+}
+
+// Note [atomic folder]
+// The shards, config.json and the index are written into a hidden temporary folder beside `dir`
+// and renamed to `dir` only when all are complete (TempPath), so a merge that fails or is killed
+// half-way leaves no folder that a later `model.init_from` would load as if it were whole.
+HfFolderWriter::HfFolderWriter(const std::string& dir, const std::string& config_json,
+                               std::vector<Tensor> tensors, uint64_t max_shard_bytes)
+    : dir_(dir), tensors_(std::move(tensors)) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(dir_, ec)) {
+    PSTAR_CHECK(fs::is_directory(dir_, ec) && fs::is_empty(dir_, ec), ConfigError, dir_,
+                " already exists and is not an empty folder; name a new folder for the model");
+    fs::remove(dir_, ec);  // empty: TempPath renames over a path that must not exist
+  }
+  PSTAR_CHECK(!tensors_.empty(), ConfigError, dir_, ": no tensors to write");
+  PSTAR_CHECK(max_shard_bytes > 0, ConfigError, "the shard size limit must be positive");
+  uint64_t in_shard = 0;
+  size_t shards = 1;
+  for (const Tensor& t : tensors_) {
+    uint64_t bytes = dtype_size(t.dtype);
+    for (int64_t d : t.shape) bytes *= static_cast<uint64_t>(d);
+    if (in_shard > 0 && in_shard + bytes > max_shard_bytes) {
+      ++shards;
+      in_shard = 0;
+    }
+    in_shard += bytes;
+    total_bytes_ += bytes;
+    shard_of_tensor_.push_back(shards - 1);
+  }
+  for (size_t i = 0; i < shards; ++i) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards);
+    shard_names_.push_back(shards == 1 ? kHfWeightsFile : name);
+  }
+  temp_ = std::make_unique<TempPath>(dir_);
+  PSTAR_CHECK(fs::create_directory(temp_->path(), ec) && !ec, IoError, "cannot create ",
+              temp_->path(), " (for ", dir_, "): ", ec.message());
+  write_file_atomic(temp_->path() + "/" + kHfConfigFile, config_json.data(), config_json.size());
+}
+
+HfFolderWriter::~HfFolderWriter() = default;
+
+void HfFolderWriter::open_shard(size_t shard) {
+  std::vector<Tensor> entries;
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    if (shard_of_tensor_[i] == shard) entries.push_back(tensors_[i]);
+  shard_ = std::make_unique<SafetensorsStreamWriter>(
+      temp_->path() + "/" + shard_names_[shard], entries,
+      std::map<std::string, std::string>{{"format", "pt"}});
+  open_shard_ = shard;
+}
+
+void HfFolderWriter::write(const std::string& name, const void* bytes, size_t size_bytes) {
+  PSTAR_CHECK(next_ < tensors_.size() && tensors_[next_].name == name, ConfigError, dir_,
+              ": tensor \"", name, "\" written out of order; expected \"",
+              next_ < tensors_.size() ? tensors_[next_].name : std::string("none (all written)"),
+              "\"");
+  const size_t shard = shard_of_tensor_[next_];
+  if (shard_ == nullptr || open_shard_ != shard) {
+    if (shard_ != nullptr) shard_->commit();
+    open_shard(shard);
+  }
+  shard_->write(name, bytes, size_bytes);
+  ++next_;
+}
+
+void HfFolderWriter::commit() {
+  PSTAR_CHECK(next_ == tensors_.size(), ConfigError, dir_, ": tensor \"",
+              next_ < tensors_.size() ? tensors_[next_].name : std::string(),
+              "\" was never written");
+  shard_->commit();
+  shard_.reset();
+  if (shard_names_.size() > 1) {
+    std::map<std::string, std::string> shard_of;
+    for (size_t i = 0; i < tensors_.size(); ++i)
+      shard_of[tensors_[i].name] = shard_names_[shard_of_tensor_[i]];
+    const std::string index = hf_index_json(shard_of, total_bytes_);
+    write_file_atomic(temp_->path() + "/" + kHfIndexFile, index.data(), index.size());
+  }
+  temp_->publish("model folder");
 }
 
 }  // namespace pstar::formats

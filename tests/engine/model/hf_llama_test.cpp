@@ -9,9 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "pstar/base/error.h"
+#include "pstar/formats/config.h"
 #include "pstar/formats/hf_folder.h"
 #include "pstar/formats/safetensors.h"
-#include "pstar/model/hf_weights.h"
+#include "pstar/model/factory.h"
 #include "pstar/model/llama.h"
 #include "pstar_test_paths.h"
 #include "test_util.h"
@@ -22,23 +23,16 @@ namespace {
 using pstar::testing::message_of;
 using pstar::testing::ScratchDir;
 
-std::vector<ExpectedTensor> expected_of(const LlamaConfig& c) {
-  std::vector<ExpectedTensor> out;
-  for (const auto& p : llama_parameter_shapes(c)) out.push_back({p.name, p.shape});
-  return out;
-}
-
-// Loads `dir` into a fresh Llama of its config.json's shape with `seq_len`.
-std::unique_ptr<Llama> load_folder(const std::string& dir, int64_t seq_len) {
-  const auto folder = formats::read_hf_folder(dir);
-  LlamaConfig c = llama_config_from_hf_json(folder.config_text, folder.config_path);
-  c.seq_len = seq_len;
-  auto model = std::make_unique<Llama>(c);
-  auto params = model->named_parameters();
-  load_hf_weights(folder, expected_of(c), [&](const std::string& name, const at::Tensor& value) {
-    torch::NoGradGuard no_grad;
-    params[name].copy_(value);
-  });
+// Loads `dir` into a fresh model of its config.json's shape with `seq_len`, as the trainer does.
+std::shared_ptr<CausalLM> load_folder(const std::string& dir, int64_t seq_len) {
+  config::ModelConfig m;
+  m.type = "";
+  m.init_from = dir;
+  m.seq_len = seq_len;
+  const ModelShape shape = resolve_model_shape(m);
+  auto model = build_causal_lm(shape);
+  EXPECT_EQ(load_pretrained(shape, dir, *model),
+            static_cast<int64_t>(shape.parameter_shapes().size()));
   return model;
 }
 

@@ -86,7 +86,10 @@ class Llama : public CausalLM {
   explicit Llama(const LlamaConfig& config, const UnitBuilt& on_unit_built = nullptr);
 
   torch::Tensor forward(const torch::Tensor& input_ids) override;
-  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+  bool set_activation_checkpointing(bool on) override {
+    checkpointing_ = on;
+    return true;
+  }
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_seq_len() const override { return config_.seq_len; }
   const LlamaConfig& config() const { return config_; }
