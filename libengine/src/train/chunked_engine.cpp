@@ -1132,7 +1132,7 @@ ChunkedEngine::ChunkedEngine(const config::TrainConfig& config, c10::ScalarType 
   s.first_device_chunk = s.fit.host_chunks;
   // Note [host adam overlap]: "auto" overlaps where the host is free while the device computes.
   const bool overlap = plan::overlap_adam_on(
-      config.engine,
+      config.engine.overlap_adam,
       s.device_tier->compute_device().is_cuda() ? plan::DeviceKind::kCuda : plan::DeviceKind::kCpu);
   if (overlap) s.adam_worker = std::make_unique<core::OrderedWorker>();
   const int64_t capacity = s.device_tier->device_capacity_bytes();

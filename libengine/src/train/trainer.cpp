@@ -92,13 +92,9 @@ std::string fixed4(double v) {
   return buf;
 }
 
+// ConfigError for bf16.enabled "auto": the run plan decides it.
 c10::ScalarType compute_dtype(const config::TrainConfig& c) {
-  PSTAR_CHECK(!c.bf16.auto_select, ConfigError,
-              "bf16.enabled \"auto\" is decided for a compute device: resolve the config's run "
-              "plan (train::plan_run) before building the engine");
-  if (c.bf16.enabled) return torch::kBFloat16;
-  if (c.fp16.enabled) return torch::kFloat16;
-  return torch::kFloat32;
+  return precision_dtype(plan::decided_precision(c));
 }
 
 // LibTorch builds differ in which low-precision kernels exist (1.13 has no fp16 matmul on CPU):

@@ -511,7 +511,7 @@ class ChunkedEngineOnATier : public ::testing::Test {
     config::TrainConfig c = pstar::testing::small_gpt_config(corpus_);
     c.optimizer.weight_decay = 0.01;
     c.training.steps = 6;
-    c.bf16.enabled = bf16;
+    c.bf16.enabled = config::on_off(bf16);
     return c;
   }
 
@@ -535,8 +535,8 @@ class ChunkedEngineOnATier : public ::testing::Test {
     const int64_t predicted =
         plan::estimate_gpt_activations(plan::gpt_activation_input(c, shape)).peak;
     auto engine = std::make_unique<train::ChunkedEngine>(
-        c, c.bf16.enabled ? torch::kBFloat16 : torch::kFloat32, plan::gpt_leaf_modules(shape),
-        predicted, nullptr, std::move(tier));
+        c, c.bf16.enabled == config::OnOffAuto::kOn ? torch::kBFloat16 : torch::kFloat32,
+        plan::gpt_leaf_modules(shape), predicted, nullptr, std::move(tier));
     torch::manual_seed(c.training.seed);
     auto gpt = std::make_shared<model::Gpt>(
         shape, [&](torch::nn::Module& unit, const std::string& prefix) {
@@ -679,8 +679,7 @@ TEST_F(ChunkedEngineOnATier, QueuedHostAdamIsAwaitedBeforeUseAndChangesNoNumber)
     if (mode == "bf16 accumulating") c.gradient_accumulation_steps = 2;
     if (mode == "bf16 clipped") c.gradient_clipping = 0.5;
     ASSERT_EQ(c.gradient_clipping > 0, mode == "bf16 clipped");
-    c.engine.overlap_adam = false;
-    c.engine.overlap_adam_auto = false;
+    c.engine.overlap_adam = config::OnOffAuto::kOff;
     Plan plan;
     run(c, nullptr, nullptr, &plan);
     // Tight: chunks move and are prefetched, so uploads and Adam compete for the same chunks.
@@ -689,7 +688,7 @@ TEST_F(ChunkedEngineOnATier, QueuedHostAdamIsAwaitedBeforeUseAndChangesNoNumber)
     StateBytes in_place_state;
     const auto in_place = run(c, nullptr, nullptr, nullptr, &in_place_state);
 
-    c.engine.overlap_adam = true;
+    c.engine.overlap_adam = config::OnOffAuto::kOn;
     auto ledger = std::make_shared<Ledger>();
     auto tier = std::make_unique<CheckingTier>(ledger, std::numeric_limits<int64_t>::max());
     tier->set_off_thread_adam_delay(std::chrono::milliseconds(3));
@@ -839,7 +838,7 @@ TEST_F(ChunkedEngineOnATier, HostPoolsCountAgainstTheHostBudget) {
 TEST_F(ChunkedEngineOnATier, OverlapAdamAutoIsOffOnTheEmulatedTier) {
   auto c = small_config(/*bf16=*/true);
   c.training.steps = 3;
-  ASSERT_TRUE(c.engine.overlap_adam_auto);
+  ASSERT_EQ(c.engine.overlap_adam, config::OnOffAuto::kAuto);
   for (const auto& m : run(c, nullptr)) {
     EXPECT_EQ(m.adam_queued_chunks, -1);
     EXPECT_EQ(m.adam_early_chunks, -1);
