@@ -1,5 +1,6 @@
 #include "pstar/train/chunked_engine.h"
-#include "pstar/train/checkpoint_schema.h"
+#include "pstar/checkpoint/schema.h"
+#include "pstar/checkpoint/store.h"
 
 #include <algorithm>
 #include <chrono>
@@ -1518,12 +1519,12 @@ void ChunkedEngine::state_dict(TensorList& out) {
     if (!s.sharding.owns(t.chunk)) continue;
     const Chunk& c = s.chunks[t.chunk];
     out.emplace_back(t.name, host_copy(s.master_view(t)));
-    out.emplace_back(ckpt::exp_avg_of(t.name),
+    out.emplace_back(checkpoint::exp_avg_of(t.name),
                      host_copy(s.view(c.exp_avg, torch::kFloat32, t.offset, t.shape)));
-    out.emplace_back(ckpt::exp_avg_sq_of(t.name),
+    out.emplace_back(checkpoint::exp_avg_sq_of(t.name),
                      host_copy(s.view(c.exp_avg_sq, torch::kFloat32, t.offset, t.shape)));
   }
-  out.emplace_back(ckpt::kAdamStep, torch::tensor(s.adam_steps, torch::kInt64));
+  out.emplace_back(checkpoint::kAdamStep, torch::tensor(s.adam_steps, torch::kInt64));
 }
 
 void ChunkedEngine::load_state_dict(const TensorMap& in, const std::string& file) {
@@ -1531,16 +1532,20 @@ void ChunkedEngine::load_state_dict(const TensorMap& in, const std::string& file
   s.await_all_adam();
   s.synchronize_tier();
   torch::NoGradGuard no_grad;
-  s.adam_steps = checkpoint_tensor(in, ckpt::kAdamStep, file, {}, torch::kInt64).item<int64_t>();
+  s.adam_steps = checkpoint::checkpoint_tensor(in, checkpoint::kAdamStep, file, {}, torch::kInt64)
+                     .item<int64_t>();
   for (const auto& t : s.tensors) {
     if (!s.sharding.owns(t.chunk)) continue;
     const Chunk& c = s.chunks[t.chunk];
-    s.master_view(t).copy_(checkpoint_tensor(in, t.name, file, t.shape, torch::kFloat32));
+    s.master_view(t).copy_(
+        checkpoint::checkpoint_tensor(in, t.name, file, t.shape, torch::kFloat32));
     if (!s.fp32) s.param_view(t).copy_(s.master_view(t));
     s.view(c.exp_avg, torch::kFloat32, t.offset, t.shape)
-        .copy_(checkpoint_tensor(in, ckpt::exp_avg_of(t.name), file, t.shape, torch::kFloat32));
+        .copy_(checkpoint::checkpoint_tensor(in, checkpoint::exp_avg_of(t.name), file, t.shape,
+                                             torch::kFloat32));
     s.view(c.exp_avg_sq, torch::kFloat32, t.offset, t.shape)
-        .copy_(checkpoint_tensor(in, ckpt::exp_avg_sq_of(t.name), file, t.shape, torch::kFloat32));
+        .copy_(checkpoint::checkpoint_tensor(in, checkpoint::exp_avg_sq_of(t.name), file, t.shape,
+                                             torch::kFloat32));
   }
 }
 

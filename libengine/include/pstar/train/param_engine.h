@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "pstar/train/checkpoint.h"
+#include "pstar/checkpoint/store.h"
 
 namespace pstar::model {
 class ModuleHooks;
@@ -16,6 +16,10 @@ class ModuleHooks;
 namespace pstar::train {
 
 struct StepMetrics;
+
+// An engine's part of a checkpoint, in the checkpoint module's tensor list and map.
+using checkpoint::TensorList;
+using checkpoint::TensorMap;
 
 class ParamEngine {
  public:
