@@ -205,6 +205,7 @@ Json to_json(const TrainConfig& c) {
   data["path"] = c.data.path;
   data["dtype"] = c.data.dtype;
   data["text"] = c.data.text;
+  data["tokenizer"] = c.data.tokenizer;
   data["sampling"] = c.data.sampling;
 
   Json schedule = Json::object();
@@ -752,6 +753,7 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   data.read_string("path", &c.data.path);
   data.read_choice("dtype", &c.data.dtype, {"uint16", "uint32"});
   data.read_string("text", &c.data.text);
+  data.read_string("tokenizer", &c.data.tokenizer);
   data.read_choice("sampling", &c.data.sampling, {"random", "sequential"});
 
   const Level training = top.child("training");
@@ -798,6 +800,11 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
                    "data.path and data.text are both set; set exactly one of them (data.path for "
                    "binary token ids, data.text for a UTF-8 text file)");
   }
+  if (!c.data.tokenizer.empty() && c.data.text.empty()) {
+    ctx.fail_about({"data.tokenizer", "data.text"},
+                   "data.tokenizer is set without data.text; the tokenizer turns data.text into "
+                   "tokens at start-up (a data.path file already holds token ids)");
+  }
   if (c.data.path.empty() && c.data.text.empty()) {
     ctx.fail_about({"data.path", "data.text"},
                    "no training data: set data.path (a flat binary file of token ids) or "
@@ -815,6 +822,7 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   c.model.init_from = resolve_path(ctx, "model.init_from", c.model.init_from, base_dir);
   c.data.path = resolve_path(ctx, "data.path", c.data.path, base_dir);
   c.data.text = resolve_path(ctx, "data.text", c.data.text, base_dir);
+  c.data.tokenizer = resolve_path(ctx, "data.tokenizer", c.data.tokenizer, base_dir);
   return c;
 }
 

@@ -7,8 +7,11 @@
 #include <vector>
 
 #include "pstar/base/error.h"
+#include "pstar/core/log.h"
 #include "pstar/formats/config.h"
 #include "pstar/formats/token_file.h"
+#include "pstar/text/token_cache.h"
+#include "pstar/text/tokenizer.h"
 
 namespace pstar::data {
 namespace {
@@ -87,6 +90,17 @@ std::unique_ptr<TokenSource> open_token_source(const config::DataConfig& data, i
   if (!data.path.empty()) {
     auto source = std::make_unique<TokenFileSource>(
         data.path, formats::parse_token_dtype(data.dtype, "data.dtype"));
+    check_tokens(source->file(), *source, vocab_size, seq_len);
+    return source;
+  }
+  if (!data.tokenizer.empty()) {
+    // Note [token cache] in text/token_cache.h: tokenized once, then mapped at once.
+    const text::Tokenizer tokenizer = text::Tokenizer::load(data.tokenizer);
+    log::info("data.tokenizer: ", tokenizer.description());
+    const text::TokenCache cache = text::ensure_token_cache(tokenizer, data.text);
+    log::info(cache.created ? "data.text tokenized into " : "data.text: reusing its tokens in ",
+              cache.path);
+    auto source = std::make_unique<TokenFileSource>(cache.path, cache.dtype);
     check_tokens(source->file(), *source, vocab_size, seq_len);
     return source;
   }

@@ -1,4 +1,6 @@
 // Token sources and batch sampling: validation errors, and the exact windows of each sampling mode.
+#include <filesystem>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -141,6 +143,35 @@ TEST(TokenSourceTest, TextIsBytes) {
   std::vector<int64_t> out(3);
   source->read(0, 3, out.data());
   EXPECT_EQ(out, (std::vector<int64_t>{'h', 0xc3, 0xa9}));
+}
+
+// data.text with data.tokenizer: the tokenizer's ids (hand-computed for this tiny BPE: "ab" merges,
+// ByteLevel maps the space to "Ġ"), cached beside the text and read back from the cache the
+// second time.
+TEST(TokenSourceTest, TextThroughATokenizerIsItsIdsCachedBesideIt) {
+  pstar::testing::ScratchDir dir;
+  pstar::testing::write_text(dir.file("t.txt"), "ab a ab b");
+  pstar::testing::write_text(dir.file("tokenizer.json"), R"({
+      "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false},
+      "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "\u0120": 2, "ab": 3}, "merges": ["a b"]}})");
+  config::DataConfig data;
+  data.text = dir.file("t.txt");
+  data.tokenizer = dir.path().string();  // a folder holding tokenizer.json
+  const std::vector<int64_t> want = {3, 2, 0, 2, 3, 2, 1};
+  for (int run = 0; run < 2; ++run) {
+    auto source = open_token_source(data, 4, 2);
+    ASSERT_EQ(source->size(), static_cast<int64_t>(want.size())) << "run " << run;
+    std::vector<int64_t> out(want.size());
+    source->read(0, static_cast<int64_t>(out.size()), out.data());
+    EXPECT_EQ(out, want) << "run " << run;
+  }
+  int caches = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+    caches += entry.path().filename().string().rfind("t.txt.pstar-", 0) == 0;
+  EXPECT_EQ(caches, 1);
+  // The model's vocabulary is checked against the tokenizer's ids, as for a token file.
+  const std::string msg = error_of([&] { open_token_source(data, 3, 2); });
+  EXPECT_NE(msg.find("token id 3 at index 0"), std::string::npos) << msg;
 }
 
 TEST(TokenSourceTest, Uint32Files) {

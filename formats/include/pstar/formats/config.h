@@ -63,9 +63,12 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string path;                 // flat binary token ids (resolved path), or empty
-  std::string dtype = "uint16";     // "uint16" or "uint32", for `path`
-  std::string text;                 // UTF-8 text tokenized as bytes (resolved path), or empty
+  std::string path;              // flat binary token ids (resolved path), or empty
+  std::string dtype = "uint16";  // "uint16" or "uint32", for `path`
+  std::string text;              // UTF-8 text (resolved path), or empty
+  // For `text`: a Hugging Face tokenizer.json, a folder holding one, or a folder with GPT-2's
+  // vocab.json and merges.txt (resolved path); empty: the text's bytes are its tokens.
+  std::string tokenizer;
   std::string sampling = "random";  // "random" or "sequential"
 };
 

@@ -1,5 +1,5 @@
 // A text file's tokens under a tokenizer, cached in a token file beside it: what `data.text` with
-// `data.tokenizer` needs at start-up (not wired into the config yet; text/README.md).
+// `data.tokenizer` reads at start-up (data::open_token_source).
 //
 // Note [token cache]
 // The cache of TEXT is "TEXT.pstar-<key>.<uint16|uint32>.tokens", a plain token file
