@@ -580,6 +580,8 @@ TEST(ConfigCross, ExactlyOneDataSource) {
   expect_contains(config_error("{}"),
                   {"config.json: no training data: set data.path", "or data.text"});
   expect_contains(config_error(R"({"data": {"path": ""}})"), {"no training data"});
+  expect_contains(config_error(R"({"data": {"path": "a.bin", "tokenizer": "tok.json"}})"),
+                  {"data.tokenizer is set without data.text"});
 }
 
 TEST(ConfigCross, MinLrMustNotExceedLr) {
