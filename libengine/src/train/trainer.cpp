@@ -34,6 +34,9 @@
 #include "pstar/data/token_source.h"
 #include "pstar/dist/communicator.h"
 #include "pstar/dist/world.h"
+#include "pstar/engine/chunked_engine.h"
+#include "pstar/engine/param_engine.h"
+#include "pstar/engine/torch_engine.h"
 #include "pstar/formats/config.h"
 #include "pstar/formats/mapped_file.h"
 #include "pstar/model/gpt.h"
@@ -44,16 +47,13 @@
 #include "pstar/plan/run_plan.h"
 #include "pstar/tier/device_tier.h"
 #include "pstar/train/checkpoint.h"
-#include "pstar/train/chunked_engine.h"
 #include "pstar/train/loss_scaler.h"
 #include "pstar/train/lr_schedule.h"
 #include "pstar/train/merge.h"
 #include "pstar/train/metrics.h"
-#include "pstar/train/param_engine.h"
 #include "pstar/train/precision.h"
 #include "pstar/train/profiler.h"
 #include "pstar/train/run_facts.h"
-#include "pstar/train/torch_engine.h"
 
 namespace pstar::train {
 namespace {
@@ -90,15 +90,6 @@ std::string fixed4(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4f", v);
   return buf;
-}
-
-c10::ScalarType compute_dtype(const config::TrainConfig& c) {
-  PSTAR_CHECK(!c.bf16.auto_select, ConfigError,
-              "bf16.enabled \"auto\" is decided for a compute device: resolve the config's run "
-              "plan (train::plan_run) before building the engine");
-  if (c.bf16.enabled) return torch::kBFloat16;
-  if (c.fp16.enabled) return torch::kFloat16;
-  return torch::kFloat32;
 }
 
 // LibTorch builds differ in which low-precision kernels exist (1.13 has no fp16 matmul on CPU):
@@ -171,12 +162,15 @@ c10::Device compute_device(const config::TrainConfig& config, const std::string&
 
 namespace {
 
-// The chunk engine's device tier for a compute device (Note [device tier]).
-std::unique_ptr<tier::DeviceTier> make_tier(c10::Device device, const config::TrainConfig& config,
+using engine::ChunkedEngine;
+using engine::ParamEngine;
+
+// The chunk engine's device tier for the plan's compute device (Note [device tier]).
+std::unique_ptr<tier::DeviceTier> make_tier(const plan::RunPlan& plan,
                                             int64_t predicted_non_model) {
-  if (device.is_cpu()) return tier::make_emulated_tier();
-  return tier::make_device_tier(device,
-                                ChunkedEngine::device_arena_bytes(config, predicted_non_model));
+  if (plan.device == plan::DeviceKind::kCpu) return tier::make_emulated_tier();
+  return tier::make_device_tier(plan_device(plan),
+                                ChunkedEngine::device_arena_bytes(plan, predicted_non_model));
 }
 
 }  // namespace
@@ -521,9 +515,10 @@ TensorMap Trainer::Impl::resharded_tensors(const std::string& dir,
 }
 
 void Trainer::Impl::start_profile() {
-  auto* chunked = dynamic_cast<ChunkedEngine*>(engine.get());
-  PSTAR_CHECK(chunked != nullptr, ConfigError, "--profile records the chunk engine's chunks; ",
-              "engine.mode \"", config::engine_mode_name(config.engine.mode),
+  profiler = std::make_unique<Profiler>();
+  PSTAR_CHECK(engine->set_observer(profiler.get()), ConfigError,
+              "--profile records the chunk engine's chunks; ", "engine.mode \"",
+              config::engine_mode_name(config.engine.mode),
               "\" has none (use engine.mode \"chunked\")");
   {
     // Find out now, not after the whole run, that the file cannot be written.
@@ -535,8 +530,6 @@ void Trainer::Impl::start_profile() {
     std::fclose(probe);
     if (!existed) std::filesystem::remove(path);
   }
-  profiler = std::make_unique<Profiler>();
-  chunked->set_profiler(profiler.get());
   formats::ProfileRun& run = profiler->data().run;
   run.config_json = config::to_json_text(config);
   run.pstar_version = version();
@@ -578,14 +571,14 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
     engine = std::move(prebuilt);
   } else if (chunked) {
     // A model built outside the engine is taken into chunks module by module after the fact.
-    auto chunk_engine = std::make_unique<ChunkedEngine>(
-        config, dtype, ChunkedEngine::leaf_modules(*model), /*predicted_non_model=*/0, comm,
-        make_tier(device, config, 0));
+    auto chunk_engine =
+        std::make_unique<ChunkedEngine>(plan, ChunkedEngine::leaf_modules(*model),
+                                        /*predicted_non_model=*/0, comm, make_tier(plan, 0));
     chunk_engine->register_unit(*model, "");
     chunk_engine->finish_registration();
     engine = std::move(chunk_engine);
   } else {
-    engine = make_torch_engine(config, *model, device, dtype);
+    engine = engine::make_torch_engine(plan, *model);
   }
   if (engine->num_parameters() >= 0) num_params = engine->num_parameters();
   if (!options.metrics_path.empty()) metrics.emplace(rank_path(options.metrics_path));
@@ -735,7 +728,7 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   if (config.fp16.enabled) scaler.update(m.skipped);
   engine->end_step();
   times.optimizer_s = seconds_since(optimizer_start);
-  engine->fill_metrics(m);
+  engine->fill_metrics(m.engine);
 
   tokens += tokens_per_step();
   m.tokens = tokens;
@@ -770,10 +763,11 @@ TrainSummary Trainer::run() {
       break;
     }
     const StepMetrics& m = *done;
-    device_peak = std::max(device_peak, m.device_peak_bytes);
-    host_peak = std::max(host_peak, m.host_peak_bytes);
-    moved += std::max<int64_t>(0, m.moved_h2d_bytes) + std::max<int64_t>(0, m.moved_d2h_bytes);
-    adam_device = m.adam_device_chunks;
+    device_peak = std::max(device_peak, m.engine.device_peak_bytes);
+    host_peak = std::max(host_peak, m.engine.host_peak_bytes);
+    moved += std::max<int64_t>(0, m.engine.moved_h2d_bytes) +
+             std::max<int64_t>(0, m.engine.moved_d2h_bytes);
+    adam_device = m.engine.adam_device_chunks;
     if (summary.steps == 0) summary.first_loss = m.loss;
     summary.last_loss = m.loss;
     ++summary.steps;
@@ -833,16 +827,15 @@ std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config) 
   return gpt;
 }
 
-ModelAndEngine build_model_and_engine(const config::TrainConfig& config, dist::Communicator* comm,
-                                      c10::Device device) {
+ModelAndEngine build_model_and_engine(const plan::RunPlan& plan, dist::Communicator* comm) {
+  const config::TrainConfig& config = plan.config;
   if (config.engine.mode != config::EngineMode::kChunked)
     return ModelAndEngine{build_model(config), nullptr};
   auto shape = model::resolve_gpt_config(config.model);
   const int64_t non_model =
       plan::estimate_gpt_activations(plan::gpt_activation_input(config, shape)).peak;
-  auto engine =
-      std::make_unique<ChunkedEngine>(config, compute_dtype(config), plan::gpt_leaf_modules(shape),
-                                      non_model, comm, make_tier(device, config, non_model));
+  auto engine = std::make_unique<ChunkedEngine>(plan, plan::gpt_leaf_modules(shape), non_model,
+                                                comm, make_tier(plan, non_model));
   torch::manual_seed(config.training.seed);
   auto gpt =
       std::make_shared<model::Gpt>(shape, [&](torch::nn::Module& unit, const std::string& prefix) {
@@ -879,7 +872,7 @@ TrainSummary train(const config::TrainConfig& config, const TrainOptions& option
   const plan::RunPlan plan = plan_run(config, options.device, comm.get());
   for (const std::string& line : plan.decisions) log::info(line);
   const config::TrainConfig& resolved = plan.config;
-  ModelAndEngine built = build_model_and_engine(resolved, comm.get(), plan_device(plan));
+  ModelAndEngine built = build_model_and_engine(plan, comm.get());
   // Every rank built the same initial model from training.seed; from here on (dropout) each
   // rank draws its own numbers. Rank 0 keeps the stream a single-rank run would.
   if (world.rank > 0) torch::manual_seed(config.training.seed + 7919 * world.rank);
