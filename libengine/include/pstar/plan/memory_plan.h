@@ -86,7 +86,7 @@ struct ChunkLayout {
 int64_t count_chunks(const std::vector<LeafModule>& leaves, int64_t size, bool use_cpu_embedding);
 
 // The chunk of each leaf in `leaves` (same rule as count_chunks): the chunk engine registers
-// parameters this way (Note [chunk layout] in train/chunked_engine.h).
+// parameters this way (Note [chunk layout] in engine/chunked_engine.h).
 std::vector<int64_t> leaf_chunks(const std::vector<LeafModule>& leaves, int64_t size,
                                  bool use_cpu_embedding);
 

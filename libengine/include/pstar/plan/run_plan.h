@@ -75,8 +75,7 @@ inline constexpr double kCudaFreeMemoryRatio = 0.9;
 
 // engine.overlap_adam on `device`: its "auto" is on for a GPU, where the device computes while the
 // host updates, and off on the emulated tier, where both would share the CPU's cores (Note [host
-// adam overlap]). resolve_run decides with it, and so does a chunk engine made from a config no
-// plan resolved.
+// adam overlap]). resolve_run decides with it; engines read the plan's decision.
 bool overlap_adam_on(const config::EngineConfig& engine, DeviceKind device);
 
 // Resolves `config` for `facts` (Note [run plan]). Pure. Throws ConfigError for what no machine
