@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -38,6 +39,18 @@ class ScratchDir {
  private:
   std::filesystem::path path_;
 };
+
+// A Python with torch: $PSTAR_PYTHON, python3 on the PATH, or Debian's (python3-torch); empty
+// when there is none (tests then GTEST_SKIP, naming `apt-get install python3-torch`).
+inline std::string python_with_torch() {
+  std::vector<std::string> candidates;
+  if (const char* p = std::getenv("PSTAR_PYTHON")) candidates.emplace_back(p);
+  candidates.insert(candidates.end(), {"python3", "/usr/bin/python3"});
+  for (const auto& python : candidates) {
+    if (std::system((python + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) return python;
+  }
+  return "";
+}
 
 inline void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);

@@ -37,6 +37,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using pstar::testing::python_with_torch;
 using pstar::testing::read_text;
 using pstar::testing::ScratchDir;
 using pstar::testing::write_text;
@@ -79,17 +80,6 @@ at::Tensor safetensors_tensor(const formats::SafetensorsReader& reader,
   at::Tensor t = torch::empty(info.shape, torch::dtype(type));
   std::memcpy(t.data_ptr(), reader.data(info), info.size_bytes);
   return t;
-}
-
-// A Python with torch: $PSTAR_PYTHON, python3 on the PATH, or Debian's (python3-torch).
-std::string python_with_torch() {
-  std::vector<std::string> candidates;
-  if (const char* p = std::getenv("PSTAR_PYTHON")) candidates.emplace_back(p);
-  candidates.insert(candidates.end(), {"python3", "/usr/bin/python3"});
-  for (const auto& python : candidates) {
-    if (std::system((python + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) return python;
-  }
-  return "";
 }
 
 // Runs pstar and reports its own peak resident memory (wait4's rusage of that one child).

@@ -18,6 +18,10 @@ class CausalLM : public torch::nn::Module {
   virtual int64_t vocab_size() const = 0;
   // The longest sequence forward() accepts.
   virtual int64_t max_seq_len() const = 0;
+  // engine.activation_checkpointing: recompute each block's activations in backward instead of
+  // keeping them. Returns whether the model honours it; a model without blocks to recompute
+  // keeps the default and the trainer says it is ignored.
+  virtual bool set_activation_checkpointing(bool /*on*/) { return false; }
 };
 
 }  // namespace pstar::model

@@ -87,7 +87,10 @@ class Gpt : public CausalLM {
 
   torch::Tensor forward(const torch::Tensor& input_ids) override;
   // Recompute each block's activations in backward instead of keeping them.
-  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+  bool set_activation_checkpointing(bool on) override {
+    checkpointing_ = on;
+    return true;
+  }
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_seq_len() const override { return config_.seq_len; }
   const GptConfig& config() const { return config_; }

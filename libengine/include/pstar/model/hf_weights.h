@@ -1,0 +1,33 @@
+// Loading the tensors of a Hugging Face model folder (formats/hf_folder.h) by name, shard by
+// shard, into whatever holds a model's parameters.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "pstar/model/hf_gpt2.h"  // ParameterWriter
+
+namespace pstar::formats {
+struct HfFolder;
+}
+
+namespace pstar::model {
+
+struct ExpectedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// Calls `write` with every expected tensor, in the file's dtype (F32, F16, BF16 or F64), opening
+// one shard at a time, so the host holds the mapped shard and one tensor beyond the model's own
+// memory. FormatError naming the file and tensor for a tensor that is missing (or that the index
+// assigns to a shard lacking it), of another shape (both shapes given), or not floating-point.
+// Tensors the model does not use are logged, except those `ignored` accepts. Returns the number
+// of tensors written.
+int64_t load_hf_weights(const formats::HfFolder& folder,
+                        const std::vector<ExpectedTensor>& expected, const ParameterWriter& write,
+                        const std::function<bool(const std::string&)>& ignored = nullptr);
+
+}  // namespace pstar::model

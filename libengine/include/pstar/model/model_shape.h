@@ -1,0 +1,53 @@
+// The architecture a config trains, resolved once from model.type, model.preset, model.init_from
+// (a Hugging Face folder's config.json) and the shape keys beside them: which family, its exact
+// shape, and what planners need of it (parameter counts, leaf-module sizes, the embeddings,
+// every parameter's name and shape). Free of LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pstar/model/gpt_shape.h"
+#include "pstar/model/llama_shape.h"
+#include "pstar/model/parameter_shape.h"
+
+namespace pstar::config {
+struct ModelConfig;
+}
+
+namespace pstar::model {
+
+enum class ModelFamily : uint8_t { kGpt, kLlama };
+const char* model_family_name(ModelFamily family);  // "gpt", "llama"
+
+struct ModelShape {
+  ModelFamily family = ModelFamily::kGpt;
+  GptConfig gpt;      // family kGpt
+  LlamaConfig llama;  // family kLlama
+  // model.init_from when it names a Hugging Face folder (its config.json gave the shape); empty
+  // otherwise.
+  std::string hf_folder;
+
+  int64_t num_params() const;
+  int64_t vocab_size() const;
+  int64_t seq_len() const;
+  int64_t hidden() const;
+  int64_t layers() const;
+  // Leaf modules that own parameters, in construction (= use) order, and which of them are
+  // embedding tables (engine.use_cpu_embedding keeps those on the host).
+  std::vector<int64_t> leaf_numels() const;
+  std::vector<bool> embedding_leaves() const;
+  std::vector<ParameterShape> parameter_shapes() const;
+  // "llama: 8 layers, hidden 512, 8/2 heads (grouped), ... 30.1M parameters" for the log.
+  std::string describe() const;
+};
+
+// Resolves the model a config section describes. model.type is "gpt", "llama" or unset (then the
+// preset's family, or the folder's model_type, or gpt). With model.init_from naming a folder, the
+// shape comes from its config.json and a shape key given beside it must agree (ConfigError naming
+// both values), except model.seq_len, the training length, which may be anything up to the
+// folder's max_position_embeddings.
+ModelShape resolve_model_shape(const config::ModelConfig& model);
+
+}  // namespace pstar::model

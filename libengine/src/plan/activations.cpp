@@ -1,0 +1,65 @@
+#include "pstar/plan/activations.h"
+
+#include <algorithm>
+
+#include "pstar/model/llama_shape.h"
+
+namespace pstar::plan {
+
+LlamaActivationInput llama_activation_input(const model::LlamaConfig& shape, int64_t micro_batch,
+                                            int64_t elem_bytes, bool checkpointing) {
+  LlamaActivationInput in;
+  in.hidden = shape.hidden;
+  in.layers = shape.layers;
+  in.heads = shape.heads;
+  in.kv_heads = shape.kv_heads;
+  in.head_dim = shape.head_dim;
+  in.intermediate = shape.intermediate;
+  in.vocab = shape.vocab_size;
+  in.seq = shape.seq_len;  // the trainer samples full-length windows
+  in.micro_batch = micro_batch;
+  in.elem_bytes = elem_bytes;
+  in.checkpointing = checkpointing;
+  return in;
+}
+
+// Note [llama activation model]
+// What autograd keeps for one layer of model/llama.cpp, with T = B·S tokens, q = heads·head_dim,
+// I = intermediate, A = heads·B·S² scores and e bytes per compute element (docs/estimate.md):
+// - two RMSNorms: the fp32 input, the fp32 inverse RMS and the normalised output cast back:
+//   2·((4 + e)·T·h + 4·T);
+// - attention: the rotated queries, and keys and values at query width (grouped-query attention
+//   repeats them before the products; without grouping they are that wide already): 3·e·T·q; the
+//   heads' output before o_proj: e·T·q; the fp32 softmax output and its compute-dtype copy
+//   (4 + e)·A (4·A in fp32), and the causal mask S². The rotary multiplications keep only the
+//   cos/sin tables: their other operand needs no gradient;
+// - SwiGLU: gate and up projections, SiLU's output and the product: 4·e·T·I.
+// Checkpointing keeps each layer's input (e·T·h) and recomputes one layer in backward.
+ActivationEstimate estimate_llama_activations(const LlamaActivationInput& in) {
+  const int64_t e = in.elem_bytes;
+  const bool fp32 = e >= 4;
+  const int64_t tokens = in.micro_batch * in.seq;
+  const int64_t th = tokens * in.hidden;
+  const int64_t tq = tokens * in.heads * in.head_dim;
+  const int64_t ti = tokens * in.intermediate;
+  const int64_t scores = in.heads * in.micro_batch * in.seq * in.seq;
+  const int64_t tv = tokens * in.vocab;
+
+  ActivationEstimate a;
+  const int64_t norms = 2 * ((4 + e) * th + 4 * tokens);
+  a.block_saved = norms + 4 * e * tq + 4 * e * ti + (4 + (fp32 ? 0 : e)) * scores + in.seq * in.seq;
+  a.stored_without_checkpointing = in.layers * a.block_saved;
+  a.stored_with_checkpointing = in.layers * e * th;
+  a.stored = in.checkpointing ? a.stored_with_checkpointing : a.stored_without_checkpointing;
+  // The final RMSNorm, the logits, their fp32 log-softmax and two fp32 gradients.
+  a.head_peak = (4 + e) * th + 4 * tokens + (e + 12) * tv;
+  const int64_t attention_grads = (fp32 ? 8 : e + 4) * scores;
+  // The SwiGLU's four gradients of width I, three of width h, and one weight gradient I·h.
+  const int64_t mlp_grads = 4 * e * ti + 3 * e * th + in.intermediate * in.hidden * e;
+  a.block_backward =
+      (in.checkpointing ? a.block_saved : 0) + std::max(attention_grads, mlp_grads) + e * tv;
+  a.peak = a.stored + std::max(a.head_peak, a.block_backward);
+  return a;
+}
+
+}  // namespace pstar::plan

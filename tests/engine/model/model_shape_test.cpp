@@ -1,0 +1,102 @@
+// Resolving the model a config describes: the family from model.type, the preset or a Hugging Face
+// folder's config.json; shape keys beside a folder must agree with it.
+#include <gtest/gtest.h>
+
+#include "pstar/base/error.h"
+#include "pstar/formats/config.h"
+#include "pstar/model/model_shape.h"
+#include "test_util.h"
+
+namespace pstar::model {
+namespace {
+
+using pstar::testing::message_of;
+using pstar::testing::ScratchDir;
+using pstar::testing::write_text;
+
+config::ModelConfig model_config(const std::string& type, const std::string& preset) {
+  config::ModelConfig m;
+  m.type = type;
+  m.preset = preset;
+  return m;
+}
+
+TEST(ModelShapeTest, TheFamilyComesFromTypePresetOrNeither) {
+  EXPECT_EQ(resolve_model_shape(model_config("", "llama-3.1-8b")).family, ModelFamily::kLlama);
+  EXPECT_EQ(resolve_model_shape(model_config("llama", "mistral-7b")).llama.model_type, "mistral");
+  EXPECT_EQ(resolve_model_shape(model_config("", "gpt-mini")).family, ModelFamily::kGpt);
+  EXPECT_EQ(resolve_model_shape(model_config("gpt", "gpt2-small")).gpt.hidden, 768);
+  const std::string e =
+      message_of<ConfigError>([] { resolve_model_shape(model_config("gpt", "qwen2.5-7b")); });
+  EXPECT_NE(e.find("Llama-family"), std::string::npos) << e;
+  const std::string unknown =
+      message_of<ConfigError>([] { resolve_model_shape(model_config("llama", "gpt-mini")); });
+  EXPECT_NE(unknown.find("llama-3.1-8b"), std::string::npos) << unknown;  // lists the known ones
+}
+
+TEST(ModelShapeTest, PresetOverridesAndWhatPlannersRead) {
+  config::ModelConfig m = model_config("", "llama-tiny");
+  m.layers = 3;
+  m.seq_len = 32;
+  const ModelShape s = resolve_model_shape(m);
+  EXPECT_EQ(s.layers(), 3);
+  EXPECT_EQ(s.seq_len(), 32);
+  int64_t total = 0;
+  for (int64_t n : s.leaf_numels()) total += n;
+  EXPECT_EQ(total, s.num_params());
+  EXPECT_EQ(s.parameter_shapes().size(), llama_parameter_shapes(s.llama).size());
+  const auto embedding = s.embedding_leaves();
+  EXPECT_TRUE(embedding[0]);
+  EXPECT_EQ(std::count(embedding.begin(), embedding.end(), true), 1);  // lm_head is a linear
+  const auto gpt_embedding = resolve_model_shape(model_config("", "gpt-tiny")).embedding_leaves();
+  EXPECT_EQ(std::count(gpt_embedding.begin(), gpt_embedding.end(), true), 2);  // wte, wpe
+  EXPECT_NE(s.describe().find("4 query / 2 key-value heads"), std::string::npos) << s.describe();
+}
+
+TEST(ModelShapeTest, AFolderGivesTheShapeAndKeysBesideItMustAgree) {
+  ScratchDir dir;
+  LlamaConfig c = *find_llama_preset("llama-tiny");
+  write_text(dir.file("config.json"), llama_config_to_hf_json(c, "bfloat16"));
+  write_text(dir.file("model.safetensors"), "");  // read_hf_folder checks it exists; not read here
+  config::ModelConfig m;
+  m.type = "";
+  m.init_from = dir.path().string();
+  m.seq_len = 100;  // the training length may differ from the preset's, up to max positions
+  const ModelShape s = resolve_model_shape(m);
+  EXPECT_EQ(s.family, ModelFamily::kLlama);
+  EXPECT_EQ(s.hf_folder, dir.path().string());
+  EXPECT_EQ(s.llama.kv_heads, c.kv_heads);
+  EXPECT_EQ(s.seq_len(), 100);
+
+  m.hidden = 128;
+  std::string e = message_of<ConfigError>([&] { resolve_model_shape(m); });
+  EXPECT_NE(e.find("model.hidden is 128"), std::string::npos) << e;
+  EXPECT_NE(e.find("hidden_size = 64"), std::string::npos) << e;
+  m.hidden.reset();
+  m.seq_len = 4096;
+  e = message_of<ConfigError>([&] { resolve_model_shape(m); });
+  EXPECT_NE(e.find("exceeds max_position_embeddings 128"), std::string::npos) << e;
+  m.seq_len.reset();
+  m.type = "gpt";
+  e = message_of<ConfigError>([&] { resolve_model_shape(m); });
+  EXPECT_NE(e.find("model.type \"llama\""), std::string::npos) << e;
+}
+
+TEST(ModelShapeTest, AGpt2FolderIsTheGptFamily) {
+  ScratchDir dir;
+  write_text(dir.file("config.json"),
+             R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
+                 "vocab_size": 256, "n_positions": 64})");
+  write_text(dir.file("model.safetensors"), "");
+  config::ModelConfig m;
+  m.type = "";
+  m.init_from = dir.path().string();
+  const ModelShape s = resolve_model_shape(m);
+  EXPECT_EQ(s.family, ModelFamily::kGpt);
+  EXPECT_EQ(s.gpt.hidden, 64);
+  EXPECT_EQ(s.gpt.seq_len, 64);
+  EXPECT_EQ(s.num_params(), s.gpt.num_params());
+}
+
+}  // namespace
+}  // namespace pstar::model
