@@ -188,7 +188,7 @@ Json to_json(const TrainConfig& c) {
   bf16["enabled"] = c.bf16.auto_select ? Json("auto") : Json(c.bf16.enabled);
 
   Json model = Json::object();
-  model["type"] = c.model.type;
+  model["type"] = c.model.type.empty() ? Json(nullptr) : Json(c.model.type);
   model["preset"] = c.model.preset;
   model["hidden"] = optional_json(c.model.hidden);
   model["layers"] = optional_json(c.model.layers);
@@ -499,6 +499,15 @@ class Level {
     ctx_.fail(path(key), message);
   }
 
+  // A choice that may be null: the key is then unset (`*out` keeps its empty default).
+  void read_optional_choice(const std::string& key, std::string* out,
+                            const std::vector<std::string>& choices,
+                            const std::string& note = "") const {
+    const Json* v = find(key);
+    if (v == nullptr || v->is_null()) return;
+    read_choice(key, out, choices, note);
+  }
+
   void read_number_pair(const std::string& key, std::array<double, 2>* out,
                         const NumberRange& range) const {
     const Json* v = find(key);
@@ -726,7 +735,9 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   top.read_bool("release_after_init", &c.release_after_init);
 
   const Level model = top.child("model");
-  model.read_choice("type", &c.model.type, {"gpt"}, "the only model family in this build");
+  model.read_optional_choice(
+      "type", &c.model.type, {"gpt", "llama"},
+      "\"llama\" covers Llama, Mistral and Qwen2; unset: from model.preset or model.init_from");
   model.read_string("preset", &c.model.preset);  // the engine knows the presets and checks it
   model.read_optional_int("hidden", &c.model.hidden, 1, kInt64Max);
   model.read_optional_int("layers", &c.model.layers, 1, kInt64Max);

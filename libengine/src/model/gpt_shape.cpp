@@ -44,8 +44,8 @@ std::string preset_names() {
 }  // namespace
 
 GptConfig resolve_gpt_config(const config::ModelConfig& model) {
-  PSTAR_CHECK(model.type == "gpt", ConfigError, "model.type: unknown model type '", model.type,
-              "'; expected \"gpt\"");
+  PSTAR_CHECK(model.type.empty() || model.type == "gpt", ConfigError,
+              "model.type: unknown model type '", model.type, "'; expected \"gpt\"");
   GptConfig c;
   c.hidden = c.layers = c.heads = 0;
   if (!model.preset.empty()) {

@@ -39,7 +39,9 @@ struct Bf16Config {
 };
 
 struct ModelConfig {
-  std::string type = "gpt";
+  // "gpt", "llama" (Llama, Mistral, Qwen2), or empty: the preset's family, else the family of
+  // the Hugging Face folder in init_from, else gpt (model::resolve_model_shape decides).
+  std::string type;
   std::string preset;  // empty: explicit shape only
   // Explicit values override the preset's.
   std::optional<int64_t> hidden;
@@ -47,7 +49,9 @@ struct ModelConfig {
   std::optional<int64_t> heads;
   std::optional<int64_t> vocab_size;
   std::optional<int64_t> seq_len;
-  std::string init_from;  // a Hugging Face GPT-2 .safetensors file, resolved to an absolute path
+  // A Hugging Face model folder (config.json + safetensors) or a GPT-2 .safetensors file,
+  // resolved to an absolute path.
+  std::string init_from;
 };
 
 struct DataConfig {
