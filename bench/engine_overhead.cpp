@@ -118,7 +118,7 @@ int run(const Options& o) {
   config.model.vocab_size = 256;
   config.data.text = corpus.path.string();
   config.train_micro_batch_size_per_gpu = o.batch;
-  config.bf16.enabled = !o.fp32;
+  config.bf16.enabled = pstar::config::on_off(!o.fp32);
   // engine.device_memory stays unset: the chunk engine's budget is most of the machine, so every
   // chunk goes into the device margin and only the engine's own bookkeeping is measured.
 

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
       pstar::config::EngineMode::kTorch;  // this benchmark measures the reference engine
 
   const double fp32 = tokens_per_s(config, 2, steps);
-  config.bf16.enabled = true;
+  config.bf16.enabled = pstar::config::OnOffAuto::kOn;
   const double bf16 = tokens_per_s(config, 2, steps);
 
   std::printf("torch-mode training, %s, batch %lld, %d threads\n", preset.c_str(),

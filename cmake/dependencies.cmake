@@ -80,6 +80,8 @@ elseif(NOT PSTAR_HAVE_PLPLOT)
   message(STATUS "pstar: no PLplot (libplplot-dev): pstar visualize will say that this build lacks it")
 endif()
 
+include(${CMAKE_CURRENT_LIST_DIR}/text_deps.cmake)  # PCRE2 and utf8proc, for text/
+
 # zlib's CRC-32 checks checkpoint files; the visualize tests inflate the PNGs they check.
 find_package(ZLIB REQUIRED)
 if(PSTAR_BUILD_TESTS)

@@ -1,6 +1,6 @@
 # The fuzz tree (PSTAR_FUZZ=ON, the `fuzz` preset; docs/fuzzing.md): libFuzzer targets for every
 # reader of outside input, under AddressSanitizer and UBSan. Only what they need is built: formats,
-# libengine's checkpoint.cpp (with its logger) and tests/fuzz. The normal build never takes this path.
+# libengine's checkpoint.cpp (with its logger), text (the tokenizers) and tests/fuzz. The normal build never takes this path.
 if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
   message(FATAL_ERROR "PSTAR_FUZZ needs clang for libFuzzer, but the C++ compiler is "
                       "${CMAKE_CXX_COMPILER_ID} (${CMAKE_CXX_COMPILER}); configure with "
@@ -36,10 +36,12 @@ find_package(nlohmann_json 3.10 REQUIRED)
 find_package(Torch REQUIRED)
 find_package(HDF5 REQUIRED COMPONENTS CXX)
 find_package(ZLIB REQUIRED)  # checkpoint.cpp's CRC-32
+include(${CMAKE_CURRENT_LIST_DIR}/text_deps.cmake)  # the tokenizer target
 
 include(${CMAKE_CURRENT_LIST_DIR}/warnings.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/libstdcxx_first.cmake)
 
 add_subdirectory(formats)
+add_subdirectory(text)
 add_subdirectory(tests/fuzz)
 message(STATUS "pstar: fuzz targets (libFuzzer + ASan + UBSan) with LibTorch ${Torch_VERSION}")

@@ -129,8 +129,11 @@ plan::Workload resolve_workload(const EstimateCommandOptions& o) {
   w.micro_batch = o.micro_batch;
   w.vocab = o.vocab;
   w.checkpointing = o.checkpointing == "on";
-  w.precision = o.precision;
-  w.elem_bytes = o.precision == "fp32" ? 4 : 2;
+  const std::optional<plan::Precision> precision = plan::precision_from_name(o.precision);
+  PSTAR_CHECK(precision.has_value(), ConfigError,
+              "--precision: expected fp16, bf16 or fp32, found \"", o.precision, "\"");
+  w.precision = plan::precision_name(*precision);
+  w.elem_bytes = plan::elem_bytes(*precision);
   w.chunk_size = parse_count_flag("--chunk-size", o.chunk_size);
   return w;
 }
@@ -377,7 +380,7 @@ int run_config_check(const EstimateCommandOptions& o) {
   for (const std::string& line : run.decisions) log::info(line);
   config = run.config;
   const auto shape = model::resolve_gpt_config(config.model);
-  const plan::Workload w = plan::workload_from_config(config, shape);
+  const plan::Workload w = plan::workload_for(run, shape);
   plan::Evaluation e;
   int64_t gpu_capacity = 0, host_capacity = 0;
   std::string where;

@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-deps.sh
+# Real tokenizers and their reference ids for the tokenizer tests (skips them when it cannot).
+scripts/fetch-tokenizer-data.sh
 cmake --preset cpu-release >/dev/null
 cmake --build --preset cpu-release
 ctest --preset cpu-release -j "$(nproc)" "$@"

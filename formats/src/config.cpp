@@ -164,6 +164,10 @@ Json optional_json(const std::optional<int64_t>& value) {
   return value ? Json(*value) : Json(nullptr);
 }
 
+Json on_off_auto_json(OnOffAuto value) {
+  return value == OnOffAuto::kAuto ? Json("auto") : Json(value == OnOffAuto::kOn);
+}
+
 // Sub-objects are built whole and then moved in: ordered_json stores members in a vector, so a
 // reference into one object does not survive inserting a sibling.
 Json to_json(const TrainConfig& c) {
@@ -185,7 +189,7 @@ Json to_json(const TrainConfig& c) {
   fp16["min_loss_scale"] = c.fp16.min_loss_scale;
 
   Json bf16 = Json::object();
-  bf16["enabled"] = c.bf16.auto_select ? Json("auto") : Json(c.bf16.enabled);
+  bf16["enabled"] = on_off_auto_json(c.bf16.enabled);
 
   Json model = Json::object();
   model["type"] = c.model.type.empty() ? Json(nullptr) : Json(c.model.type);
@@ -224,7 +228,7 @@ Json to_json(const TrainConfig& c) {
   engine["warmup_iterations"] = c.engine.warmup_iterations;
   engine["chunk_size_search"] = c.engine.chunk_size_search;
   engine["prefetch"] = c.engine.prefetch;
-  engine["overlap_adam"] = c.engine.overlap_adam_auto ? Json("auto") : Json(c.engine.overlap_adam);
+  engine["overlap_adam"] = on_off_auto_json(c.engine.overlap_adam);
 
   Json j = Json::object();
   j["train_micro_batch_size_per_gpu"] = c.train_micro_batch_size_per_gpu;
@@ -458,18 +462,16 @@ class Level {
     *out = v->get<bool>();
   }
 
-  // true, false, or the string "auto" (which sets *is_auto and leaves *out false).
-  void read_bool_or_auto(const std::string& key, bool* out, bool* is_auto) const {
+  // true, false, or the string "auto".
+  void read_on_off_auto(const std::string& key, OnOffAuto* out) const {
     const Json* v = find(key);
     if (v == nullptr) return;
     if (v->is_boolean()) {
-      *out = v->get<bool>();
-      *is_auto = false;
+      *out = on_off(v->get<bool>());
       return;
     }
     if (v->is_string() && v->get<std::string>() == "auto") {
-      *out = false;
-      *is_auto = true;
+      *out = OnOffAuto::kAuto;
       return;
     }
     ctx_.fail(path(key), "expected true, false or \"auto\", found " + type_and_value(*v));
@@ -728,7 +730,7 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   fp16.read_int("hysteresis", &c.fp16.hysteresis, 1, kIntMax);
   fp16.read_number("min_loss_scale", &c.fp16.min_loss_scale, kPositive);
 
-  top.child("bf16").read_bool_or_auto("enabled", &c.bf16.enabled, &c.bf16.auto_select);
+  top.child("bf16").read_on_off_auto("enabled", &c.bf16.enabled);
   top.read_number("gradient_clipping", &c.gradient_clipping, kNonNegative);
   top.read_int("default_chunk_size", &c.default_chunk_size, 1, kInt64Max);
   top.read_bool("use_cpu_embedding", &c.use_cpu_embedding);
@@ -774,13 +776,13 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   engine.read_int("warmup_iterations", &c.engine.warmup_iterations, 1, 1000);
   engine.read_bool("chunk_size_search", &c.engine.chunk_size_search);
   engine.read_bool("prefetch", &c.engine.prefetch);
-  engine.read_bool_or_auto("overlap_adam", &c.engine.overlap_adam, &c.engine.overlap_adam_auto);
+  engine.read_on_off_auto("overlap_adam", &c.engine.overlap_adam);
 
   // Checks across keys. train_batch_size is micro × accumulation × the world size, which a config
   // does not know: the run plan checks it (plan::resolve_run).
-  if (c.fp16.enabled && (c.bf16.enabled || c.bf16.auto_select)) {
+  if (c.fp16.enabled && c.bf16.enabled != OnOffAuto::kOff) {
     ctx.fail_about({"fp16.enabled", "bf16.enabled"},
-                   c.bf16.auto_select
+                   c.bf16.enabled == OnOffAuto::kAuto
                        ? "fp16.enabled is true and bf16.enabled is \"auto\"; enable at most one "
                          "of them (\"auto\" may choose bf16)"
                        : "fp16.enabled and bf16.enabled are both true; enable at most one of them");
@@ -833,6 +835,18 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   std::string base_dir = fs::path(path).parent_path().string();
   if (base_dir.empty()) base_dir = ".";
   return parse_train_config(text.str(), path, base_dir, overrides);
+}
+
+const char* on_off_auto_name(OnOffAuto value) {
+  switch (value) {
+    case OnOffAuto::kAuto:
+      return "\"auto\"";
+    case OnOffAuto::kOff:
+      return "false";
+    case OnOffAuto::kOn:
+      return "true";
+  }
+  return "?";
 }
 
 const char* engine_mode_name(EngineMode mode) {

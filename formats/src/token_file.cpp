@@ -7,16 +7,6 @@
 namespace pstar::formats {
 namespace {
 
-const char* token_dtype_name(TokenDType dtype) {
-  switch (dtype) {
-    case TokenDType::kU16:
-      return "uint16";
-    case TokenDType::kU32:
-      return "uint32";
-  }
-  PSTAR_INTERNAL_ASSERT(false, "unhandled TokenDType ", static_cast<int>(dtype));
-}
-
 uint32_t token_dtype_max(TokenDType dtype) {
   switch (dtype) {
     case TokenDType::kU16:
@@ -40,6 +30,16 @@ uint32_t load_token(const uint8_t* p, TokenDType dtype) {
 }
 
 }  // namespace
+
+const char* token_dtype_name(TokenDType dtype) {
+  switch (dtype) {
+    case TokenDType::kU16:
+      return "uint16";
+    case TokenDType::kU32:
+      return "uint32";
+  }
+  PSTAR_INTERNAL_ASSERT(false, "unhandled TokenDType ", static_cast<int>(dtype));
+}
 
 TokenDType parse_token_dtype(const std::string& name, const std::string& what) {
   if (name == "uint16") return TokenDType::kU16;
@@ -94,20 +94,30 @@ int64_t TokenFile::find_token_at_least(uint32_t limit) const {
   return -1;
 }
 
-void write_token_file(const std::string& path, TokenDType dtype,
-                      const std::vector<uint32_t>& tokens) {
-  const size_t token_bytes = token_dtype_size(dtype);
-  const uint32_t max = token_dtype_max(dtype);
-  std::vector<uint8_t> bytes(tokens.size() * token_bytes);
-  uint8_t* p = bytes.data();
-  for (size_t i = 0; i < tokens.size(); ++i, p += token_bytes) {
+TokenFileWriter::TokenFileWriter(const std::string& path, TokenDType dtype)
+    : writer_(path), dtype_(dtype) {}
+
+void TokenFileWriter::append(const uint32_t* tokens, size_t count) {
+  const size_t token_bytes = token_dtype_size(dtype_);
+  const uint32_t max = token_dtype_max(dtype_);
+  buffer_.resize(count * token_bytes);
+  uint8_t* p = buffer_.data();
+  for (size_t i = 0; i < count; ++i, p += token_bytes) {
     const uint32_t token = tokens[i];
-    PSTAR_CHECK(token <= max, ConfigError, "cannot write token file '", path, "': token ", token,
-                " at index ", i, " does not fit ", token_dtype_name(dtype), " (max ", max,
-                "); use uint32");
+    PSTAR_CHECK(token <= max, ConfigError, "cannot write token file '", writer_.path(), "': token ",
+                token, " at index ", count_ + static_cast<int64_t>(i), " does not fit ",
+                token_dtype_name(dtype_), " (max ", max, "); use uint32");
     for (size_t b = 0; b < token_bytes; ++b) p[b] = static_cast<uint8_t>(token >> (8 * b));
   }
-  write_file_atomic(path, bytes.data(), bytes.size());
+  writer_.append(buffer_.data(), buffer_.size());
+  count_ += static_cast<int64_t>(count);
+}
+
+void write_token_file(const std::string& path, TokenDType dtype,
+                      const std::vector<uint32_t>& tokens) {
+  TokenFileWriter writer(path, dtype);
+  writer.append(tokens);
+  writer.commit();
 }
 
 }  // namespace pstar::formats

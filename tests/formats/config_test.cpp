@@ -71,7 +71,6 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.fp16.hysteresis, b.fp16.hysteresis);
   EXPECT_EQ(a.fp16.min_loss_scale, b.fp16.min_loss_scale);
   EXPECT_EQ(a.bf16.enabled, b.bf16.enabled);
-  EXPECT_EQ(a.bf16.auto_select, b.bf16.auto_select);
   EXPECT_EQ(a.gradient_clipping, b.gradient_clipping);
   EXPECT_EQ(a.default_chunk_size, b.default_chunk_size);
   EXPECT_EQ(a.use_cpu_embedding, b.use_cpu_embedding);
@@ -102,7 +101,6 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.engine.chunk_size_search, b.engine.chunk_size_search);
   EXPECT_EQ(a.engine.prefetch, b.engine.prefetch);
   EXPECT_EQ(a.engine.overlap_adam, b.engine.overlap_adam);
-  EXPECT_EQ(a.engine.overlap_adam_auto, b.engine.overlap_adam_auto);
 }
 
 // Every key set, none to its default.
@@ -176,7 +174,7 @@ TEST(ConfigParse, FullConfigReadsEveryKey) {
   EXPECT_EQ(c.fp16.loss_scale_window, 500);
   EXPECT_EQ(c.fp16.hysteresis, 3);
   EXPECT_DOUBLE_EQ(c.fp16.min_loss_scale, 0.5);
-  EXPECT_FALSE(c.bf16.enabled);
+  EXPECT_EQ(c.bf16.enabled, OnOffAuto::kOff);
   EXPECT_DOUBLE_EQ(c.gradient_clipping, 1.0);
   EXPECT_EQ(c.default_chunk_size, 1048576);
   EXPECT_FALSE(c.use_cpu_embedding);
@@ -459,18 +457,8 @@ TEST(ConfigRange, EngineModeAndSizes) {
   EXPECT_TRUE(parse(with_data()).engine.prefetch) << "prefetch is on by default";
   expect_contains(config_error(with_data(R"("engine": {"prefetch": "yes"})")),
                   {"engine.prefetch", R"(found string "yes")"});
-  const auto defaults = parse(with_data());
-  EXPECT_TRUE(defaults.engine.overlap_adam_auto) << "overlap_adam is \"auto\" by default";
-  EXPECT_FALSE(defaults.engine.overlap_adam);
-  for (const bool on : {false, true}) {
-    const auto set = parse(with_data(on ? R"("engine": {"overlap_adam": true})"
-                                        : R"("engine": {"overlap_adam": false})"));
-    EXPECT_EQ(set.engine.overlap_adam, on);
-    EXPECT_FALSE(set.engine.overlap_adam_auto);
-  }
-  EXPECT_TRUE(parse(with_data(R"("engine": {"overlap_adam": "auto"})")).engine.overlap_adam_auto);
-  expect_contains(config_error(with_data(R"("engine": {"overlap_adam": "sometimes"})")),
-                  {"engine.overlap_adam", R"(expected true, false or "auto")"});
+  EXPECT_EQ(parse(with_data()).engine.overlap_adam, OnOffAuto::kAuto)
+      << "overlap_adam is \"auto\" by default";
   expect_contains(config_error(with_data(R"("engine": {"device_memory": "12 parsecs"})")),
                   {"engine.device_memory: expected a size such as", R"(found "12 parsecs")"});
   expect_contains(config_error(with_data(R"("engine": {"host_memory": -5})")),
@@ -511,29 +499,72 @@ TEST(ConfigCross, Fp16AndBf16AreExclusive) {
   expect_contains(
       config_error(with_data(R"("fp16": {"enabled": true}, "bf16": {"enabled": true})")),
       {"fp16.enabled and bf16.enabled are both true"});
-  EXPECT_TRUE(parse(with_data(R"("bf16": {"enabled": true})")).bf16.enabled);
-}
-
-// bf16.enabled "auto" is left for the engine to decide (train/precision.h).
-TEST(ConfigCross, Bf16AutoIsKeptUndecided) {
-  const TrainConfig c = parse(with_data(R"("bf16": {"enabled": "auto"})"));
-  EXPECT_TRUE(c.bf16.auto_select);
-  EXPECT_FALSE(c.bf16.enabled);
-  const TrainConfig set = parse(with_data(), {"bf16.enabled=auto"});
-  EXPECT_TRUE(set.bf16.auto_select);
-  const TrainConfig off =
-      parse(with_data(R"("bf16": {"enabled": "auto"})"), {"bf16.enabled=false"});
-  EXPECT_FALSE(off.bf16.auto_select);
-  EXPECT_FALSE(off.bf16.enabled);
-  expect_same(parse(to_json_text(c)), c);
-  EXPECT_NE(to_json_text(c).find(R"("enabled": "auto")"), std::string::npos) << to_json_text(c);
-  expect_contains(config_error(with_data(R"("bf16": {"enabled": "yes"})")),
-                  {R"(bf16.enabled: expected true, false or "auto", found string "yes")"});
-  expect_contains(config_error(with_data(R"("bf16": {"enabled": 1})")),
-                  {R"(bf16.enabled: expected true, false or "auto", found integer 1)"});
+  EXPECT_EQ(parse(with_data(R"("bf16": {"enabled": true})")).bf16.enabled, OnOffAuto::kOn);
   expect_contains(
       config_error(with_data(R"("fp16": {"enabled": true}, "bf16": {"enabled": "auto"})")),
       {R"(fp16.enabled is true and bf16.enabled is "auto")"});
+  EXPECT_TRUE(
+      parse(with_data(R"("fp16": {"enabled": true}, "bf16": {"enabled": false})")).fp16.enabled);
+}
+
+// The settings that take true, false or "auto" (OnOffAuto): each value parses to its own state,
+// from the file and from --set, the config keeps "auto" for the run plan to decide, and it writes
+// each back as it was given.
+TEST(ConfigOnOffAuto, EveryKeyParsesTrueFalseAndAuto) {
+  struct Key {
+    const char* dotted;  // as --set and messages spell it
+    const char* object;  // the JSON around the value
+    const char* field;
+    OnOffAuto (*get)(const TrainConfig&);
+  };
+  const Key keys[] = {
+      {"bf16.enabled", "bf16", "enabled", [](const TrainConfig& c) { return c.bf16.enabled; }},
+      {"engine.overlap_adam", "engine", "overlap_adam",
+       [](const TrainConfig& c) { return c.engine.overlap_adam; }},
+  };
+  const std::pair<const char*, OnOffAuto> values[] = {
+      {"true", OnOffAuto::kOn}, {"false", OnOffAuto::kOff}, {R"("auto")", OnOffAuto::kAuto}};
+  for (const Key& key : keys) {
+    SCOPED_TRACE(key.dotted);
+    for (const auto& [json, state] : values) {
+      SCOPED_TRACE(json);
+      const TrainConfig c =
+          parse(with_data(str_cat(R"(")", key.object, R"(": {")", key.field, R"(": )", json, "}")));
+      EXPECT_EQ(key.get(c), state);
+      EXPECT_STREQ(on_off_auto_name(state), json) << "the message spelling is the JSON one";
+      // --set takes the same words (auto unquoted, as a shell would pass it).
+      const std::string word = state == OnOffAuto::kAuto ? "auto" : json;
+      EXPECT_EQ(key.get(parse(with_data(), {str_cat(key.dotted, "=", word)})), state);
+      // Written back as given, and read back to the same state.
+      const std::string text = to_json_text(c);
+      EXPECT_NE(text.find(str_cat(R"(")", key.field, R"(": )", json)), std::string::npos) << text;
+      expect_same(parse(text), c);
+    }
+  }
+}
+
+// Anything but true, false or "auto" is a ConfigError that names the key and the value found and
+// says what works.
+TEST(ConfigOnOffAuto, AnythingElseIsRefusedNamingKeyAndValue) {
+  const std::pair<const char*, const char*> bad[] = {
+      {R"("yes")", R"(found string "yes")"}, {R"("Auto")", R"(found string "Auto")"},
+      {R"("on")", R"(found string "on")"},   {"1", "found integer 1"},
+      {"0.5", "found number 0.5"},           {"null", "found null"},
+      {"[true]", "found array [true]"},      {R"({"auto": true})", "found object"},
+  };
+  for (const char* key : {"bf16.enabled", "engine.overlap_adam"}) {
+    const std::string object = std::string(key).substr(0, std::string(key).find('.'));
+    const std::string field = std::string(key).substr(object.size() + 1);
+    for (const auto& [json, found] : bad) {
+      SCOPED_TRACE(str_cat(key, " = ", json));
+      expect_contains(
+          config_error(with_data(str_cat(R"(")", object, R"(": {")", field, R"(": )", json, "}"))),
+          {str_cat(key, R"(: expected true, false or "auto", )", found)});
+    }
+    expect_contains(
+        config_error(with_data(), {str_cat(key, "=sometimes")}),
+        {str_cat(key, R"(: expected true, false or "auto", found string "sometimes")")});
+  }
 }
 
 TEST(ConfigCross, HiddenMustBeAMultipleOfHeads) {
@@ -570,7 +601,7 @@ TEST(ConfigOverride, ValueIsJsonWhenItParsesElseAString) {
   EXPECT_EQ(c.training.steps, 50);
   EXPECT_EQ(c.model.preset, "gpt2-small");
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
-  EXPECT_TRUE(c.bf16.enabled);
+  EXPECT_EQ(c.bf16.enabled, OnOffAuto::kOn);
   EXPECT_DOUBLE_EQ(c.optimizer.betas[0], 0.8);
   EXPECT_DOUBLE_EQ(c.optimizer.betas[1], 0.9);
   EXPECT_FALSE(c.train_batch_size.has_value());

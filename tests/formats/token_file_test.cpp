@@ -143,6 +143,29 @@ TEST_F(TokenFileTest, FailedWriteKeepsOldFile) {
   EXPECT_EQ(file.at(2), 3u);
 }
 
+TEST_F(TokenFileTest, WriterInPiecesGivesTheSameFileAndPublishesOnlyOnCommit) {
+  write_token_file(path("whole"), TokenDType::kU32, {7, 70000, 0, 9});
+  {
+    TokenFileWriter writer(path("pieces"), TokenDType::kU32);
+    writer.append({7, 70000});
+    writer.append({});
+    writer.append({0, 9});
+    EXPECT_EQ(writer.size(), 4);
+    EXPECT_EQ(writer.size_bytes(), 16u);
+    EXPECT_FALSE(fs::exists(path("pieces")));
+    writer.commit();
+  }
+  EXPECT_EQ(read_bytes(path("pieces")), read_bytes(path("whole")));
+  // A token that does not fit: its index counts the pieces before it; nothing is published.
+  {
+    TokenFileWriter writer(path("bad"), TokenDType::kU16);
+    writer.append({1, 2, 3});
+    const std::string msg = message_of<ConfigError>([&] { writer.append({4, 65536}); });
+    EXPECT_NE(msg.find("token 65536 at index 4"), std::string::npos) << msg;
+  }
+  EXPECT_FALSE(fs::exists(path("bad")));
+}
+
 TEST_F(TokenFileTest, OutOfRangeIndexIsInternalError) {
   write_token_file(path("t"), TokenDType::kU16, {1});
   TokenFile file(path("t"), TokenDType::kU16);

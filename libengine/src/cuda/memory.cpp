@@ -3,9 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <mutex>
-#include <unordered_map>
 #include <utility>
-#include <vector>
 
 #include "check.h"
 #include "pstar/base/size.h"
@@ -28,23 +26,6 @@ struct DeviceArenaState {
   FirstFitRanges ranges;
   char* base = nullptr;
   int device = 0;
-};
-
-// Lives until the PinnedHostPool and all its blocks are gone; then frees every block.
-struct PinnedPoolState {
-  PinnedPoolState() = default;
-  ~PinnedPoolState() {
-    for (auto& [bytes, blocks] : free) {
-      for (void* p : blocks) (void)cudaFreeHost(p);
-    }
-  }
-  PinnedPoolState(const PinnedPoolState&) = delete;
-  PinnedPoolState& operator=(const PinnedPoolState&) = delete;
-
-  mutable std::mutex mutex;
-  std::unordered_map<int64_t, std::vector<void*>>
-      free;  // exact size -> free blocks, last freed last
-  PinnedHostPool::Stats stats;
 };
 
 }  // namespace detail
@@ -141,104 +122,24 @@ int64_t DeviceArena::allocation_count() const {
   return state_->ranges.allocation_count();
 }
 
-// PinnedBlock
+// PinnedPages
 
-PinnedBlock::~PinnedBlock() { reset(); }
-
-PinnedBlock::PinnedBlock(PinnedBlock&& other) noexcept
-    : pool_(std::move(other.pool_)),
-      data_(std::exchange(other.data_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)) {}
-
-PinnedBlock& PinnedBlock::operator=(PinnedBlock&& other) noexcept {
-  if (this != &other) {
-    reset();
-    pool_ = std::move(other.pool_);
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
-}
-
-void PinnedBlock::reset() {
-  if (data_ != nullptr && pool_ != nullptr) {
-    const std::lock_guard<std::mutex> lock(pool_->mutex);
-    PinnedHostPool::Stats& s = pool_->stats;
-    try {
-      pool_->free[bytes_].push_back(data_);
-      ++s.free_blocks;
-    } catch (...) {
-      // std::bad_alloc from the free list: give the block back to CUDA instead of keeping it.
-      (void)cudaFreeHost(data_);
-      --s.blocks;
-      s.reserved.decrease(bytes_);
-    }
-    s.in_use.decrease(bytes_);
-  }
-  pool_.reset();
-  data_ = nullptr;
-  bytes_ = 0;
-}
-
-// PinnedHostPool
-
-PinnedHostPool::PinnedHostPool() : state_(std::make_shared<detail::PinnedPoolState>()) {}
-
-PinnedBlock PinnedHostPool::acquire(int64_t bytes) {
-  PSTAR_CHECK(bytes >= 0, ConfigError, "pinned host pool: allocation of ", bytes, " bytes");
-  PinnedBlock block;
-  if (bytes == 0) return block;
-  const std::lock_guard<std::mutex> lock(state_->mutex);
-  Stats& s = state_->stats;
+void* PinnedPages::allocate(int64_t bytes, int64_t reserved_bytes) {
   void* data = nullptr;
-  const auto it = state_->free.find(bytes);
-  if (it != state_->free.end() && !it->second.empty()) {
-    data = it->second.back();
-    it->second.pop_back();
-    if (it->second.empty()) state_->free.erase(it);
-    --s.free_blocks;
-  } else {
-    PSTAR_CUDA_CHECK(cudaHostAlloc(&data, static_cast<size_t>(bytes), cudaHostAllocDefault),
-                     "cudaHostAlloc of ", format_bytes(bytes), " (", bytes,
-                     " bytes) of pinned host memory, with ", format_bytes(s.reserved.current),
-                     " already pinned by this pool");
-    s.reserved.increase(bytes);
-    ++s.blocks;
-  }
-  s.in_use.increase(bytes);
-  block.pool_ = state_;
-  block.data_ = data;
-  block.bytes_ = bytes;
-  return block;
+  PSTAR_CUDA_CHECK(cudaHostAlloc(&data, static_cast<size_t>(bytes), cudaHostAllocDefault),
+                   "cudaHostAlloc of ", format_bytes(bytes), " (", bytes,
+                   " bytes) of pinned host memory, with ", format_bytes(reserved_bytes),
+                   " already pinned by this pool");
+  return data;
 }
 
-int64_t PinnedHostPool::release_free() {
-  const std::lock_guard<std::mutex> lock(state_->mutex);
-  Stats& s = state_->stats;
-  int64_t released = 0;
-  for (auto it = state_->free.begin(); it != state_->free.end();) {
-    std::vector<void*>& blocks = it->second;
-    while (!blocks.empty()) {
-      PSTAR_CUDA_CHECK(cudaFreeHost(blocks.back()), "cudaFreeHost of ", format_bytes(it->first));
-      blocks.pop_back();
-      released += it->first;
-      s.reserved.decrease(it->first);
-      --s.blocks;
-      --s.free_blocks;
-    }
-    it = state_->free.erase(it);
-  }
-  return released;
-}
-
-int64_t PinnedHostPool::bytes_reserved() const { return stats().reserved.current; }
-int64_t PinnedHostPool::bytes_in_use() const { return stats().in_use.current; }
-int64_t PinnedHostPool::block_count() const { return stats().blocks; }
-int64_t PinnedHostPool::free_block_count() const { return stats().free_blocks; }
-
-PinnedHostPool::Stats PinnedHostPool::stats() const {
-  const std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->stats;
+void PinnedPages::release(void* p, int64_t bytes) {
+  PSTAR_CUDA_CHECK(cudaFreeHost(p), "cudaFreeHost of ", format_bytes(bytes));
 }
 
 }  // namespace pstar::cuda
+
+namespace pstar::memory {
+template class PoolBlock<cuda::PinnedPages>;
+template class ExactSizePool<cuda::PinnedPages>;
+}  // namespace pstar::memory

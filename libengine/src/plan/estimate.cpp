@@ -100,14 +100,15 @@ StepTime step_time(const Hardware& hw, const Workload& w, const Evaluation& e) {
 
 }  // namespace
 
-Workload workload_from_config(const config::TrainConfig& config, const model::GptConfig& shape) {
+Workload workload_for(const RunPlan& run, const model::GptConfig& shape) {
+  const config::TrainConfig& config = run.config;
   Workload w;
   w.seq_len = shape.seq_len;
   w.vocab = shape.vocab_size;
-  w.micro_batch = config.train_micro_batch_size_per_gpu;
+  w.micro_batch = run.micro_batch;
   w.checkpointing = config.engine.activation_checkpointing;
-  w.elem_bytes = compute_elem_bytes(config);
-  w.precision = config.bf16.enabled ? "bf16" : config.fp16.enabled ? "fp16" : "fp32";
+  w.elem_bytes = run.compute_elem_bytes();
+  w.precision = precision_name(run.precision);
   w.chunk_size = config.default_chunk_size;
   w.chunk_size_search = config.engine.chunk_size_search;
   w.use_cpu_embedding = config.use_cpu_embedding;

@@ -9,6 +9,7 @@
 #include "pstar/base/size.h"
 #include "pstar/formats/config.h"
 #include "pstar/model/gpt_shape.h"
+#include "pstar/plan/run_plan.h"
 
 namespace pstar::plan {
 namespace {
@@ -176,9 +177,7 @@ ActivationEstimate estimate_gpt_activations(const GptActivationInput& in) {
 }
 
 int64_t compute_elem_bytes(const config::TrainConfig& config) {
-  PSTAR_INTERNAL_ASSERT(!config.bf16.auto_select,
-                        "bf16.enabled \"auto\" must be decided (plan::resolve_run) first");
-  return config.bf16.enabled || config.fp16.enabled ? 2 : 4;
+  return elem_bytes(decided_precision(config));
 }
 
 GptActivationInput gpt_activation_input(const config::TrainConfig& config,

@@ -19,6 +19,37 @@ const char* precision_name(Precision precision) {
   return "?";
 }
 
+std::optional<Precision> precision_from_name(const std::string& name) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16})
+    if (name == precision_name(p)) return p;
+  return std::nullopt;
+}
+
+int64_t elem_bytes(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return 4;
+    case Precision::kBf16:
+    case Precision::kFp16:
+      return 2;
+  }
+  PSTAR_INTERNAL_ASSERT(false, "unknown precision ", static_cast<int>(precision));
+}
+
+Precision decided_precision(const config::TrainConfig& config) {
+  switch (config.bf16.enabled) {
+    case config::OnOffAuto::kAuto:
+      PSTAR_THROW(ConfigError,
+                  "bf16.enabled \"auto\" is decided for a compute device: resolve the config's "
+                  "run plan (plan::resolve_run, or train::plan_run) before building the engine");
+    case config::OnOffAuto::kOn:
+      return Precision::kBf16;
+    case config::OnOffAuto::kOff:
+      return config.fp16.enabled ? Precision::kFp16 : Precision::kFp32;
+  }
+  PSTAR_INTERNAL_ASSERT(false, "unknown bf16.enabled ", static_cast<int>(config.bf16.enabled));
+}
+
 namespace {
 
 // DeepSpeed's train_batch_size is the global batch, so it can only be checked once the world size
@@ -41,8 +72,16 @@ void check_global_batch(const config::TrainConfig& c, int64_t world) {
 
 }  // namespace
 
-bool overlap_adam_on(const config::EngineConfig& engine, DeviceKind device) {
-  return engine.overlap_adam_auto ? device == DeviceKind::kCuda : engine.overlap_adam;
+bool overlap_adam_on(config::OnOffAuto overlap_adam, DeviceKind device) {
+  switch (overlap_adam) {
+    case config::OnOffAuto::kAuto:
+      return device == DeviceKind::kCuda;
+    case config::OnOffAuto::kOn:
+      return true;
+    case config::OnOffAuto::kOff:
+      return false;
+  }
+  PSTAR_INTERNAL_ASSERT(false, "unknown engine.overlap_adam ", static_cast<int>(overlap_adam));
 }
 
 RunPlan resolve_run(const config::TrainConfig& config, const RunFacts& facts) {
@@ -68,18 +107,15 @@ RunPlan resolve_run(const config::TrainConfig& config, const RunFacts& facts) {
   plan.global_batch = plan.micro_batch * plan.accumulation * plan.world_size;
 
   // Precision: "auto" is bf16 where the device runs it fast and accurately (Note [bf16 on CPUs]).
-  if (c.bf16.auto_select) {
+  if (c.bf16.enabled == config::OnOffAuto::kAuto) {
     PSTAR_INTERNAL_ASSERT(facts.bf16_fast.has_value(),
                           "bf16.enabled \"auto\" needs the bf16 probe's verdict");
-    c.bf16.auto_select = false;
-    c.bf16.enabled = *facts.bf16_fast;
-    plan.decisions.push_back(str_cat("precision: ", c.bf16.enabled ? "bf16" : "fp32",
+    c.bf16.enabled = config::on_off(*facts.bf16_fast);
+    plan.decisions.push_back(str_cat("precision: ", *facts.bf16_fast ? "bf16" : "fp32",
                                      " (bf16.enabled \"auto\" on ", facts.device_name, ": ",
                                      facts.bf16_evidence, ")"));
   }
-  plan.precision = c.bf16.enabled   ? Precision::kBf16
-                   : c.fp16.enabled ? Precision::kFp16
-                                    : Precision::kFp32;
+  plan.precision = decided_precision(c);
 
   // Budgets. On a GPU engine.device_memory's default is a share of the device's free memory; the
   // config keeps it, so that every later reader (and the checkpoint's config.json) sees the same.
@@ -96,9 +132,9 @@ RunPlan resolve_run(const config::TrainConfig& config, const RunFacts& facts) {
   plan.budgets = budgets_for(c, facts.physical_memory_bytes);
   plan.host_budget_per_rank = plan.budgets.host / plan.ranks_per_host;
 
-  c.engine.overlap_adam = overlap_adam_on(c.engine, plan.device);
-  c.engine.overlap_adam_auto = false;
-  plan.overlap_adam = plan.chunked && c.engine.overlap_adam;
+  const bool overlap = overlap_adam_on(c.engine.overlap_adam, plan.device);
+  c.engine.overlap_adam = config::on_off(overlap);
+  plan.overlap_adam = plan.chunked && overlap;
   // PatrickStar frees the other ranks' fp16 parameters after initialisation when it is set; pstar
   // builds each unit straight into chunks and keeps another rank's chunk only while gathered, so
   // there is never a copy to release. Said once rather than silently ignored.

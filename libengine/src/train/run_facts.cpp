@@ -20,7 +20,7 @@ plan::RunFacts gather_run_facts(const config::TrainConfig& config, const std::st
   const c10::Device device = compute_device(config, device_option);
   facts.device = device.is_cuda() ? plan::DeviceKind::kCuda : plan::DeviceKind::kCpu;
   facts.device_name = device.str();
-  if (config.bf16.auto_select) {
+  if (config.bf16.enabled == config::OnOffAuto::kAuto) {
     const Bf16Probe probe = bf16_probe(device);
     facts.bf16_fast = probe.fast();
     facts.bf16_evidence = describe_bf16_verdict(probe);
@@ -31,7 +31,7 @@ plan::RunFacts gather_run_facts(const config::TrainConfig& config, const std::st
         facts.bf16_evidence += "; rank 0 decided for every rank";
       }
     }
-  } else if (config.bf16.enabled) {
+  } else if (config.bf16.enabled == config::OnOffAuto::kOn) {
     warn_if_bf16_slow(device);
   }
   if (config.engine.mode == config::EngineMode::kChunked && device.is_cuda() &&
@@ -48,8 +48,10 @@ plan::RunPlan plan_run(const config::TrainConfig& config, const std::string& dev
 
 c10::Device plan_device(const plan::RunPlan& plan) { return c10::Device(plan.device_name); }
 
-c10::ScalarType plan_dtype(const plan::RunPlan& plan) {
-  switch (plan.precision) {
+c10::ScalarType plan_dtype(const plan::RunPlan& plan) { return precision_dtype(plan.precision); }
+
+c10::ScalarType precision_dtype(plan::Precision precision) {
+  switch (precision) {
     case plan::Precision::kFp32:
       return torch::kFloat32;
     case plan::Precision::kBf16:
@@ -57,7 +59,7 @@ c10::ScalarType plan_dtype(const plan::RunPlan& plan) {
     case plan::Precision::kFp16:
       return torch::kFloat16;
   }
-  PSTAR_INTERNAL_ASSERT(false, "unknown precision ", static_cast<int>(plan.precision));
+  PSTAR_INTERNAL_ASSERT(false, "unknown precision ", static_cast<int>(precision));
 }
 
 }  // namespace pstar::train

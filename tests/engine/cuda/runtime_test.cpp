@@ -128,28 +128,28 @@ TEST_F(CudaRuntimeTest, PinnedPoolReservesExactSizesAndReusesThem) {
   PinnedBlock a = pool.acquire(1000);
   PinnedBlock b = pool.acquire(3000);
   PinnedBlock c = pool.acquire(1000);
-  EXPECT_EQ(pool.bytes_reserved(), 5000);  // the sum of the sizes asked for: no rounding
-  EXPECT_EQ(pool.bytes_in_use(), 5000);
-  EXPECT_EQ(pool.block_count(), 3);
+  EXPECT_EQ(pool.stats().reserved.current, 5000);  // the sum of the sizes asked for: no rounding
+  EXPECT_EQ(pool.stats().in_use.current, 5000);
+  EXPECT_EQ(pool.stats().blocks, 3);
   std::memset(a.data(), 1, 1000);  // host memory, usable directly
   void* const a_data = a.data();
   a.reset();
-  EXPECT_EQ(pool.bytes_in_use(), 4000);
-  EXPECT_EQ(pool.bytes_reserved(), 5000);
-  EXPECT_EQ(pool.free_block_count(), 1);
+  EXPECT_EQ(pool.stats().in_use.current, 4000);
+  EXPECT_EQ(pool.stats().reserved.current, 5000);
+  EXPECT_EQ(pool.stats().free_blocks, 1);
   PinnedBlock again = pool.acquire(1000);  // the freed block, not a new one
   EXPECT_EQ(again.data(), a_data);
-  EXPECT_EQ(pool.bytes_reserved(), 5000);
+  EXPECT_EQ(pool.stats().reserved.current, 5000);
   PinnedBlock other = pool.acquire(999);  // another size: a new block of exactly 999 bytes
-  EXPECT_EQ(pool.bytes_reserved(), 5999);
-  EXPECT_EQ(pool.block_count(), 4);
+  EXPECT_EQ(pool.stats().reserved.current, 5999);
+  EXPECT_EQ(pool.stats().blocks, 4);
   EXPECT_EQ(pool.release_free(), 0);
   b.reset();
   other.reset();
   EXPECT_EQ(pool.release_free(), 3999);
-  EXPECT_EQ(pool.bytes_reserved(), 2000);
-  EXPECT_EQ(pool.bytes_in_use(), 2000);
-  EXPECT_EQ(pool.block_count(), 2);
+  EXPECT_EQ(pool.stats().reserved.current, 2000);
+  EXPECT_EQ(pool.stats().in_use.current, 2000);
+  EXPECT_EQ(pool.stats().blocks, 2);
   EXPECT_EQ(pool.acquire(0).data(), nullptr);
 }
 

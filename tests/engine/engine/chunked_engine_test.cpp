@@ -83,7 +83,7 @@ TEST_F(ChunkedEngineTest, Fp32MatchesTheTorchEngine) {
 // the comparison.
 TEST_F(ChunkedEngineTest, Bf16MatchesTheTorchEngineAndConverges) {
   auto c = small_config();
-  c.bf16.enabled = true;
+  c.bf16.enabled = config::OnOffAuto::kOn;
   c.gradient_clipping = 1.0;
   auto chunked = run(c);
   c.engine.mode = config::EngineMode::kTorch;
@@ -98,7 +98,7 @@ TEST_F(ChunkedEngineTest, AccumulationMatchesTheTorchEngine) {
     auto c = small_config();
     c.training.steps = 8;
     c.gradient_accumulation_steps = 3;
-    c.bf16.enabled = bf16;
+    c.bf16.enabled = config::on_off(bf16);
     auto chunked = run(c);
     c.engine.mode = config::EngineMode::kTorch;
     auto reference = run(c);
@@ -112,7 +112,7 @@ TEST_F(ChunkedEngineTest, AccumulationMatchesTheTorchEngine) {
 TEST_F(ChunkedEngineTest, TightBudgetGivesBitIdenticalLossesUnderTheBudget) {
   for (bool bf16 : {true, false}) {
     auto c = small_config();
-    c.bf16.enabled = bf16;
+    c.bf16.enabled = config::on_off(bf16);
     c.training.steps = 8;
     ChunkedEngine* engine = nullptr;
     std::unique_ptr<Trainer> keep;
@@ -140,7 +140,7 @@ TEST_F(ChunkedEngineTest, ActivationCheckpointingChangesNothing) {
   for (const char* mode : {"chunked", "torch"}) {
     auto c = small_config(mode);
     c.training.steps = 5;
-    c.bf16.enabled = true;
+    c.bf16.enabled = config::OnOffAuto::kOn;
     auto plain = run(c);
     c.engine.activation_checkpointing = true;
     auto recomputed = run(c);
@@ -278,7 +278,7 @@ TEST_F(ChunkedEngineTest, StartUpNeverHoldsASecondCopyOfTheModel) {
   auto c = small_config();
   c.model.layers = 12;
   c.model.hidden = 128;
-  c.bf16.enabled = true;
+  c.bf16.enabled = config::OnOffAuto::kOn;
   c.default_chunk_size = 1 << 17;
   auto built = build_model_and_engine(cpu_plan(c));
   auto* engine = dynamic_cast<ChunkedEngine*>(built.engine.get());
@@ -310,7 +310,7 @@ TEST_F(ChunkedEngineTest, LargeModuleRaisesTheChunkSize) {
 // Steady-state moves per step against the OPT simulator on the engine's own recorded trace.
 TEST_F(ChunkedEngineTest, EvictionIsWithinTenPercentOfOpt) {
   auto c = small_config();
-  c.bf16.enabled = true;
+  c.bf16.enabled = config::OnOffAuto::kOn;
   c.use_cpu_embedding = false;
   c.training.steps = 3;
   ChunkedEngine* engine = nullptr;
@@ -375,7 +375,7 @@ TEST_F(CheckpointTest, ResumeIsBitIdentical) {
   for (const char* mode : {"chunked", "torch"}) {
     for (bool bf16 : {true, false}) {
       auto c = small_config(mode);
-      c.bf16.enabled = bf16;
+      c.bf16.enabled = config::on_off(bf16);
       c.training.steps = 10;
       c.training.lr_schedule.type = "cosine";
       c.training.lr_schedule.warmup_steps = 3;

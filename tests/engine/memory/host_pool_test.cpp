@@ -1,7 +1,6 @@
 // The exact-size host pool (Note [exact-size host pool]) and the counter shape it reports with.
 #include <cstdint>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -45,7 +44,8 @@ TEST(HostPool, BlocksHaveExactlyTheSizeAskedAndAreAligned) {
   EXPECT_EQ(s.in_use.current, 5096);
   EXPECT_EQ(s.blocks, 2);
   EXPECT_EQ(s.free_blocks, 0);
-  EXPECT_THROW(pool.acquire(0), InternalError);
+  EXPECT_FALSE(pool.acquire(0)) << "an empty block for 0 bytes";
+  EXPECT_THROW(pool.acquire(-1), InternalError);
 }
 
 TEST(HostPool, AFreedBlockServesTheNextRequestOfItsExactSizeAsItIs) {
@@ -107,27 +107,15 @@ TEST(HostPool, ReleaseFreeGivesBackOnlyFreeBlocks) {
   EXPECT_EQ(pool.stats().reserved.current, 0);
 }
 
-TEST(HostPool, BlocksMayOutliveThePoolAndComeBackFromAnyThread) {
+// The free list's threads and lifetimes are tested over a recording source
+// (exact_size_pool_test.cpp); here, that mapped memory stays usable once the pool object is gone.
+TEST(HostPool, MappedBlocksOutliveThePool) {
   HostBlock survivor;
   {
     HostPool pool;
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 4; ++t) {
-      threads.emplace_back([&pool, t] {
-        for (int i = 0; i < 200; ++i) {
-          HostBlock b = pool.acquire(64 * (1 + (i + t) % 3));
-          static_cast<uint8_t*>(b.data())[0] = static_cast<uint8_t>(i);
-        }
-      });
-    }
-    for (auto& th : threads) th.join();
-    const HostPool::Stats s = pool.stats();
-    EXPECT_EQ(s.in_use.current, 0);
-    EXPECT_EQ(s.free_blocks, s.blocks);
-    EXPECT_LE(s.blocks, 4 * 3);  // at most one block per size per thread at once
+    pool.acquire(64).reset();
     survivor = pool.acquire(64);
   }
-  // The pool object is gone; its memory lives until the last block does.
   std::memset(survivor.data(), 0, 64);
   survivor.reset();
 }

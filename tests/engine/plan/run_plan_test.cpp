@@ -1,6 +1,7 @@
 // plan::resolve_run as a table: configs × facts → the decisions of Note [run plan].
 #include "pstar/plan/run_plan.h"
 
+#include <optional>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -71,32 +72,80 @@ TEST(RunPlan, TrainBatchSizeCountsEveryRank) {
   EXPECT_THROW(resolve_run(c, cpu_facts(4, 4)), ConfigError);
 }
 
-TEST(RunPlan, Bf16AutoFollowsTheFactsAndSaysWhy) {
-  config::TrainConfig c;
-  c.bf16.auto_select = true;
-  RunFacts f = cpu_facts();
-  f.bf16_fast = true;
-  f.bf16_evidence = "bf16 matmul 700 GFLOP/s";
-  RunPlan p = resolve_run(c, f);
-  EXPECT_EQ(p.precision, Precision::kBf16);
-  EXPECT_TRUE(p.config.bf16.enabled);
-  EXPECT_FALSE(p.config.bf16.auto_select);
-  EXPECT_EQ(p.compute_elem_bytes(), 2);
-  EXPECT_TRUE(mentions(p, "precision: bf16 (bf16.enabled \"auto\" on cpu: bf16 matmul 700"));
-  f.bf16_fast = false;
-  p = resolve_run(c, f);
-  EXPECT_EQ(p.precision, Precision::kFp32);
-  EXPECT_FALSE(p.config.bf16.enabled);
-  EXPECT_EQ(p.compute_elem_bytes(), 4);
+// bf16.enabled × fp16.enabled × the probe's verdict → the precision, the config's decided value,
+// and whether the plan says why.
+TEST(RunPlan, PrecisionTable) {
+  using config::OnOffAuto;
+  struct Row {
+    OnOffAuto bf16;
+    bool fp16;
+    std::optional<bool> bf16_fast;  // the fact; unset: no probe ran
+    DeviceKind device;
+    Precision precision;
+    OnOffAuto decided;
+    const char* decision;  // a line the plan logs, or null for none
+  };
+  const Row rows[] = {
+      {OnOffAuto::kAuto, false, true, DeviceKind::kCpu, Precision::kBf16, OnOffAuto::kOn,
+       "precision: bf16 (bf16.enabled \"auto\" on cpu: probe says so)"},
+      {OnOffAuto::kAuto, false, false, DeviceKind::kCpu, Precision::kFp32, OnOffAuto::kOff,
+       "precision: fp32 (bf16.enabled \"auto\" on cpu: probe says so)"},
+      {OnOffAuto::kAuto, false, true, DeviceKind::kCuda, Precision::kBf16, OnOffAuto::kOn,
+       "precision: bf16 (bf16.enabled \"auto\" on cuda:0: probe says so)"},
+      // Explicit choices need no probe, ignore its verdict and make no decision line.
+      {OnOffAuto::kOn, false, false, DeviceKind::kCpu, Precision::kBf16, OnOffAuto::kOn, nullptr},
+      {OnOffAuto::kOn, false, std::nullopt, DeviceKind::kCuda, Precision::kBf16, OnOffAuto::kOn,
+       nullptr},
+      {OnOffAuto::kOff, false, true, DeviceKind::kCpu, Precision::kFp32, OnOffAuto::kOff, nullptr},
+      {OnOffAuto::kOff, true, std::nullopt, DeviceKind::kCpu, Precision::kFp16, OnOffAuto::kOff,
+       nullptr},
+      {OnOffAuto::kOff, true, true, DeviceKind::kCuda, Precision::kFp16, OnOffAuto::kOff, nullptr},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(str_cat("bf16.enabled ", config::on_off_auto_name(row.bf16), ", fp16 ", row.fp16,
+                         ", fast ", row.bf16_fast ? (*row.bf16_fast ? "yes" : "no") : "unknown",
+                         ", ", row.device == DeviceKind::kCuda ? "cuda" : "cpu"));
+    config::TrainConfig c;
+    c.bf16.enabled = row.bf16;
+    c.fp16.enabled = row.fp16;
+    RunFacts f = row.device == DeviceKind::kCuda ? gpu_facts() : cpu_facts();
+    f.bf16_fast = row.bf16_fast;
+    f.bf16_evidence = "probe says so";
+    const RunPlan p = resolve_run(c, f);
+    EXPECT_EQ(p.precision, row.precision);
+    EXPECT_EQ(p.config.bf16.enabled, row.decided);
+    EXPECT_EQ(p.compute_elem_bytes(), row.precision == Precision::kFp32 ? 4 : 2);
+    EXPECT_EQ(decided_precision(p.config), p.precision) << "the plan's config agrees with it";
+    if (row.decision != nullptr) {
+      EXPECT_TRUE(mentions(p, row.decision)) << (p.decisions.empty() ? "" : p.decisions[0]);
+    } else {
+      EXPECT_FALSE(mentions(p, "precision:")) << "an explicit choice is not a decision";
+    }
+  }
   // Asking "auto" without the probe's verdict is a bug in the caller.
-  f.bf16_fast.reset();
-  EXPECT_THROW(resolve_run(c, f), InternalError);
-  // Explicit choices need no probe and make no decision line.
-  c.bf16 = {false, false};
-  c.fp16.enabled = true;
-  p = resolve_run(c, cpu_facts());
-  EXPECT_EQ(p.precision, Precision::kFp16);
-  EXPECT_TRUE(p.decisions.empty());
+  config::TrainConfig c;
+  c.bf16.enabled = OnOffAuto::kAuto;
+  EXPECT_THROW(resolve_run(c, cpu_facts()), InternalError);
+}
+
+// Only the plan decides "auto": reading a precision off an undecided config is refused.
+TEST(RunPlan, DecidedPrecisionRefusesAuto) {
+  config::TrainConfig c;
+  c.bf16.enabled = config::OnOffAuto::kAuto;
+  try {
+    decided_precision(c);
+    FAIL() << "a precision was read off bf16.enabled \"auto\"";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("bf16.enabled \"auto\" is decided for a compute device"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(elem_bytes(Precision::kFp32), 4);
+  EXPECT_EQ(elem_bytes(Precision::kBf16), 2);
+  EXPECT_EQ(elem_bytes(Precision::kFp16), 2);
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16})
+    EXPECT_EQ(precision_from_name(precision_name(p)), p);
+  EXPECT_FALSE(precision_from_name("fp8").has_value());
 }
 
 TEST(RunPlan, BudgetsComeFromTheConfigOrTheMachine) {
@@ -134,20 +183,47 @@ TEST(RunPlan, BudgetsComeFromTheConfigOrTheMachine) {
   EXPECT_FALSE(p.config.engine.device_memory.has_value());
 }
 
-TEST(RunPlan, OverlapAdamAutoIsOnForAGpuOnly) {
+// engine.overlap_adam × the device × the engine → the plan's decision and the config's decided
+// value; "auto" is on for a GPU only.
+TEST(RunPlan, OverlapAdamTable) {
+  using config::OnOffAuto;
+  ASSERT_EQ(config::TrainConfig().engine.overlap_adam, OnOffAuto::kAuto) << "the default";
+  struct Row {
+    OnOffAuto setting;
+    DeviceKind device;
+    bool chunked;
+    bool overlap;       // RunPlan::overlap_adam
+    OnOffAuto decided;  // the plan's config
+  };
+  const Row rows[] = {
+      {OnOffAuto::kAuto, DeviceKind::kCpu, true, false, OnOffAuto::kOff},
+      {OnOffAuto::kAuto, DeviceKind::kCuda, true, true, OnOffAuto::kOn},
+      {OnOffAuto::kOn, DeviceKind::kCpu, true, true, OnOffAuto::kOn},
+      {OnOffAuto::kOn, DeviceKind::kCuda, true, true, OnOffAuto::kOn},
+      {OnOffAuto::kOff, DeviceKind::kCpu, true, false, OnOffAuto::kOff},
+      {OnOffAuto::kOff, DeviceKind::kCuda, true, false, OnOffAuto::kOff},
+      // The torch engine has no host Adam to overlap, whatever the setting says.
+      {OnOffAuto::kOn, DeviceKind::kCpu, false, false, OnOffAuto::kOn},
+      {OnOffAuto::kAuto, DeviceKind::kCuda, false, false, OnOffAuto::kOn},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(str_cat("engine.overlap_adam ", config::on_off_auto_name(row.setting), ", ",
+                         row.device == DeviceKind::kCuda ? "cuda" : "cpu", ", ",
+                         row.chunked ? "chunked" : "torch"));
+    config::TrainConfig c;
+    c.engine.overlap_adam = row.setting;
+    c.engine.mode = row.chunked ? config::EngineMode::kChunked : config::EngineMode::kTorch;
+    const RunPlan p = resolve_run(c, row.device == DeviceKind::kCuda ? gpu_facts() : cpu_facts());
+    EXPECT_EQ(p.overlap_adam, row.overlap);
+    EXPECT_EQ(p.config.engine.overlap_adam, row.decided);
+    EXPECT_EQ(overlap_adam_on(row.setting, row.device), row.decided == OnOffAuto::kOn);
+    // Decided: a second resolve on another device agrees.
+    const DeviceKind other = row.device == DeviceKind::kCuda ? DeviceKind::kCpu : DeviceKind::kCuda;
+    EXPECT_EQ(
+        resolve_run(p.config, other == DeviceKind::kCuda ? gpu_facts() : cpu_facts()).overlap_adam,
+        row.overlap);
+  }
   config::TrainConfig c;
-  ASSERT_TRUE(c.engine.overlap_adam_auto);
-  EXPECT_FALSE(resolve_run(c, cpu_facts()).overlap_adam);
-  const RunPlan gpu = resolve_run(c, gpu_facts());
-  EXPECT_TRUE(gpu.overlap_adam);
-  EXPECT_TRUE(gpu.config.engine.overlap_adam);
-  EXPECT_FALSE(gpu.config.engine.overlap_adam_auto) << "decided: a second resolve agrees";
-  EXPECT_TRUE(resolve_run(gpu.config, cpu_facts()).overlap_adam);
-  c.engine.overlap_adam_auto = false;
-  c.engine.overlap_adam = true;
-  EXPECT_TRUE(resolve_run(c, cpu_facts()).overlap_adam);
-  c.engine.overlap_adam = false;
-  EXPECT_FALSE(resolve_run(c, gpu_facts()).overlap_adam);
   c.engine.prefetch = false;
   EXPECT_FALSE(resolve_run(c, gpu_facts()).prefetch);
 }
@@ -168,7 +244,7 @@ TEST(RunPlan, SeveralRanksNeedTheChunkEngine) {
 // is what lets the Trainer resolve a config `pstar train` resolved already.
 TEST(RunPlan, APlansConfigResolvesToItself) {
   config::TrainConfig c;
-  c.bf16.auto_select = true;
+  c.bf16.enabled = config::OnOffAuto::kAuto;
   RunFacts f = gpu_facts();
   f.bf16_fast = true;
   const RunPlan first = resolve_run(c, f);

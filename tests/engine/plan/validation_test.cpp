@@ -42,7 +42,7 @@ class EstimateValidationTest : public ::testing::TestWithParam<Case> {
     t.model.seq_len = c.seq;
     t.data.text = corpus_;
     t.train_micro_batch_size_per_gpu = c.micro_batch;
-    t.bf16.enabled = c.bf16;
+    t.bf16.enabled = config::on_off(c.bf16);
     t.optimizer.lr = 1e-3;
     t.training.steps = 3;
     t.training.lr_schedule.type = "constant";
@@ -65,7 +65,7 @@ class EstimateValidationTest : public ::testing::TestWithParam<Case> {
 TEST_P(EstimateValidationTest, PredictionMatchesTheEngine) {
   const Case& c = GetParam();
   const auto probe = config_for(c, 1);
-  const Workload w = workload_from_config(probe, shape_of(probe));
+  const Workload w = workload_for(resolve_run(probe, RunFacts{}), shape_of(probe));
   const int64_t device = c.device_mib << 20, host = c.host_mib << 20;
   const int64_t layers = max_layers_budgets(device, host, w, c.hidden, c.heads);
   ASSERT_GE(layers, 2) << "the case's budgets should hold a few layers";

@@ -96,7 +96,7 @@ TEST_F(CudaTraining, TightBudgetsGiveBitIdenticalLossesWithTheRealPeakUnderTheBu
   for (bool bf16 : {false, true}) {
     SCOPED_TRACE(bf16 ? "bf16" : "fp32");
     auto c = small_config();
-    c.bf16.enabled = bf16;
+    c.bf16.enabled = config::on_off(bf16);
     c.training.steps = 8;
     Plan plan;
     const auto free_run = run(c, "", &plan);
@@ -127,15 +127,14 @@ TEST_F(CudaTraining, HostAdamBesideTheNextForwardChangesNoLoss) {
   for (bool bf16 : {false, true}) {
     SCOPED_TRACE(bf16 ? "bf16" : "fp32");
     auto c = small_config();
-    c.bf16.enabled = bf16;
+    c.bf16.enabled = config::on_off(bf16);
     c.training.steps = 8;
     Plan plan;
     run(c, "", &plan);
     c.engine.device_memory = tight_budget(plan);
-    ASSERT_TRUE(c.engine.overlap_adam_auto);
+    ASSERT_EQ(c.engine.overlap_adam, config::OnOffAuto::kAuto);
     const auto overlapped = run(c);
-    c.engine.overlap_adam_auto = false;
-    c.engine.overlap_adam = false;
+    c.engine.overlap_adam = config::OnOffAuto::kOff;
     const auto in_place = run(c);
     EXPECT_EQ(losses(overlapped), losses(in_place));
     int64_t queued = 0;
@@ -149,7 +148,7 @@ TEST_F(CudaTraining, Bf16AndFp16Converge) {
   for (const char* precision : {"bf16", "fp16"}) {
     SCOPED_TRACE(precision);
     auto c = small_config();
-    c.bf16.enabled = std::string(precision) == "bf16";
+    c.bf16.enabled = config::on_off(std::string(precision) == "bf16");
     c.fp16.enabled = std::string(precision) == "fp16";
     c.training.steps = 40;
     const auto m = run(c);
@@ -159,7 +158,7 @@ TEST_F(CudaTraining, Bf16AndFp16Converge) {
 
 TEST_F(CudaTraining, ResumeIsExact) {
   auto c = small_config();
-  c.bf16.enabled = true;
+  c.bf16.enabled = config::OnOffAuto::kOn;
   c.training.steps = 10;
   const auto full = run(c);
   c.training.save_dir = dir_.file("ck");
@@ -212,7 +211,7 @@ TEST_F(CudaTraining, TheTierPinsWhatMovesAndKeepsTheRestPageable) {
 // compute payloads that move, and neither grows once the plan has settled.
 TEST_F(CudaTraining, HostPoolsStopGrowingOnceThePlanHasSettled) {
   auto c = small_config();
-  c.bf16.enabled = true;
+  c.bf16.enabled = config::OnOffAuto::kOn;
   c.training.steps = 10;
   Plan plan;
   run(c, "", &plan);

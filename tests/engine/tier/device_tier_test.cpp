@@ -512,7 +512,7 @@ class ChunkedEngineOnATier : public ::testing::Test {
     config::TrainConfig c = pstar::testing::small_gpt_config(corpus_);
     c.optimizer.weight_decay = 0.01;
     c.training.steps = 6;
-    c.bf16.enabled = bf16;
+    c.bf16.enabled = config::on_off(bf16);
     return c;
   }
 
@@ -682,8 +682,7 @@ TEST_F(ChunkedEngineOnATier, QueuedHostAdamIsAwaitedBeforeUseAndChangesNoNumber)
     if (mode == "bf16 accumulating") c.gradient_accumulation_steps = 2;
     if (mode == "bf16 clipped") c.gradient_clipping = 0.5;
     ASSERT_EQ(c.gradient_clipping > 0, mode == "bf16 clipped");
-    c.engine.overlap_adam = false;
-    c.engine.overlap_adam_auto = false;
+    c.engine.overlap_adam = config::OnOffAuto::kOff;
     Plan plan;
     run(c, nullptr, nullptr, &plan);
     // Tight: chunks move and are prefetched, so uploads and Adam compete for the same chunks.
@@ -692,7 +691,7 @@ TEST_F(ChunkedEngineOnATier, QueuedHostAdamIsAwaitedBeforeUseAndChangesNoNumber)
     StateBytes in_place_state;
     const auto in_place = run(c, nullptr, nullptr, nullptr, &in_place_state);
 
-    c.engine.overlap_adam = true;
+    c.engine.overlap_adam = config::OnOffAuto::kOn;
     auto ledger = std::make_shared<Ledger>();
     auto tier = std::make_unique<CheckingTier>(ledger, std::numeric_limits<int64_t>::max());
     tier->set_off_thread_adam_delay(std::chrono::milliseconds(3));
@@ -843,7 +842,7 @@ TEST_F(ChunkedEngineOnATier, HostPoolsCountAgainstTheHostBudget) {
 TEST_F(ChunkedEngineOnATier, OverlapAdamAutoIsOffOnTheEmulatedTier) {
   auto c = small_config(/*bf16=*/true);
   c.training.steps = 3;
-  ASSERT_TRUE(c.engine.overlap_adam_auto);
+  ASSERT_EQ(c.engine.overlap_adam, config::OnOffAuto::kAuto);
   for (const auto& m : run(c, nullptr)) {
     EXPECT_EQ(m.engine.adam_queued_chunks, -1);
     EXPECT_EQ(m.engine.adam_early_chunks, -1);

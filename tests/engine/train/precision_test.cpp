@@ -96,10 +96,11 @@ TEST(Bf16Probe, OneDnnAccumulatesInFp32OnAvx512) {
 
 TEST(PlanRunPrecision, AutoFollowsTheProbe) {
   config::TrainConfig c;
-  c.bf16.auto_select = true;
-  const auto resolved = plan_run(c, "cpu", nullptr).config;
-  EXPECT_FALSE(resolved.bf16.auto_select);
-  EXPECT_EQ(resolved.bf16.enabled, bf16_probe(c10::Device(c10::kCPU)).fast());
+  c.bf16.enabled = config::OnOffAuto::kAuto;
+  const plan::RunPlan run = plan_run(c, "cpu", nullptr);
+  const bool fast = bf16_probe(c10::Device(c10::kCPU)).fast();
+  EXPECT_EQ(run.config.bf16.enabled, config::on_off(fast));
+  EXPECT_EQ(run.precision, fast ? plan::Precision::kBf16 : plan::Precision::kFp32);
 }
 
 TEST(PlanRunPrecision, AutoChoosesFp32OnFallbackKernels) {
@@ -108,22 +109,24 @@ TEST(PlanRunPrecision, AutoChoosesFp32OnFallbackKernels) {
 #else
   ScopedOneDnn off(false);
   config::TrainConfig c;
-  c.bf16.auto_select = true;
-  const auto resolved = plan_run(c, "cpu", nullptr).config;
-  EXPECT_FALSE(resolved.bf16.auto_select);
-  EXPECT_FALSE(resolved.bf16.enabled);
+  c.bf16.enabled = config::OnOffAuto::kAuto;
+  const plan::RunPlan run = plan_run(c, "cpu", nullptr);
+  EXPECT_EQ(run.config.bf16.enabled, config::OnOffAuto::kOff);
+  EXPECT_EQ(run.precision, plan::Precision::kFp32);
 #endif
 }
 
 TEST(PlanRunPrecision, ExplicitChoicesAreKept) {
   ScopedOneDnn off(false);  // bf16 is slow here, and still kept when asked for
   config::TrainConfig c;
-  c.bf16.enabled = true;
-  EXPECT_TRUE(plan_run(c, "cpu", nullptr).config.bf16.enabled);
-  c.bf16.enabled = false;
-  const auto fp32 = plan_run(c, "cpu", nullptr).config;
-  EXPECT_FALSE(fp32.bf16.enabled);
-  EXPECT_FALSE(fp32.bf16.auto_select);
+  c.bf16.enabled = config::OnOffAuto::kOn;
+  const plan::RunPlan bf16 = plan_run(c, "cpu", nullptr);
+  EXPECT_EQ(bf16.config.bf16.enabled, config::OnOffAuto::kOn);
+  EXPECT_EQ(bf16.precision, plan::Precision::kBf16);
+  c.bf16.enabled = config::OnOffAuto::kOff;
+  const plan::RunPlan fp32 = plan_run(c, "cpu", nullptr);
+  EXPECT_EQ(fp32.config.bf16.enabled, config::OnOffAuto::kOff);
+  EXPECT_EQ(fp32.precision, plan::Precision::kFp32);
 }
 
 }  // namespace

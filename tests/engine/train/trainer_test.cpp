@@ -124,7 +124,7 @@ TEST_F(TrainerTest, Bf16TracksFp32) {
   auto c = small_config();
   c.gradient_clipping = 1.0;
   auto fp32 = run(c);
-  c.bf16.enabled = true;
+  c.bf16.enabled = config::OnOffAuto::kOn;
   auto bf16 = run(c);
   ASSERT_EQ(bf16.size(), fp32.size());
   EXPECT_NEAR(bf16.front().loss, fp32.front().loss, 0.01 * fp32.front().loss);

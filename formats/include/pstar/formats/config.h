@@ -12,6 +12,15 @@
 
 namespace pstar::config {
 
+// A setting that is true, false or "auto" (JSON true, false or the string "auto"). A config keeps
+// what the user asked for; the run plan (plan::resolve_run, Note [run plan]) decides every "auto"
+// once from the facts of the run, and everything after reads the plan's decision.
+enum class OnOffAuto : uint8_t { kAuto, kOff, kOn };
+// The config's spelling, for messages and logs: "true", "false" or "\"auto\"" (quoted, as in JSON).
+const char* on_off_auto_name(OnOffAuto value);
+// kOn or kOff: a decided setting.
+inline OnOffAuto on_off(bool on) { return on ? OnOffAuto::kOn : OnOffAuto::kOff; }
+
 struct OptimizerConfig {
   std::string type = "AdamW";  // "Adam" (L2 weight decay) or "AdamW" (decoupled)
   double lr = 1e-3;
@@ -31,11 +40,10 @@ struct Fp16Config {
 };
 
 // bf16 mixed precision. `bf16.enabled` is true, false or "auto": bf16 only where the compute
-// device runs bf16 matmuls fast and accurately, decided once at start-up by the engine
-// (train/precision.h, Note [bf16 on CPUs]); until then `enabled` is false and `auto_select` true.
+// device runs bf16 matmuls fast and accurately, decided once at start-up by the run plan from the
+// probe's verdict (plan::resolve_run; train/precision.h, Note [bf16 on CPUs]).
 struct Bf16Config {
-  bool enabled = false;
-  bool auto_select = false;
+  OnOffAuto enabled = OnOffAuto::kOff;
 };
 
 struct ModelConfig {
@@ -98,9 +106,8 @@ struct EngineConfig {
   bool chunk_size_search = false;         // pick the chunk size that wastes least (logged)
   bool prefetch = true;  // upload the next module's chunks while the current one computes
   // Host Adam on a worker thread while the next step's forward starts (docs/engine.md): true,
-  // false, or "auto" (`overlap_adam_auto`: on when the device tier is a GPU).
-  bool overlap_adam = false;
-  bool overlap_adam_auto = true;
+  // false, or "auto" (on when the device tier is a GPU: plan::overlap_adam_on).
+  OnOffAuto overlap_adam = OnOffAuto::kAuto;
 };
 
 struct TrainConfig {

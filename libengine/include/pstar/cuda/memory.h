@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-#include "pstar/memory/stat.h"
+#include "pstar/memory/exact_size_pool.h"
 
 namespace pstar::cuda {
 
@@ -64,7 +64,6 @@ class FirstFitRanges {
 
 namespace detail {
 struct DeviceArenaState;
-struct PinnedPoolState;
 }  // namespace detail
 
 // A block of a DeviceArena. Move-only; destroying or reset()ting it frees the block (see the note
@@ -120,61 +119,28 @@ class DeviceArena {
   std::shared_ptr<detail::DeviceArenaState> state_;
 };
 
-// A block of a PinnedHostPool: page-locked host memory, not zeroed. Move-only; destroying or
-// reset()ting it returns it to the pool for reuse. It keeps the pool's blocks alive, so it may
-// outlive the PinnedHostPool object.
-class PinnedBlock {
- public:
-  PinnedBlock() = default;
-  ~PinnedBlock();
-  PinnedBlock(PinnedBlock&& other) noexcept;
-  PinnedBlock& operator=(PinnedBlock&& other) noexcept;
-  PinnedBlock(const PinnedBlock&) = delete;
-  PinnedBlock& operator=(const PinnedBlock&) = delete;
-
-  void* data() const { return data_; }
-  int64_t bytes() const { return bytes_; }
-  explicit operator bool() const { return data_ != nullptr; }
-  void reset();
-
- private:
-  friend class PinnedHostPool;
-  std::shared_ptr<detail::PinnedPoolState> pool_;
-  void* data_ = nullptr;
-  int64_t bytes_ = 0;
-};
-
-// Page-locked host blocks of exact sizes: acquire(n) hands out a free block of exactly n bytes if
-// the pool has one, else cudaHostAlloc's a new one of exactly n bytes (no rounding to size
-// classes: chunk payloads come in a few sizes, and pinned memory is too scarce to waste). Blocks
-// go back to CUDA only through release_free() or when the pool and all its blocks are gone.
-// Thread-safe. (memory::HostPool is the same for pageable memory: Note [exact-size host pool].)
-class PinnedHostPool {
- public:
-  struct Stats {
-    memory::Stat reserved;  // pinned: in use + free
-    memory::Stat in_use;
-    int64_t blocks = 0, free_blocks = 0;
-  };
-
-  PinnedHostPool();
-
+// Where a PinnedHostPool's memory comes from: page-locked host blocks (cudaHostAlloc), for
+// asynchronous copies.
+struct PinnedPages {
   // Throws OutOfMemoryError ("cudaHostAlloc of 1.00 GiB: out of memory ...") when CUDA cannot pin
-  // that much. An empty block for 0.
-  PinnedBlock acquire(int64_t bytes);
-  // Gives every free block back to CUDA (cudaFreeHost); returns the bytes given back.
-  int64_t release_free();
-
-  // Bytes held from CUDA: in use + free.
-  int64_t bytes_reserved() const;
-  int64_t bytes_in_use() const;
-  int64_t block_count() const;
-  int64_t free_block_count() const;
-  // All of the above at once, with peaks.
-  Stats stats() const;
-
- private:
-  std::shared_ptr<detail::PinnedPoolState> state_;
+  // that much.
+  static void* allocate(int64_t bytes, int64_t reserved_bytes);
+  // cudaFreeHost; throws CudaError when it fails.
+  static void release(void* p, int64_t bytes);
 };
+
+// Page-locked host blocks of exact sizes, not zeroed: acquire(n) hands out a free block of exactly
+// n bytes if the pool has one, else cudaHostAlloc's a new one of exactly n bytes, and a freed block
+// waits for the next request of its size (Note [exact-size host pool]: memory::HostPool is the same
+// pool over pageable memory). Blocks go back to CUDA (cudaFreeHost) only through release_free() or
+// once the pool and all its blocks are gone; a block may outlive the pool object. Thread-safe.
+using PinnedHostPool = memory::ExactSizePool<PinnedPages>;
+using PinnedBlock = memory::PoolBlock<PinnedPages>;
 
 }  // namespace pstar::cuda
+
+namespace pstar::memory {
+// Instantiated once, in memory.cpp.
+extern template class PoolBlock<cuda::PinnedPages>;
+extern template class ExactSizePool<cuda::PinnedPages>;
+}  // namespace pstar::memory

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pstar/plan/memory_plan.h"
+#include "pstar/plan/run_plan.h"
 
 namespace pstar::plan {
 
@@ -50,9 +51,9 @@ struct Workload {
   bool gradient_accumulation = false;
 };
 
-// What `pstar train` runs for a config: the model's shape and the config's batch, precision,
-// checkpointing and chunk options.
-Workload workload_from_config(const config::TrainConfig& config, const model::GptConfig& shape);
+// What `pstar train` runs for a resolved run (Note [run plan]): the model's shape, the plan's
+// micro-batch and precision, and the config's checkpointing and chunk options.
+Workload workload_for(const RunPlan& run, const model::GptConfig& shape);
 
 struct StepTime {
   double flops_per_gpu = 0;

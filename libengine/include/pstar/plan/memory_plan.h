@@ -137,7 +137,8 @@ ActivationEstimate estimate_gpt_activations(const GptActivationInput& in);
 // sequences, the compute dtype and checkpointing.
 GptActivationInput gpt_activation_input(const config::TrainConfig& config,
                                         const model::GptConfig& shape);
-// Bytes per compute element under a config: 2 for bf16/fp16, 4 for fp32.
+// Bytes per compute element under a config whose bf16.enabled is decided (plan::decided_precision):
+// 2 for bf16/fp16, 4 for fp32.
 int64_t compute_elem_bytes(const config::TrainConfig& config);
 // The GPT's leaf modules in construction order, embeddings (wte, wpe) marked.
 std::vector<LeafModule> gpt_leaf_modules(const model::GptConfig& shape);

@@ -26,6 +26,14 @@ namespace pstar::plan {
 
 enum class Precision : uint8_t { kFp32, kBf16, kFp16 };
 const char* precision_name(Precision precision);  // "fp32", "bf16", "fp16"
+// The precision `name` spells ("fp32", "bf16", "fp16"); nullopt for anything else.
+std::optional<Precision> precision_from_name(const std::string& name);
+// Bytes of one element of the compute dtype: 4, or 2 for bf16 and fp16.
+int64_t elem_bytes(Precision precision);
+// The precision of a config whose bf16.enabled is decided (true or false): bf16, fp16 or fp32.
+// The one rule from the keys to the precision, which resolve_run applies once "auto" is decided.
+// Throws ConfigError for bf16.enabled "auto": only a run plan decides it.
+Precision decided_precision(const config::TrainConfig& config);
 
 enum class DeviceKind : uint8_t { kCpu, kCuda };
 
@@ -47,9 +55,9 @@ struct RunFacts {
 
 // Everything the rest of a run reads about its shape.
 struct RunPlan {
-  config::TrainConfig
-      config;           // as given, with bf16.enabled, overlap_adam and a CUDA budget decided
-  bool chunked = true;  // engine.mode "chunked"; else "torch"
+  config::TrainConfig config;  // as given, with bf16.enabled and engine.overlap_adam decided (never
+                               // "auto") and a CUDA budget set
+  bool chunked = true;         // engine.mode "chunked"; else "torch"
   Precision precision = Precision::kFp32;
   DeviceKind device = DeviceKind::kCpu;
   std::string device_name = "cpu";
@@ -66,7 +74,7 @@ struct RunPlan {
   std::vector<std::string> decisions;
 
   // Bytes of one element of the compute dtype: 4, or 2 for bf16 and fp16.
-  int64_t compute_elem_bytes() const { return precision == Precision::kFp32 ? 4 : 2; }
+  int64_t compute_elem_bytes() const { return elem_bytes(precision); }
 };
 
 // The share of a CUDA device's free memory engine.device_memory defaults to: the rest is left to
@@ -76,7 +84,7 @@ inline constexpr double kCudaFreeMemoryRatio = 0.9;
 // engine.overlap_adam on `device`: its "auto" is on for a GPU, where the device computes while the
 // host updates, and off on the emulated tier, where both would share the CPU's cores (Note [host
 // adam overlap]). resolve_run decides with it; engines read the plan's decision.
-bool overlap_adam_on(const config::EngineConfig& engine, DeviceKind device);
+bool overlap_adam_on(config::OnOffAuto overlap_adam, DeviceKind device);
 
 // Resolves `config` for `facts` (Note [run plan]). Pure. Throws ConfigError for what no machine
 // could run: train_batch_size unequal to micro × accumulation × world size, several ranks with

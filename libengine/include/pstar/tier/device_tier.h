@@ -43,7 +43,7 @@
 // memory fit for copies (pinned on the CUDA tier), allocate_host_only() ordinary pageable memory,
 // for payloads that stay on the host: the chunk engine's optimizer state outside the device margin
 // and the payloads of chunks that always compute on the host. Both kinds come from exact-size pools
-// (Note [exact-size host pool] in pstar/memory/host_pool.h), host_memory() reports what each holds,
+// (Note [exact-size host pool] in pstar/memory/exact_size_pool.h), host_memory() reports what each holds,
 // and trim() gives back the free blocks once the engine's plan has fixed what moves.
 #pragma once
 

@@ -32,5 +32,7 @@ plan::RunPlan plan_run(const config::TrainConfig& config, const std::string& dev
 // The compute device and dtype a plan names.
 c10::Device plan_device(const plan::RunPlan& plan);
 c10::ScalarType plan_dtype(const plan::RunPlan& plan);
+// The LibTorch dtype of a precision.
+c10::ScalarType precision_dtype(plan::Precision precision);
 
 }  // namespace pstar::train

