@@ -12,7 +12,6 @@
 #include "pstar/base/strings.h"
 #include "pstar/chunk/access_trace.h"
 #include "pstar/core/log.h"
-#include "pstar/dist/communicator.h"
 #include "pstar/plan/run_plan.h"
 #include "pstar/train/checkpoint.h"
 #include "pstar/train/checkpoint_schema.h"
@@ -75,8 +74,7 @@ std::unique_ptr<ChunkedEngine::Impl> make_impl(const plan::RunPlan& plan,
                                                const plan::ChunkLayout& layout,
                                                dist::Communicator* comm,
                                                std::unique_ptr<tier::DeviceTier> device_tier) {
-  chunk::Sharding sharding;
-  if (comm != nullptr) sharding = chunk::Sharding{comm->rank(), comm->world_size()};
+  const chunk::Sharding sharding = sharding_of(comm);
   PSTAR_INTERNAL_ASSERT(sharding.world_size == plan.world_size, "the plan is for ", plan.world_size,
                         " ranks, the communicator has ", sharding.world_size);
   const ChunkFormat format = chunk_format(plan, layout.chunk_size);
@@ -107,8 +105,8 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
   ChunkStore& store = s.store;
   // Gathers and reductions go through Gloo over host memory (Note [ring collectives]).
   PSTAR_CHECK(comm == nullptr || store.tier().compute_device().is_cpu(), ConfigError,
-              "training on ", comm != nullptr ? comm->world_size() : 1,
-              " ranks with the device tier ", store.tier().describe(),
+              "training on ", store.sharding().world_size, " ranks with the device tier ",
+              store.tier().describe(),
               " needs NCCL collectives, which this build of pstar does not have; train on one rank "
               "or with --device cpu");
   s.expected_leaves = static_cast<int64_t>(leaves.size());

@@ -10,6 +10,11 @@ namespace pstar::engine {
 
 using core::seconds_since;
 
+chunk::Sharding sharding_of(const dist::Communicator* comm) {
+  if (comm == nullptr) return chunk::Sharding{};
+  return chunk::Sharding{comm->rank(), comm->world_size()};
+}
+
 GroupSync::GroupSync(ChunkStore& store, dist::Communicator* comm) : store_(store), comm_(comm) {}
 
 void GroupSync::build_groups() {

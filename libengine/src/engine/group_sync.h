@@ -29,6 +29,9 @@ struct SyncFigures {
   double seconds = 0;
 };
 
+// This rank's share of the chunks with `comm` (null: one rank owns every chunk).
+chunk::Sharding sharding_of(const dist::Communicator* comm);
+
 class GroupSync {
  public:
   // `comm` null: one rank.
