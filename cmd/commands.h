@@ -10,6 +10,9 @@
 namespace CLI {
 class App;
 }
+namespace pstar::config {
+struct TrainConfig;
+}
 
 namespace pstar::cmd {
 
@@ -29,6 +32,9 @@ struct TrainCommandOptions {
 
 void register_train(CLI::App& app);
 int run_train(const TrainCommandOptions& options);
+// The same in this process (options.nproc is ignored) on a config loaded already from
+// options.config_path and options.overrides.
+int run_train_config(const config::TrainConfig& config, const TrainCommandOptions& options);
 
 // `pstar train --nproc N` (cmd/launch.cpp): runs this binary `nproc` times with `child_args` (the
 // argv after the program name, --nproc removed) and each rank's RANK, WORLD_SIZE, LOCAL_RANK,

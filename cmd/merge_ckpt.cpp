@@ -13,9 +13,9 @@
 #include "commands.h"
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
+#include "pstar/checkpoint/merge.h"
+#include "pstar/checkpoint/store.h"
 #include "pstar/core/log.h"
-#include "pstar/train/checkpoint.h"
-#include "pstar/train/merge.h"
 
 namespace pstar::cmd {
 namespace {
@@ -103,7 +103,7 @@ int run_merge_ckpt(const MergeCkptCommandOptions& o) {
               "--config is for --reshard only");
   PSTAR_CHECK(o.reshard == 0 || !o.output.empty(), ConfigError,
               "--reshard: give the new checkpoint directory with -o");
-  train::MergeOptions options;
+  checkpoint::MergeOptions options;
   // Without -o: beside the files, never over an existing file unless --force (an -o the user
   // named is theirs to replace, as before).
   const bool derived = o.output.empty();
@@ -114,25 +114,25 @@ int run_merge_ckpt(const MergeCkptCommandOptions& o) {
                 " already exists; give --force to replace it, or -o to write elsewhere");
   }
   options.beside_checkpoint = derived;
-  options.dtype = o.dtype == "bf16"   ? train::MergeDType::kBf16
-                  : o.dtype == "fp16" ? train::MergeDType::kFp16
-                                      : train::MergeDType::kFp32;
+  options.dtype = o.dtype == "bf16"   ? checkpoint::MergeDType::kBf16
+                  : o.dtype == "fp16" ? checkpoint::MergeDType::kFp16
+                                      : checkpoint::MergeDType::kFp32;
   options.reshard = o.reshard;
   options.config_path = o.config_path;
-  train::check_merge_options(options);
+  checkpoint::check_merge_options(options);
 
   int64_t num = o.num;
   std::vector<std::string> files;
   if (!o.dir.empty()) {
-    files = train::checkpoint_files_in(o.dir);
+    files = checkpoint::checkpoint_files_in(o.dir);
     if (num == 0) {
       PSTAR_CHECK(fs::exists(fs::path(o.dir) / "manifest.json"), ConfigError, "--dir ", o.dir,
                   " has no manifest.json to tell how many ranks wrote it; give --num");
-      num = train::read_manifest(o.dir).world_size;
+      num = checkpoint::read_manifest(o.dir).world_size;
     }
   } else {
     PSTAR_CHECK(num > 0, ConfigError, "--num: give the number of ranks (files) with --pattern");
-    files = train::match_checkpoint_files(o.pattern);
+    files = checkpoint::match_checkpoint_files(o.pattern);
     // An earlier merge's output matches the pattern it was named after (ckpt-*.pt matches
     // ckpt-merged.pt): it is not a shard.
     if (derived) {
@@ -146,13 +146,13 @@ int run_merge_ckpt(const MergeCkptCommandOptions& o) {
   }
 
   log::info("merge-ckpt: checking ", files.size(), " file(s) for ", num, " rank(s)");
-  train::IndexOptions index_options;
+  checkpoint::IndexOptions index_options;
   index_options.allow_unverified = o.unverified;
-  const train::CheckpointIndex index = train::index_checkpoint(files, num, index_options);
+  const checkpoint::CheckpointIndex index = checkpoint::index_checkpoint(files, num, index_options);
   log::info("merge-ckpt: step ", index.step, index.run_id.empty() ? "" : ", run " + index.run_id,
             ", ", index.params.size(), " parameter tensors (", format_bytes(index.param_bytes),
             " fp32), largest file ", format_bytes(index.largest_file_tensor_bytes));
-  const train::MergeSummary summary = train::merge_checkpoint(index, options);
+  const checkpoint::MergeSummary summary = checkpoint::merge_checkpoint(index, options);
 
   const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
   log::info("merge-ckpt: wrote ", summary.tensors, " tensors (", format_bytes(summary.bytes),

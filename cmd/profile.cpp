@@ -42,8 +42,9 @@ void register_profile(CLI::App& app) {
 
 int run_profile(const ProfileCommandOptions& o) {
   formats::require_profile_io("pstar profile");
-  // The config as given decides the warm-up length; errors in it surface here, once.
-  const config::TrainConfig config = config::load_train_config(o.config_path, o.overrides);
+  // The config as given decides the warm-up length; errors in it surface here, once. This
+  // process trains from it; ranks started by --nproc read it again with the overrides below.
+  config::TrainConfig config = config::load_train_config(o.config_path, o.overrides);
   const int64_t warmup = config.engine.warmup_iterations;
   TrainCommandOptions train;
   train.config_path = o.config_path;
@@ -58,7 +59,13 @@ int run_profile(const ProfileCommandOptions& o) {
   train.nproc = o.nproc;
   train.profile_path = o.output;
   train.profile_from = warmup + 1;
-  return run_train(train);
+  if (o.nproc > 0) return run_train(train);
+  // What the overrides above set, on the config parsed once (none of them is checked against
+  // another key, so the values are all validation would look at).
+  config.training.steps = warmup + o.steps;
+  config.training.save_interval = 0;
+  config.training.save_dir.clear();
+  return run_train_config(config, train);
 }
 
 }  // namespace pstar::cmd

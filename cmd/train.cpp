@@ -86,8 +86,12 @@ int run_train(const TrainCommandOptions& options) {
   if (!options.profile_path.empty()) formats::require_profile_io("pstar train --profile");
   if (options.nproc > 0)
     return launch_local(options.nproc, rank_args(options), options.master_port);
+  return run_train_config(config::load_train_config(options.config_path, options.overrides),
+                          options);
+}
+
+int run_train_config(const config::TrainConfig& config, const TrainCommandOptions& options) {
   if (options.quiet) log::set_level(log::Level::kWarn);
-  auto config = config::load_train_config(options.config_path, options.overrides);
   train::TrainOptions train_options;
   train_options.device = options.device;
   train_options.metrics_path = options.metrics_path;

@@ -24,12 +24,12 @@
 #include "cli_util.h"
 #include "metrics_util.h"
 #include "pstar/base/version.h"
+#include "pstar/checkpoint/store.h"
 #include "pstar/formats/config.h"
 #include "pstar/formats/safetensors.h"
 #include "pstar/model/gpt.h"
 #include "pstar/model/gpt_shape.h"
 #include "pstar/plan/memory_plan.h"
-#include "pstar/train/checkpoint.h"
 #include "test_util.h"
 
 namespace pstar::cmd {
@@ -42,7 +42,7 @@ using pstar::testing::read_text;
 using pstar::testing::ScratchDir;
 using pstar::testing::write_text;
 
-bool is_parameter_name(const train::TensorMap& tensors, const std::string& name) {
+bool is_parameter_name(const checkpoint::TensorMap& tensors, const std::string& name) {
   if (name.rfind("__pstar__.", 0) == 0) return false;
   for (const std::string suffix : {".exp_avg", ".exp_avg_sq"}) {
     if (name.size() > suffix.size() &&
@@ -57,8 +57,8 @@ bool is_parameter_name(const train::TensorMap& tensors, const std::string& name)
 std::map<std::string, at::Tensor> shard_parameters(const fs::path& step_dir, int64_t ranks) {
   std::map<std::string, at::Tensor> params;
   for (int64_t r = 0; r < ranks; ++r) {
-    const train::TensorMap tensors =
-        train::read_checkpoint_file(train::checkpoint_file(step_dir, r));
+    const checkpoint::TensorMap tensors =
+        checkpoint::read_checkpoint_file(checkpoint::checkpoint_file(step_dir, r));
     for (const auto& [name, t] : tensors) {
       if (!is_parameter_name(tensors, name)) continue;
       EXPECT_TRUE(params.emplace(name, t).second) << name << " is in two ranks' files";
@@ -255,7 +255,7 @@ TEST_F(MergeCkptTest, PtOutputIsADictThatTorchLoadReads) {
   const auto r = merge({"--dir", "ck/step-00000003", "-o", "out/model.pt"});
   ASSERT_EQ(r.exit_code, 0) << r;
   const auto masters = shard_parameters(dir_.path() / "ck/step-00000003", 2);
-  const train::TensorMap merged = train::read_checkpoint_file(dir_.file("out/model.pt"));
+  const checkpoint::TensorMap merged = checkpoint::read_checkpoint_file(dir_.file("out/model.pt"));
   ASSERT_EQ(merged.size(), masters.size());
   for (const auto& [name, master] : masters) {
     ASSERT_TRUE(merged.count(name)) << name;
@@ -267,9 +267,9 @@ TEST_F(MergeCkptTest, PtOutputIsADictThatTorchLoadReads) {
     GTEST_SKIP() << "no Python with torch (python3 -c 'import torch' fails; Debian: "
                     "apt-get install python3-torch)";
   // weights_only=True: the default of torch.load from PyTorch 2.6 on, whose unpickler refuses
-  // every global but the tensor rebuilders it knows (Note [checkpoint pickle] in checkpoint.cpp).
-  // Passed explicitly so that an older torch (Debian's 1.13 has the argument) checks it too. The
-  // checkpoint's own files come from the same writer.
+  // every global but the tensor rebuilders it knows (Note [checkpoint pickle] in
+  // checkpoint/store.cpp). Passed explicitly so that an older torch (Debian's 1.13 has the
+  // argument) checks it too. The checkpoint's own files come from the same writer.
   write_text(dir_.file("load.py"),
              "import json, sys, torch\n"
              "d = torch.load(sys.argv[1], weights_only=True)\n"
@@ -331,7 +331,7 @@ TEST_F(MergeCkptTest, ReshardedCheckpointsResume) {
   EXPECT_EQ(m1["run_id"], manifest["run_id"]);
   EXPECT_EQ(manifest["pstar_version"], pstar::version());  // what pstar --version prints
   EXPECT_EQ(m1["pstar_version"], pstar::version());
-  const train::TensorMap one = train::read_checkpoint_file(dir_.file("re1/ckpt-0.pt"));
+  const checkpoint::TensorMap one = checkpoint::read_checkpoint_file(dir_.file("re1/ckpt-0.pt"));
   EXPECT_EQ(one.at("__pstar__.world_size").item<int64_t>(), 1);
   EXPECT_EQ(one.at("__pstar__.step").item<int64_t>(), 3);
   EXPECT_EQ(one.size(), 28u * 3 + 9);  // every parameter with its Adam state, and the run state
@@ -343,7 +343,7 @@ TEST_F(MergeCkptTest, ReshardedCheckpointsResume) {
   for (const json& m : single) EXPECT_TRUE(std::isfinite(m["loss"].get<double>())) << m.dump();
 
   // 1 -> 2, from the one-rank checkpoint. pstar's GPT draws no random numbers while training, so
-  // this too continues the original run exactly (Note [reshard] in merge.cpp).
+  // this too continues the original run exactly (Note [reshard] in checkpoint/reshard.cpp).
   r = merge({"--dir", "re1", "--reshard", "2", "-o", "re12"});
   ASSERT_EQ(r.exit_code, 0) << r;
   t = resume("re12", 2, "re12.jsonl");
@@ -398,12 +398,12 @@ TEST_F(MergeCkptTest, BadFileSetsAreClearErrorsAndWriteNothing) {
   {
     // A file of a newer format that its manifest vouches for: the format check, not the
     // checksum, refuses it.
-    train::TensorMap t = train::read_checkpoint_file((a3 / "ckpt-1.pt").string());
+    checkpoint::TensorMap t = checkpoint::read_checkpoint_file((a3 / "ckpt-1.pt").string());
     t["__pstar__.format_version"] = torch::tensor(int64_t{2});
-    train::CheckpointManifest m = train::read_manifest(dir_.file("bad/newer"));
-    m.digests[1] = train::write_checkpoint_file(dir_.file("bad/newer/ckpt-1.pt"),
-                                                train::TensorList(t.begin(), t.end()));
-    train::write_manifest(dir_.file("bad/newer"), m);
+    checkpoint::CheckpointManifest m = checkpoint::read_manifest(dir_.file("bad/newer"));
+    m.digests[1] = checkpoint::write_checkpoint_file(dir_.file("bad/newer/ckpt-1.pt"),
+                                                     checkpoint::TensorList(t.begin(), t.end()));
+    checkpoint::write_manifest(dir_.file("bad/newer"), m);
   }
 
   const std::vector<Case> cases = {
@@ -493,10 +493,10 @@ TEST_F(MergeCkptTest, StreamingMergeHoldsOneFileNotTheModel) {
     const plan::GptChunkMap map =
         plan::gpt_chunk_map(config::load_train_config((step / "config.json").string()));
     int64_t largest = 0, params = 0;
-    std::vector<train::FileDigest> digests;
+    std::vector<checkpoint::FileDigest> digests;
     torch::manual_seed(7);
     for (int64_t r = 0; r < ranks; ++r) {
-      train::TensorList tensors;
+      checkpoint::TensorList tensors;
       int64_t bytes = 0;
       for (size_t i = 0; i < map.params.size(); ++i) {
         if (map.chunks[i] % ranks != r) continue;
@@ -516,10 +516,12 @@ TEST_F(MergeCkptTest, StreamingMergeHoldsOneFileNotTheModel) {
       }
       tensors.emplace_back("__pstar__.loss_scaler", torch::ones({3}, torch::kFloat64));
       tensors.emplace_back("__pstar__.rng", at::detail::getDefaultCPUGenerator().get_state());
-      digests.push_back(train::write_checkpoint_file(train::checkpoint_file(step, r), tensors));
+      digests.push_back(
+          checkpoint::write_checkpoint_file(checkpoint::checkpoint_file(step, r), tensors));
       largest = std::max(largest, bytes);
     }
-    train::write_manifest(step.string(), train::CheckpointManifest{ranks, 1, "synthetic", digests});
+    checkpoint::write_manifest(step.string(),
+                               checkpoint::CheckpointManifest{ranks, 1, "synthetic", digests});
     return std::make_pair(largest, params);
   };
   write_checkpoint(
@@ -563,8 +565,8 @@ TEST_F(MergeCkptTest, StreamingMergeHoldsOneFileNotTheModel) {
   // And the merge is right: spot-check a tensor from the last rank against its file.
   formats::SafetensorsReader reader(dir_.file("out/model.safetensors"));
   EXPECT_EQ(reader.tensors().size(), 2 + 8 * 12 + 2u);
-  const train::TensorMap last =
-      train::read_checkpoint_file(train::checkpoint_file(dir_.path() / "big", kRanks - 1));
+  const checkpoint::TensorMap last = checkpoint::read_checkpoint_file(
+      checkpoint::checkpoint_file(dir_.path() / "big", kRanks - 1));
   for (const auto& [name, t] : last) {
     if (!is_parameter_name(last, name)) continue;
     EXPECT_TRUE(bitwise_equal(safetensors_tensor(reader, *reader.find(name)), t)) << name;
@@ -592,7 +594,8 @@ TEST_F(MergeCkptTest, ShardsThatFailTheirManifestChecksumAreRefusedAndNothingIsW
   // archive (stored uncompressed) and invert 8 bytes of it.
   const fs::path flipped = copy_step("flipped");
   {
-    const train::TensorMap t = train::read_checkpoint_file((flipped / "ckpt-1.pt").string());
+    const checkpoint::TensorMap t =
+        checkpoint::read_checkpoint_file((flipped / "ckpt-1.pt").string());
     std::string largest;
     for (const auto& [name, tensor] : t)
       if (largest.empty() || tensor.nbytes() > t.at(largest).nbytes()) largest = name;
@@ -605,7 +608,8 @@ TEST_F(MergeCkptTest, ShardsThatFailTheirManifestChecksumAreRefusedAndNothingIsW
     for (size_t i = 0; i < 8; ++i) bytes[at + victim.nbytes() / 2 + i] ^= '\xff';
     write_text((flipped / "ckpt-1.pt").string(), bytes);
     // The archive is still readable and the tensor now differs: only the checksum can tell.
-    const train::TensorMap damaged = train::read_checkpoint_file((flipped / "ckpt-1.pt").string());
+    const checkpoint::TensorMap damaged =
+        checkpoint::read_checkpoint_file((flipped / "ckpt-1.pt").string());
     EXPECT_FALSE(bitwise_equal(damaged.at(largest), victim)) << largest;
   }
   const fs::path truncated = copy_step("truncated");
@@ -619,7 +623,8 @@ TEST_F(MergeCkptTest, ShardsThatFailTheirManifestChecksumAreRefusedAndNothingIsW
   const json manifest = json::parse(read_text((a3 / "manifest.json").string()));
   char want[16];
   std::snprintf(want, sizeof want, "0x%08x", manifest["crc32"][1].get<uint32_t>());
-  const train::FileDigest found_flipped = train::file_digest((flipped / "ckpt-1.pt").string());
+  const checkpoint::FileDigest found_flipped =
+      checkpoint::file_digest((flipped / "ckpt-1.pt").string());
   char found[16];
   std::snprintf(found, sizeof found, "0x%08x", found_flipped.crc32);
   struct Case {
@@ -690,7 +695,8 @@ TEST_F(MergeCkptTest, WithoutOutputWritesBesideTheShardsAndPrintsThePath) {
   EXPECT_EQ(r.out, "ckpt-merged.pt\n") << r;
   const auto masters = shard_parameters(step, 4);
   auto expect_merged = [&] {
-    const train::TensorMap merged = train::read_checkpoint_file((step / "ckpt-merged.pt").string());
+    const checkpoint::TensorMap merged =
+        checkpoint::read_checkpoint_file((step / "ckpt-merged.pt").string());
     ASSERT_EQ(merged.size(), masters.size());
     for (const auto& [name, master] : masters) {
       ASSERT_TRUE(merged.count(name)) << name;

@@ -20,7 +20,7 @@
 
 #include "cli_util.h"
 #include "metrics_util.h"
-#include "pstar/train/checkpoint.h"
+#include "pstar/checkpoint/store.h"
 #include "test_util.h"
 
 namespace pstar::cmd {
@@ -112,8 +112,8 @@ class ReliabilityTest : public ::testing::Test {
     return out;
   }
 
-  std::string ck(int64_t step) const { return train::checkpoint_dir("ck", step); }
-  std::string latest() const { return train::resolve_resume_dir(dir_.file("ck")).dir; }
+  std::string ck(int64_t step) const { return checkpoint::checkpoint_dir("ck", step); }
+  std::string latest() const { return checkpoint::resolve_resume_dir(dir_.file("ck")).dir; }
 
   // Continues from `ck` to `steps` (with `extra` options) and checks every step after `from`
   // against a fresh run.
@@ -151,7 +151,7 @@ TEST_F(ReliabilityTest, SigtermFinishesTheStepSavesAndResumesExactly) {
       << r;
   EXPECT_TRUE(contains(r.err, "--resume ck")) << r;
   EXPECT_EQ(latest(), dir_.file(ck(k)));
-  EXPECT_EQ(train::checkpoint_problem(dir_.file(ck(k))), "");
+  EXPECT_EQ(checkpoint::checkpoint_problem(dir_.file(ck(k))), "");
   EXPECT_TRUE(temporaries(dir_.file("ck")).empty());
   expect_exact_resume(k, k + 3);
 }
@@ -194,8 +194,8 @@ TEST_F(ReliabilityTest, ASecondSignalStopsAtOnceAndKeepsTheLastCheckpoint) {
   EXPECT_TRUE(contains(r.err, "second SIGTERM: stopping now, without a checkpoint")) << r;
   EXPECT_FALSE(contains(r.err, "stopped on SIGTERM after step")) << r;
   const std::string last = latest();
-  EXPECT_EQ(train::checkpoint_problem(last), "") << last;
-  const int64_t k = train::read_manifest(last).step;
+  EXPECT_EQ(checkpoint::checkpoint_problem(last), "") << last;
+  const int64_t k = checkpoint::read_manifest(last).step;
   expect_exact_resume(k, k + 1);
 }
 
@@ -222,13 +222,13 @@ TEST_F(ReliabilityTest, KillDuringACheckpointWriteLeavesTheLastOneValid) {
   const std::string killed_dir = caught.parent_path().string();
   const std::string last = latest();
   EXPECT_NE(fs::path(last).filename(), fs::path(killed_dir).filename());
-  EXPECT_EQ(train::checkpoint_problem(last), "") << last;
-  const int64_t k = train::read_manifest(last).step;
+  EXPECT_EQ(checkpoint::checkpoint_problem(last), "") << last;
+  const int64_t k = checkpoint::read_manifest(last).step;
   // The resumed run saves the killed step again over the debris, and cleans it up.
   expect_exact_resume(k, k + 3,
                       {"--set", "training.save_dir=ck", "--set", "training.save_interval=1"});
   EXPECT_TRUE(temporaries(dir_.file("ck")).empty());
-  EXPECT_EQ(train::checkpoint_problem(latest()), "");
+  EXPECT_EQ(checkpoint::checkpoint_problem(latest()), "");
 }
 
 TEST_F(ReliabilityTest, AFullDiskDuringASaveIsAClearErrorAndCorruptsNothing) {
@@ -248,7 +248,7 @@ TEST_F(ReliabilityTest, AFullDiskDuringASaveIsAClearErrorAndCorruptsNothing) {
   EXPECT_FALSE(fs::exists(dir_.file(ck(6))));
   EXPECT_TRUE(temporaries(dir_.file("ck")).empty());
   EXPECT_EQ(latest(), dir_.file(ck(4)));
-  EXPECT_EQ(train::checkpoint_problem(dir_.file(ck(4))), "");
+  EXPECT_EQ(checkpoint::checkpoint_problem(dir_.file(ck(4))), "");
   expect_exact_resume(4, 8);
 }
 
@@ -267,7 +267,7 @@ TEST_F(ReliabilityTest, ANonFiniteLossStopsClearlyAndNamesTheLastCheckpoint) {
         << r;
     EXPECT_TRUE(contains(r.err, "the last checkpoint is " + ck(1))) << r;
     EXPECT_EQ(latest(), dir_.file(ck(1)));
-    EXPECT_EQ(train::checkpoint_problem(dir_.file(ck(1))), "");
+    EXPECT_EQ(checkpoint::checkpoint_problem(dir_.file(ck(1))), "");
   }
 }
 
@@ -329,14 +329,14 @@ TEST_F(ReliabilityTest, KeepLastBoundsTheCheckpointsOnDisk) {
                   "training.save_interval=2", "--set", "training.keep_last=2"});
   ASSERT_EQ(r.exit_code, 0) << r;
   std::vector<int64_t> left;
-  for (const auto& e : train::list_checkpoints(dir_.file("ck"))) left.push_back(e.step);
+  for (const auto& e : checkpoint::list_checkpoints(dir_.file("ck"))) left.push_back(e.step);
   EXPECT_EQ(left, (std::vector<int64_t>{8, 10}));
   EXPECT_EQ(latest(), dir_.file(ck(10)));
   // 0 keeps every one.
   r = train({"--set", "training.steps=10", "--set", "training.save_dir=all", "--set",
              "training.save_interval=2", "--set", "training.keep_last=0"});
   ASSERT_EQ(r.exit_code, 0) << r;
-  EXPECT_EQ(train::list_checkpoints(dir_.file("all")).size(), 5u);
+  EXPECT_EQ(checkpoint::list_checkpoints(dir_.file("all")).size(), 5u);
 }
 
 }  // namespace

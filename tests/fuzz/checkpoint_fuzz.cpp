@@ -1,4 +1,4 @@
-// Fuzz target: checkpoint files (pstar::train::read_checkpoint_file: LibTorch's zip reader and
+// Fuzz target: checkpoint files (pstar::checkpoint::read_checkpoint_file: LibTorch's zip reader and
 // unpickler), and the checkpoint manifest (read_manifest).
 //
 // An input that starts like a zip file ("PK\3\4") is the checkpoint file itself, which exercises
@@ -28,7 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz_util.h"
-#include "pstar/train/checkpoint.h"
+#include "pstar/checkpoint/store.h"
 
 namespace {
 
@@ -205,7 +205,7 @@ int64_t end_in_storage(const at::Tensor& t) {
   return (last + 1) * static_cast<int64_t>(t.element_size());
 }
 
-void check_tensors(const pstar::train::TensorMap& tensors, const std::string& path) {
+void check_tensors(const pstar::checkpoint::TensorMap& tensors, const std::string& path) {
   for (const auto& [name, t] : tensors) {
     if (!t.defined()) finding(str_cat("tensor '", name, "' is undefined"));
     if (!t.device().is_cpu() || t.layout() != at::kStrided) {
@@ -224,14 +224,14 @@ void check_tensors(const pstar::train::TensorMap& tensors, const std::string& pa
       for (int64_t i = 0; i < storage_bytes; ++i) sum = sum + bytes[i];
     }
     const at::Tensor& same =
-        pstar::train::checkpoint_tensor(tensors, name, path, t.sizes(), t.scalar_type());
+        pstar::checkpoint::checkpoint_tensor(tensors, name, path, t.sizes(), t.scalar_type());
     if (!same.is_same(t)) finding("checkpoint_tensor returned another tensor");
     std::vector<int64_t> other_shape = t.sizes().vec();
     other_shape.push_back(2);
     const std::string& key = name;  // a lambda cannot capture a structured binding in C++17
     const c10::ScalarType dtype = t.scalar_type();
     pstar::fuzz::expect_typed_errors(path, {pstar::ErrorKind::kFormat}, [&] {
-      pstar::train::checkpoint_tensor(tensors, key, path, other_shape, dtype);
+      pstar::checkpoint::checkpoint_tensor(tensors, key, path, other_shape, dtype);
       finding("checkpoint_tensor accepted a tensor of another shape");
     });
   }
@@ -241,7 +241,7 @@ void fuzz_manifest(const uint8_t* data, size_t size) {
   static pstar::fuzz::ScratchDir dir;
   const std::string path = dir.write("manifest.json", data, size);
   pstar::fuzz::expect_typed_errors(path, {pstar::ErrorKind::kFormat}, [&] {
-    const pstar::train::CheckpointManifest m = pstar::train::read_manifest(dir.path());
+    const pstar::checkpoint::CheckpointManifest m = pstar::checkpoint::read_manifest(dir.path());
     if (m.world_size < 1) finding(str_cat("read_manifest accepted world_size ", m.world_size));
     if (!m.digests.empty() && static_cast<int64_t>(m.digests.size()) != m.world_size) {
       finding(str_cat("read_manifest accepted ", m.digests.size(), " digests for ", m.world_size,
@@ -297,7 +297,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (unbalanced(pickle)) return -1;  // Note [unbalanced pickles]
   pstar::fuzz::expect_typed_errors(path, {pstar::ErrorKind::kFormat, pstar::ErrorKind::kIo}, [&] {
-    check_tensors(pstar::train::read_checkpoint_file(path), path);
+    check_tensors(pstar::checkpoint::read_checkpoint_file(path), path);
   });
   fuzz_manifest(data, size);
   return 0;

@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "pstar/base/error.h"
+#include "pstar/checkpoint/store.h"
 #include "pstar/formats/config.h"
 #include "pstar/formats/profile.h"
 #include "pstar/formats/safetensors.h"
 #include "pstar/formats/token_file.h"
-#include "pstar/train/checkpoint.h"
 
 namespace {
 
@@ -228,7 +228,7 @@ void profile_seeds() {
 
 void checkpoint_seeds() {
   const fs::path file = scratch("ckpt-0.pt");
-  train::write_checkpoint_file(
+  checkpoint::write_checkpoint_file(
       file.string(),
       {{"transformer.wte.weight", torch::arange(6, torch::kFloat32).reshape({2, 3})},
        {"transformer.wte.weight.exp_avg", torch::zeros({2, 3})},
@@ -255,11 +255,11 @@ void checkpoint_seeds() {
   write_seed("checkpoint", "truncated.pt", zip.substr(0, zip.size() / 2));
   const fs::path dir = scratch("manifest");
   fs::create_directories(dir);
-  train::CheckpointManifest manifest;
+  checkpoint::CheckpointManifest manifest;
   manifest.world_size = 2;
   manifest.step = 100;
   manifest.run_id = "run-1234";
-  train::write_manifest(dir.string(), manifest);
+  checkpoint::write_manifest(dir.string(), manifest);
   write_seed("checkpoint", "manifest.json", read_file(dir / "manifest.json"));
   fs::remove_all(dir);
   write_seed("checkpoint", "manifest_bad.json", R"({"world_size": 0, "step": "x"})");

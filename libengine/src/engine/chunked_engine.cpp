@@ -10,17 +10,17 @@
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
 #include "pstar/base/strings.h"
+#include "pstar/checkpoint/schema.h"
+#include "pstar/checkpoint/store.h"
 #include "pstar/chunk/access_trace.h"
 #include "pstar/core/log.h"
 #include "pstar/plan/run_plan.h"
-#include "pstar/train/checkpoint.h"
-#include "pstar/train/checkpoint_schema.h"
 
 namespace pstar::engine {
 namespace {
 
-namespace ckpt = train::ckpt;
-using train::checkpoint_tensor;
+namespace ckpt = checkpoint;
+using checkpoint::checkpoint_tensor;
 
 ChunkFormat chunk_format(const plan::RunPlan& plan, int64_t chunk_size) {
   ChunkFormat f;

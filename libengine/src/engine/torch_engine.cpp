@@ -1,8 +1,9 @@
 #include "pstar/engine/torch_engine.h"
 
 #include "compute_dtype.h"
+#include "pstar/checkpoint/schema.h"
+#include "pstar/checkpoint/store.h"
 #include "pstar/plan/run_plan.h"
-#include "pstar/train/checkpoint_schema.h"
 
 #include <cmath>
 
@@ -15,9 +16,6 @@
 
 namespace pstar::engine {
 namespace {
-
-namespace ckpt = train::ckpt;
-using train::checkpoint_tensor;
 
 class TorchEngine : public ParamEngine {
  public:
@@ -125,27 +123,30 @@ class TorchEngine : public ParamEngine {
           step = s.step();
         });
       }
-      out.emplace_back(ckpt::exp_avg_of(names_[i]), m.detach().cpu().clone());
-      out.emplace_back(ckpt::exp_avg_sq_of(names_[i]), v.detach().cpu().clone());
+      out.emplace_back(checkpoint::exp_avg_of(names_[i]), m.detach().cpu().clone());
+      out.emplace_back(checkpoint::exp_avg_sq_of(names_[i]), v.detach().cpu().clone());
     }
-    out.emplace_back(ckpt::kAdamStep, torch::tensor(step, torch::kInt64));
+    out.emplace_back(checkpoint::kAdamStep, torch::tensor(step, torch::kInt64));
   }
 
   void load_state_dict(const TensorMap& in, const std::string& file) override {
     torch::NoGradGuard no_grad;
     const int64_t step =
-        checkpoint_tensor(in, ckpt::kAdamStep, file, {}, torch::kInt64).item<int64_t>();
+        checkpoint::checkpoint_tensor(in, checkpoint::kAdamStep, file, {}, torch::kInt64)
+            .item<int64_t>();
     auto& state = optimizer_->state();
     for (size_t i = 0; i < params_.size(); ++i) {
       auto& p = optimized()[i];
-      const auto& value = checkpoint_tensor(in, names_[i], file, p.sizes(), torch::kFloat32);
+      const auto& value =
+          checkpoint::checkpoint_tensor(in, names_[i], file, p.sizes(), torch::kFloat32);
       p.copy_(value);
       if (mixed_) params_[i].copy_(p);
-      auto m = checkpoint_tensor(in, ckpt::exp_avg_of(names_[i]), file, p.sizes(), torch::kFloat32)
+      auto m = checkpoint::checkpoint_tensor(in, checkpoint::exp_avg_of(names_[i]), file, p.sizes(),
+                                             torch::kFloat32)
                    .to(p.device());
-      auto v =
-          checkpoint_tensor(in, ckpt::exp_avg_sq_of(names_[i]), file, p.sizes(), torch::kFloat32)
-              .to(p.device());
+      auto v = checkpoint::checkpoint_tensor(in, checkpoint::exp_avg_sq_of(names_[i]), file,
+                                             p.sizes(), torch::kFloat32)
+                   .to(p.device());
       const auto key = compat::optimizer_state_key(state, p);
       if (step == 0) {
         state.erase(key);

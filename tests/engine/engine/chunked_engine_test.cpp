@@ -9,6 +9,7 @@
 #include "engine/cpu_plan.h"
 #include "engine/small_gpt_config.h"
 #include "pstar/base/error.h"
+#include "pstar/checkpoint/store.h"
 #include "pstar/chunk/access_trace.h"
 #include "pstar/chunk/eviction.h"
 #include "pstar/engine/chunked_engine.h"
@@ -16,7 +17,6 @@
 #include "pstar/memory/cpu_counter.h"
 #include "pstar/model/causal_lm.h"
 #include "pstar/model/hooks.h"
-#include "pstar/train/checkpoint.h"
 #include "pstar/train/trainer.h"
 #include "test_util.h"
 
@@ -388,7 +388,7 @@ TEST_F(CheckpointTest, ResumeIsBitIdentical) {
       TrainOptions o;
       o.device = "cpu";
       o.progress = false;
-      o.resume_dir = checkpoint_dir(c.training.save_dir, 4);
+      o.resume_dir = checkpoint::checkpoint_dir(c.training.save_dir, 4);
       Trainer resumed(c, build_model_and_engine(cpu_plan(c)), o);
       ASSERT_EQ(resumed.steps_done(), 4);
       for (int64_t s = 5; s <= 10; ++s) {
@@ -397,9 +397,10 @@ TEST_F(CheckpointTest, ResumeIsBitIdentical) {
         EXPECT_EQ(m.grad_norm, full[s - 1].grad_norm);
       }
       // The first run saved steps 4 and 6; the resumed one steps 8 and 10, the newest.
-      EXPECT_EQ(resolve_resume_dir(c.training.save_dir).dir,
-                checkpoint_dir(c.training.save_dir, 10));
-      EXPECT_TRUE(std::filesystem::exists(checkpoint_dir(c.training.save_dir, 6) + "/ckpt-0.pt"));
+      EXPECT_EQ(checkpoint::resolve_resume_dir(c.training.save_dir).dir,
+                checkpoint::checkpoint_dir(c.training.save_dir, 10));
+      EXPECT_TRUE(std::filesystem::exists(checkpoint::checkpoint_dir(c.training.save_dir, 6) +
+                                          "/ckpt-0.pt"));
     }
   }
 }
@@ -410,7 +411,8 @@ TEST_F(CheckpointTest, FilesAreDictsOfNamedTensors) {
   c.training.save_dir = dir_.file("ck");
   c.training.save_interval = 2;
   run(c);
-  auto tensors = read_checkpoint_file(checkpoint_dir(c.training.save_dir, 2) + "/ckpt-0.pt");
+  auto tensors = checkpoint::read_checkpoint_file(
+      checkpoint::checkpoint_dir(c.training.save_dir, 2) + "/ckpt-0.pt");
   ASSERT_TRUE(tensors.count("transformer.h.0.attn.c_attn.weight"));
   EXPECT_EQ(tensors["transformer.h.0.attn.c_attn.weight"].sizes().vec(),
             (std::vector<int64_t>{64, 192}));
@@ -426,7 +428,7 @@ TEST_F(CheckpointTest, BadCheckpointsAreClearErrors) {
   c.training.save_dir = dir_.file("ck");
   c.training.save_interval = 2;
   run(c);
-  const std::string dir = checkpoint_dir(c.training.save_dir, 2);
+  const std::string dir = checkpoint::checkpoint_dir(c.training.save_dir, 2);
   const std::string file = dir + "/ckpt-0.pt";
   TrainOptions o;
   o.device = "cpu";

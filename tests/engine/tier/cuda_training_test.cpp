@@ -11,11 +11,11 @@
 #include "engine/cpu_plan.h"
 #include "engine/small_gpt_config.h"
 #include "pstar/base/error.h"
+#include "pstar/checkpoint/store.h"
 #include "pstar/chunk/access_trace.h"
 #include "pstar/engine/chunked_engine.h"
 #include "pstar/formats/config.h"
 #include "pstar/tier/device_tier.h"
-#include "pstar/train/checkpoint.h"
 #include "pstar/train/trainer.h"
 #include "test_util.h"
 
@@ -166,7 +166,7 @@ TEST_F(CudaTraining, ResumeIsExact) {
   c.training.steps = 6;
   run(c);
   c.training.steps = 10;
-  const auto resumed = run(c, checkpoint_dir(c.training.save_dir, 4));
+  const auto resumed = run(c, checkpoint::checkpoint_dir(c.training.save_dir, 4));
   ASSERT_EQ(resumed.size(), 6u);
   for (size_t i = 0; i < resumed.size(); ++i) {
     EXPECT_EQ(resumed[i].loss, full[i + 4].loss) << "step " << i + 5;

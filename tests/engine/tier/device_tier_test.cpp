@@ -555,7 +555,7 @@ class ChunkedEngineOnATier : public ::testing::Test {
       if (after) after(out.back());
     }
     if (state_out != nullptr) {
-      train::TensorList state;
+      checkpoint::TensorList state;
       raw->state_dict(state);
       for (const auto& [name, tensor] : state) {
         const auto* bytes = static_cast<const uint8_t*>(tensor.data_ptr());

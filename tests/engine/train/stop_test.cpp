@@ -6,10 +6,10 @@
 #include <gtest/gtest.h>
 
 #include "engine/cpu_plan.h"
+#include "pstar/checkpoint/store.h"
 #include "pstar/core/stop.h"
 #include "pstar/engine/param_engine.h"
 #include "pstar/formats/config.h"
-#include "pstar/train/checkpoint.h"
 #include "pstar/train/trainer.h"
 #include "test_util.h"
 
@@ -92,8 +92,9 @@ TEST_P(StopTest, BetweenStepsFinishesTheStepAndSaves) {
     EXPECT_EQ(t.steps_done(), 3);
   }
   core::request_stop(0);
-  EXPECT_EQ(resolve_resume_dir(c.training.save_dir).dir, checkpoint_dir(c.training.save_dir, 3));
-  EXPECT_EQ(checkpoint_problem(checkpoint_dir(c.training.save_dir, 3)), "");
+  EXPECT_EQ(checkpoint::resolve_resume_dir(c.training.save_dir).dir,
+            checkpoint::checkpoint_dir(c.training.save_dir, 3));
+  EXPECT_EQ(checkpoint::checkpoint_problem(checkpoint::checkpoint_dir(c.training.save_dir, 3)), "");
   expect_exact_continuation(c, 4, reference);
 }
 
@@ -115,7 +116,8 @@ TEST_P(StopTest, BetweenMicroBatchesAbandonsALongStep) {
     EXPECT_EQ(t.steps_done(), 2);
   }
   core::request_stop(0);
-  EXPECT_EQ(resolve_resume_dir(c.training.save_dir).dir, checkpoint_dir(c.training.save_dir, 2));
+  EXPECT_EQ(checkpoint::resolve_resume_dir(c.training.save_dir).dir,
+            checkpoint::checkpoint_dir(c.training.save_dir, 2));
   // Nothing of the abandoned micro-batch reaches the checkpoint: masters, Adam state, counters
   // and the random state are those of the end of step 2.
   expect_exact_continuation(c, 3, reference);

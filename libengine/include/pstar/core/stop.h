@@ -1,6 +1,6 @@
-// Graceful stops on SIGINT/SIGTERM (Note [graceful stop] in trainer.cpp). The first signal only
-// raises a flag that long-running work polls at safe points; a second one ends the process at
-// once, by the signal itself, without running anything that could touch a checkpoint.
+// Graceful stops on SIGINT/SIGTERM (Note [graceful stop] in train/trainer_step.cpp). The first
+// signal only raises a flag that long-running work polls at safe points; a second one ends the
+// process at once, by the signal itself, without running anything that could touch a checkpoint.
 #pragma once
 
 namespace pstar::core {

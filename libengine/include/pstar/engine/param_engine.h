@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "pstar/checkpoint/store.h"
 #include "pstar/engine/metrics.h"
-#include "pstar/train/checkpoint.h"
 
 namespace pstar::model {
 class ModuleHooks;
@@ -17,8 +17,12 @@ class ModuleHooks;
 namespace pstar::engine {
 
 class EngineObserver;
-using train::TensorList;
-using train::TensorMap;
+using checkpoint::TensorList;
+using checkpoint::TensorMap;
+
+// An engine's part of a checkpoint, in the checkpoint module's tensor list and map.
+using checkpoint::TensorList;
+using checkpoint::TensorMap;
 
 class ParamEngine {
  public:

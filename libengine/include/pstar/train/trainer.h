@@ -46,7 +46,7 @@ struct TrainOptions {
   std::string profile_path;
   int64_t profile_from_step = 1;
   // A stop requested between micro-batches abandons the step when finishing it would take longer
-  // than this (Note [graceful stop] in trainer.cpp); otherwise the step is finished first.
+  // than this (Note [graceful stop] in trainer_step.cpp); otherwise the step is finished first.
   double abandon_step_after_s = 10.0;
   // The run's communicator (train() makes one from the environment); null for one rank.
   dist::Communicator* comm = nullptr;

@@ -1,12 +1,13 @@
-// The names inside a checkpoint file, in one place (Note [checkpoint contents] in trainer.cpp):
-// the trainer writes and reads the run's state, each engine its parameters and Adam state, and
-// `pstar merge-ckpt` reads and reshards all of them.
+// The names inside a checkpoint file and its format version, in one place (Note [checkpoint
+// contents] in run_checkpoint.cpp): the run's state is written and read by run_checkpoint.h, each
+// engine's parameters and Adam state by the engine, and `pstar merge-ckpt` reads and reshards all
+// of them (merge.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-namespace pstar::train::ckpt {
+namespace pstar::checkpoint {
 
 // The format this pstar writes and reads; a file of another version is refused.
 inline constexpr int64_t kFormatVersion = 1;
@@ -31,4 +32,4 @@ inline constexpr const char* kExpAvgSq = ".exp_avg_sq";
 inline std::string exp_avg_of(const std::string& name) { return name + kExpAvg; }
 inline std::string exp_avg_sq_of(const std::string& name) { return name + kExpAvgSq; }
 
-}  // namespace pstar::train::ckpt
+}  // namespace pstar::checkpoint

@@ -1,5 +1,4 @@
-#include "pstar/train/checkpoint.h"
-#include "pstar/train/checkpoint_schema.h"
+#include "pstar/checkpoint/store.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -24,10 +23,11 @@
 
 #include "pstar/base/error.h"
 #include "pstar/base/version.h"
+#include "pstar/checkpoint/schema.h"
 #include "pstar/core/log.h"
 #include "pstar/formats/mapped_file.h"
 
-namespace pstar::train {
+namespace pstar::checkpoint {
 
 namespace fs = std::filesystem;
 
@@ -288,7 +288,7 @@ std::string checkpoint_file(const std::string& dir, int64_t rank) {
 }
 
 void write_manifest(const std::string& dir, const CheckpointManifest& manifest) {
-  nlohmann::json j = {{"format_version", ckpt::kFormatVersion},
+  nlohmann::json j = {{"format_version", kFormatVersion},
                       {"world_size", manifest.world_size},
                       {"step", manifest.step},
                       {"run_id", manifest.run_id},
@@ -482,4 +482,4 @@ ResumeTarget resolve_resume_dir(const std::string& dir) {
   return ResumeTarget{(fs::path(dir) / name).string(), true};
 }
 
-}  // namespace pstar::train
+}  // namespace pstar::checkpoint

@@ -7,10 +7,10 @@
 #include <torch/torch.h>
 
 #include "pstar/base/error.h"
-#include "pstar/train/checkpoint.h"
+#include "pstar/checkpoint/store.h"
 #include "test_util.h"
 
-namespace pstar::train {
+namespace pstar::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
@@ -150,4 +150,4 @@ TEST_F(CheckpointStoreTest, ResumeTargetsAStepDirectoryOrWhatLatestNames) {
 }
 
 }  // namespace
-}  // namespace pstar::train
+}  // namespace pstar::checkpoint

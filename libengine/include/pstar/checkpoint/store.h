@@ -12,8 +12,10 @@
 
 #include <ATen/core/Tensor.h>
 
-namespace pstar::train {
+namespace pstar::checkpoint {
 
+// A checkpoint file's tensors by name: as written (in this order) and as read. Engines exchange
+// their part of a checkpoint in these (train::ParamEngine::state_dict / load_state_dict).
 using TensorList = std::vector<std::pair<std::string, at::Tensor>>;
 using TensorMap = std::map<std::string, at::Tensor>;
 
@@ -109,4 +111,4 @@ struct ResumeTarget {
 };
 ResumeTarget resolve_resume_dir(const std::string& dir);
 
-}  // namespace pstar::train
+}  // namespace pstar::checkpoint

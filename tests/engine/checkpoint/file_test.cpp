@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "pstar/base/error.h"
-#include "pstar/train/checkpoint.h"
+#include "pstar/checkpoint/store.h"
 #include "test_util.h"
 
-namespace pstar::train {
+namespace pstar::checkpoint {
 namespace {
 
 using pstar::testing::message_of;
@@ -107,4 +107,4 @@ TEST_F(CheckpointFileTest, TensorReachingPastItsStorageIsAFormatError) {
 }
 
 }  // namespace
-}  // namespace pstar::train
+}  // namespace pstar::checkpoint

@@ -1,0 +1,278 @@
+#include "pstar/checkpoint/merge.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include "pstar/base/error.h"
+#include "pstar/base/version.h"
+#include "pstar/checkpoint/store.h"
+#include "pstar/core/log.h"
+#include "pstar/formats/config.h"
+#include "pstar/formats/mapped_file.h"
+#include "pstar/formats/safetensors.h"
+#include "pstar/model/gpt_shape.h"
+#include "shard_io.h"
+
+namespace pstar::checkpoint {
+
+namespace fs = std::filesystem;
+using internal::indexed_tensor;
+using internal::progress;
+using internal::read_one_file;
+using internal::tensor_bytes;
+
+namespace {
+
+std::string shape_text(c10::IntArrayRef shape) { return str_cat(shape); }
+
+c10::ScalarType scalar_type(MergeDType dtype) {
+  switch (dtype) {
+    case MergeDType::kFp32:
+      return torch::kFloat32;
+    case MergeDType::kBf16:
+      return torch::kBFloat16;
+    case MergeDType::kFp16:
+      return torch::kFloat16;
+  }
+  PSTAR_INTERNAL_ASSERT(false, "unhandled MergeDType ", static_cast<int>(dtype));
+}
+
+formats::DType safetensors_dtype(c10::ScalarType type) {
+  switch (type) {
+    case torch::kFloat32:
+      return formats::DType::kF32;
+    case torch::kBFloat16:
+      return formats::DType::kBF16;
+    case torch::kFloat16:
+      return formats::DType::kF16;
+    case torch::kFloat64:
+      return formats::DType::kF64;
+    default:
+      break;
+  }
+  PSTAR_THROW(FormatError, "a parameter has dtype ", type,
+              "; merge-ckpt writes floating-point parameters only");
+}
+
+enum class OutputKind { kSafetensors, kPickle, kCheckpointDir };
+
+OutputKind output_kind(const MergeOptions& o) {
+  if (o.reshard > 0) return OutputKind::kCheckpointDir;
+  const std::string ext = fs::path(o.output).extension().string();
+  if (ext == ".safetensors") return OutputKind::kSafetensors;
+  if (ext == ".pt") return OutputKind::kPickle;
+  PSTAR_THROW(ConfigError, "-o ", o.output, ": unknown output kind '",
+              ext.empty() ? std::string("(no extension)") : ext,
+              "'; give a .safetensors or .pt file name (or a directory with --reshard)");
+}
+
+// The training config a checkpoint's files were written under, if it describes the GPT whose
+// parameters the index holds; nullopt (and `why`) otherwise.
+std::optional<config::TrainConfig> gpt_config_of(const CheckpointIndex& index,
+                                                 const std::string& config_path, std::string* why) {
+  if (config_path.empty()) {
+    *why = "the checkpoint has no config.json";
+    return std::nullopt;
+  }
+  config::TrainConfig config;
+  std::vector<model::GptParameterShape> expected;
+  try {
+    config = config::load_train_config(config_path);
+    expected = model::gpt_parameter_shapes(model::resolve_gpt_config(config.model));
+  } catch (const Error& e) {
+    *why = str_cat(config_path, " describes no GPT (", e.what(), ")");
+    return std::nullopt;
+  }
+  std::map<std::string, const ShardParameter*> have;
+  for (const auto& p : index.params) have.emplace(p.name, &p);
+  for (const auto& e : expected) {
+    auto it = have.find(e.name);
+    if (it == have.end()) {
+      *why = str_cat("the GPT that ", config_path, " describes has a tensor '", e.name,
+                     "' that no checkpoint file holds");
+      return std::nullopt;
+    }
+    if (c10::IntArrayRef(it->second->shape) != c10::IntArrayRef(e.shape)) {
+      *why = str_cat(index.files[static_cast<size_t>(it->second->rank)], ": tensor '", e.name,
+                     "' has shape ", shape_text(it->second->shape), " but the GPT that ",
+                     config_path, " describes has ", shape_text(e.shape));
+      return std::nullopt;
+    }
+  }
+  if (have.size() != expected.size()) {
+    std::set<std::string> names;
+    for (const auto& e : expected) names.insert(e.name);
+    for (const auto& p : index.params) {
+      if (names.count(p.name)) continue;
+      *why = str_cat(index.files[static_cast<size_t>(p.rank)], " holds '", p.name,
+                     "', which is not a parameter of the GPT that ", config_path, " describes");
+      return std::nullopt;
+    }
+  }
+  return config;
+}
+
+std::string config_beside(const std::string& output) {
+  return (fs::path(output).parent_path() / "config.json").string();
+}
+
+bool same_directory(const fs::path& a, const fs::path& b) {
+  std::error_code ec;
+  return fs::equivalent(a.empty() ? "." : a, b.empty() ? "." : b, ec);
+}
+
+// Creates the output's missing parent directories, once every check has passed.
+void make_parent_dirs(const std::string& output) {
+  const fs::path parent = fs::path(output).parent_path();
+  if (parent.empty()) return;
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  PSTAR_CHECK(!ec && fs::is_directory(parent), IoError, "-o ", output, ": cannot create ",
+              parent.string(), ": ", ec ? ec.message() : "a file of that name is in the way");
+}
+
+// ---- the outputs (Note [merge passes]) ----------------------------------------------------------
+
+MergeSummary write_safetensors(const CheckpointIndex& index, const MergeOptions& o) {
+  const c10::ScalarType dtype = scalar_type(o.dtype);
+  std::vector<formats::SafetensorsStreamWriter::Entry> entries;
+  for (const auto& p : index.params) entries.push_back({p.name, safetensors_dtype(dtype), p.shape});
+  // Hugging Face's loaders want "format": "pt"; the rest says where the tensors came from.
+  std::map<std::string, std::string> metadata = {
+      {"format", "pt"}, {"pstar.step", std::to_string(index.step)}, {"pstar.version", version()}};
+  if (!index.run_id.empty()) metadata["pstar.run_id"] = index.run_id;
+  formats::SafetensorsStreamWriter writer(o.output, entries, metadata);
+
+  MergeSummary summary;
+  for (size_t r = 0; r < index.files.size(); ++r) {
+    const std::string& file = index.files[r];
+    const TensorMap tensors = read_one_file(file);
+    int64_t held = 0;
+    for (const auto& [name, t] : tensors) held += tensor_bytes(t);
+    int64_t converted = 0;
+    for (const auto& p : index.params) {
+      if (p.rank != static_cast<int64_t>(r)) continue;
+      const at::Tensor value = indexed_tensor(tensors, p, file).to(dtype).contiguous();
+      if (dtype != p.dtype) converted = std::max(converted, tensor_bytes(value));
+      writer.write(p.name, value.data_ptr(), value.nbytes());
+      ++summary.tensors;
+      summary.bytes += tensor_bytes(value);
+    }
+    summary.peak_held_bytes = std::max(summary.peak_held_bytes, held + converted);
+    progress(str_cat("merge-ckpt: copied ", file, " (", r + 1, "/", index.files.size(), ")"));
+  }
+  writer.commit();
+  log::end_status();
+  summary.outputs.push_back(o.output);
+  return summary;
+}
+
+MergeSummary write_pickle(const CheckpointIndex& index, const MergeOptions& o) {
+  const c10::ScalarType dtype = scalar_type(o.dtype);
+  MergeSummary summary;
+  TensorList out;  // the whole model: LibTorch's pickler needs every tensor of a file at once
+  int64_t out_bytes = 0;
+  for (size_t r = 0; r < index.files.size(); ++r) {
+    const std::string& file = index.files[r];
+    const TensorMap tensors = read_one_file(file);
+    int64_t held = 0;
+    for (const auto& [name, t] : tensors) held += tensor_bytes(t);
+    for (const auto& p : index.params) {
+      if (p.rank != static_cast<int64_t>(r)) continue;
+      at::Tensor value = indexed_tensor(tensors, p, file).to(dtype);
+      out_bytes += tensor_bytes(value);
+      out.emplace_back(p.name, std::move(value));
+    }
+    summary.peak_held_bytes = std::max(summary.peak_held_bytes, held + out_bytes);
+    progress(str_cat("merge-ckpt: read ", file, " (", r + 1, "/", index.files.size(), ")"));
+  }
+  log::end_status();
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  write_checkpoint_file(o.output, out);
+  summary.tensors = static_cast<int64_t>(out.size());
+  summary.bytes = out_bytes;
+  summary.outputs.push_back(o.output);
+  return summary;
+}
+
+}  // namespace
+
+void check_merge_options(const MergeOptions& o) {
+  PSTAR_CHECK(!o.output.empty(), ConfigError, "-o: give the output file");
+  if (o.reshard > 0) {
+    PSTAR_CHECK(o.dtype == MergeDType::kFp32, ConfigError,
+                "--dtype: a resharded checkpoint keeps the fp32 masters and Adam state; drop "
+                "--dtype or merge into a file instead of --reshard");
+    std::error_code ec;
+    PSTAR_CHECK(!fs::exists(o.output, ec), ConfigError, "-o ", o.output,
+                ": already exists; --reshard creates a new checkpoint directory there");
+  } else {
+    PSTAR_CHECK(o.reshard == 0, ConfigError, "--reshard ", o.reshard, ": expected at least 1");
+    output_kind(o);
+    PSTAR_CHECK(!fs::is_directory(o.output), ConfigError, "-o ", o.output,
+                ": is a directory; give a file name");
+  }
+}
+
+MergeSummary merge_checkpoint(const CheckpointIndex& index, const MergeOptions& o) {
+  check_merge_options(o);
+  PSTAR_INTERNAL_ASSERT(!index.files.empty() && index.run_state.size() == index.files.size());
+  const OutputKind kind = output_kind(o);
+  std::string why;
+  if (kind == OutputKind::kCheckpointDir) {
+    const std::string config_path = o.config_path.empty() ? index.config_path : o.config_path;
+    PSTAR_CHECK(!config_path.empty(), ConfigError,
+                "--reshard: ", fs::path(index.files[0]).parent_path().string(),
+                " has no config.json, which tells how the model's parameters fall into chunks; "
+                "give the training config with --config");
+    auto config = gpt_config_of(index, config_path, &why);
+    PSTAR_CHECK(config.has_value(), FormatError, "--reshard: ", why,
+                "; resharding follows the chunk layout of a GPT config");
+    make_parent_dirs(o.output);
+    return internal::write_resharded(index, o, *config);
+  }
+
+  // A config.json beside the output that trains from it (model.init_from). Built before anything
+  // is written, so a problem with it leaves nothing behind.
+  std::string config_text;
+  const fs::path output(o.output);
+  const bool in_checkpoint_dir =
+      !index.config_path.empty() &&
+      same_directory(output.parent_path(), fs::path(index.config_path).parent_path());
+  if (in_checkpoint_dir && o.beside_checkpoint) {
+    log::info("merge-ckpt: no config.json written beside ", o.output, ": ", index.config_path,
+              " is the run's own; to train from the merged file, merge with -o into another "
+              "directory, which gets a config.json that does");
+  } else if (auto config = gpt_config_of(index, index.config_path, &why)) {
+    PSTAR_CHECK(!in_checkpoint_dir, ConfigError, "-o ", o.output,
+                ": its config.json would replace the checkpoint's own ", index.config_path,
+                "; write the output to another directory");
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(config::to_json_text(*config));
+    // Relative to the new config file's directory, where it lies.
+    j["model"]["init_from"] = output.filename().string();
+    // A run from merged weights is a new run: it should not write into the old run's save_dir.
+    j["training"]["save_dir"] = "";
+    j["training"]["save_interval"] = 0;
+    config_text = j.dump(2) + "\n";
+  } else {
+    log::warn("merge-ckpt: writing no config.json beside ", o.output, ": ", why);
+  }
+
+  make_parent_dirs(o.output);
+  MergeSummary summary =
+      kind == OutputKind::kSafetensors ? write_safetensors(index, o) : write_pickle(index, o);
+  if (!config_text.empty()) {
+    const std::string path = config_beside(o.output);
+    formats::write_file_atomic(path, config_text.data(), config_text.size());
+    summary.outputs.push_back(path);
+  }
+  return summary;
+}
+
+}  // namespace pstar::checkpoint

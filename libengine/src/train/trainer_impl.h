@@ -1,0 +1,88 @@
+// Trainer::Impl, shared by the trainer's files (private to src/train): trainer.cpp (set-up and
+// checkpoints), trainer_profile.cpp (profile set-up), trainer_step.cpp (one step, stops) and
+// trainer_run.cpp (the run loop and `pstar train`).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "pstar/base/error.h"
+#include "pstar/checkpoint/run_checkpoint.h"
+#include "pstar/core/clock.h"
+#include "pstar/data/batch_sampler.h"
+#include "pstar/data/token_source.h"
+#include "pstar/dist/communicator.h"
+#include "pstar/engine/param_engine.h"
+#include "pstar/formats/config.h"
+#include "pstar/model/causal_lm.h"
+#include "pstar/tier/device_tier.h"
+#include "pstar/train/loss_scaler.h"
+#include "pstar/train/lr_schedule.h"
+#include "pstar/train/metrics.h"
+#include "pstar/train/profiler.h"
+#include "pstar/train/trainer.h"
+
+namespace pstar::train {
+
+using engine::ParamEngine;
+
+struct Trainer::Impl {
+  config::TrainConfig config;
+  std::shared_ptr<model::CausalLM> model;
+  TrainOptions options;
+  c10::Device device{c10::kCPU};
+  c10::ScalarType dtype = torch::kFloat32;
+
+  std::unique_ptr<data::TokenSource> source;
+  std::unique_ptr<data::BatchSampler> sampler;
+  std::unique_ptr<ParamEngine> engine;
+  LrSchedule schedule;
+  LossScaler scaler;
+  std::optional<MetricsWriter> metrics;
+  std::unique_ptr<Profiler> profiler;
+  // Made once the config is resolved (init).
+  std::optional<checkpoint::RunCheckpoints> checkpoints;
+
+  int64_t step = 0;
+  int64_t tokens = 0;
+  int64_t skipped = 0;
+  std::optional<core::Clock::time_point> start;
+  dist::Communicator* comm = nullptr;  // several ranks only
+  int stop_signal = 0;                 // agreed by every rank: the run stops (Note [graceful stop])
+  at::Tensor step_rng;                 // the generator as the current step found it
+
+  Impl(const config::TrainConfig& c, std::shared_ptr<model::CausalLM> m, const TrainOptions& o)
+      : config(c), model(std::move(m)), options(o), schedule(c), scaler(c.fp16), comm(o.comm) {}
+
+  int64_t rank() const { return comm != nullptr ? comm->rank() : 0; }
+  int64_t world() const { return comm != nullptr ? comm->world_size() : 1; }
+  // Over all ranks: the global batch.
+  int64_t tokens_per_step() const {
+    return world() * config.train_micro_batch_size_per_gpu * config.gradient_accumulation_steps *
+           model->max_seq_len();
+  }
+  std::string rank_path(const std::string& path) const {
+    return rank() == 0 ? path : str_cat(path, ".rank", rank());
+  }
+
+  void init(std::unique_ptr<ParamEngine> prebuilt);
+  void start_profile();
+  // nullopt: a stop was agreed between micro-batches and the step was abandoned.
+  std::optional<StepMetrics> run_step(bool may_abandon);
+  std::optional<StepMetrics> train_step(bool may_abandon);
+  bool agree_to_stop();
+  bool abandon_step(double seconds_so_far, int64_t micro_done, double* rest_s);
+  void stop_after(int64_t completed_step);
+  void save_checkpoint();
+  void resume(const std::string& where);
+};
+
+// The chunk engine's device tier for the plan's compute device (Note [device tier]);
+// build_model.cpp.
+std::unique_ptr<tier::DeviceTier> make_tier(const plan::RunPlan& plan, int64_t predicted_non_model);
+
+}  // namespace pstar::train

@@ -1,0 +1,131 @@
+// The run loop (progress, the summary) and `pstar train`.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "pstar/base/format.h"
+#include "pstar/base/size.h"
+#include "pstar/core/clock.h"
+#include "pstar/core/device.h"
+#include "pstar/core/log.h"
+#include "pstar/dist/communicator.h"
+#include "pstar/dist/world.h"
+#include "pstar/plan/run_plan.h"
+#include "pstar/train/run_facts.h"
+#include "same_config.h"
+#include "trainer_impl.h"
+
+namespace pstar::train {
+
+using core::Clock;
+using core::seconds_since;
+
+TrainSummary Trainer::run() {
+  Impl& s = *impl_;
+  const int64_t total = s.config.training.steps;
+  TrainSummary summary;
+  if (s.step >= total) {
+    log::info("nothing to train: already at step ", s.step, " of training.steps ", total);
+    return summary;
+  }
+  log::info("training ", total - s.step, " steps");
+  int64_t device_peak = -1, host_peak = -1, moved = 0, adam_device = -1;
+  const auto run_start = Clock::now();
+  const int64_t tokens_before = s.tokens;
+  while (s.step < total) {
+    std::optional<StepMetrics> done = s.run_step(/*may_abandon=*/true);
+    if (!done) {
+      s.stop_after(s.step);
+      break;
+    }
+    const StepMetrics& m = *done;
+    device_peak = std::max(device_peak, m.engine.device_peak_bytes);
+    host_peak = std::max(host_peak, m.engine.host_peak_bytes);
+    moved += std::max<int64_t>(0, m.engine.moved_h2d_bytes) +
+             std::max<int64_t>(0, m.engine.moved_d2h_bytes);
+    adam_device = m.engine.adam_device_chunks;
+    if (summary.steps == 0) summary.first_loss = m.loss;
+    summary.last_loss = m.loss;
+    ++summary.steps;
+    if (s.options.progress) {
+      const double per_step = seconds_since(run_start) / static_cast<double>(summary.steps);
+      const double eta = per_step * static_cast<double>(total - m.step);
+      char line[256];
+      std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.2e  %s tok/s  %s  ETA %s",
+                    static_cast<long long>(m.step), static_cast<long long>(total), m.loss, m.lr,
+                    format_count(m.tokens_per_s).c_str(), format_duration(m.elapsed_s).c_str(),
+                    format_duration(eta).c_str());
+      if (m.step % s.config.training.log_interval == 0 || m.step == 1 || m.step == total) {
+        log::end_status();
+        log::info(line);
+      } else {
+        log::status(line);
+      }
+    }
+    if (m.step < total && s.agree_to_stop()) {
+      s.stop_after(m.step);
+      break;
+    }
+  }
+  log::end_status();
+  if (s.profiler) {
+    const std::string path = s.rank_path(s.options.profile_path);
+    s.profiler->write(path);
+    log::info("profile: ", path, " (", s.profiler->data().steps.size(), " steps, ",
+              s.profiler->data().by_moment.size(), " moments, ", s.profiler->data().events.size(),
+              " chunk events)");
+  }
+  summary.skipped_steps = s.skipped;
+  summary.stop_signal = s.stop_signal;
+  summary.tokens = s.tokens - tokens_before;
+  summary.elapsed_s = seconds_since(run_start);
+  summary.tokens_per_s = static_cast<double>(summary.tokens) / std::max(summary.elapsed_s, 1e-9);
+  if (device_peak >= 0) {
+    log::info("chunk engine: device peak ", format_bytes(device_peak), ", host peak ",
+              format_bytes(host_peak), ", moved ",
+              format_bytes(moved / std::max<int64_t>(1, summary.steps)),
+              " per step on average, Adam on the device for ", adam_device, " chunk(s)");
+  }
+  log::info(s.stop_signal != 0 ? "stopped: " : "done: ", summary.steps, " steps, ",
+            format_count(static_cast<double>(summary.tokens)), " tokens in ",
+            format_duration(summary.elapsed_s), " (", format_count(summary.tokens_per_s),
+            " tok/s); loss ", format_fixed(summary.first_loss, 4), " -> ",
+            format_fixed(summary.last_loss, 4),
+            summary.skipped_steps ? str_cat("; ", summary.skipped_steps, " skipped") : "");
+  return summary;
+}
+
+TrainSummary train(const config::TrainConfig& config, const TrainOptions& options) {
+  const dist::WorldInfo world = dist::detect_world();
+  std::unique_ptr<dist::Communicator> comm;
+  TrainOptions run_options = options;
+  if (world.distributed()) {
+    log::set_rank(static_cast<int>(world.rank), static_cast<int>(world.world_size));
+    // One rank speaks for the run; the others report only warnings and errors.
+    if (world.rank != 0 && log::level() < log::Level::kWarn) log::set_level(log::Level::kWarn);
+    run_options.progress = options.progress && world.rank == 0;
+    log::info("rank ", world.rank, " of ", world.world_size, " (", world.launcher,
+              "), rendezvous at ", world.master_addr, ":", world.port);
+    comm = std::make_unique<dist::Communicator>(world, options.dist_timeout);
+    check_same_config(*comm, config);
+    run_options.comm = comm.get();
+  }
+  log::info("config: ", config.source);
+  core::configure_runtime(world.local_world_size);  // before the precision probe, which it times
+  // The run's shape, decided once (Note [run plan]); the Trainer finds nothing left to decide.
+  const plan::RunPlan plan = plan_run(config, options.device, comm.get());
+  for (const std::string& line : plan.decisions) log::info(line);
+  const config::TrainConfig& resolved = plan.config;
+  ModelAndEngine built = build_model_and_engine(plan, comm.get());
+  // Every rank built the same initial model from training.seed; from here on (dropout) each
+  // rank draws its own numbers. Rank 0 keeps the stream a single-rank run would.
+  if (world.rank > 0) torch::manual_seed(config.training.seed + 7919 * world.rank);
+  Trainer trainer(resolved, std::move(built), run_options);
+  return trainer.run();
+}
+
+}  // namespace pstar::train

@@ -1,0 +1,195 @@
+// One optimizer step and stopping between steps or micro-batches (Note [graceful stop]).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <optional>
+#include <string>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include "pstar/base/error.h"
+#include "pstar/base/format.h"
+#include "pstar/core/clock.h"
+#include "pstar/core/log.h"
+#include "pstar/core/stop.h"
+#include "pstar/model/hooks.h"
+#include "trainer_impl.h"
+
+namespace pstar::train {
+
+using core::Clock;
+using core::seconds_since;
+
+// Note [graceful stop]
+// SIGINT/SIGTERM (core/stop.h) only raise a flag. The trainer looks at it where the model data is
+// consistent: after each step, and between micro-batches when gradient accumulation makes the rest
+// of a step long (TrainOptions::abandon_step_after_s, 10 s by default, at the step's own pace).
+// Abandoning a step loses its micro-batches but nothing else: masters and Adam state change only in
+// update(), and the RNG is put back to where the step began, so the checkpoint is the one the
+// previous step would have written. Every rank must stop at the same point or the others would wait
+// in a collective: the flag is all-reduced at each point (one scalar), and so is the estimate that
+// decides abandoning. A second signal kills the process at once (stop.cpp); checkpoint files are
+// written atomically, so the last complete one stays valid.
+
+bool Trainer::Impl::agree_to_stop() {
+  int local = core::stop_signal();
+  if (comm != nullptr) {
+    // Ranks that got no signal stop because another did: as if told by SIGTERM.
+    if (comm->all_reduce_sum(local != 0 ? 1.0 : 0.0) > 0 && local == 0) local = SIGTERM;
+  }
+  if (local != 0) stop_signal = local;
+  return stop_signal != 0;
+}
+
+bool Trainer::Impl::abandon_step(double seconds_so_far, int64_t micro_done, double* rest_s) {
+  // A profile records whole steps: a profiled run finishes its step.
+  if (profiler != nullptr || !agree_to_stop()) return false;
+  // The rest of the step at its own pace so far; every rank decides on the same (mean) figure.
+  double rest = seconds_so_far / static_cast<double>(micro_done) *
+                static_cast<double>(config.gradient_accumulation_steps - micro_done);
+  if (comm != nullptr) rest = comm->all_reduce_sum(rest) / static_cast<double>(world());
+  *rest_s = rest;
+  return rest > options.abandon_step_after_s;
+}
+
+void Trainer::Impl::stop_after(int64_t completed_step) {
+  const char* name = stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+  log::end_status();
+  if (!config.training.save_dir.empty()) {
+    if (checkpoints->last_saved_step() != completed_step) save_checkpoint();
+    log::info("stopped on ", name, " after step ", completed_step, " of ", config.training.steps,
+              "; continue with the same command and --resume ", config.training.save_dir);
+  } else {
+    log::warn("stopped on ", name, " after step ", completed_step, " of ", config.training.steps,
+              "; training.save_dir is not set, so no checkpoint was written");
+  }
+}
+
+StepMetrics Trainer::step() { return *impl_->run_step(/*may_abandon=*/false); }
+
+std::optional<StepMetrics> Trainer::Impl::run_step(bool may_abandon) {
+  try {
+    return train_step(may_abandon);
+  } catch (const c10::OutOfMemoryError& e) {
+    // LibTorch's allocator (activations, temporaries) ran out; chunk payloads are pstar's own and
+    // fail with pstar's OutOfMemoryError. Checkpoints are written only between steps, so the last
+    // one is intact.
+    std::string what = e.what_without_backtrace();
+    what = what.substr(0, what.find('\n'));
+    PSTAR_THROW(OutOfMemoryError, "step ", step, ": ", device.str(),
+                " ran out of memory for activations and temporaries: ", what,
+                "; lower train_micro_batch_size_per_gpu or turn on "
+                "engine.activation_checkpointing",
+                config.engine.mode == config::EngineMode::kChunked
+                    ? ", or lower engine.device_memory so that chunks leave LibTorch more"
+                    : "",
+                checkpoints->intact_hint());
+  }
+}
+
+std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
+  if (!start) start = Clock::now();
+  const auto step_start = Clock::now();
+  const bool abandonable = may_abandon && config.gradient_accumulation_steps > 1;
+  if (abandonable) step_rng = at::detail::getDefaultCPUGenerator().get_state();
+  ++step;
+  const int64_t accumulation = config.gradient_accumulation_steps;
+  const double loss_scale = config.fp16.enabled ? scaler.scale() : 1.0;
+  const int64_t vocab = model->vocab_size();
+
+  model->train();
+  const bool profiled = profiler != nullptr && step >= options.profile_from_step;
+  if (profiled) profiler->begin_step(step);
+  StepTimes times;
+  engine->begin_step();
+  // Without clipping or loss scaling the update is known before the backward: the engine may start
+  // it as gradients become final (Note [host adam overlap]).
+  if (config.gradient_clipping <= 0 && !config.fp16.enabled)
+    engine->expect_update(schedule.at(step), 1.0);
+  double loss_sum = 0;
+  {
+    model::ScopedModuleHooks hooks(engine->hooks());
+    for (int64_t micro = 1; micro <= accumulation; ++micro) {
+      auto batch = sampler->batch(step, micro);
+      auto inputs = batch.inputs.to(device), targets = batch.targets.to(device);
+      const auto forward_start = Clock::now();
+      auto logits = model->forward(inputs);
+      PSTAR_CHECK(logits.dim() == 3 && logits.size(0) == inputs.size(0) &&
+                      logits.size(1) == inputs.size(1) && logits.size(2) == vocab,
+                  ConfigError, "the model's forward returned logits of shape ", logits.sizes(),
+                  "; expected [batch, seq, vocab_size] = ", inputs.sizes(), " x ", vocab);
+      auto loss = torch::nn::functional::cross_entropy(
+          logits.reshape({-1, vocab}).to(torch::kFloat32), targets.reshape({-1}));
+      loss_sum += loss.item<double>();
+      const auto backward_start = Clock::now();
+      times.forward_s += std::chrono::duration<double>(backward_start - forward_start).count();
+      (loss * (loss_scale / static_cast<double>(accumulation))).backward();
+      engine->end_micro_batch();
+      times.backward_s += seconds_since(backward_start);
+      double rest_s = 0;
+      if (abandonable && micro < accumulation &&
+          abandon_step(times.forward_s + times.backward_s, micro, &rest_s)) {
+        --step;
+        at::Generator generator = at::detail::getDefaultCPUGenerator();
+        generator.set_state(step_rng);
+        log::end_status();
+        log::info("stop requested: abandoning step ", step + 1, " after ", micro, " of ",
+                  accumulation, " micro-batches (finishing it would take about ",
+                  format_duration(rest_s), ")");
+        return std::nullopt;
+      }
+    }
+  }
+  // The logged loss is the mean over the global batch: every rank's share is the same size.
+  if (comm != nullptr) loss_sum = comm->all_reduce_sum(loss_sum);
+  const double loss = loss_sum / static_cast<double>(accumulation * world());
+
+  StepMetrics m;
+  m.step = step;
+  m.loss = loss;
+  m.loss_scale = loss_scale;
+  m.lr = schedule.at(step);
+  // The loss scale only touches gradients: a non-finite loss is divergence, not overflow.
+  PSTAR_CHECK(std::isfinite(loss), NumericError, "step ", step, ": the loss is not finite (", loss,
+              "); lower optimizer.params.lr, set gradient_clipping, or train in fp32",
+              checkpoints->last_checkpoint_hint());
+  const auto optimizer_start = Clock::now();
+  m.grad_norm = engine->grad_norm(loss_scale);
+  if (!std::isfinite(m.grad_norm) && config.fp16.enabled && scaler.is_dynamic()) {
+    m.skipped = true;
+    m.lr = 0;  // no update was made
+    ++skipped;
+    log::warn("step ", step, ": gradient overflow at loss scale ", loss_scale, "; step skipped (",
+              skipped, skipped == 1 ? " step" : " steps", " skipped so far)");
+  } else {
+    PSTAR_CHECK(std::isfinite(m.grad_norm), NumericError, "step ", step,
+                ": the gradient norm is not finite (loss ", loss,
+                "); lower optimizer.params.lr, set gradient_clipping, or train in fp32",
+                checkpoints->last_checkpoint_hint());
+    double multiplier = 1.0 / loss_scale;
+    if (config.gradient_clipping > 0 && m.grad_norm > config.gradient_clipping)
+      multiplier *= config.gradient_clipping / (m.grad_norm + 1e-6);
+    engine->update(m.lr, multiplier);
+  }
+  if (config.fp16.enabled) scaler.update(m.skipped);
+  engine->end_step();
+  times.optimizer_s = seconds_since(optimizer_start);
+  engine->fill_metrics(m.engine);
+
+  tokens += tokens_per_step();
+  m.tokens = tokens;
+  m.step_time_s = seconds_since(step_start);
+  m.tokens_per_s = static_cast<double>(tokens_per_step()) / std::max(m.step_time_s, 1e-9);
+  m.elapsed_s = seconds_since(*start);
+  if (metrics) metrics->write(m);
+  if (profiled) profiler->end_step(m, times);
+  const auto& t = config.training;
+  if (!t.save_dir.empty() && t.save_interval > 0 &&
+      (step % t.save_interval == 0 || step == t.steps))
+    save_checkpoint();
+  return m;
+}
+
+}  // namespace pstar::train
