@@ -71,10 +71,11 @@
 #include "pstar/chunk/access_trace.h"
 #include "pstar/core/device.h"
 #include "pstar/core/log.h"
+#include "pstar/engine/chunked_engine.h"
 #include "pstar/formats/config.h"
 #include "pstar/memory/cpu_counter.h"
 #include "pstar/memory/host_pool.h"
-#include "pstar/train/chunked_engine.h"
+#include "pstar/train/run_facts.h"
 #include "pstar/train/trainer.h"
 
 namespace {
@@ -114,8 +115,9 @@ class Training {
     pstar::train::TrainOptions options;
     options.device = "cpu";
     options.progress = false;
-    auto built = pstar::train::build_model_and_engine(*config_);
-    engine_ = dynamic_cast<const pstar::train::ChunkedEngine*>(built.engine.get());
+    auto built =
+        pstar::train::build_model_and_engine(pstar::train::plan_run(*config_, "cpu", nullptr));
+    engine_ = dynamic_cast<const pstar::engine::ChunkedEngine*>(built.engine.get());
     PSTAR_INTERNAL_ASSERT(engine_ != nullptr, "engine.mode \"chunked\" built no chunk engine");
     trainer_ = std::make_unique<pstar::train::Trainer>(*config_, std::move(built), options);
   }
@@ -146,7 +148,7 @@ class Training {
  private:
   std::unique_ptr<pstar::config::TrainConfig> config_;
   std::unique_ptr<pstar::train::Trainer> trainer_;
-  const pstar::train::ChunkedEngine* engine_ = nullptr;
+  const pstar::engine::ChunkedEngine* engine_ = nullptr;
   RunResult result_;
 };
 
@@ -165,21 +167,21 @@ Steady steady(const RunResult& r, int64_t warmup) {
   s.h2d_min = s.d2h_min = std::numeric_limits<int64_t>::max();
   for (size_t i = 0; i < r.steps.size(); ++i) {
     const auto& m = r.steps[i];
-    s.device_peak_max = std::max(s.device_peak_max, m.device_peak_bytes);
+    s.device_peak_max = std::max(s.device_peak_max, m.engine.device_peak_bytes);
     if (static_cast<int64_t>(i) < warmup) continue;
-    h2d += m.moved_h2d_bytes;
-    d2h += m.moved_d2h_bytes;
-    prefetched += m.prefetched_h2d_bytes;
-    s.h2d_min = std::min(s.h2d_min, m.moved_h2d_bytes);
-    s.h2d_max = std::max(s.h2d_max, m.moved_h2d_bytes);
-    s.d2h_min = std::min(s.d2h_min, m.moved_d2h_bytes);
-    s.d2h_max = std::max(s.d2h_max, m.moved_d2h_bytes);
+    h2d += m.engine.moved_h2d_bytes;
+    d2h += m.engine.moved_d2h_bytes;
+    prefetched += m.engine.prefetched_h2d_bytes;
+    s.h2d_min = std::min(s.h2d_min, m.engine.moved_h2d_bytes);
+    s.h2d_max = std::max(s.h2d_max, m.engine.moved_h2d_bytes);
+    s.d2h_min = std::min(s.d2h_min, m.engine.moved_d2h_bytes);
+    s.d2h_max = std::max(s.d2h_max, m.engine.moved_d2h_bytes);
     ++n;
   }
   s.h2d_per_step = static_cast<double>(h2d) / static_cast<double>(n);
   s.d2h_per_step = static_cast<double>(d2h) / static_cast<double>(n);
   s.prefetched_per_step = static_cast<double>(prefetched) / static_cast<double>(n);
-  s.adam_device_chunks = r.steps.back().adam_device_chunks;
+  s.adam_device_chunks = r.steps.back().engine.adam_device_chunks;
   return s;
 }
 
@@ -284,14 +286,14 @@ int run(const Options& o) {
       budgeted_seconds.push_back(budgeted_s);
       pair_ratios.push_back(free_s / budgeted_s);
       pair_extra.push_back(budgeted_s - free_s);
-      move_seconds.push_back(budgeted_training.last().move_s);
+      move_seconds.push_back(budgeted_training.last().engine.move_s);
       // Note [copy bound]: sized by the first steady-state step's moves.
       if (!bound) {
         const auto& moved = budgeted_training.last();
         const int64_t payload = reference.compute_chunk_bytes;
-        bound =
-            std::make_unique<CopyBound>(payload, (moved.moved_h2d_bytes + payload - 1) / payload,
-                                        (moved.moved_d2h_bytes + payload - 1) / payload);
+        bound = std::make_unique<CopyBound>(payload,
+                                            (moved.engine.moved_h2d_bytes + payload - 1) / payload,
+                                            (moved.engine.moved_d2h_bytes + payload - 1) / payload);
       }
       copy_seconds.push_back(bound->run());
       warm_copy_seconds.push_back(bound->run());
@@ -319,10 +321,11 @@ int run(const Options& o) {
   bool budgeted_runs_agree = true;
   for (const RunResult& r : budgeted_runs)
     for (size_t i = 0; i < r.steps.size(); ++i)
-      budgeted_runs_agree = budgeted_runs_agree &&
-                            r.steps[i].moved_h2d_bytes == budgeted.steps[i].moved_h2d_bytes &&
-                            r.steps[i].moved_d2h_bytes == budgeted.steps[i].moved_d2h_bytes &&
-                            r.steps[i].device_peak_bytes == budgeted.steps[i].device_peak_bytes;
+      budgeted_runs_agree =
+          budgeted_runs_agree &&
+          r.steps[i].engine.moved_h2d_bytes == budgeted.steps[i].engine.moved_h2d_bytes &&
+          r.steps[i].engine.moved_d2h_bytes == budgeted.steps[i].engine.moved_d2h_bytes &&
+          r.steps[i].engine.device_peak_bytes == budgeted.steps[i].engine.device_peak_bytes;
 
   const Steady bs = steady(budgeted, o.warmup);
   int64_t peak = 0;
@@ -373,13 +376,14 @@ int run(const Options& o) {
   for (size_t i = 0; i < budgeted.steps.size(); ++i) {
     const auto& f = reference.steps[i];
     const auto& b = budgeted.steps[i];
-    std::printf(
-        "  %4lld  %-19.17g  %-19.17g  %7.3f / %-7.3f  %7.1f  %7.1f  %15.1f  %lld/%lld%s\n",
-        static_cast<long long>(b.step), f.loss, b.loss, free_run.steps[i].step_time_s,
-        b.step_time_s, mib(static_cast<double>(b.moved_h2d_bytes)),
-        mib(static_cast<double>(b.moved_d2h_bytes)), mib(static_cast<double>(b.device_peak_bytes)),
-        static_cast<long long>(b.adam_device_chunks), static_cast<long long>(budgeted.num_chunks),
-        static_cast<int64_t>(i) < o.warmup ? "  (warm-up)" : "");
+    std::printf("  %4lld  %-19.17g  %-19.17g  %7.3f / %-7.3f  %7.1f  %7.1f  %15.1f  %lld/%lld%s\n",
+                static_cast<long long>(b.step), f.loss, b.loss, free_run.steps[i].step_time_s,
+                b.step_time_s, mib(static_cast<double>(b.engine.moved_h2d_bytes)),
+                mib(static_cast<double>(b.engine.moved_d2h_bytes)),
+                mib(static_cast<double>(b.engine.device_peak_bytes)),
+                static_cast<long long>(b.engine.adam_device_chunks),
+                static_cast<long long>(budgeted.num_chunks),
+                static_cast<int64_t>(i) < o.warmup ? "  (warm-up)" : "");
   }
   std::printf(
       "  unconstrained: %8.0f tokens/s (fastest step; median %.0f), %lld of %lld chunks in the "

@@ -39,8 +39,9 @@
 #include "pstar/base/error.h"
 #include "pstar/core/device.h"
 #include "pstar/core/log.h"
+#include "pstar/engine/chunked_engine.h"
 #include "pstar/formats/config.h"
-#include "pstar/train/chunked_engine.h"
+#include "pstar/train/run_facts.h"
 #include "pstar/train/trainer.h"
 
 namespace {
@@ -68,8 +69,9 @@ class Mode {
     pstar::train::TrainOptions options;
     options.device = "cpu";
     options.progress = false;
-    auto built = pstar::train::build_model_and_engine(*config_);
-    chunked_ = dynamic_cast<const pstar::train::ChunkedEngine*>(built.engine.get());
+    auto built =
+        pstar::train::build_model_and_engine(pstar::train::plan_run(*config_, "cpu", nullptr));
+    chunked_ = dynamic_cast<const pstar::engine::ChunkedEngine*>(built.engine.get());
     trainer_ = std::make_unique<pstar::train::Trainer>(*config_, std::move(built), options);
   }
 
@@ -86,7 +88,7 @@ class Mode {
   }
 
   const pstar::train::StepMetrics& last() const { return last_; }
-  const pstar::train::ChunkedEngine* chunked() const { return chunked_; }
+  const pstar::engine::ChunkedEngine* chunked() const { return chunked_; }
 
   std::vector<double> seconds;  // the timed steps
   std::vector<double> losses;   // every step's
@@ -95,7 +97,7 @@ class Mode {
  private:
   std::unique_ptr<pstar::config::TrainConfig> config_;
   std::unique_ptr<pstar::train::Trainer> trainer_;
-  const pstar::train::ChunkedEngine* chunked_ = nullptr;
+  const pstar::engine::ChunkedEngine* chunked_ = nullptr;
   pstar::train::StepMetrics last_;
 };
 
@@ -162,8 +164,9 @@ int run(const Options& o) {
     tokens_per_step = chunked_mode.tokens_per_step;
     chunks = chunked_mode.chunked()->num_chunks();
     margin_chunks = chunked_mode.chunked()->margin_chunks();
-    moved_bytes = chunked_mode.last().moved_h2d_bytes + chunked_mode.last().moved_d2h_bytes;
-    adam_device = chunked_mode.last().adam_device_chunks;
+    moved_bytes =
+        chunked_mode.last().engine.moved_h2d_bytes + chunked_mode.last().engine.moved_d2h_bytes;
+    adam_device = chunked_mode.last().engine.adam_device_chunks;
   }
 
   const auto tokens = static_cast<double>(tokens_per_step);

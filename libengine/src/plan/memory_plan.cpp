@@ -216,6 +216,16 @@ GptChunkMap gpt_chunk_map(const config::TrainConfig& config) {
   return map;
 }
 
+int64_t device_arena_bytes(int64_t device_budget, int64_t predicted_non_model) {
+  const int64_t reserve = std::max(predicted_non_model, device_unfilled_bytes(device_budget));
+  PSTAR_CHECK(reserve < device_budget, OutOfMemoryError, "engine.device_memory ",
+              format_bytes(device_budget), " leaves nothing for chunks after ",
+              format_bytes(reserve),
+              " of predicted activations and temporaries; raise engine.device_memory, lower "
+              "train_micro_batch_size_per_gpu, or turn on engine.activation_checkpointing");
+  return device_budget - reserve;
+}
+
 Fit check_fit(const FitInput& in) {
   PSTAR_INTERNAL_ASSERT(in.world_size >= 1 && in.ranks_per_host >= 1);
   const int64_t whole = in.layout.chunk_size * in.payload.whole();
@@ -226,7 +236,7 @@ Fit check_fit(const FitInput& in) {
   f.host_staging = in.staging_per_rank * in.ranks_per_host;
   f.device_working = 2 * in.world_size * compute;
   f.device_non_model = in.non_model;
-  f.device_limit = static_cast<int64_t>(kDeviceFillRatio * static_cast<double>(in.device_budget));
+  f.device_limit = static_cast<int64_t>(device_fill_bytes(in.device_budget));
 
   // Host first (every chunk starts there), then the device takes the rest for good.
   const int64_t host_room = std::max<int64_t>(0, in.host_budget - f.host_staging);

@@ -7,6 +7,7 @@
 
 #include "pstar/base/error.h"
 #include "pstar/core/device.h"
+#include "pstar/engine/chunked_engine.h"
 #include "pstar/formats/config.h"
 #include "pstar/model/gpt.h"
 #include "pstar/model/gpt_shape.h"
@@ -14,20 +15,13 @@
 #include "pstar/plan/memory_plan.h"
 #include "pstar/plan/run_plan.h"
 #include "pstar/tier/device_tier.h"
-#include "pstar/train/chunked_engine.h"
 #include "pstar/train/run_facts.h"
 #include "pstar/train/trainer.h"
 #include "trainer_impl.h"
 
 namespace pstar::train {
-namespace {
 
-// ConfigError for bf16.enabled "auto": the run plan decides it.
-c10::ScalarType compute_dtype(const config::TrainConfig& c) {
-  return precision_dtype(plan::decided_precision(c));
-}
-
-}  // namespace
+using engine::ChunkedEngine;
 
 c10::Device compute_device(const config::TrainConfig& config, const std::string& device_option) {
   if (config.engine.mode != config::EngineMode::kChunked || tier::cuda_tier_built())
@@ -42,12 +36,12 @@ c10::Device compute_device(const config::TrainConfig& config, const std::string&
   return c10::Device(c10::kCPU);
 }
 
-// The chunk engine's device tier for a compute device (Note [device tier]).
-std::unique_ptr<tier::DeviceTier> make_tier(c10::Device device, const config::TrainConfig& config,
+// The chunk engine's device tier for the plan's compute device (Note [device tier]).
+std::unique_ptr<tier::DeviceTier> make_tier(const plan::RunPlan& plan,
                                             int64_t predicted_non_model) {
-  if (device.is_cpu()) return tier::make_emulated_tier();
-  return tier::make_device_tier(device,
-                                ChunkedEngine::device_arena_bytes(config, predicted_non_model));
+  if (plan.device == plan::DeviceKind::kCpu) return tier::make_emulated_tier();
+  return tier::make_device_tier(plan_device(plan),
+                                ChunkedEngine::device_arena_bytes(plan, predicted_non_model));
 }
 
 std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config) {
@@ -59,16 +53,15 @@ std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config) 
   return gpt;
 }
 
-ModelAndEngine build_model_and_engine(const config::TrainConfig& config, dist::Communicator* comm,
-                                      c10::Device device) {
+ModelAndEngine build_model_and_engine(const plan::RunPlan& plan, dist::Communicator* comm) {
+  const config::TrainConfig& config = plan.config;
   if (config.engine.mode != config::EngineMode::kChunked)
     return ModelAndEngine{build_model(config), nullptr};
   auto shape = model::resolve_gpt_config(config.model);
   const int64_t non_model =
       plan::estimate_gpt_activations(plan::gpt_activation_input(config, shape)).peak;
-  auto engine =
-      std::make_unique<ChunkedEngine>(config, compute_dtype(config), plan::gpt_leaf_modules(shape),
-                                      non_model, comm, make_tier(device, config, non_model));
+  auto engine = std::make_unique<ChunkedEngine>(plan, plan::gpt_leaf_modules(shape), non_model,
+                                                comm, make_tier(plan, non_model));
   torch::manual_seed(config.training.seed);
   auto gpt =
       std::make_shared<model::Gpt>(shape, [&](torch::nn::Module& unit, const std::string& prefix) {

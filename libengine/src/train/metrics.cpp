@@ -29,29 +29,29 @@ void MetricsWriter::write(const StepMetrics& m) {
       {"elapsed_s", m.elapsed_s},
   };
   for (const auto& [key, value] :
-       {std::pair<const char*, int64_t>{"device_peak_bytes", m.device_peak_bytes},
-        {"device_reserved_peak_bytes", m.device_reserved_peak_bytes},
-        {"device_syncs", m.device_syncs},
-        {"host_peak_bytes", m.host_peak_bytes},
-        {"moved_h2d_bytes", m.moved_h2d_bytes},
-        {"moved_d2h_bytes", m.moved_d2h_bytes},
-        {"prefetched_h2d_bytes", m.prefetched_h2d_bytes},
-        {"adam_device_chunks", m.adam_device_chunks},
-        {"adam_queued_chunks", m.adam_queued_chunks},
-        {"adam_early_chunks", m.adam_early_chunks},
-        {"model_data_bytes", m.model_data_bytes},
-        {"pinned_bytes", m.pinned_bytes},
-        {"pinned_peak_bytes", m.pinned_peak_bytes},
-        {"pageable_bytes", m.pageable_bytes},
-        {"pageable_peak_bytes", m.pageable_peak_bytes},
-        {"comm_bytes", m.comm_bytes},
-        {"gathers", m.gathers},
-        {"reductions", m.reductions}}) {
+       {std::pair<const char*, int64_t>{"device_peak_bytes", m.engine.device_peak_bytes},
+        {"device_reserved_peak_bytes", m.engine.device_reserved_peak_bytes},
+        {"device_syncs", m.engine.device_syncs},
+        {"host_peak_bytes", m.engine.host_peak_bytes},
+        {"moved_h2d_bytes", m.engine.moved_h2d_bytes},
+        {"moved_d2h_bytes", m.engine.moved_d2h_bytes},
+        {"prefetched_h2d_bytes", m.engine.prefetched_h2d_bytes},
+        {"adam_device_chunks", m.engine.adam_device_chunks},
+        {"adam_queued_chunks", m.engine.adam_queued_chunks},
+        {"adam_early_chunks", m.engine.adam_early_chunks},
+        {"model_data_bytes", m.engine.model_data_bytes},
+        {"pinned_bytes", m.engine.pinned.current},
+        {"pinned_peak_bytes", m.engine.pinned.peak},
+        {"pageable_bytes", m.engine.pageable.current},
+        {"pageable_peak_bytes", m.engine.pageable.peak},
+        {"comm_bytes", m.engine.comm_bytes},
+        {"gathers", m.engine.gathers},
+        {"reductions", m.engine.reductions}}) {
     if (value >= 0) line[key] = value;  // chunk engine / several ranks only
   }
-  if (m.comm_s >= 0) line["comm_s"] = m.comm_s;
-  if (m.adam_wait_s >= 0) line["adam_wait_s"] = m.adam_wait_s;
-  if (m.move_s >= 0) line["move_s"] = m.move_s;
+  if (m.engine.comm_s >= 0) line["comm_s"] = m.engine.comm_s;
+  if (m.engine.adam_wait_s >= 0) line["adam_wait_s"] = m.engine.adam_wait_s;
+  if (m.engine.move_s >= 0) line["move_s"] = m.engine.move_s;
   const std::string text = line.dump() + "\n";
   PSTAR_CHECK(std::fwrite(text.data(), 1, text.size(), file_.get()) == text.size() &&
                   std::fflush(file_.get()) == 0,

@@ -109,6 +109,20 @@ void Profiler::begin_step(int64_t step) {
   s.sampling = true;
 }
 
+void Profiler::attach(const engine::EngineShape& shape) {
+  formats::ProfileRun& run = data().run;
+  run.chunk_size = shape.chunk_size;
+  run.num_chunks = shape.num_chunks;
+  run.compute_bytes_per_chunk = shape.compute_bytes_per_chunk;
+  run.optimizer_bytes_per_chunk = shape.optimizer_bytes_per_chunk;
+  run.device_budget = shape.device_budget;
+  run.host_budget = shape.host_budget;
+  run.world_size = shape.world_size;
+  run.rank = shape.rank;
+  run.warmup_iterations = shape.warmup_iterations;
+  data().chunks = shape.chunks;
+}
+
 void Profiler::end_step(const StepMetrics& m, const StepTimes& times) {
   Impl& s = *impl_;
   if (!s.in_step) return;
@@ -122,10 +136,10 @@ void Profiler::end_step(const StepMetrics& m, const StepTimes& times) {
   t.backward_s.push_back(times.backward_s);
   t.optimizer_s.push_back(times.optimizer_s);
   t.loss.push_back(m.loss);
-  t.device_peak_bytes.push_back(m.device_peak_bytes);
-  t.host_peak_bytes.push_back(m.host_peak_bytes);
-  t.moved_h2d_bytes.push_back(m.moved_h2d_bytes);
-  t.moved_d2h_bytes.push_back(m.moved_d2h_bytes);
+  t.device_peak_bytes.push_back(m.engine.device_peak_bytes);
+  t.host_peak_bytes.push_back(m.engine.host_peak_bytes);
+  t.moved_h2d_bytes.push_back(m.engine.moved_h2d_bytes);
+  t.moved_d2h_bytes.push_back(m.engine.moved_d2h_bytes);
   s.profile.run.steps = static_cast<int64_t>(t.size());
 }
 

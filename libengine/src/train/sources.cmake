@@ -2,8 +2,6 @@ target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/lr_schedule.cpp
   ${CMAKE_CURRENT_LIST_DIR}/loss_scaler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/metrics.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/torch_engine.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/chunked_engine.cpp
   ${CMAKE_CURRENT_LIST_DIR}/precision.cpp
   ${CMAKE_CURRENT_LIST_DIR}/run_facts.cpp
   ${CMAKE_CURRENT_LIST_DIR}/profiler.cpp

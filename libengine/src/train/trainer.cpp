@@ -17,11 +17,11 @@
 #include "pstar/core/device.h"
 #include "pstar/core/log.h"
 #include "pstar/core/torch_compat.h"
+#include "pstar/engine/chunked_engine.h"
+#include "pstar/engine/torch_engine.h"
 #include "pstar/model/gpt.h"
 #include "pstar/plan/run_plan.h"
-#include "pstar/train/chunked_engine.h"
 #include "pstar/train/run_facts.h"
-#include "pstar/train/torch_engine.h"
 #include "trainer_impl.h"
 
 namespace pstar::train {
@@ -104,14 +104,14 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
     engine = std::move(prebuilt);
   } else if (chunked) {
     // A model built outside the engine is taken into chunks module by module after the fact.
-    auto chunk_engine = std::make_unique<ChunkedEngine>(
-        config, dtype, ChunkedEngine::leaf_modules(*model), /*predicted_non_model=*/0, comm,
-        make_tier(device, config, 0));
+    auto chunk_engine = std::make_unique<engine::ChunkedEngine>(
+        plan, engine::ChunkedEngine::leaf_modules(*model), /*predicted_non_model=*/0, comm,
+        make_tier(plan, 0));
     chunk_engine->register_unit(*model, "");
     chunk_engine->finish_registration();
     engine = std::move(chunk_engine);
   } else {
-    engine = make_torch_engine(config, *model, device, dtype);
+    engine = engine::make_torch_engine(plan, *model);
   }
   if (engine->num_parameters() >= 0) num_params = engine->num_parameters();
   if (!options.metrics_path.empty()) metrics.emplace(rank_path(options.metrics_path));

@@ -16,17 +16,19 @@
 #include "pstar/data/batch_sampler.h"
 #include "pstar/data/token_source.h"
 #include "pstar/dist/communicator.h"
+#include "pstar/engine/param_engine.h"
 #include "pstar/formats/config.h"
 #include "pstar/model/causal_lm.h"
 #include "pstar/tier/device_tier.h"
 #include "pstar/train/loss_scaler.h"
 #include "pstar/train/lr_schedule.h"
 #include "pstar/train/metrics.h"
-#include "pstar/train/param_engine.h"
 #include "pstar/train/profiler.h"
 #include "pstar/train/trainer.h"
 
 namespace pstar::train {
+
+using engine::ParamEngine;
 
 struct Trainer::Impl {
   config::TrainConfig config;
@@ -79,8 +81,8 @@ struct Trainer::Impl {
   void resume(const std::string& where);
 };
 
-// The chunk engine's device tier for a compute device (Note [device tier]); build_model.cpp.
-std::unique_ptr<tier::DeviceTier> make_tier(c10::Device device, const config::TrainConfig& config,
-                                            int64_t predicted_non_model);
+// The chunk engine's device tier for the plan's compute device (Note [device tier]);
+// build_model.cpp.
+std::unique_ptr<tier::DeviceTier> make_tier(const plan::RunPlan& plan, int64_t predicted_non_model);
 
 }  // namespace pstar::train

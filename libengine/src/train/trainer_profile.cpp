@@ -13,15 +13,15 @@
 #include "pstar/core/torch_compat.h"
 #include "pstar/formats/config.h"
 #include "pstar/formats/profile.h"
-#include "pstar/train/chunked_engine.h"
 #include "trainer_impl.h"
 
 namespace pstar::train {
 
 void Trainer::Impl::start_profile() {
-  auto* chunked = dynamic_cast<ChunkedEngine*>(engine.get());
-  PSTAR_CHECK(chunked != nullptr, ConfigError, "--profile records the chunk engine's chunks; ",
-              "engine.mode \"", config::engine_mode_name(config.engine.mode),
+  profiler = std::make_unique<Profiler>();
+  PSTAR_CHECK(engine->set_observer(profiler.get()), ConfigError,
+              "--profile records the chunk engine's chunks; ", "engine.mode \"",
+              config::engine_mode_name(config.engine.mode),
               "\" has none (use engine.mode \"chunked\")");
   {
     // Find out now, not after the whole run, that the file cannot be written.
@@ -33,8 +33,6 @@ void Trainer::Impl::start_profile() {
     std::fclose(probe);
     if (!existed) std::filesystem::remove(path);
   }
-  profiler = std::make_unique<Profiler>();
-  chunked->set_profiler(profiler.get());
   formats::ProfileRun& run = profiler->data().run;
   run.config_json = config::to_json_text(config);
   run.pstar_version = version();

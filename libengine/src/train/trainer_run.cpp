@@ -43,10 +43,11 @@ TrainSummary Trainer::run() {
       break;
     }
     const StepMetrics& m = *done;
-    device_peak = std::max(device_peak, m.device_peak_bytes);
-    host_peak = std::max(host_peak, m.host_peak_bytes);
-    moved += std::max<int64_t>(0, m.moved_h2d_bytes) + std::max<int64_t>(0, m.moved_d2h_bytes);
-    adam_device = m.adam_device_chunks;
+    device_peak = std::max(device_peak, m.engine.device_peak_bytes);
+    host_peak = std::max(host_peak, m.engine.host_peak_bytes);
+    moved += std::max<int64_t>(0, m.engine.moved_h2d_bytes) +
+             std::max<int64_t>(0, m.engine.moved_d2h_bytes);
+    adam_device = m.engine.adam_device_chunks;
     if (summary.steps == 0) summary.first_loss = m.loss;
     summary.last_loss = m.loss;
     ++summary.steps;
@@ -119,7 +120,7 @@ TrainSummary train(const config::TrainConfig& config, const TrainOptions& option
   const plan::RunPlan plan = plan_run(config, options.device, comm.get());
   for (const std::string& line : plan.decisions) log::info(line);
   const config::TrainConfig& resolved = plan.config;
-  ModelAndEngine built = build_model_and_engine(resolved, comm.get(), plan_device(plan));
+  ModelAndEngine built = build_model_and_engine(plan, comm.get());
   // Every rank built the same initial model from training.seed; from here on (dropout) each
   // rank draws its own numbers. Rank 0 keeps the stream a single-rank run would.
   if (world.rank > 0) torch::manual_seed(config.training.seed + 7919 * world.rank);

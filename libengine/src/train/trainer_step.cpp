@@ -176,7 +176,7 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   if (config.fp16.enabled) scaler.update(m.skipped);
   engine->end_step();
   times.optimizer_s = seconds_since(optimizer_start);
-  engine->fill_metrics(m);
+  engine->fill_metrics(m.engine);
 
   tokens += tokens_per_step();
   m.tokens = tokens;

@@ -6,12 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/cpu_plan.h"
 #include "pstar/base/error.h"
 #include "pstar/chunk/access_trace.h"
+#include "pstar/engine/chunked_engine.h"
 #include "pstar/formats/config.h"
 #include "pstar/model/gpt_shape.h"
 #include "pstar/plan/estimate.h"
-#include "pstar/train/chunked_engine.h"
 #include "pstar/train/trainer.h"
 #include "test_util.h"
 
@@ -73,8 +74,8 @@ TEST_P(EstimateValidationTest, PredictionMatchesTheEngine) {
 
   // The largest predicted model trains, and the engine's start-up fit is the estimator's.
   const auto config = config_for(c, layers);
-  auto built = train::build_model_and_engine(config);
-  auto* engine = dynamic_cast<train::ChunkedEngine*>(built.engine.get());
+  auto built = train::build_model_and_engine(pstar::testing::cpu_plan(config));
+  auto* engine = dynamic_cast<engine::ChunkedEngine*>(built.engine.get());
   ASSERT_NE(engine, nullptr);
   EXPECT_EQ(engine->fit().host_chunks, predicted.fit.host_chunks);
   EXPECT_EQ(engine->fit().device_chunks, predicted.fit.device_chunks);
@@ -108,7 +109,7 @@ TEST_P(EstimateValidationTest, PredictionMatchesTheEngine) {
       100.0 * (static_cast<double>(modelled) / measured - 1));
 
   try {
-    train::build_model_and_engine(too_big);
+    train::build_model_and_engine(pstar::testing::cpu_plan(too_big));
     FAIL() << c.name << ": " << bigger << " layers were accepted";
   } catch (const OutOfMemoryError& e) {
     EXPECT_NE(std::string(e.what()).find("pstar estimate"), std::string::npos) << e.what();

@@ -8,13 +8,14 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include "engine/cpu_plan.h"
 #include "engine/small_gpt_config.h"
 #include "pstar/base/error.h"
 #include "pstar/checkpoint/store.h"
 #include "pstar/chunk/access_trace.h"
+#include "pstar/engine/chunked_engine.h"
 #include "pstar/formats/config.h"
 #include "pstar/tier/device_tier.h"
-#include "pstar/train/chunked_engine.h"
 #include "pstar/train/trainer.h"
 #include "test_util.h"
 
@@ -49,8 +50,8 @@ class CudaTraining : public ::testing::Test {
     o.device = "cuda";
     o.progress = false;
     o.resume_dir = resume;
-    auto built = build_model_and_engine(c, nullptr, c10::Device(c10::kCUDA, 0));
-    auto* engine = dynamic_cast<ChunkedEngine*>(built.engine.get());
+    auto built = build_model_and_engine(pstar::testing::device_plan(c, "cuda"));
+    auto* engine = dynamic_cast<engine::ChunkedEngine*>(built.engine.get());
     Trainer trainer(c, std::move(built), o);
     std::vector<StepMetrics> out;
     while (trainer.steps_done() < c.training.steps) out.push_back(trainer.step());
@@ -106,14 +107,15 @@ TEST_F(CudaTraining, TightBudgetsGiveBitIdenticalLossesWithTheRealPeakUnderTheBu
     for (const auto& m : tight) {
       // What the device really held (Note [device footprint]): the arena, LibTorch's reserved
       // memory and the scratch, not only the planned chunks and live allocations.
-      EXPECT_LE(m.device_peak_bytes, m.device_reserved_peak_bytes) << "step " << m.step;
-      EXPECT_LE(m.device_reserved_peak_bytes, *c.engine.device_memory) << "step " << m.step;
+      EXPECT_LE(m.engine.device_peak_bytes, m.engine.device_reserved_peak_bytes)
+          << "step " << m.step;
+      EXPECT_LE(m.engine.device_reserved_peak_bytes, *c.engine.device_memory) << "step " << m.step;
       // Issue 20, item 3: after the first planned step, uploads reuse evicted memory in stream
       // order and nothing waits for the whole device.
       if (m.step > c.engine.warmup_iterations + 1) {
-        EXPECT_EQ(m.device_syncs, 0) << "step " << m.step;
+        EXPECT_EQ(m.engine.device_syncs, 0) << "step " << m.step;
       }
-      moved += m.moved_h2d_bytes;
+      moved += m.engine.moved_h2d_bytes;
     }
     EXPECT_GT(moved, 0) << "the budget forced no moves";
   }
@@ -136,9 +138,9 @@ TEST_F(CudaTraining, HostAdamBesideTheNextForwardChangesNoLoss) {
     const auto in_place = run(c);
     EXPECT_EQ(losses(overlapped), losses(in_place));
     int64_t queued = 0;
-    for (const auto& m : overlapped) queued += std::max<int64_t>(0, m.adam_queued_chunks);
+    for (const auto& m : overlapped) queued += std::max<int64_t>(0, m.engine.adam_queued_chunks);
     EXPECT_GT(queued, 0) << "\"auto\" queued no host Adam on the CUDA tier";
-    for (const auto& m : in_place) EXPECT_EQ(m.adam_queued_chunks, -1);
+    for (const auto& m : in_place) EXPECT_EQ(m.engine.adam_queued_chunks, -1);
   }
 }
 
@@ -216,11 +218,13 @@ TEST_F(CudaTraining, HostPoolsStopGrowingOnceThePlanHasSettled) {
   c.engine.device_memory = tight_budget(plan);
   const auto tight = run(c);
   for (const auto& m : tight) {
-    EXPECT_GT(m.pinned_bytes, 0) << "step " << m.step;
-    EXPECT_GT(m.pageable_bytes, 0) << "step " << m.step;
+    EXPECT_GT(m.engine.pinned.current, 0) << "step " << m.step;
+    EXPECT_GT(m.engine.pageable.current, 0) << "step " << m.step;
     if (m.step > c.engine.warmup_iterations + 2) {
-      EXPECT_EQ(m.pinned_bytes, tight[c.engine.warmup_iterations + 1].pinned_bytes);
-      EXPECT_EQ(m.pageable_bytes, tight[c.engine.warmup_iterations + 1].pageable_bytes);
+      EXPECT_EQ(m.engine.pinned.current,
+                tight[c.engine.warmup_iterations + 1].engine.pinned.current);
+      EXPECT_EQ(m.engine.pageable.current,
+                tight[c.engine.warmup_iterations + 1].engine.pageable.current);
     }
   }
 }

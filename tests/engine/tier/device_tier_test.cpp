@@ -14,15 +14,16 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "engine/cpu_plan.h"
 #include "engine/small_gpt_config.h"
 #include "pstar/base/error.h"
 #include "pstar/chunk/access_trace.h"
+#include "pstar/engine/chunked_engine.h"
 #include "pstar/formats/config.h"
 #include "pstar/memory/cpu_counter.h"
 #include "pstar/model/gpt.h"
 #include "pstar/plan/memory_plan.h"
 #include "pstar/tier/device_tier.h"
-#include "pstar/train/chunked_engine.h"
 #include "pstar/train/trainer.h"
 #include "test_util.h"
 
@@ -534,16 +535,16 @@ class ChunkedEngineOnATier : public ::testing::Test {
     auto shape = model::resolve_gpt_config(c.model);
     const int64_t predicted =
         plan::estimate_gpt_activations(plan::gpt_activation_input(c, shape)).peak;
-    auto engine = std::make_unique<train::ChunkedEngine>(
-        c, c.bf16.enabled == config::OnOffAuto::kOn ? torch::kBFloat16 : torch::kFloat32,
-        plan::gpt_leaf_modules(shape), predicted, nullptr, std::move(tier));
+    auto engine = std::make_unique<engine::ChunkedEngine>(pstar::testing::cpu_plan(c),
+                                                          plan::gpt_leaf_modules(shape), predicted,
+                                                          nullptr, std::move(tier));
     torch::manual_seed(c.training.seed);
     auto gpt = std::make_shared<model::Gpt>(
         shape, [&](torch::nn::Module& unit, const std::string& prefix) {
           engine->register_unit(unit, prefix);
         });
     engine->finish_registration();
-    train::ChunkedEngine* raw = engine.get();
+    engine::ChunkedEngine* raw = engine.get();
     train::TrainOptions o;
     o.device = "cpu";
     o.progress = false;
@@ -554,7 +555,7 @@ class ChunkedEngineOnATier : public ::testing::Test {
       if (after) after(out.back());
     }
     if (state_out != nullptr) {
-      train::TensorList state;
+      checkpoint::TensorList state;
       raw->state_dict(state);
       for (const auto& [name, tensor] : state) {
         const auto* bytes = static_cast<const uint8_t*>(tensor.data_ptr());
@@ -593,31 +594,33 @@ TEST_F(ChunkedEngineOnATier, KernelsSeeTheirSideAndReportsMatchTheTiersLedger) {
     c.engine.device_memory = plan.non_model_peak + 3 * chunk + chunk / 2;
     int64_t h2d_before = 0, d2h_before = 0, adam_device_before = 0, syncs_before = 0;
     int64_t moved = 0;
-    const auto checked = run(
-        c, std::make_unique<CheckingTier>(ledger, std::numeric_limits<int64_t>::max()),
-        [&](const train::StepMetrics& m) {
-          const int64_t h2d = ledger->copied[1][0], d2h = ledger->copied[0][1];
-          EXPECT_EQ(m.moved_h2d_bytes, h2d - h2d_before) << "step " << m.step;
-          EXPECT_EQ(m.moved_d2h_bytes, d2h - d2h_before) << "step " << m.step;
-          EXPECT_EQ(m.adam_device_chunks, ledger->adam_calls[0] - adam_device_before)
-              << "step " << m.step;
-          EXPECT_EQ(m.model_data_bytes, ledger->live_bytes[0] + ledger->live_bytes[1])
-              << "step " << m.step;
-          EXPECT_LE(m.device_peak_bytes, *c.engine.device_memory) << "step " << m.step;
-          // No reserve, scratch or caching here: the device held what the engine planned.
-          EXPECT_EQ(m.device_reserved_peak_bytes, m.device_peak_bytes) << "step " << m.step;
-          // Issue 20, item 3: the engine reports every whole-device synchronisation it asked
-          // for, and a tight budget at steady state asks for none.
-          EXPECT_EQ(m.device_syncs, ledger->synchronizations - syncs_before) << "step " << m.step;
-          if (m.step > c.engine.warmup_iterations + 1) {
-            EXPECT_EQ(m.device_syncs, 0) << "step " << m.step;
-          }
-          syncs_before = ledger->synchronizations;
-          moved += h2d - h2d_before;
-          h2d_before = h2d;
-          d2h_before = d2h;
-          adam_device_before = ledger->adam_calls[0];
-        });
+    const auto checked =
+        run(c, std::make_unique<CheckingTier>(ledger, std::numeric_limits<int64_t>::max()),
+            [&](const train::StepMetrics& m) {
+              const int64_t h2d = ledger->copied[1][0], d2h = ledger->copied[0][1];
+              EXPECT_EQ(m.engine.moved_h2d_bytes, h2d - h2d_before) << "step " << m.step;
+              EXPECT_EQ(m.engine.moved_d2h_bytes, d2h - d2h_before) << "step " << m.step;
+              EXPECT_EQ(m.engine.adam_device_chunks, ledger->adam_calls[0] - adam_device_before)
+                  << "step " << m.step;
+              EXPECT_EQ(m.engine.model_data_bytes, ledger->live_bytes[0] + ledger->live_bytes[1])
+                  << "step " << m.step;
+              EXPECT_LE(m.engine.device_peak_bytes, *c.engine.device_memory) << "step " << m.step;
+              // No reserve, scratch or caching here: the device held what the engine planned.
+              EXPECT_EQ(m.engine.device_reserved_peak_bytes, m.engine.device_peak_bytes)
+                  << "step " << m.step;
+              // Issue 20, item 3: the engine reports every whole-device synchronisation it asked
+              // for, and a tight budget at steady state asks for none.
+              EXPECT_EQ(m.engine.device_syncs, ledger->synchronizations - syncs_before)
+                  << "step " << m.step;
+              if (m.step > c.engine.warmup_iterations + 1) {
+                EXPECT_EQ(m.engine.device_syncs, 0) << "step " << m.step;
+              }
+              syncs_before = ledger->synchronizations;
+              moved += h2d - h2d_before;
+              h2d_before = h2d;
+              d2h_before = d2h;
+              adam_device_before = ledger->adam_calls[0];
+            });
     EXPECT_EQ(losses(checked), losses(reference));
     EXPECT_GT(moved, 0) << "the budget forced no moves";
     // Every move lands in memory that was never zeroed (issue 20, item 4), and the losses above
@@ -649,10 +652,10 @@ TEST_F(ChunkedEngineOnATier, PrefetchedUploadsAreAwaitedBeforeUseAndChangeNoLoss
     const auto ahead =
         run(c, std::make_unique<CheckingTier>(ledger, std::numeric_limits<int64_t>::max()),
             [&](const train::StepMetrics& m) {
-              EXPECT_LE(m.device_peak_bytes, *c.engine.device_memory) << "step " << m.step;
-              EXPECT_LE(m.prefetched_h2d_bytes, m.moved_h2d_bytes);
-              prefetched += m.prefetched_h2d_bytes;
-              moved += m.moved_h2d_bytes;
+              EXPECT_LE(m.engine.device_peak_bytes, *c.engine.device_memory) << "step " << m.step;
+              EXPECT_LE(m.engine.prefetched_h2d_bytes, m.engine.moved_h2d_bytes);
+              prefetched += m.engine.prefetched_h2d_bytes;
+              moved += m.engine.moved_h2d_bytes;
             });
     EXPECT_EQ(losses(ahead), losses(lazy));
     EXPECT_GT(prefetched, 0) << "nothing was copied ahead";
@@ -698,13 +701,13 @@ TEST_F(ChunkedEngineOnATier, QueuedHostAdamIsAwaitedBeforeUseAndChangesNoNumber)
     const auto overlapped = run(
         c, std::move(tier),
         [&](const train::StepMetrics& m) {
-          EXPECT_GE(m.adam_queued_chunks, 0) << "step " << m.step;
-          EXPECT_GE(m.adam_wait_s, 0) << "step " << m.step;
-          queued += m.adam_queued_chunks;
-          EXPECT_LE(m.adam_early_chunks, m.adam_queued_chunks) << "step " << m.step;
-          early += m.adam_early_chunks;
-          steps_queueing += m.adam_queued_chunks > 0 ? 1 : 0;
-          waited += m.adam_wait_s;
+          EXPECT_GE(m.engine.adam_queued_chunks, 0) << "step " << m.step;
+          EXPECT_GE(m.engine.adam_wait_s, 0) << "step " << m.step;
+          queued += m.engine.adam_queued_chunks;
+          EXPECT_LE(m.engine.adam_early_chunks, m.engine.adam_queued_chunks) << "step " << m.step;
+          early += m.engine.adam_early_chunks;
+          steps_queueing += m.engine.adam_queued_chunks > 0 ? 1 : 0;
+          waited += m.engine.adam_wait_s;
         },
         nullptr, &overlapped_state);
     EXPECT_EQ(losses(overlapped), losses(in_place));
@@ -759,22 +762,22 @@ TEST_F(ChunkedEngineOnATier, HostPoolsHoldExactlyTheHostPayloadsAndStopGrowing) 
     int64_t settled_allocated = -1, copied_at_plan = -1, moved = 0;
     const auto trained = run(c, std::move(tier), [&](const train::StepMetrics& m) {
       const DeviceTier::HostMemory held = checking->host_memory();
-      EXPECT_EQ(m.pinned_bytes, held.pinned.current);
-      EXPECT_EQ(m.pageable_bytes, held.pageable.current);
-      EXPECT_EQ(m.pinned_peak_bytes, held.pinned.peak);
+      EXPECT_EQ(m.engine.pinned.current, held.pinned.current);
+      EXPECT_EQ(m.engine.pageable.current, held.pageable.current);
+      EXPECT_EQ(m.engine.pinned.peak, held.pinned.peak);
       const std::lock_guard<std::mutex> lock(ledger->mutex);
       const int64_t host_only = ledger->live_host_only_bytes();
-      EXPECT_EQ(m.pageable_bytes, host_only) << "step " << m.step;
-      EXPECT_EQ(m.pinned_bytes, ledger->live_bytes[1] - host_only) << "step " << m.step;
+      EXPECT_EQ(m.engine.pageable.current, host_only) << "step " << m.step;
+      EXPECT_EQ(m.engine.pinned.current, ledger->live_bytes[1] - host_only) << "step " << m.step;
       // Every payload in memory fit for copies got there by a move: what stays is pageable.
       if (m.step >= planned) {
         EXPECT_EQ(ledger->live_unmoved_copyable_host_bytes(), 0) << "step " << m.step;
       }
-      if (m.step > planned) moved += m.moved_h2d_bytes;
-      if (m.moved_h2d_bytes + m.moved_d2h_bytes > 0) {
-        EXPECT_GT(m.move_s, 0) << "step " << m.step;
+      if (m.step > planned) moved += m.engine.moved_h2d_bytes;
+      if (m.engine.moved_h2d_bytes + m.engine.moved_d2h_bytes > 0) {
+        EXPECT_GT(m.engine.move_s, 0) << "step " << m.step;
       } else {
-        EXPECT_EQ(m.move_s, 0) << "step " << m.step;
+        EXPECT_EQ(m.engine.move_s, 0) << "step " << m.step;
       }
       if (m.step == planned) copied_at_plan = ledger->host_only_copied;
       if (m.step > planned) {
@@ -814,7 +817,8 @@ TEST_F(ChunkedEngineOnATier, HostPoolsCountAgainstTheHostBudget) {
     ASSERT_EQ(tier->host_memory().current(), extra);
     const DeviceTier* held = tier.get();
     const auto trained = run(c, std::move(tier), [&](const train::StepMetrics& m) {
-      EXPECT_LE(m.pinned_bytes + m.pageable_bytes, *c.engine.host_memory) << "step " << m.step;
+      EXPECT_LE(m.engine.pinned.current + m.engine.pageable.current, *c.engine.host_memory)
+          << "step " << m.step;
       EXPECT_LE(held->host_memory().current(), *c.engine.host_memory) << "step " << m.step;
     });
     EXPECT_EQ(losses(trained), losses(reference));
@@ -840,9 +844,9 @@ TEST_F(ChunkedEngineOnATier, OverlapAdamAutoIsOffOnTheEmulatedTier) {
   c.training.steps = 3;
   ASSERT_EQ(c.engine.overlap_adam, config::OnOffAuto::kAuto);
   for (const auto& m : run(c, nullptr)) {
-    EXPECT_EQ(m.adam_queued_chunks, -1);
-    EXPECT_EQ(m.adam_early_chunks, -1);
-    EXPECT_EQ(m.adam_wait_s, -1);
+    EXPECT_EQ(m.engine.adam_queued_chunks, -1);
+    EXPECT_EQ(m.engine.adam_early_chunks, -1);
+    EXPECT_EQ(m.engine.adam_wait_s, -1);
   }
 }
 
@@ -885,14 +889,15 @@ TEST_F(ChunkedEngineOnATier, ReservedPeakAddsTheTiersReservesToTheReservedNonMod
       ledger->reported_reserved_peak = 0;
     }
     EXPECT_GE(reserved, extra) << "step " << m.step;
-    EXPECT_EQ(m.device_reserved_peak_bytes,
+    EXPECT_EQ(m.engine.device_reserved_peak_bytes,
               footprint.payload_reserve_bytes + footprint.scratch_bytes + reserved)
         << "step " << m.step;
-    EXPECT_LT(m.device_peak_bytes, m.device_reserved_peak_bytes) << "step " << m.step;
+    EXPECT_LT(m.engine.device_peak_bytes, m.engine.device_reserved_peak_bytes) << "step " << m.step;
   });
   EXPECT_EQ(losses(checked), losses(reference));
   for (size_t i = 0; i < checked.size(); ++i)
-    EXPECT_EQ(checked[i].device_peak_bytes, reference[i].device_peak_bytes) << "step " << i + 1;
+    EXPECT_EQ(checked[i].engine.device_peak_bytes, reference[i].engine.device_peak_bytes)
+        << "step " << i + 1;
 }
 
 // The batched sum of squares gives every buffer the bits of its own call (the CUDA tier's own is
@@ -930,9 +935,10 @@ TEST(DeviceArenaBytes, LeavesTheLargerOfThePredictionAndTheUnfilledShare) {
   c.engine.device_memory = 1000 << 20;
   const int64_t budget = *c.engine.device_memory;
   const auto unfilled = static_cast<int64_t>((1.0 - plan::kDeviceFillRatio) * budget);
-  EXPECT_EQ(train::ChunkedEngine::device_arena_bytes(c, 0), budget - unfilled);
-  EXPECT_EQ(train::ChunkedEngine::device_arena_bytes(c, 300 << 20), budget - (300 << 20));
-  EXPECT_THROW(train::ChunkedEngine::device_arena_bytes(c, budget), OutOfMemoryError);
+  const plan::RunPlan p = pstar::testing::cpu_plan(c);
+  EXPECT_EQ(engine::ChunkedEngine::device_arena_bytes(p, 0), budget - unfilled);
+  EXPECT_EQ(engine::ChunkedEngine::device_arena_bytes(p, 300 << 20), budget - (300 << 20));
+  EXPECT_THROW(engine::ChunkedEngine::device_arena_bytes(p, budget), OutOfMemoryError);
 }
 
 TEST(ComputeDevice, ChunkEngineOnCudaNeedsTheCudaTier) {

@@ -5,10 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/cpu_plan.h"
 #include "pstar/checkpoint/store.h"
 #include "pstar/core/stop.h"
+#include "pstar/engine/param_engine.h"
 #include "pstar/formats/config.h"
-#include "pstar/train/param_engine.h"
 #include "pstar/train/trainer.h"
 #include "test_util.h"
 
@@ -53,7 +54,7 @@ class StopTest : public ::testing::TestWithParam<const char*> {
   }
 
   std::vector<double> reference_losses(const config::TrainConfig& c) {
-    Trainer t(c, build_model_and_engine(c), options());
+    Trainer t(c, build_model_and_engine(pstar::testing::cpu_plan(c)), options());
     std::vector<double> out;
     while (t.steps_done() < c.training.steps) out.push_back(t.step().loss);
     return out;
@@ -64,7 +65,7 @@ class StopTest : public ::testing::TestWithParam<const char*> {
                                  const std::vector<double>& reference) {
     TrainOptions o = options();
     o.resume_dir = c.training.save_dir;
-    Trainer resumed(c, build_model_and_engine(c), o);
+    Trainer resumed(c, build_model_and_engine(pstar::testing::cpu_plan(c)), o);
     ASSERT_EQ(resumed.steps_done(), from - 1);
     for (int64_t s = from; s <= c.training.steps; ++s)
       EXPECT_EQ(resumed.step().loss, reference[static_cast<size_t>(s - 1)]) << "step " << s;
@@ -80,7 +81,7 @@ TEST_P(StopTest, BetweenStepsFinishesTheStepAndSaves) {
   c.training.save_dir = dir_.file("ck");
   c.training.save_interval = 0;  // the stop's checkpoint is the only one
   {
-    Trainer t(c, build_model_and_engine(c), options());
+    Trainer t(c, build_model_and_engine(pstar::testing::cpu_plan(c)), options());
     t.step();
     t.step();
     core::request_stop(SIGTERM);
@@ -104,7 +105,8 @@ TEST_P(StopTest, BetweenMicroBatchesAbandonsALongStep) {
   c.training.save_interval = 0;
   {
     // Any rest of a step counts as long: the stop abandons step 3 after its first micro-batch.
-    Trainer t(c, build_model_and_engine(c), options(/*abandon_after_s=*/0.0));
+    Trainer t(c, build_model_and_engine(pstar::testing::cpu_plan(c)),
+              options(/*abandon_after_s=*/0.0));
     t.step();
     t.step();
     core::request_stop(SIGINT);
@@ -123,7 +125,7 @@ TEST_P(StopTest, BetweenMicroBatchesAbandonsALongStep) {
 
 TEST_P(StopTest, WithoutASaveDirStopsWithoutACheckpoint) {
   auto c = small_config();
-  Trainer t(c, build_model_and_engine(c), options());
+  Trainer t(c, build_model_and_engine(pstar::testing::cpu_plan(c)), options());
   core::request_stop(SIGTERM);
   const TrainSummary summary = t.run();
   EXPECT_EQ(summary.stop_signal, SIGTERM);

@@ -185,11 +185,11 @@ TEST_F(TrainerTest, MetricsLinesCarryTheChunkEnginesMemoryAndMoveKeysOnlyWhenSet
     MetricsWriter writer(path);
     StepMetrics chunked;
     chunked.step = 1;
-    chunked.pinned_bytes = 100;
-    chunked.pinned_peak_bytes = 200;
-    chunked.pageable_bytes = 300;
-    chunked.pageable_peak_bytes = 400;
-    chunked.move_s = 0.25;
+    chunked.engine.pinned.current = 100;
+    chunked.engine.pinned.peak = 200;
+    chunked.engine.pageable.current = 300;
+    chunked.engine.pageable.peak = 400;
+    chunked.engine.move_s = 0.25;
     writer.write(chunked);
     StepMetrics torch_engine;
     torch_engine.step = 2;

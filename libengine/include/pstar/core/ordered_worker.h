@@ -1,6 +1,6 @@
 // One background thread that runs jobs in the order they were queued, so that the thread which
 // queued them can go on and wait only for the job it needs next (Note [host adam overlap] in
-// train/chunked_engine.h).
+// engine/chunked_engine.h).
 #pragma once
 
 #include <condition_variable>

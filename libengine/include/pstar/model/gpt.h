@@ -12,6 +12,7 @@
 
 #include "pstar/model/causal_lm.h"
 #include "pstar/model/gpt_shape.h"
+#include "pstar/model/hooks.h"
 
 namespace pstar::model {
 
@@ -37,7 +38,7 @@ class GptLayerNorm : public torch::nn::Module {
   double eps;
 };
 
-class GptEmbedding : public torch::nn::Module {
+class GptEmbedding : public torch::nn::Module, public EmbeddingLeaf {
  public:
   GptEmbedding(int64_t count, int64_t dim);
   torch::Tensor forward(const torch::Tensor& ids);

@@ -24,6 +24,18 @@ class ModuleHooks {
   virtual void pre_backward(torch::nn::Module& module) = 0;
 };
 
+// A leaf module whose parameters are an input embedding derives from this too (GptEmbedding does):
+// with use_cpu_embedding the chunk engine keeps such a module's chunk on the host. A new model
+// family marks its embeddings this way, and the engine needs no change.
+class EmbeddingLeaf {
+ public:
+  virtual ~EmbeddingLeaf() = default;
+};
+
+inline bool is_embedding_leaf(const torch::nn::Module& module) {
+  return dynamic_cast<const EmbeddingLeaf*>(&module) != nullptr;
+}
+
 // The engine's hooks while it trains; nullptr otherwise. Process-wide, because autograd may run
 // backward on its own threads.
 ModuleHooks* active_hooks();

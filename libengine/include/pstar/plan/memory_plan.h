@@ -30,6 +30,18 @@ inline constexpr double kDefaultMemoryRatio = 0.8;
 // Share of the device budget the start-up plan may fill; the warm-up plan uses the same share
 // for the margin.
 inline constexpr double kDeviceFillRatio = 0.9;
+// The bytes of a device budget the plans may fill with chunks (kDeviceFillRatio of it), and the
+// bytes they never fill: every use of the ratio goes through these two.
+inline double device_fill_bytes(int64_t device_budget) {
+  return kDeviceFillRatio * static_cast<double>(device_budget);
+}
+inline int64_t device_unfilled_bytes(int64_t device_budget) {
+  return static_cast<int64_t>((1.0 - kDeviceFillRatio) * static_cast<double>(device_budget));
+}
+// The bytes of a CUDA tier's arena for `device_budget`: the budget less what LibTorch's own
+// allocations on the device need, the larger of `predicted_non_model` and the share the plans
+// never fill (Note [fit]). Throws OutOfMemoryError when nothing is left for chunks.
+int64_t device_arena_bytes(int64_t device_budget, int64_t predicted_non_model);
 
 // This machine's physical memory (the default budgets are kDefaultMemoryRatio of it).
 int64_t physical_memory_bytes();
@@ -74,7 +86,7 @@ struct ChunkLayout {
 int64_t count_chunks(const std::vector<LeafModule>& leaves, int64_t size, bool use_cpu_embedding);
 
 // The chunk of each leaf in `leaves` (same rule as count_chunks): the chunk engine registers
-// parameters this way (Note [chunk layout] in train/chunked_engine.h).
+// parameters this way (Note [chunk layout] in engine/chunked_engine.h).
 std::vector<int64_t> leaf_chunks(const std::vector<LeafModule>& leaves, int64_t size,
                                  bool use_cpu_embedding);
 

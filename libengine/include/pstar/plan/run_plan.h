@@ -57,7 +57,7 @@ struct RunFacts {
 struct RunPlan {
   config::TrainConfig config;  // as given, with bf16.enabled and engine.overlap_adam decided (never
                                // "auto") and a CUDA budget set
-  bool chunked = true;  // engine.mode "chunked"; else "torch"
+  bool chunked = true;         // engine.mode "chunked"; else "torch"
   Precision precision = Precision::kFp32;
   DeviceKind device = DeviceKind::kCpu;
   std::string device_name = "cpu";
@@ -83,8 +83,7 @@ inline constexpr double kCudaFreeMemoryRatio = 0.9;
 
 // engine.overlap_adam on `device`: its "auto" is on for a GPU, where the device computes while the
 // host updates, and off on the emulated tier, where both would share the CPU's cores (Note [host
-// adam overlap]). resolve_run decides with it, and so does a chunk engine made from a config no
-// plan resolved.
+// adam overlap]). resolve_run decides with it; engines read the plan's decision.
 bool overlap_adam_on(config::OnOffAuto overlap_adam, DeviceKind device);
 
 // Resolves `config` for `facts` (Note [run plan]). Pure. Throws ConfigError for what no machine

@@ -2,7 +2,7 @@
 // with two implementations, chosen once at start-up (Note [device tier]).
 //
 // Note [device tier]
-// The chunk engine (train/chunked_engine.cpp) decides what lives where; a DeviceTier carries it
+// The chunk engine (engine/ (chunked_engine.cpp, moments.cpp)) decides what lives where; a DeviceTier carries it
 // out. It owns the memory of both sides a chunk payload can be on, kDevice (where LibTorch
 // computes) and kHost, copies payloads between them, runs Adam and the gradient sum of squares on
 // either side, and measures the compute device's non-model memory. The engine asks the same
@@ -29,7 +29,7 @@
 // (a checkpoint, a collective over host memory) calls synchronize() first. The one exception is
 // copy_ahead(): the compute the caller queues after it is ordered after it only once the caller
 // calls await_copies() on its destination, so that an upload for the next module can run while
-// the current one computes (Note [prefetch] in train/chunked_engine.h).
+// the current one computes (Note [prefetch] in engine/chunked_engine.h).
 //
 // Threads. One thread drives a tier, except that adam_step, grad_sq_sum and zero on kHost buffers
 // may also run on one other thread at the same time, on blocks the driving thread leaves alone

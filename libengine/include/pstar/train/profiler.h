@@ -10,15 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "pstar/engine/observer.h"
 #include "pstar/formats/profile.h"
 
 namespace pstar::train {
 
-// Bytes per tier at one instant, or over one moment.
-struct MemorySample {
-  int64_t device_chunks = 0, device_non_model = 0;
-  int64_t host_chunks = 0, host_non_model = 0;
-};
+using engine::MemorySample;
 
 struct StepTimes {
   double forward_s = 0, backward_s = 0, optimizer_s = 0;
@@ -26,16 +23,19 @@ struct StepTimes {
 
 struct StepMetrics;
 
-class Profiler {
+// The chunk engine reports to it through engine::EngineObserver (ParamEngine::set_observer).
+class Profiler : public engine::EngineObserver {
  public:
   // Samples memory every `period` while a step is recorded.
   explicit Profiler(std::chrono::microseconds period = std::chrono::milliseconds(10));
-  ~Profiler();
+  ~Profiler() override;
   Profiler(const Profiler&) = delete;
   Profiler& operator=(const Profiler&) = delete;
 
   formats::Profile& data();
-  bool recording() const;
+  bool recording() const override;
+  // The engine's layout and budgets into the run attributes, and its chunk table.
+  void attach(const engine::EngineShape& shape) override;
 
   // Steps are recorded from begin_step to end_step; the clock starts at the first begin_step.
   void begin_step(int64_t step);
@@ -43,12 +43,13 @@ class Profiler {
 
   // The engine, once a moment's chunks are in place: opens the moment's row.
   void begin_moment(const std::string& name, formats::ProfileStage stage,
-                    const MemorySample& memory, std::vector<int8_t> places);
+                    const MemorySample& memory, std::vector<int8_t> places) override;
   // The open moment's non-model peak, known when it ends.
-  void close_moment(int64_t device_non_model_peak);
-  void event(int64_t chunk, formats::ChunkEventKind kind, int64_t bytes, double duration_s);
+  void close_moment(int64_t device_non_model_peak) override;
+  void event(int64_t chunk, formats::ChunkEventKind kind, int64_t bytes,
+             double duration_s) override;
   // Chunk bytes per tier now, for the clock sampler (cheap; any thread may sample meanwhile).
-  void set_chunk_bytes(int64_t device, int64_t host);
+  void set_chunk_bytes(int64_t device, int64_t host) override;
 
   // Stops the sampler and writes the file (formats::write_profile).
   void write(const std::string& path);

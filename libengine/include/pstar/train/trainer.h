@@ -1,6 +1,7 @@
 // The training loop behind `pstar train`: data, micro-batches, loss, loss scaling, clipping, the
 // learning-rate schedule, metrics and progress. Parameters, gradients and the optimizer belong to
-// a ParamEngine: "chunked" (chunked_engine.h) or "torch" (plain LibTorch, the reference).
+// an engine::ParamEngine: "chunked" (engine/chunked_engine.h) or "torch" (plain LibTorch, the
+// reference).
 #pragma once
 
 #include <cstdint>
@@ -19,8 +20,11 @@ struct TrainConfig;
 namespace pstar::model {
 class CausalLM;
 }
-namespace pstar::train {
+namespace pstar::engine {
 class ParamEngine;
+}
+namespace pstar::plan {
+struct RunPlan;
 }
 namespace pstar::dist {
 class Communicator;
@@ -64,7 +68,7 @@ struct TrainSummary {
 // A model and, for the chunk engine, the engine that already holds its parameters.
 struct ModelAndEngine {
   std::shared_ptr<model::CausalLM> model;
-  std::unique_ptr<ParamEngine> engine;  // null: the trainer makes one for engine.mode
+  std::unique_ptr<engine::ParamEngine> engine;  // null: the trainer makes one for engine.mode
 };
 
 class Trainer {
@@ -101,12 +105,11 @@ c10::Device compute_device(const config::TrainConfig& config, const std::string&
 std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config);
 
 // The same, and for engine.mode "chunked" the chunk engine, which takes each unit of the model
-// into chunks as it is built (start-up never holds a second full copy of the model). The config's
-// precision must be decided (plan::resolve_run, through train::plan_run): "auto" is a ConfigError
-// here. `device` (compute_device) chooses the device tier.
-ModelAndEngine build_model_and_engine(const config::TrainConfig& config,
-                                      dist::Communicator* comm = nullptr,
-                                      c10::Device device = c10::Device(c10::kCPU));
+// into chunks as it is built (start-up never holds a second full copy of the model). Everything
+// is read from `plan` (plan::resolve_run, e.g. through train::plan_run): the config, the
+// precision, the budgets and the device, which chooses the device tier.
+ModelAndEngine build_model_and_engine(const plan::RunPlan& plan,
+                                      dist::Communicator* comm = nullptr);
 
 // `pstar train`: runtime set-up, precision choice, model, trainer, run. Under a launcher
 // (dist/world.h) it joins the other ranks first and checks they all train the same config.

@@ -6,21 +6,25 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "engine/cpu_plan.h"
 #include "engine/small_gpt_config.h"
 #include "pstar/base/error.h"
 #include "pstar/checkpoint/store.h"
 #include "pstar/chunk/access_trace.h"
 #include "pstar/chunk/eviction.h"
+#include "pstar/engine/chunked_engine.h"
 #include "pstar/formats/config.h"
 #include "pstar/memory/cpu_counter.h"
 #include "pstar/model/causal_lm.h"
 #include "pstar/model/hooks.h"
-#include "pstar/train/chunked_engine.h"
 #include "pstar/train/trainer.h"
 #include "test_util.h"
 
 namespace pstar::train {
 namespace {
+
+using engine::ChunkedEngine;
+using pstar::testing::cpu_plan;
 
 class ChunkedEngineTest : public ::testing::Test {
  protected:
@@ -40,7 +44,7 @@ class ChunkedEngineTest : public ::testing::Test {
     TrainOptions o;
     o.device = "cpu";
     o.progress = false;
-    auto built = build_model_and_engine(c);
+    auto built = build_model_and_engine(cpu_plan(c));
     if (engine_out) *engine_out = dynamic_cast<ChunkedEngine*>(built.engine.get());
     auto trainer = std::make_unique<Trainer>(c, std::move(built), o);
     std::vector<StepMetrics> out;
@@ -125,8 +129,8 @@ TEST_F(ChunkedEngineTest, TightBudgetGivesBitIdenticalLossesUnderTheBudget) {
     EXPECT_LT(engine->margin_chunks(), num_chunks);
     int64_t moved = 0;
     for (const auto& m : tight) {
-      EXPECT_LE(m.device_peak_bytes, *c.engine.device_memory) << "step " << m.step;
-      moved += m.moved_h2d_bytes;
+      EXPECT_LE(m.engine.device_peak_bytes, *c.engine.device_memory) << "step " << m.step;
+      moved += m.engine.moved_h2d_bytes;
     }
     EXPECT_GT(moved, 0);
   }
@@ -276,7 +280,7 @@ TEST_F(ChunkedEngineTest, StartUpNeverHoldsASecondCopyOfTheModel) {
   c.model.hidden = 128;
   c.bf16.enabled = config::OnOffAuto::kOn;
   c.default_chunk_size = 1 << 17;
-  auto built = build_model_and_engine(c);
+  auto built = build_model_and_engine(cpu_plan(c));
   auto* engine = dynamic_cast<ChunkedEngine*>(built.engine.get());
   int64_t params = 0;
   for (const auto& p : built.model->parameters()) params += p.numel();
@@ -346,7 +350,8 @@ TEST_F(ChunkedEngineTest, EvictionIsWithinTenPercentOfOpt) {
   const double opt_bytes_per_step = static_cast<double>(opt.total() * chunk_bytes) / 4.0;
   double measured = 0;
   for (size_t i = 4; i < tight.size(); ++i)
-    measured += static_cast<double>(tight[i].moved_h2d_bytes + tight[i].moved_d2h_bytes);
+    measured +=
+        static_cast<double>(tight[i].engine.moved_h2d_bytes + tight[i].engine.moved_d2h_bytes);
   measured /= static_cast<double>(tight.size() - 4);
   RecordProperty("moved_bytes_per_step", std::to_string(measured));
   RecordProperty("opt_bytes_per_step", std::to_string(opt_bytes_per_step));
@@ -360,6 +365,9 @@ TEST_F(ChunkedEngineTest, EvictionIsWithinTenPercentOfOpt) {
 
 namespace pstar::train {
 namespace {
+
+using engine::ChunkedEngine;
+using pstar::testing::cpu_plan;
 
 class CheckpointTest : public ChunkedEngineTest {};
 
@@ -381,7 +389,7 @@ TEST_F(CheckpointTest, ResumeIsBitIdentical) {
       o.device = "cpu";
       o.progress = false;
       o.resume_dir = checkpoint::checkpoint_dir(c.training.save_dir, 4);
-      Trainer resumed(c, build_model_and_engine(c), o);
+      Trainer resumed(c, build_model_and_engine(cpu_plan(c)), o);
       ASSERT_EQ(resumed.steps_done(), 4);
       for (int64_t s = 5; s <= 10; ++s) {
         auto m = resumed.step();
@@ -430,7 +438,7 @@ TEST_F(CheckpointTest, BadCheckpointsAreClearErrors) {
   auto wider = c;
   wider.model.hidden = 96;
   try {
-    Trainer t(wider, build_model_and_engine(wider), o);
+    Trainer t(wider, build_model_and_engine(cpu_plan(wider)), o);
     FAIL() << "expected FormatError";
   } catch (const FormatError& e) {
     const std::string msg = e.what();
@@ -442,7 +450,7 @@ TEST_F(CheckpointTest, BadCheckpointsAreClearErrors) {
   const std::string bytes = pstar::testing::read_text(file);
   pstar::testing::write_text(file, bytes.substr(0, bytes.size() / 2));
   try {
-    Trainer t(c, build_model_and_engine(c), o);
+    Trainer t(c, build_model_and_engine(cpu_plan(c)), o);
     FAIL() << "expected FormatError";
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
@@ -453,7 +461,7 @@ TEST_F(CheckpointTest, BadCheckpointsAreClearErrors) {
   // Without a manifest (as pstar wrote before multi-rank training) the reader itself finds it.
   std::filesystem::remove(dir + "/manifest.json");
   try {
-    Trainer t(c, build_model_and_engine(c), o);
+    Trainer t(c, build_model_and_engine(cpu_plan(c)), o);
     FAIL() << "expected FormatError";
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
@@ -461,7 +469,7 @@ TEST_F(CheckpointTest, BadCheckpointsAreClearErrors) {
   }
   // Nothing to resume from.
   o.resume_dir = dir_.file("nowhere");
-  EXPECT_THROW(Trainer(c, build_model_and_engine(c), o), IoError);
+  EXPECT_THROW(Trainer(c, build_model_and_engine(cpu_plan(c)), o), IoError);
 }
 
 }  // namespace

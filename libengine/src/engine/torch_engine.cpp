@@ -1,6 +1,9 @@
-#include "pstar/train/torch_engine.h"
+#include "pstar/engine/torch_engine.h"
+
+#include "compute_dtype.h"
 #include "pstar/checkpoint/schema.h"
 #include "pstar/checkpoint/store.h"
+#include "pstar/plan/run_plan.h"
 
 #include <cmath>
 
@@ -11,7 +14,7 @@
 #include "pstar/formats/config.h"
 #include "pstar/model/causal_lm.h"
 
-namespace pstar::train {
+namespace pstar::engine {
 namespace {
 
 class TorchEngine : public ParamEngine {
@@ -186,10 +189,10 @@ class TorchEngine : public ParamEngine {
 
 }  // namespace
 
-std::unique_ptr<ParamEngine> make_torch_engine(const config::TrainConfig& config,
-                                               model::CausalLM& model, c10::Device device,
-                                               c10::ScalarType compute_dtype) {
-  return std::make_unique<TorchEngine>(config, model, device, compute_dtype);
+std::unique_ptr<ParamEngine> make_torch_engine(const plan::RunPlan& plan, model::CausalLM& model) {
+  PSTAR_INTERNAL_ASSERT(!plan.chunked, "a torch engine for a plan of engine.mode \"chunked\"");
+  return std::make_unique<TorchEngine>(plan.config, model, c10::Device(plan.device_name),
+                                       compute_dtype(plan.precision));
 }
 
-}  // namespace pstar::train
+}  // namespace pstar::engine

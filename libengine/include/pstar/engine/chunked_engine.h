@@ -1,5 +1,8 @@
 // The chunk engine (engine.mode "chunked"): PatrickStar-style heterogeneous memory training.
 // docs/engine.md describes the design; the notes below are the decisions code elsewhere relies on.
+// The engine is split into parts that each own one job (libengine/src/engine/README.md): the chunk
+// store, placement (pure C++, engine/placement.h), group sync, hybrid Adam and gradients; this
+// class runs each moment through them.
 //
 // Note [chunk layout]
 // Every parameter lives in chunks of `chunk_size` elements. Chunk k has a compute payload (the
@@ -78,14 +81,10 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
-#include <c10/core/ScalarType.h>
 
+#include "pstar/engine/param_engine.h"
 #include "pstar/plan/memory_plan.h"
-#include "pstar/train/param_engine.h"
 
-namespace pstar::config {
-struct TrainConfig;
-}
 namespace torch::nn {
 class Module;
 }
@@ -98,14 +97,14 @@ struct AccessTrace;
 namespace pstar::dist {
 class Communicator;
 }
-namespace pstar::train {
-class Profiler;
+namespace pstar::plan {
+struct RunPlan;
 }
 namespace pstar::tier {
 class DeviceTier;
 }
 
-namespace pstar::train {
+namespace pstar::engine {
 
 using plan::LeafModule;
 
@@ -114,25 +113,25 @@ class ChunkedEngine : public ParamEngine {
   // Plans the chunk size from the leaf modules (in construction order) and checks that model
   // data, the working set and `predicted_non_model` bytes (plan::estimate_gpt_activations for a
   // GPT; 0 when unknown, and the warm-up measures it) fit the two tiers (Note [fit]), before
-  // anything is allocated. Throws OutOfMemoryError when they do not. With `comm` (several ranks)
-  // this rank owns every world_size-th chunk (Note [gathering]); `comm` must outlive the engine.
-  // `device_tier` holds the payloads and runs the kernels (Note [device tier]); null: the
-  // emulated tier.
-  ChunkedEngine(const config::TrainConfig& config, c10::ScalarType compute_dtype,
-                const std::vector<LeafModule>& leaves, int64_t predicted_non_model = 0,
-                dist::Communicator* comm = nullptr,
+  // anything is allocated. Throws OutOfMemoryError when they do not. Everything else it needs
+  // comes from `plan` (plan::resolve_run): precision, budgets, accumulation, prefetch, Adam and its
+  // overlap, the warm-up. With `comm` (several ranks, plan.world_size of them) this rank owns every
+  // world_size-th chunk (Note [gathering]); `comm` must outlive the engine. `device_tier` holds
+  // the payloads and runs the kernels (Note [device tier]); null: the emulated tier.
+  ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafModule>& leaves,
+                int64_t predicted_non_model = 0, dist::Communicator* comm = nullptr,
                 std::unique_ptr<tier::DeviceTier> device_tier = nullptr);
   ~ChunkedEngine() override;
 
-  // The bytes of a CUDA tier's arena for `config`: engine.device_memory less what LibTorch's own
-  // allocations on the device need, the larger of `predicted_non_model` and the share the plan
-  // never fills (Note [fit]). Throws OutOfMemoryError when nothing is left for chunks.
-  static int64_t device_arena_bytes(const config::TrainConfig& config, int64_t predicted_non_model);
+  // The bytes of a CUDA tier's arena for `plan` (plan::device_arena_bytes of its device budget).
+  static int64_t device_arena_bytes(const plan::RunPlan& plan, int64_t predicted_non_model);
 
   // The device tier in use.
   tier::DeviceTier& device_tier();
 
-  // The leaf modules of `unit` that own parameters, in the order register_unit takes them.
+  // The leaf modules of `unit` that own parameters, in the order register_unit takes them; a
+  // module deriving from model::EmbeddingLeaf is an embedding (kept on the host with
+  // use_cpu_embedding).
   static std::vector<LeafModule> leaf_modules(torch::nn::Module& unit);
 
   // Takes the parameters of every leaf module of `unit` into chunks: their values move into chunk
@@ -168,13 +167,13 @@ class ChunkedEngine : public ParamEngine {
   double grad_norm(double loss_scale) override;
   void update(double lr, double grad_multiplier) override;
   void end_step() override;
-  void fill_metrics(StepMetrics& metrics) override;
+  void fill_metrics(EngineMetrics& metrics) override;
   void state_dict(TensorList& out) override;
   void load_state_dict(const TensorMap& in, const std::string& file) override;
 
-  // Records into `profiler` from now on (null: stops): fills its run attributes and chunk table.
-  // The profiler must outlive the engine's use of it.
-  void set_profiler(Profiler* profiler);
+  // Reports to `observer` from now on (null: stops): gives it the engine's shape (layout, budgets,
+  // chunk table) at once.
+  bool set_observer(EngineObserver* observer) override;
 
   // The hooks the model's run_module() calls while this engine trains.
   model::ModuleHooks* hooks() override;
@@ -185,4 +184,4 @@ class ChunkedEngine : public ParamEngine {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace pstar::train
+}  // namespace pstar::engine

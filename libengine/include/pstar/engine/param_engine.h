@@ -8,14 +8,17 @@
 #include <string>
 
 #include "pstar/checkpoint/store.h"
+#include "pstar/engine/metrics.h"
 
 namespace pstar::model {
 class ModuleHooks;
 }
 
-namespace pstar::train {
+namespace pstar::engine {
 
-struct StepMetrics;
+class EngineObserver;
+using checkpoint::TensorList;
+using checkpoint::TensorMap;
 
 // An engine's part of a checkpoint, in the checkpoint module's tensor list and map.
 using checkpoint::TensorList;
@@ -43,8 +46,11 @@ class ParamEngine {
   virtual void update(double lr, double grad_multiplier) = 0;
   // Ends the step, updated or skipped: gradients are dropped.
   virtual void end_step() = 0;
-  // Adds the engine's own figures to the step's metrics.
-  virtual void fill_metrics(StepMetrics& metrics) {}
+  // The engine's own figures for the step that ended last.
+  virtual void fill_metrics(EngineMetrics& metrics) {}
+  // Reports to `observer` from now on (null: stops); it must outlive the engine's use of it.
+  // Returns false when this engine has nothing to report (the torch engine).
+  virtual bool set_observer(EngineObserver* observer) { return false; }
   // Checkpoints: every parameter's fp32 master value under its name, its Adam state as
   // <name>.exp_avg / <name>.exp_avg_sq, and "__pstar__.adam_step".
   virtual void state_dict(TensorList& out) = 0;
@@ -54,4 +60,4 @@ class ParamEngine {
   virtual model::ModuleHooks* hooks() { return nullptr; }
 };
 
-}  // namespace pstar::train
+}  // namespace pstar::engine

@@ -1,0 +1,54 @@
+// The engine's own figures for one optimizer step (ParamEngine::fill_metrics); the trainer's
+// StepMetrics (train/metrics.h) holds them beside its own. -1: the engine does not measure it.
+#pragma once
+
+#include <cstdint>
+
+namespace pstar::engine {
+
+// Bytes held now and the most held at once (the --metrics file's X_bytes and X_peak_bytes).
+struct HeldBytes {
+  int64_t current = -1;
+  int64_t peak = -1;
+};
+
+struct EngineMetrics {
+  // Chunk engine only: peak bytes per tier over the step (device: chunks + measured non-model;
+  // host: chunks), bytes moved each way, chunks whose Adam ran on the device.
+  int64_t device_peak_bytes = -1;
+  // What the device held at most (Note [device footprint] in tier/device_tier.h): on a GPU the
+  // CUDA arena, LibTorch's reserved memory and the tier's scratch; on the emulated tier the same as
+  // device_peak_bytes. Checked against engine.device_memory (a warning when over).
+  int64_t device_reserved_peak_bytes = -1;
+  // Whole-device synchronisations this step, the engine's and the tier's own: 0 at steady state.
+  int64_t device_syncs = -1;
+  int64_t host_peak_bytes = -1;
+  int64_t moved_h2d_bytes = -1;
+  int64_t moved_d2h_bytes = -1;
+  int64_t prefetched_h2d_bytes = -1;  // of moved_h2d_bytes: uploads started a moment early
+  // The seconds the training thread spent moving payloads this step (allocating the destination,
+  // copying or queueing the copy, re-pointing the tensors).
+  double move_s = -1;
+  int64_t adam_device_chunks = -1;
+  // engine.overlap_adam on (-1 otherwise): host chunks whose Adam this step queued on the worker,
+  // those of them queued early (in the backward), and the seconds this step waited for queued
+  // Adam work.
+  int64_t adam_queued_chunks = -1;
+  int64_t adam_early_chunks = -1;
+  double adam_wait_s = -1;
+  // Bytes of model data (chunk payloads) this rank holds between steps.
+  int64_t model_data_bytes = -1;
+  // The host memory the device tier holds for payloads at the step's end, blocks in use and free
+  // blocks kept for reuse (Note [exact-size host pool]), in page-locked memory for the payloads
+  // that move and in pageable memory for the rest (Note [pinned what moves]; the emulated tier
+  // counts what the CUDA tier would pin), and the most each held at once so far.
+  HeldBytes pinned, pageable;
+  // Several ranks only: payload bytes this rank sent in collectives this step, the wall time spent
+  // in them, and the chunk groups gathered and reduced.
+  int64_t comm_bytes = -1;
+  double comm_s = -1;
+  int64_t gathers = -1;
+  int64_t reductions = -1;
+};
+
+}  // namespace pstar::engine

@@ -1,0 +1,116 @@
+// The chunk engine's placement policy (Note [placement] in engine/chunked_engine.h): it records the
+// warm-up iterations, fixes the margin, and answers which chunks to evict or prefetch at a moment,
+// as chunk ids. It decides; the chunk store acts. Pure C++ (no LibTorch, no payloads), so it is
+// built and tested on its own (tests/engine/engine/placement_test.cpp).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pstar/chunk/access_trace.h"
+
+namespace pstar::engine {
+
+// What placement is told about the device at a moment: the store's facts, without payloads.
+struct DeviceRoom {
+  // Movable chunks (this rank's, not in the margin, not host-only) whose compute payloads are on
+  // the device, ascending.
+  std::vector<int64_t> resident;
+  // Of `resident`, those no tensor is computing with (they may leave).
+  std::vector<int64_t> idle;
+  int64_t margin_bytes = 0;    // compute and optimizer payloads of the margin
+  int64_t gathered_bytes = 0;  // other ranks' chunks gathered onto the device
+  int64_t capacity_bytes = 0;  // what the device tier can hold of chunks
+};
+
+// An upload plan for the next moment (Note [prefetch]): evict these, then start `fetch` uploads.
+struct PrefetchPlan {
+  std::vector<int64_t> evict;
+  int64_t fetch = 0;
+};
+
+struct PlacementSettings {
+  int64_t warmup_iterations = 1;
+  bool prefetch = true;
+  int64_t device_budget = 0;        // bytes
+  int64_t compute_chunk_bytes = 1;  // one chunk's compute payloads
+  int64_t whole_chunk_bytes = 1;    // one chunk's compute and optimizer payloads
+};
+
+class Placement {
+ public:
+  explicit Placement(const PlacementSettings& settings);
+
+  // ---- the recorder (Note [placement]) ----
+  // A step begins: moments count from the first again.
+  void begin_iteration();
+  // The window of the current moment closed with `non_model` bytes at most besides chunks: keeps
+  // the highest per moment (before the first moment, the window after last step's optimizer).
+  void close_window(int64_t non_model);
+  // A moment named `name` opens, in the backward pass or not.
+  void open_moment(const std::string& name, bool in_backward);
+  // What the open moment uses: chunks on the device, and communication groups.
+  void record_use(std::vector<int64_t> chunks, std::vector<int64_t> groups);
+  // The step ended. True when the warm-up just finished: the caller fixes the margin (margin_size,
+  // then set_margin) before the next step.
+  bool end_iteration();
+
+  int64_t moment() const { return moment_; }         // -1 before the first of this step
+  int64_t iterations() const { return iteration_; }  // iterations finished
+  bool planned() const { return planned_; }
+  const chunk::AccessTrace& trace() const { return trace_; }
+  const std::vector<std::string>& moment_names() const { return moment_names_; }
+
+  // ---- the plan after the warm-up ----
+  // How many of `movable` chunks stay on the device for good (with their optimizer state): all
+  // of them when they fit under kDeviceFillRatio of the budget less the peak non-model bytes (and
+  // the tier's capacity), else as many as leave room for the largest working set plus one.
+  int64_t margin_size(int64_t movable, int64_t capacity_bytes) const;
+  // The margin is fixed: the optimizer moment keeps `margin` (ascending) on the device, and the
+  // next-use index is built over `num_chunks`.
+  void set_margin(const std::vector<int64_t>& margin, int64_t num_chunks);
+  // After the plan, per moment: the groups used again before the moment's pass ends.
+  const std::vector<int64_t>& kept_after(int64_t moment) const;
+  // Over the trace's moments: the highest non-model peak, and the most chunks one moment uses (the
+  // optimizer moment's are the margin once set_margin ran).
+  int64_t peak_non_model() const;
+  int64_t largest_working_set() const;
+
+  // ---- decisions at a moment ----
+  // How many movable compute payloads fit on the device at the current moment of the plan.
+  int64_t movable_capacity(const DeviceRoom& room) const;
+  // The chunks to evict so that `need` (ascending, distinct), of which `missing` are off the
+  // device, fit: in the warm-up every idle chunk not needed; after it, furthest next use first
+  // (Note [eviction order]) as few as the capacity requires. OutOfMemoryError naming `what` when
+  // the idle chunks cannot make room.
+  std::vector<int64_t> evictions(const std::vector<int64_t>& need, int64_t missing,
+                                 const DeviceRoom& room, const std::string& what) const;
+  // The chunks the next moment uses, when uploads may start for it now (after the warm-up, and
+  // not for the optimizer step); empty otherwise.
+  std::vector<int64_t> prefetch_candidates() const;
+  // Room for `wanted` uploads (those of prefetch_candidates the caller can start) beside
+  // `need_now`.
+  PrefetchPlan prefetch(int64_t wanted, const std::vector<int64_t>& need_now,
+                        const DeviceRoom& room) const;
+
+ private:
+  void plan_kept_groups();
+
+  PlacementSettings settings_;
+  int64_t iteration_ = 0;  // iterations finished
+  int64_t moment_ = -1;
+  std::vector<std::vector<int64_t>> accesses_;  // this step's, per moment
+  std::vector<int64_t> non_model_;              // this step's, per moment
+  std::vector<std::vector<int64_t>> groups_;    // this step's, per moment
+  std::vector<bool> backward_;                  // this step's, per moment
+  std::vector<int64_t> warmup_non_model_;       // running max over the warm-up iterations
+  std::vector<std::string> moment_names_;       // the first iteration's
+  chunk::AccessTrace trace_;
+  std::optional<chunk::NextUse> next_use_;
+  std::vector<std::vector<int64_t>> kept_after_;
+  bool planned_ = false;
+};
+
+}  // namespace pstar::engine

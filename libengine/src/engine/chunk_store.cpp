@@ -1,0 +1,331 @@
+#include "chunk_store.h"
+
+#include <chrono>
+
+#include "pstar/base/error.h"
+#include "pstar/base/size.h"
+#include "pstar/core/clock.h"
+
+namespace pstar::engine {
+
+using core::seconds_since;
+
+ChunkStore::ChunkStore(std::unique_ptr<tier::DeviceTier> tier, const ChunkFormat& format,
+                       chunk::Sharding sharding)
+    : tier_(std::move(tier)), format_(format), sharding_(sharding) {
+  PSTAR_INTERNAL_ASSERT(format_.payload.compute() == format_.elem_bytes + (format_.reuse ? 0 : 4));
+}
+
+const std::vector<int64_t>& ChunkStore::tensors_of(torch::nn::Module& module) const {
+  auto it = module_tensors_.find(&module);
+  PSTAR_CHECK(it != module_tensors_.end(), ConfigError, "a module (", module.name(),
+              ") ran through run_module but its parameters are not managed by the chunk "
+              "engine; build the model before training starts");
+  return it->second;
+}
+
+const ManagedTensor& ChunkStore::tensor(const std::string& name) const {
+  auto it = tensor_by_name_.find(name);
+  PSTAR_INTERNAL_ASSERT(it != tensor_by_name_.end(), "unknown parameter ", name);
+  return tensors_[static_cast<size_t>(it->second)];
+}
+
+// ---- bytes per place ---------------------------------------------------------------------------
+
+void ChunkStore::add_bytes(Place place, int64_t bytes) {
+  memory::Stat& stat = place == Place::kDevice ? device_ : host_;
+  if (bytes >= 0)
+    stat.increase(bytes);
+  else
+    stat.decrease(-bytes);
+  if (observer_ != nullptr) observer_->set_chunk_bytes(device_.current, host_.current);
+}
+
+int64_t ChunkStore::gathered_device_bytes() const {
+  int64_t bytes = 0;
+  for (const Chunk& c : chunks_)
+    bytes += c.remote && c.param && c.compute_place == Place::kDevice ? compute_bytes() : 0;
+  return bytes;
+}
+
+int64_t ChunkStore::margin_bytes() const {
+  int64_t bytes = 0;
+  for (const Chunk& c : chunks_) bytes += c.margin() ? compute_bytes() + optimizer_bytes() : 0;
+  return bytes;
+}
+
+void ChunkStore::set_budgets(int64_t device, int64_t host) {
+  device_budget_ = device;
+  host_budget_ = host;
+}
+
+void ChunkStore::check_host() {
+  PSTAR_CHECK(host_.current <= host_budget_, OutOfMemoryError, "host tier: chunks need ",
+              format_bytes(host_.current), " but engine.host_memory is ",
+              format_bytes(host_budget_),
+              "; raise engine.host_memory or engine.device_memory, or train a smaller model");
+  check_host_pools();
+}
+
+// Note [exact-size host pool]: what the tier's host pools hold, free blocks included, counts
+// against engine.host_memory; the free blocks go back before that is called a failure.
+void ChunkStore::check_host_pools() {
+  if (tier_->host_memory().current() <= host_budget_) return;
+  tier_->trim();
+  const tier::DeviceTier::HostMemory held = tier_->host_memory();
+  PSTAR_CHECK(held.current() <= host_budget_, OutOfMemoryError, "host tier: the chunk payloads' ",
+              "memory pools hold ", format_bytes(held.current()), " (",
+              format_bytes(held.pinned.current), " of it page-locked) but engine.host_memory is ",
+              format_bytes(host_budget_),
+              "; raise engine.host_memory or engine.device_memory, or train a smaller model");
+}
+
+// ---- observer and traffic ----------------------------------------------------------------------
+
+void ChunkStore::set_observer(EngineObserver* observer) {
+  observer_ = observer;
+  if (observer_ != nullptr) observer_->set_chunk_bytes(device_.current, host_.current);
+}
+
+void ChunkStore::record(int64_t chunk, formats::ChunkEventKind kind, int64_t bytes,
+                        double seconds) {
+  if (observer_ != nullptr) observer_->event(chunk, kind, bytes, seconds);
+}
+
+std::vector<int8_t> ChunkStore::places() const {
+  std::vector<int8_t> places(chunks_.size());
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    const Chunk& c = chunks_[k];
+    const auto place = !c.param                            ? formats::ChunkPlace::kAbsent
+                       : c.compute_place == Place::kDevice ? formats::ChunkPlace::kDevice
+                                                           : formats::ChunkPlace::kHost;
+    places[k] = static_cast<int8_t>(place);
+  }
+  return places;
+}
+
+void ChunkStore::synchronize() {
+  tier_->synchronize();
+  ++traffic_.syncs;
+}
+
+// ---- chunks and tensors ------------------------------------------------------------------------
+
+void ChunkStore::new_chunk(Residence residence, Place place) {
+  Chunk c;
+  const int64_t k = num_chunks();
+  c.residence = residence;
+  if (!sharding_.owns(k)) {
+    // Another rank's: its payloads exist here only while gathered (Note [gathering]).
+    PSTAR_INTERNAL_ASSERT(residence != Residence::kMargin, "another rank's chunk in the margin");
+    c.remote = true;
+    c.compute_place = c.optimizer_place = c.host_only() ? Place::kHost : Place::kDevice;
+    chunks_.push_back(std::move(c));
+    return;
+  }
+  PSTAR_INTERNAL_ASSERT(!c.host_only() || place == Place::kHost,
+                        "an embedding chunk was planned onto the device");
+  c.compute_place = c.optimizer_place = place;
+  const int64_t size = format_.chunk_size;
+  // Note [pinned what moves]: compute payloads move unless the chunk always computes on the
+  // host; optimizer state moves at most once, if the plan promotes the chunk to the margin.
+  const bool compute_moves = !c.host_only();
+  c.param = allocate_payload(place, size * format_.elem_bytes, compute_moves);
+  if (!format_.reuse) c.grad = allocate_payload(place, size * 4, compute_moves);
+  if (!format_.fp32) c.master = allocate_payload(place, size * 4, false);
+  c.exp_avg = allocate_payload(place, size * 4, false);
+  c.exp_avg_sq = allocate_payload(place, size * 4, false);
+  chunks_.push_back(std::move(c));
+  add_bytes(place, whole_bytes());
+  check_host();
+}
+
+void ChunkStore::add_module(torch::nn::Module& module, const std::string& prefix,
+                            Residence residence,
+                            const std::function<void(Residence)>& new_chunk_for,
+                            const std::function<void(int64_t)>& on_grad) {
+  const bool host_only = residence == Residence::kHostOnly;
+  auto params = module.named_parameters(/*recurse=*/false);
+  int64_t numel = 0;
+  for (const auto& p : params) numel += p.value().numel();
+  PSTAR_INTERNAL_ASSERT(numel <= format_.chunk_size, "module ", prefix,
+                        " was not in the chunk plan");
+  // A chunk holds only embedding (host-only) or only other tensors.
+  if (chunks_.empty() || chunks_.back().used + numel > format_.chunk_size ||
+      chunks_.back().host_only() != host_only)
+    new_chunk_for(residence);
+  const int64_t k = num_chunks() - 1;
+  Chunk& c = chunks_.back();
+  torch::NoGradGuard no_grad;
+  for (const auto& p : params) {
+    ManagedTensor t;
+    t.name = prefix + p.key();
+    t.param = p.value();
+    t.chunk = k;
+    t.offset = c.used;
+    t.shape = t.param.sizes().vec();
+    t.numel = t.param.numel();
+    PSTAR_CHECK(t.param.is_floating_point(), ConfigError, "parameter ", t.name, " has dtype ",
+                t.param.scalar_type(), "; parameters must be floating point");
+    PSTAR_CHECK(t.param.requires_grad(), ConfigError, "parameter ", t.name,
+                " does not require grad; register frozen tensors as buffers instead");
+    PSTAR_CHECK(tensor_by_name_.count(t.name) == 0, ConfigError, "parameter ", t.name,
+                " is registered twice (tied weights must be one parameter used twice)");
+    c.used += t.numel;
+    if (!c.remote) {
+      // Every rank builds the same initial model; only the owner keeps a chunk's values.
+      master_view(t).copy_(t.param.detach());
+      if (!format_.fp32) param_view(t).copy_(t.param.detach());
+    }
+    const int64_t id = static_cast<int64_t>(tensors_.size());
+    t.param.register_hook([on_grad, id](const torch::Tensor&) { on_grad(id); });
+    tensor_by_name_[t.name] = id;
+    module_tensors_[&module].push_back(id);
+    c.tensors.push_back(id);
+    tensors_.push_back(std::move(t));
+  }
+  repoint(k);  // frees the module's original storage
+}
+
+void ChunkStore::set_state(ManagedTensor& t, TensorState state) {
+  Chunk& c = chunks_[static_cast<size_t>(t.chunk)];
+  if (t.state == TensorState::kCompute && state != TensorState::kCompute) --c.compute_count;
+  if (t.state != TensorState::kCompute && state == TensorState::kCompute) ++c.compute_count;
+  t.state = state;
+}
+
+// ---- views and payloads ------------------------------------------------------------------------
+
+torch::Tensor ChunkStore::view(const Block& block, c10::ScalarType type, int64_t offset,
+                               const std::vector<int64_t>& shape) const {
+  return tier_->view(block, type, offset, shape);
+}
+
+torch::Tensor ChunkStore::param_view(const ManagedTensor& t) const {
+  return view(chunks_[static_cast<size_t>(t.chunk)].param, format_.dtype, t.offset, t.shape);
+}
+
+torch::Tensor ChunkStore::master_view(const ManagedTensor& t) const {
+  const Chunk& c = chunks_[static_cast<size_t>(t.chunk)];
+  return view(format_.fp32 ? c.param : c.master, torch::kFloat32, t.offset, t.shape);
+}
+
+torch::Tensor ChunkStore::grad_view(const ManagedTensor& t) const {
+  return format_.reuse
+             ? param_view(t)
+             : view(chunks_[static_cast<size_t>(t.chunk)].grad, torch::kFloat32, t.offset, t.shape);
+}
+
+const void* ChunkStore::grad_data(const Chunk& c) const {
+  return format_.reuse ? c.param.data() : c.grad.data();
+}
+
+optim::GradType ChunkStore::grad_type() const {
+  if (!format_.reuse) return optim::GradType::kF32;
+  return format_.dtype == torch::kBFloat16 ? optim::GradType::kBF16 : optim::GradType::kF16;
+}
+
+void ChunkStore::repoint(int64_t k) {
+  torch::NoGradGuard no_grad;
+  const Chunk& c = chunks_[static_cast<size_t>(k)];
+  const bool present = static_cast<bool>(c.param);
+  for (int64_t id : c.tensors) {
+    auto& t = tensors_[static_cast<size_t>(id)];
+    // A remote chunk between uses has no payload: its tensors hold nothing (Note [gathering]).
+    t.param.set_data(
+        present ? param_view(t)
+                : torch::empty(
+                      {0}, torch::dtype(format_.dtype).device(tier_->device_of(c.compute_place))));
+    t.param.mutable_grad() = present ? grad_view(t) : torch::Tensor();
+  }
+}
+
+Block ChunkStore::allocate_payload(Place place, int64_t bytes, bool moves) {
+  return place == Place::kHost && !moves ? tier_->allocate_host_only(bytes)
+                                         : tier_->allocate(place, bytes);
+}
+
+void ChunkStore::allocate_remote(int64_t k) {
+  Chunk& c = chunks_[static_cast<size_t>(k)];
+  c.param =
+      allocate_payload(c.compute_place, format_.chunk_size * format_.elem_bytes, !c.host_only());
+  if (!format_.reuse)
+    c.grad = allocate_payload(c.compute_place, format_.chunk_size * 4, !c.host_only());
+  add_bytes(c.compute_place, compute_bytes());
+  record(k, formats::ChunkEventKind::kAllocate, compute_bytes());
+}
+
+void ChunkStore::free_remote(int64_t k) {
+  Chunk& c = chunks_[static_cast<size_t>(k)];
+  PSTAR_INTERNAL_ASSERT(c.compute_count == 0, "releasing chunk ", k, " while it is in use");
+  c.param.reset();
+  c.grad.reset();
+  add_bytes(c.compute_place, -compute_bytes());
+  repoint(k);
+  record(k, formats::ChunkEventKind::kRelease, compute_bytes());
+}
+
+// ---- moves -------------------------------------------------------------------------------------
+
+// Replaces `block` by a copy of it at `to`; `ahead`: a prefetch (Note [prefetch]).
+void ChunkStore::moved_to(Block& block, Place to, bool ahead) {
+  // The copy below writes all of it.
+  Block moved = tier_->allocate_uninitialized(to, block.bytes());
+  if (ahead)
+    tier_->copy_ahead(moved, block, block.bytes());
+  else
+    tier_->copy(moved, block, block.bytes());
+  block = std::move(moved);
+}
+
+void ChunkStore::move_compute(int64_t k, Place to, bool ahead) {
+  Chunk& c = chunks_[static_cast<size_t>(k)];
+  if (c.compute_place == to) return;
+  PSTAR_INTERNAL_ASSERT(!c.remote, "moving chunk ", k, ", which another rank owns");
+  PSTAR_INTERNAL_ASSERT(!c.adam.queued(), "moving chunk ", k, " while its host Adam is queued");
+  PSTAR_INTERNAL_ASSERT(c.compute_count == 0, "moving chunk ", k, " while it is in use");
+  const auto begin = std::chrono::steady_clock::now();
+  moved_to(c.param, to, ahead);
+  if (!format_.reuse) moved_to(c.grad, to, ahead);
+  c.upload = ahead ? Upload::kInFlight : Upload::kSettled;
+  add_bytes(c.compute_place, -compute_bytes());
+  add_bytes(to, compute_bytes());
+  (to == Place::kDevice ? traffic_.h2d : traffic_.d2h) += compute_bytes();
+  if (ahead) traffic_.prefetched += compute_bytes();
+  c.compute_place = to;
+  repoint(k);
+  const double seconds = seconds_since(begin);
+  traffic_.move_s += seconds;
+  record(
+      k,
+      to == Place::kDevice ? formats::ChunkEventKind::kMoveH2D : formats::ChunkEventKind::kMoveD2H,
+      compute_bytes(), seconds);
+}
+
+void ChunkStore::move_optimizer_state(int64_t k, Place to) {
+  Chunk& c = chunks_[static_cast<size_t>(k)];
+  if (c.optimizer_place == to) return;
+  const auto begin = std::chrono::steady_clock::now();
+  for (Block* b : {&c.master, &c.exp_avg, &c.exp_avg_sq})
+    if (*b) moved_to(*b, to, /*ahead=*/false);
+  traffic_.move_s += seconds_since(begin);
+  add_bytes(c.optimizer_place, -optimizer_bytes());
+  add_bytes(to, optimizer_bytes());
+  (to == Place::kDevice ? traffic_.h2d : traffic_.d2h) += optimizer_bytes();
+  c.optimizer_place = to;
+  record(
+      k,
+      to == Place::kDevice ? formats::ChunkEventKind::kMoveH2D : formats::ChunkEventKind::kMoveD2H,
+      optimizer_bytes());
+}
+
+void ChunkStore::await_upload(int64_t k) {
+  Chunk& c = chunks_[static_cast<size_t>(k)];
+  if (c.upload != Upload::kInFlight) return;
+  // Copied ahead (Note [prefetch]): the module's compute, queued next, waits for it here.
+  tier_->await_copies(c.param);
+  if (c.grad) tier_->await_copies(c.grad);
+  c.upload = Upload::kSettled;
+}
+
+}  // namespace pstar::engine

@@ -1,0 +1,217 @@
+// The chunk store: chunks, their tensors and views, their payloads and where each is, the moves
+// between the places, and the bytes each place holds. It acts; it decides nothing (placement does,
+// engine/placement.h). Private to the chunk engine.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "pstar/chunk/sharding.h"
+#include "pstar/engine/observer.h"
+#include "pstar/memory/stat.h"
+#include "pstar/optim/host_adam.h"
+#include "pstar/plan/memory_plan.h"
+#include "pstar/tier/device_tier.h"
+
+namespace pstar::engine {
+
+// Where a payload is: one of the device tier's two places.
+using Place = tier::Side;
+using tier::Block;
+
+// PatrickStar's tensor lifecycle. Only chunks with no tensor in kCompute may move.
+enum class TensorState { kHold, kCompute, kHoldAfterFwd, kHoldAfterBwd };
+
+// What a chunk may do, fixed at start-up except that the plan promotes kMovable to kMargin.
+enum class Residence : uint8_t {
+  kMovable,   // computes on the device when used, waits on the host otherwise
+  kMargin,    // stays on the device with its optimizer state, updated there (Note [placement])
+  kHostOnly,  // use_cpu_embedding: always on the host
+};
+
+// An upload of the compute payloads (Note [prefetch]).
+enum class Upload : uint8_t {
+  kSettled,   // nothing in flight
+  kInFlight,  // copied ahead to the device; compute has not waited for it yet
+};
+
+// The chunk's host Adam on the worker (Note [host adam overlap]).
+enum class AdamStage : uint8_t {
+  kIdle,         // nothing queued, not updated early this step
+  kQueued,       // queued by update(); the ticket is its job
+  kEarlyQueued,  // queued in this step's backward, after its sum of squares (sq_ticket)
+  kEarlyDone,    // updated early this step, awaited
+};
+
+struct AdamJob {
+  AdamStage stage = AdamStage::kIdle;
+  int64_t ticket = 0;     // the worker's ticket while queued
+  int64_t sq_ticket = 0;  // the early sum of squares' job until the optimizer step waits for it
+  double early_sq = 0;    // its result, valid once sq_ticket was waited for
+  bool queued() const { return stage == AdamStage::kQueued || stage == AdamStage::kEarlyQueued; }
+  bool early() const { return stage == AdamStage::kEarlyQueued || stage == AdamStage::kEarlyDone; }
+};
+
+struct Chunk {
+  int64_t used = 0;  // elements
+  std::vector<int64_t> tensors;
+  // Compute payloads: they move together between places.
+  Block param;  // compute dtype
+  Block grad;   // fp32; only without param/grad reuse
+  // Optimizer payloads: they stay at optimizer_place.
+  Block master;  // fp32; absent in fp32 training (the param is the master)
+  Block exp_avg, exp_avg_sq;
+  Place compute_place = Place::kHost;
+  Place optimizer_place = Place::kHost;
+  bool remote = false;  // owned by another rank: payloads only while gathered (Note [gathering])
+  Residence residence = Residence::kMovable;
+  Upload upload = Upload::kSettled;
+  AdamJob adam;
+  int64_t compute_count = 0;  // tensors in kCompute
+  int64_t grads_missing = 0;  // tensors whose gradient has not arrived this micro-batch
+
+  bool margin() const { return residence == Residence::kMargin; }
+  bool host_only() const { return residence == Residence::kHostOnly; }
+  // Owned, and may move between the places.
+  bool movable() const { return !remote && residence == Residence::kMovable; }
+};
+
+struct ManagedTensor {
+  std::string name;
+  torch::Tensor param;
+  int64_t chunk = 0;
+  int64_t offset = 0;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  TensorState state = TensorState::kHold;
+  bool grad_seen = false;     // its gradient arrived this micro-batch (its group's count)
+  bool grad_arrived = false;  // its gradient arrived this micro-batch (Chunk::grads_missing)
+};
+
+// The element type of a chunk's compute payloads and which payloads exist (Note [param/grad
+// reuse]).
+struct ChunkFormat {
+  c10::ScalarType dtype = torch::kFloat32;
+  int64_t elem_bytes = 4;
+  bool fp32 = true;    // the param payload is the master
+  bool reuse = false;  // gradients overwrite the parameter slot
+  plan::PayloadBytes payload;
+  int64_t chunk_size = 0;  // elements
+};
+
+// Traffic of one step.
+struct Traffic {
+  int64_t h2d = 0, d2h = 0;
+  int64_t prefetched = 0;  // of h2d: copied ahead of use (Note [prefetch])
+  double move_s = 0;       // the training thread's time in moves (allocation, copy, re-pointing)
+  int64_t syncs = 0;       // whole-device synchronisations by the engine
+};
+
+class ChunkStore {
+ public:
+  ChunkStore(std::unique_ptr<tier::DeviceTier> tier, const ChunkFormat& format,
+             chunk::Sharding sharding);
+
+  tier::DeviceTier& tier() const { return *tier_; }
+  const ChunkFormat& format() const { return format_; }
+  const chunk::Sharding& sharding() const { return sharding_; }
+  int64_t chunk_size() const { return format_.chunk_size; }
+  int64_t compute_bytes() const { return format_.chunk_size * format_.payload.compute(); }
+  int64_t optimizer_bytes() const { return format_.chunk_size * format_.payload.optimizer(); }
+  int64_t whole_bytes() const { return format_.chunk_size * format_.payload.whole(); }
+
+  std::vector<Chunk>& chunks() { return chunks_; }
+  const std::vector<Chunk>& chunks() const { return chunks_; }
+  Chunk& chunk(int64_t k) { return chunks_[static_cast<size_t>(k)]; }
+  int64_t num_chunks() const { return static_cast<int64_t>(chunks_.size()); }
+  std::vector<ManagedTensor>& tensors() { return tensors_; }
+  const std::vector<ManagedTensor>& tensors() const { return tensors_; }
+  // The tensors of a registered module; ConfigError for a module the engine does not manage.
+  const std::vector<int64_t>& tensors_of(torch::nn::Module& module) const;
+  const ManagedTensor& tensor(const std::string& name) const;
+
+  // ---- bytes per place ----
+  const memory::Stat& device_bytes() const { return device_; }
+  const memory::Stat& host_bytes() const { return host_; }
+  // The host's peak restarts at what it holds now (a step begins).
+  void reset_host_peak() { host_.reset_peak(); }
+  // Other ranks' chunks gathered onto the device, and the margin's payloads.
+  int64_t gathered_device_bytes() const;
+  int64_t margin_bytes() const;
+  void set_budgets(int64_t device, int64_t host);
+  int64_t device_budget() const { return device_budget_; }
+  int64_t host_budget() const { return host_budget_; }
+  // OutOfMemoryError when the host holds more than its budget, payloads or pools.
+  void check_host();
+  void check_host_pools();
+
+  // ---- observer and traffic ----
+  void set_observer(EngineObserver* observer);
+  EngineObserver* observer() const { return observer_; }
+  void record(int64_t chunk, formats::ChunkEventKind kind, int64_t bytes, double seconds = 0);
+  // Every chunk's place now (formats::ChunkPlace), for a moment's row.
+  std::vector<int8_t> places() const;
+  Traffic& traffic() { return traffic_; }
+  // A whole-device synchronisation by the engine: host code is about to touch payloads.
+  void synchronize();
+
+  // ---- chunks and tensors ----
+  // A new chunk at the end, its payloads on `place` (zeroed) unless another rank owns it.
+  void new_chunk(Residence residence, Place place);
+  // Takes `module`'s own parameters into the last chunk (or a new one, through `new_chunk_for`,
+  // when they do not fit or the residence differs); `on_grad` runs as each one's gradient arrives.
+  void add_module(torch::nn::Module& module, const std::string& prefix, Residence residence,
+                  const std::function<void(Residence)>& new_chunk_for,
+                  const std::function<void(int64_t)>& on_grad);
+  void set_state(ManagedTensor& t, TensorState state);
+
+  // ---- views and payloads ----
+  torch::Tensor view(const Block& block, c10::ScalarType type, int64_t offset,
+                     const std::vector<int64_t>& shape) const;
+  torch::Tensor param_view(const ManagedTensor& t) const;
+  torch::Tensor master_view(const ManagedTensor& t) const;
+  torch::Tensor grad_view(const ManagedTensor& t) const;
+  const void* grad_data(const Chunk& c) const;
+  optim::GradType grad_type() const;
+  // Points every tensor of chunk k at the chunk's current payloads: the parameter's data, and its
+  // .grad at the gradient slot so autograd accumulates straight into the chunk.
+  void repoint(int64_t k);
+  // A zeroed payload on `place`; `moves`: copies between the places will take it back and forth
+  // (Note [pinned what moves]).
+  Block allocate_payload(Place place, int64_t bytes, bool moves);
+  // Gives remote chunk k compute payloads (to be filled by a gather), or takes them away.
+  void allocate_remote(int64_t k);
+  void free_remote(int64_t k);
+
+  // ---- moves ----
+  // `ahead`: an upload for a later moment, which compute waits for only at its first use
+  // (await_upload).
+  void move_compute(int64_t k, Place to, bool ahead = false);
+  void move_optimizer_state(int64_t k, Place to);
+  // Compute waits here for a chunk copied ahead (Note [prefetch]).
+  void await_upload(int64_t k);
+
+ private:
+  void add_bytes(Place place, int64_t bytes);
+  void moved_to(Block& block, Place to, bool ahead);
+
+  std::unique_ptr<tier::DeviceTier> tier_;
+  ChunkFormat format_;
+  chunk::Sharding sharding_;
+  std::vector<Chunk> chunks_;
+  std::vector<ManagedTensor> tensors_;
+  std::unordered_map<const torch::nn::Module*, std::vector<int64_t>> module_tensors_;
+  std::unordered_map<std::string, int64_t> tensor_by_name_;
+  memory::Stat device_, host_;
+  int64_t device_budget_ = 0, host_budget_ = 0;
+  Traffic traffic_;
+  EngineObserver* observer_ = nullptr;
+};
+
+}  // namespace pstar::engine

@@ -1,0 +1,439 @@
+// The chunk engine's set-up (layout, fit, registration) and its ParamEngine calls. The moments
+// are in moments.cpp; the parts each own one job (README.md).
+#include "pstar/engine/chunked_engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "chunked_engine_impl.h"
+#include "compute_dtype.h"
+#include "pstar/base/error.h"
+#include "pstar/base/size.h"
+#include "pstar/base/strings.h"
+#include "pstar/checkpoint/schema.h"
+#include "pstar/checkpoint/store.h"
+#include "pstar/chunk/access_trace.h"
+#include "pstar/core/log.h"
+#include "pstar/plan/run_plan.h"
+
+namespace pstar::engine {
+namespace {
+
+namespace ckpt = checkpoint;
+using checkpoint::checkpoint_tensor;
+
+ChunkFormat chunk_format(const plan::RunPlan& plan, int64_t chunk_size) {
+  ChunkFormat f;
+  f.dtype = compute_dtype(plan.precision);
+  f.elem_bytes = static_cast<int64_t>(c10::elementSize(f.dtype));
+  f.fp32 = f.dtype == torch::kFloat32;
+  f.reuse = !f.fp32 && plan.accumulation == 1;
+  f.payload = plan::payload_bytes(f.elem_bytes, plan.accumulation > 1);
+  f.chunk_size = chunk_size;
+  return f;
+}
+
+optim::AdamHyper adam_settings(const plan::RunPlan& plan) {
+  const auto& opt = plan.config.optimizer;
+  optim::AdamHyper hyper;
+  hyper.beta1 = static_cast<float>(opt.betas[0]);
+  hyper.beta2 = static_cast<float>(opt.betas[1]);
+  hyper.eps = static_cast<float>(opt.eps);
+  hyper.weight_decay = static_cast<float>(opt.weight_decay);
+  hyper.decoupled = opt.type == "AdamW";
+  return hyper;
+}
+
+plan::ChunkLayout chosen_layout(const plan::RunPlan& plan, const std::vector<LeafModule>& leaves) {
+  const config::TrainConfig& config = plan.config;
+  const plan::ChunkLayout layout = plan::plan_layout(
+      leaves, plan::LayoutOptions{config.default_chunk_size, config.engine.chunk_size_search,
+                                  config.use_cpu_embedding});
+  switch (layout.choice) {
+    case plan::ChunkLayout::Choice::kConfigured:
+      break;
+    case plan::ChunkLayout::Choice::kSearched:
+    case plan::ChunkLayout::Choice::kShrunk:
+      if (layout.choice == plan::ChunkLayout::Choice::kShrunk)
+        log::info("default_chunk_size ", config.default_chunk_size, " exceeds the model's ",
+                  layout.params, " parameters; choosing a smaller chunk size");
+      log::info("chunk size search: ", layout.chunk_size, " elements (", layout.num_chunks,
+                " chunks, ", layout.padding_elements(), " elements of padding) among ",
+                layout.searched_lo, "..", layout.searched_hi);
+      break;
+    case plan::ChunkLayout::Choice::kRaised:
+      log::warn("default_chunk_size ", config.default_chunk_size,
+                " is smaller than the largest module (", layout.largest_leaf,
+                " parameters); raising the chunk size to ", layout.chunk_size, " elements");
+      break;
+  }
+  return layout;
+}
+
+std::unique_ptr<ChunkedEngine::Impl> make_impl(const plan::RunPlan& plan,
+                                               const plan::ChunkLayout& layout,
+                                               dist::Communicator* comm,
+                                               std::unique_ptr<tier::DeviceTier> device_tier) {
+  const chunk::Sharding sharding = sharding_of(comm);
+  PSTAR_INTERNAL_ASSERT(sharding.world_size == plan.world_size, "the plan is for ", plan.world_size,
+                        " ranks, the communicator has ", sharding.world_size);
+  const ChunkFormat format = chunk_format(plan, layout.chunk_size);
+  EngineSettings settings;
+  settings.accumulation = plan.accumulation;
+  settings.warmup_iterations = plan.config.engine.warmup_iterations;
+  settings.use_cpu_embedding = plan.config.use_cpu_embedding;
+  PlacementSettings placement;
+  placement.warmup_iterations = settings.warmup_iterations;
+  placement.prefetch = plan.prefetch;
+  placement.device_budget = plan.budgets.device;
+  placement.compute_chunk_bytes = format.chunk_size * format.payload.compute();
+  placement.whole_chunk_bytes = format.chunk_size * format.payload.whole();
+  return std::make_unique<ChunkedEngine::Impl>(
+      device_tier ? std::move(device_tier) : tier::make_emulated_tier(), format, sharding, comm,
+      settings, placement, adam_settings(plan), plan.overlap_adam);
+}
+
+}  // namespace
+
+ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafModule>& leaves,
+                             int64_t predicted_non_model, dist::Communicator* comm,
+                             std::unique_ptr<tier::DeviceTier> device_tier) {
+  PSTAR_INTERNAL_ASSERT(plan.chunked, "a chunk engine for a plan of engine.mode \"torch\"");
+  const plan::ChunkLayout layout = chosen_layout(plan, leaves);
+  impl_ = make_impl(plan, layout, comm, std::move(device_tier));
+  Impl& s = *impl_;
+  ChunkStore& store = s.store;
+  // Gathers and reductions go through Gloo over host memory (Note [ring collectives]).
+  PSTAR_CHECK(comm == nullptr || store.tier().compute_device().is_cpu(), ConfigError,
+              "training on ", store.sharding().world_size, " ranks with the device tier ",
+              store.tier().describe(),
+              " needs NCCL collectives, which this build of pstar does not have; train on one rank "
+              "or with --device cpu");
+  s.expected_leaves = static_cast<int64_t>(leaves.size());
+  const int64_t world = store.sharding().world_size;
+  PSTAR_CHECK(layout.num_chunks >= world, ConfigError, "the model fits in ", layout.num_chunks,
+              " chunk(s) of ", layout.chunk_size, " elements, fewer than the ", world,
+              " ranks that would each own one; lower default_chunk_size (e.g. to ",
+              std::max<int64_t>(1, layout.params / world), ") or use fewer ranks");
+
+  // Tier budgets and the fit check (Note [fit]), before anything is allocated.
+  store.set_budgets(plan.budgets.device, plan.host_budget_per_rank);
+  plan::FitInput in;
+  in.layout = layout;
+  in.payload = store.format().payload;
+  in.world_size = world;
+  in.ranks_per_host = plan.ranks_per_host;
+  in.device_budget = plan.budgets.device;
+  in.host_budget = plan.budgets.host;
+  in.non_model = predicted_non_model;
+  s.fit = plan::check_fit(in);
+  if (!s.fit.fits) {
+    PSTAR_THROW(OutOfMemoryError, s.fit.reason, " (engine.device_memory ",
+                format_bytes(store.device_budget()), ", engine.host_memory ",
+                format_bytes(store.host_budget()),
+                "; `pstar estimate --config` shows the breakdown)");
+  }
+  s.first_device_chunk = s.fit.host_chunks;
+  const int64_t capacity = store.tier().device_capacity_bytes();
+  const int64_t whole = store.whole_bytes();
+  PSTAR_CHECK(s.fit.device_chunks <= capacity / whole, OutOfMemoryError, s.fit.device_chunks,
+              " chunks must start on the device tier (", format_bytes(s.fit.device_chunks * whole),
+              ") but it holds ", format_bytes(capacity),
+              " of chunks; raise engine.device_memory or engine.host_memory");
+  log::info("chunk plan: ", layout.num_chunks, " chunks of ", layout.chunk_size, " elements, ",
+            store.format().payload.whole(), " bytes per parameter (",
+            store.format().reuse ? "param/grad reuse" : "separate fp32 gradients", "), model data ",
+            format_bytes(layout.num_chunks * whole),
+            world > 1 ? str_cat(", ", s.fit.owned_chunks, " chunks (",
+                                format_bytes(s.fit.owned_chunks * whole), ") owned by each of ",
+                                world, " ranks")
+                      : std::string(),
+            "; ", s.fit.host_chunks, " chunks on the host tier (",
+            format_bytes(store.host_budget()), "), ", s.fit.device_chunks, " on the device tier (",
+            format_bytes(store.device_budget()), ", ", store.tier().describe(),
+            "); predicted non-model peak ", format_bytes(predicted_non_model));
+}
+
+ChunkedEngine::~ChunkedEngine() = default;
+
+int64_t ChunkedEngine::device_arena_bytes(const plan::RunPlan& plan, int64_t predicted_non_model) {
+  return plan::device_arena_bytes(plan.budgets.device, predicted_non_model);
+}
+
+tier::DeviceTier& ChunkedEngine::device_tier() { return impl_->store.tier(); }
+model::ModuleHooks* ChunkedEngine::hooks() { return impl_.get(); }
+const chunk::AccessTrace& ChunkedEngine::trace() const { return impl_->placement.trace(); }
+int64_t ChunkedEngine::compute_chunk_bytes() const { return impl_->store.compute_bytes(); }
+int64_t ChunkedEngine::optimizer_chunk_bytes() const { return impl_->store.optimizer_bytes(); }
+int64_t ChunkedEngine::device_budget_bytes() const { return impl_->store.device_budget(); }
+const plan::Fit& ChunkedEngine::fit() const { return impl_->fit; }
+int64_t ChunkedEngine::margin_chunks() const {
+  int64_t n = 0;
+  for (const Chunk& c : impl_->store.chunks()) n += c.margin() ? 1 : 0;
+  return n;
+}
+int64_t ChunkedEngine::chunk_size() const { return impl_->store.chunk_size(); }
+int64_t ChunkedEngine::num_chunks() const { return impl_->store.num_chunks(); }
+int64_t ChunkedEngine::startup_peak_bytes() const { return impl_->startup_peak; }
+
+// ---- registration ------------------------------------------------------------------------------
+
+void ChunkedEngine::Impl::sample_startup() {
+  startup_peak = std::max(startup_peak, store.host_bytes().current + store.device_bytes().current +
+                                            host_counter.current_bytes());
+}
+
+void ChunkedEngine::Impl::append_chunk(Residence residence) {
+  const int64_t k = store.num_chunks();
+  const chunk::Sharding& sharding = store.sharding();
+  // The i-th chunk this rank owns is chunk i * N + rank.
+  if (sharding.owns(k) && k / sharding.world_size >= first_device_chunk) {
+    // Past the host's share (Note [fit]): the chunk lives on the device for good.
+    PSTAR_INTERNAL_ASSERT(residence != Residence::kHostOnly,
+                          "an embedding chunk was planned onto the device");
+    store.new_chunk(Residence::kMargin, Place::kDevice);
+    return;
+  }
+  store.new_chunk(residence, Place::kHost);
+}
+
+void ChunkedEngine::Impl::register_leaf(torch::nn::Module& module, const std::string& prefix,
+                                        bool host_only) {
+  store.add_module(
+      module, prefix, host_only ? Residence::kHostOnly : Residence::kMovable,
+      [this](Residence residence) { append_chunk(residence); },
+      [this](int64_t id) { on_grad(id); });
+  ++registered_leaves;
+}
+
+namespace {
+
+// The leaf modules that own parameters, with their names relative to `unit`: one walk serves
+// both the chunk plan and the registration, so the two always agree.
+template <typename Fn>
+void for_each_leaf(torch::nn::Module& unit, Fn&& fn) {
+  for (const auto& item : unit.named_modules("", /*include_self=*/true)) {
+    torch::nn::Module& leaf = *item.value();
+    const auto params = leaf.named_parameters(/*recurse=*/false);
+    if (params.is_empty()) continue;
+    int64_t numel = 0;
+    for (const auto& p : params) numel += p.value().numel();
+    fn(leaf, item.key(), LeafModule{numel, model::is_embedding_leaf(leaf)});
+  }
+}
+
+}  // namespace
+
+std::vector<LeafModule> ChunkedEngine::leaf_modules(torch::nn::Module& unit) {
+  std::vector<LeafModule> leaves;
+  for_each_leaf(unit, [&](torch::nn::Module&, const std::string&, const LeafModule& leaf) {
+    leaves.push_back(leaf);
+  });
+  return leaves;
+}
+
+void ChunkedEngine::register_unit(torch::nn::Module& unit, const std::string& prefix) {
+  Impl& s = *impl_;
+  s.sample_startup();
+  for_each_leaf(unit,
+                [&](torch::nn::Module& leaf, const std::string& name, const LeafModule& spec) {
+                  s.register_leaf(leaf, name.empty() ? prefix : prefix + name + ".",
+                                  spec.embedding && s.settings.use_cpu_embedding);
+                  s.sample_startup();
+                });
+}
+
+void ChunkedEngine::load_parameter(const std::string& name, const at::Tensor& value) {
+  Impl& s = *impl_;
+  const ManagedTensor& t = s.store.tensor(name);
+  if (s.store.chunk(t.chunk).remote) return;  // its owner loads it
+  s.adam.await_chunk(t.chunk);
+  torch::NoGradGuard no_grad;
+  s.store.master_view(t).copy_(value);
+  if (!s.store.format().fp32) s.store.param_view(t).copy_(value);
+}
+
+void ChunkedEngine::finish_registration() {
+  Impl& s = *impl_;
+  ChunkStore& store = s.store;
+  PSTAR_INTERNAL_ASSERT(s.registered_leaves == s.expected_leaves, "registered ",
+                        s.registered_leaves, " modules, planned ", s.expected_leaves);
+  // Every group has one chunk per rank: empty chunks pad the last one.
+  while (store.num_chunks() % store.sharding().world_size != 0) s.append_chunk(Residence::kMovable);
+  s.sync.build_groups();
+  // Remote chunks start released: their tensors hold nothing until gathered.
+  for (int64_t k = 0; k < store.num_chunks(); ++k)
+    if (store.chunk(k).remote) store.repoint(k);
+  int64_t used = 0;
+  for (const Chunk& c : store.chunks()) used += c.used;
+  const ChunkFormat& f = store.format();
+  const int64_t n = store.num_chunks();
+  const int64_t capacity = n * f.chunk_size;
+  const int64_t per_chunk = store.compute_bytes() + store.optimizer_bytes();
+  log::info("chunks: ", n, " x {param ", f.fp32 ? "fp32" : c10::toString(f.dtype),
+            f.reuse ? "+grad" : "", f.reuse ? "" : ", grad fp32", f.fp32 ? "" : ", master fp32",
+            ", momentum fp32, variance fp32} = ", n * (f.reuse ? 4 : 5) - (f.fp32 ? n : 0),
+            " payloads holding ", used, " parameters; ", capacity - used, " elements (",
+            format_bytes((capacity - used) * per_chunk / f.chunk_size), ") of padding");
+  log::info("start-up peak: ", format_bytes(s.startup_peak), " of host memory for ",
+            format_bytes(n * per_chunk),
+            " of model data (units taken into chunks as they are built)");
+}
+
+bool ChunkedEngine::set_observer(EngineObserver* observer) {
+  Impl& s = *impl_;
+  s.store.set_observer(observer);
+  if (observer == nullptr) return true;
+  const ChunkStore& store = s.store;
+  const chunk::Sharding& sharding = store.sharding();
+  EngineShape shape;
+  shape.chunk_size = store.chunk_size();
+  shape.num_chunks = store.num_chunks();
+  shape.compute_bytes_per_chunk = store.compute_bytes();
+  shape.optimizer_bytes_per_chunk = store.optimizer_bytes();
+  shape.device_budget = store.device_budget();
+  shape.host_budget = store.host_budget();
+  shape.world_size = sharding.world_size;
+  shape.rank = sharding.rank;
+  shape.warmup_iterations = s.settings.warmup_iterations;
+  formats::ProfileChunks& table = shape.chunks;
+  const ChunkFormat& f = store.format();
+  for (int64_t k = 0; k < store.num_chunks(); ++k) {
+    const Chunk& c = store.chunks()[static_cast<size_t>(k)];
+    table.id.push_back(k);
+    table.numel.push_back(c.used);
+    table.capacity.push_back(f.chunk_size);
+    table.group.push_back(sharding.group_of(k));
+    table.owner.push_back(sharding.owner_of(k));
+    table.embedding.push_back(c.host_only() ? 1 : 0);
+    table.payloads.push_back(str_cat("param", f.reuse ? "+grad" : ",grad", f.fp32 ? "" : ",master",
+                                     ",exp_avg,exp_avg_sq"));
+  }
+  observer->attach(shape);
+  return true;
+}
+
+// ---- the step ----------------------------------------------------------------------------------
+
+int64_t ChunkedEngine::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& t : impl_->store.tensors()) n += t.numel;
+  return n;
+}
+
+std::string ChunkedEngine::describe() const {
+  const ChunkStore& store = impl_->store;
+  return str_cat("chunked (", store.num_chunks(), " chunks of ", store.chunk_size(),
+                 " elements, device ", format_bytes(store.device_budget()), " ",
+                 store.tier().describe(), ", host ", format_bytes(store.host_budget()), ")");
+}
+
+void ChunkedEngine::begin_step() {
+  Impl& s = *impl_;
+  // What ran between steps (model set-up before the first, a checkpoint's copies) is not this
+  // step's non-model memory: the first moment's window starts here.
+  s.store.tier().reset_non_model_peak();
+  s.step = StepMemory{};
+  s.store.traffic() = Traffic{};
+  s.store.reset_host_peak();
+  s.adam.begin_step();
+  s.sync.begin_step();
+  s.step.tier_syncs_before = s.store.tier().own_synchronizations();
+  s.placement.begin_iteration();
+  s.micro_batches_done = 0;
+  s.grads.reset_arrivals();
+}
+
+void ChunkedEngine::expect_update(double lr, double grad_multiplier) {
+  impl_->adam.expect(lr, grad_multiplier);
+}
+
+void ChunkedEngine::end_micro_batch() {
+  Impl& s = *impl_;
+  s.adam.await_queued();  // a model whose backward ran no module hook has not waited yet
+  ++s.micro_batches_done;
+  s.grads.reset_arrivals();
+  s.grads.settle_micro_batch(/*host_touched=*/s.sync.active());
+  s.in_backward = false;
+  s.sync.end_micro_batch();
+}
+
+double ChunkedEngine::grad_norm(double loss_scale) {
+  Impl& s = *impl_;
+  s.optimizer_moment();
+  const double sum = s.sync.all_reduce_sum(s.grads.sq_sum());
+  // Reduced gradients are sums over the ranks; the step's gradient is their mean.
+  return std::sqrt(sum) / (loss_scale * static_cast<double>(s.store.sharding().world_size));
+}
+
+void ChunkedEngine::update(double lr, double grad_multiplier) {
+  Impl& s = *impl_;
+  s.adam.update(lr, grad_multiplier, s.placement.planned());
+}
+
+void ChunkedEngine::end_step() {
+  Impl& s = *impl_;
+  s.adam.record_finished();
+  s.grads.end_step(s.adam.updated());
+  s.adam.end_step();
+  for (auto& t : s.store.tensors()) s.store.set_state(t, TensorState::kHold);
+  if (s.placement.end_iteration()) s.plan_margin();
+  s.finish_step_memory();
+  s.store.check_host_pools();
+}
+
+void ChunkedEngine::state_dict(TensorList& out) {
+  Impl& s = *impl_;
+  s.adam.await_all();
+  s.store.synchronize();
+  // Copies on the host, whichever side a payload is on.
+  const auto host_copy = [](const torch::Tensor& view) {
+    return view.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  };
+  const ChunkStore& store = s.store;
+  // Each rank writes the chunks it owns (Note [chunk layout]).
+  for (const auto& t : store.tensors()) {
+    if (!store.sharding().owns(t.chunk)) continue;
+    const Chunk& c = store.chunks()[static_cast<size_t>(t.chunk)];
+    out.emplace_back(t.name, host_copy(store.master_view(t)));
+    out.emplace_back(ckpt::exp_avg_of(t.name),
+                     host_copy(store.view(c.exp_avg, torch::kFloat32, t.offset, t.shape)));
+    out.emplace_back(ckpt::exp_avg_sq_of(t.name),
+                     host_copy(store.view(c.exp_avg_sq, torch::kFloat32, t.offset, t.shape)));
+  }
+  out.emplace_back(ckpt::kAdamStep, torch::tensor(s.adam.steps(), torch::kInt64));
+}
+
+void ChunkedEngine::load_state_dict(const TensorMap& in, const std::string& file) {
+  Impl& s = *impl_;
+  s.adam.await_all();
+  s.store.synchronize();
+  torch::NoGradGuard no_grad;
+  s.adam.set_steps(checkpoint_tensor(in, ckpt::kAdamStep, file, {}, torch::kInt64).item<int64_t>());
+  const ChunkStore& store = s.store;
+  for (const auto& t : store.tensors()) {
+    if (!store.sharding().owns(t.chunk)) continue;
+    const Chunk& c = store.chunks()[static_cast<size_t>(t.chunk)];
+    store.master_view(t).copy_(checkpoint_tensor(in, t.name, file, t.shape, torch::kFloat32));
+    if (!store.format().fp32) store.param_view(t).copy_(store.master_view(t));
+    store.view(c.exp_avg, torch::kFloat32, t.offset, t.shape)
+        .copy_(checkpoint_tensor(in, ckpt::exp_avg_of(t.name), file, t.shape, torch::kFloat32));
+    store.view(c.exp_avg_sq, torch::kFloat32, t.offset, t.shape)
+        .copy_(checkpoint_tensor(in, ckpt::exp_avg_sq_of(t.name), file, t.shape, torch::kFloat32));
+  }
+}
+
+void ChunkedEngine::fill_metrics(EngineMetrics& m) {
+  Impl& s = *impl_;
+  m = s.last;
+  const tier::DeviceTier::HostMemory held = s.store.tier().host_memory();
+  m.pinned = HeldBytes{held.pinned.current, held.pinned.peak};
+  m.pageable = HeldBytes{held.pageable.current, held.pageable.peak};
+  if (s.sync.active()) {
+    const SyncFigures comm = s.sync.take_figures();
+    m.comm_bytes = comm.bytes_sent;
+    m.comm_s = comm.seconds;
+  }
+}
+
+}  // namespace pstar::engine

@@ -1,0 +1,105 @@
+// The chunk engine's inside: the parts (store, placement, group sync, hybrid Adam, gradients) and
+// the module hooks that run each moment through them. Private to engine/; chunked_engine.cpp holds
+// the set-up and the ParamEngine calls, moments.cpp the hooks and the moments.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "chunk_store.h"
+#include "gradients.h"
+#include "group_sync.h"
+#include "hybrid_adam.h"
+#include "pstar/engine/chunked_engine.h"
+#include "pstar/engine/metrics.h"
+#include "pstar/engine/placement.h"
+#include "pstar/memory/cpu_counter.h"
+#include "pstar/model/hooks.h"
+#include "pstar/plan/memory_plan.h"
+
+namespace pstar::engine {
+
+// What the engine reads of the run plan after construction.
+struct EngineSettings {
+  int64_t accumulation = 1;  // micro-batches per step
+  int64_t warmup_iterations = 1;
+  bool use_cpu_embedding = false;
+};
+
+// The device memory of one step, beside what the parts count.
+struct StepMemory {
+  int64_t device_peak = 0;
+  // Note [device footprint]: the device memory held at most, the tier's reserves included.
+  int64_t device_reserved_peak = 0;
+  int64_t tier_syncs_before = 0;  // the tier's own synchronisations at begin_step
+};
+
+struct ChunkedEngine::Impl : public model::ModuleHooks {
+  Impl(std::unique_ptr<tier::DeviceTier> tier, const ChunkFormat& format, chunk::Sharding sharding,
+       dist::Communicator* comm, const EngineSettings& settings,
+       const PlacementSettings& placement_settings, const optim::AdamHyper& adam_settings,
+       bool overlap_adam);
+
+  EngineSettings settings;
+  ChunkStore store;
+  Placement placement;
+  GroupSync sync;
+  Gradients grads;
+  plan::Fit fit;                   // the start-up plan (Note [fit])
+  int64_t first_device_chunk = 0;  // owned chunks from this ordinal on start in the margin
+  int64_t expected_leaves = 0, registered_leaves = 0;
+  // Start-up is on the host whatever the tier: LibTorch's CPU allocations are what the model holds
+  // before it is in chunks. Host bytes at start-up: chunk memory plus what LibTorch holds.
+  memory::CpuAllocationCounter& host_counter = memory::CpuAllocationCounter::instance();
+  int64_t startup_peak = 0;
+  int64_t interval_chunk_bytes = 0;  // device chunk bytes held since the current moment began
+  bool in_backward = false;
+  int64_t micro_batches_done = 0;  // this step's
+  StepMemory step;
+  EngineMetrics last;  // the figures of the step that ended last
+  bool warned_footprint = false;
+  // Autograd runs a CPU tensor's backward on the thread that called backward(), and a CUDA one's on
+  // its device thread: with use_cpu_embedding on the CUDA tier, the embedding's gradient hook runs
+  // on the training thread while the device thread may be in another module's hook. Every hook
+  // holds this while it reads or changes the engine's state.
+  std::mutex hook_mutex;
+  // Last member: destroyed first, so a running Adam finishes before any payload is freed.
+  HybridAdam adam;
+
+  // ---- set-up (chunked_engine.cpp) ----
+  void sample_startup();
+  // A chunk at the end for a module of `residence`: another rank's, one past the host's share
+  // (Note [fit]: in the margin, on the device), or one on the host.
+  void append_chunk(Residence residence);
+  void register_leaf(torch::nn::Module& module, const std::string& prefix, bool host_only);
+
+  // ---- moments (moments.cpp) ----
+  void pre_forward(torch::nn::Module& module) override;
+  void pre_backward(torch::nn::Module& module) override;
+  void post_forward(torch::nn::Module& module) override;
+  void on_grad(int64_t id);
+  // A moment begins: close the non-model window of the previous one (Note [placement]).
+  void begin_moment(const std::string& what);
+  void access(torch::nn::Module& module, const char* phase);
+  // What placement needs to know about the device now.
+  DeviceRoom device_room() const;
+  // Makes `needed` resident on the device, evicting others as placement says.
+  void make_resident(const std::vector<int64_t>& needed, const std::string& what);
+  // Note [prefetch]: starts the uploads of the next moment's chunks.
+  void prefetch(const std::vector<int64_t>& need_now);
+  // The moment's row for the observer: its chunk bytes now; its non-model peak comes at its end.
+  void observe_moment(const std::string& what, formats::ProfileStage stage);
+  // The optimizer moment: margin chunks are updated on the device, the rest on the host.
+  void optimizer_moment();
+  // After the warm-up: fix the margin and the next-use index (Note [placement]).
+  void plan_margin();
+  // The chunks this rank owns, in the order a step's forward first needs them.
+  std::vector<int64_t> forward_order() const;
+  // Note [device footprint]: the device memory held in the window that ends now.
+  void note_footprint(int64_t reserved_non_model);
+  void finish_step_memory();
+};
+
+}  // namespace pstar::engine

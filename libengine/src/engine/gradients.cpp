@@ -1,0 +1,91 @@
+#include "gradients.h"
+
+#include <vector>
+
+namespace pstar::engine {
+
+void Gradients::arrive(int64_t id) {
+  ManagedTensor& t = store_.tensors()[static_cast<size_t>(id)];
+  if (store_.format().reuse) {
+    torch::NoGradGuard no_grad;
+    store_.param_view(t).zero_();
+  }
+  store_.set_state(t, TensorState::kHoldAfterBwd);
+  if (!t.grad_arrived) {
+    t.grad_arrived = true;
+    --store_.chunk(t.chunk).grads_missing;
+  }
+}
+
+void Gradients::reset_arrivals() {
+  for (Chunk& c : store_.chunks()) c.grads_missing = static_cast<int64_t>(c.tensors.size());
+  for (ManagedTensor& t : store_.tensors()) t.grad_arrived = false;
+}
+
+void Gradients::settle_micro_batch(bool host_touched) {
+  // Host code below may touch payloads (zeroing a host slot, Gloo's buffers): queued copies finish
+  // first. Only then: a whole-device synchronisation every micro-batch would stall the GPU's queue
+  // for nothing (issue 20, item 7), and device-side slots are zeroed on the compute stream, in
+  // order with the copies.
+  const bool reuse = store_.format().reuse;
+  std::vector<ManagedTensor*> gradless;
+  for (auto& t : store_.tensors()) {
+    if (t.state != TensorState::kCompute && t.state != TensorState::kHoldAfterFwd) continue;
+    gradless.push_back(&t);
+    const Chunk& c = store_.chunk(t.chunk);
+    if (reuse && c.param && c.compute_place == Place::kHost) host_touched = true;
+  }
+  if (host_touched) store_.synchronize();
+  torch::NoGradGuard no_grad;
+  for (ManagedTensor* t : gradless) {
+    if (reuse && store_.chunk(t->chunk).param) store_.param_view(*t).zero_();
+    store_.set_state(*t, TensorState::kHoldAfterBwd);
+  }
+}
+
+double Gradients::sq_sum() {
+  // The device side's sums first, all queued and waited for once, while the evictions the
+  // optimizer moment queued are still under way; then the host side's, each waiting only for its
+  // own chunk's copy.
+  const auto& chunks = store_.chunks();
+  std::vector<double> sums(chunks.size(), 0.0);
+  for (Place side : {Place::kDevice, Place::kHost}) {
+    std::vector<size_t> summed;
+    std::vector<tier::DeviceTier::GradRef> grads;
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      const Chunk& c = chunks[k];
+      if (c.remote || c.compute_place != side) continue;
+      // An early chunk's sum came from the worker, by the same function on the same bytes.
+      if (c.adam.early()) {
+        sums[k] = c.adam.early_sq;
+        continue;
+      }
+      summed.push_back(k);
+      grads.push_back(tier::DeviceTier::GradRef{store_.grad_data(c), store_.grad_type(), c.used});
+    }
+    if (grads.empty()) continue;
+    std::vector<double> out(grads.size());
+    store_.tier().grad_sq_sums(side, grads, out.data());
+    for (size_t i = 0; i < summed.size(); ++i) sums[summed[i]] = out[i];
+  }
+  double sum = 0;
+  for (double part : sums) sum += part;
+  return sum;
+}
+
+void Gradients::end_step(bool updated) {
+  if (!store_.format().reuse) {
+    // The worker zeroes the gradients of the chunks whose Adam it runs.
+    for (Chunk& c : store_.chunks())
+      if (!c.remote && !c.adam.queued()) store_.tier().zero(c.grad, c.used * 4);
+  } else if (!updated) {
+    // A skipped update (fp16 overflow) leaves gradients in the parameter slots: restore the
+    // parameters from the masters (Note [param/grad reuse]), with LibTorch on host payloads too.
+    store_.synchronize();
+    torch::NoGradGuard no_grad;
+    for (auto& t : store_.tensors())
+      if (!store_.chunk(t.chunk).remote) store_.param_view(t).copy_(store_.master_view(t));
+  }
+}
+
+}  // namespace pstar::engine

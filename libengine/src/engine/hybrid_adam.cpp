@@ -1,0 +1,205 @@
+#include "hybrid_adam.h"
+
+#include <chrono>
+
+#include "pstar/base/error.h"
+#include "pstar/core/clock.h"
+#include "pstar/core/ordered_worker.h"
+
+namespace pstar::engine {
+
+using core::seconds_since;
+
+HybridAdam::HybridAdam(ChunkStore& store, const optim::AdamHyper& settings, bool overlap,
+                       int64_t world_size)
+    : store_(store), settings_(settings), world_size_(world_size) {
+  if (overlap) worker_ = std::make_unique<core::OrderedWorker>();
+}
+
+HybridAdam::~HybridAdam() = default;
+
+void HybridAdam::await_chunk(int64_t k) {
+  Chunk& c = store_.chunk(k);
+  if (!c.adam.queued()) return;
+  if (worker_->done(c.adam.ticket)) {
+    worker_->wait(c.adam.ticket);  // rethrows an Adam that failed
+  } else {
+    const auto begin = std::chrono::steady_clock::now();
+    worker_->wait(c.adam.ticket);
+    figures_.wait_s += seconds_since(begin);
+  }
+  c.adam.ticket = 0;
+  c.adam.stage = c.adam.stage == AdamStage::kEarlyQueued ? AdamStage::kEarlyDone : AdamStage::kIdle;
+}
+
+bool HybridAdam::finished(int64_t k) const {
+  const Chunk& c = store_.chunks()[static_cast<size_t>(k)];
+  return !c.adam.queued() || worker_->done(c.adam.ticket);
+}
+
+void HybridAdam::await_all() {
+  if (worker_ == nullptr) return;
+  for (int64_t k = 0; k < store_.num_chunks(); ++k) await_chunk(k);
+  record_finished();
+}
+
+void HybridAdam::await_queued() {
+  if (worker_ == nullptr) return;
+  for (int64_t k = 0; k < store_.num_chunks(); ++k)
+    if (!store_.chunk(k).adam.early()) await_chunk(k);
+  record_finished();
+}
+
+void HybridAdam::record_finished() {
+  if (worker_ == nullptr) return;
+  std::vector<Done> done;
+  {
+    const std::lock_guard<std::mutex> lock(done_mutex_);
+    done.swap(done_);
+  }
+  for (const Done& d : done)
+    store_.record(d.chunk, formats::ChunkEventKind::kAdamHost, store_.optimizer_bytes(), d.seconds);
+}
+
+optim::AdamHyper HybridAdam::hyper(double lr, int64_t step) const {
+  optim::AdamHyper h = settings_;
+  h.lr = static_cast<float>(lr);
+  h.step = step;
+  return h;
+}
+
+// Reduced gradients are sums over the ranks: Adam takes their mean.
+float HybridAdam::multiplier(double grad_multiplier) const {
+  return static_cast<float>(grad_multiplier / static_cast<double>(world_size_));
+}
+
+optim::AdamSpan HybridAdam::span(int64_t k) {
+  Chunk& c = store_.chunk(k);
+  const ChunkFormat& format = store_.format();
+  optim::AdamSpan span;
+  span.master = static_cast<float*>(format.fp32 ? c.param.data() : c.master.data());
+  span.exp_avg = static_cast<float*>(c.exp_avg.data());
+  span.exp_avg_sq = static_cast<float*>(c.exp_avg_sq.data());
+  span.grad = store_.grad_data(c);
+  span.grad_type = store_.grad_type();
+  span.param_out = format.fp32 ? nullptr : c.param.data();
+  span.param_out_type = format.fp32                        ? optim::ParamOutType::kNone
+                        : format.dtype == torch::kBFloat16 ? optim::ParamOutType::kBF16
+                                                           : optim::ParamOutType::kF16;
+  span.numel = c.used;
+  PSTAR_INTERNAL_ASSERT(c.compute_place == c.optimizer_place, "chunk ", k,
+                        "'s compute payloads are not beside its optimizer state");
+  return span;
+}
+
+// Queues host chunk k's Adam on the worker; `with_sq`: first its gradient's sum of squares, into
+// early_sq. Without param/grad reuse the gradient payload is zeroed for the next step right after
+// its Adam, there too.
+void HybridAdam::queue_host(int64_t k, const optim::AdamHyper& hyper, float multiplier,
+                            bool with_sq) {
+  Chunk& c = store_.chunk(k);
+  const optim::AdamSpan span = this->span(k);
+  tier::DeviceTier* tier = &store_.tier();
+  if (with_sq) {
+    double* out = &c.adam.early_sq;
+    c.adam.sq_ticket = worker_->submit([tier, span, out] {
+      *out = tier->grad_sq_sum(Place::kHost, span.grad, span.grad_type, span.numel);
+    });
+  }
+  Block* grad = store_.format().reuse ? nullptr : &c.grad;
+  HybridAdam* self = this;
+  c.adam.ticket = worker_->submit([self, tier, k, hyper, multiplier, span, grad] {
+    const auto begin = std::chrono::steady_clock::now();
+    tier->adam_step(Place::kHost, hyper, multiplier, span);
+    if (grad != nullptr) tier->zero(*grad, span.numel * 4);
+    const double seconds = seconds_since(begin);
+    const std::lock_guard<std::mutex> lock(self->done_mutex_);
+    self->done_.push_back(Done{k, seconds});
+  });
+  c.adam.stage = with_sq ? AdamStage::kEarlyQueued : AdamStage::kQueued;
+  ++figures_.queued;
+}
+
+void HybridAdam::start_early_updates(bool eligible) {
+  if (worker_ == nullptr || !eligible || !expected_) return;
+  const optim::AdamHyper h = hyper(expected_->first, steps_ + 1);
+  const float m = multiplier(expected_->second);
+  for (int64_t k = 0; k < store_.num_chunks(); ++k) {
+    const Chunk& c = store_.chunk(k);
+    if (c.remote || c.margin() || c.adam.early() || c.used == 0 || c.grads_missing > 0 ||
+        c.compute_count > 0)
+      continue;
+    store_.move_compute(k, Place::kHost);
+    ++figures_.early;
+    queue_host(k, h, m, /*with_sq=*/true);
+  }
+}
+
+void HybridAdam::await_for_optimizer() {
+  await_queued();
+  for (Chunk& c : store_.chunks()) {
+    if (c.adam.sq_ticket == 0) continue;
+    const auto begin = std::chrono::steady_clock::now();
+    worker_->wait(c.adam.sq_ticket);
+    figures_.wait_s += seconds_since(begin);
+    c.adam.sq_ticket = 0;
+  }
+}
+
+void HybridAdam::update(double lr, double grad_multiplier, bool planned) {
+  PSTAR_INTERNAL_ASSERT(
+      !expected_ || (expected_->first == lr && expected_->second == grad_multiplier),
+      "the update differs from the one expected before the backward");
+  const optim::AdamHyper h = hyper(lr, ++steps_);
+  updated_ = true;
+  // The device tier's Adam gives host Adam's bits (Note [device tier]), so placement never changes
+  // the numbers.
+  const float m = multiplier(grad_multiplier);
+  // The margin's Adam first: on a GPU it is queued and runs while the host updates the rest, each
+  // host chunk as soon as its own eviction has landed. Chunks are independent, so the order does
+  // not change the numbers.
+  for (int64_t k = 0; k < store_.num_chunks(); ++k) {
+    const Chunk& c = store_.chunk(k);
+    if (c.remote || c.optimizer_place != Place::kDevice) continue;
+    const auto begin = std::chrono::steady_clock::now();
+    store_.tier().adam_step(Place::kDevice, h, m, span(k));
+    ++figures_.device_chunks;
+    store_.record(k, formats::ChunkEventKind::kAdamDevice, store_.optimizer_bytes(),
+                  seconds_since(begin));
+  }
+  // After the warm-up, with engine.overlap_adam, the host's share goes to the worker in the order
+  // the next forward needs it (Note [host adam overlap]); the warm-up's last update comes before
+  // the plan moves the margin's optimizer state, so it runs here.
+  const bool queue = worker_ != nullptr && planned;
+  std::vector<int64_t> in_chunk_order;
+  if (!queue)
+    for (int64_t k = 0; k < store_.num_chunks(); ++k) in_chunk_order.push_back(k);
+  for (int64_t k : queue ? order_ : in_chunk_order) {
+    const Chunk& c = store_.chunk(k);
+    if (c.remote || c.optimizer_place != Place::kHost || c.adam.early()) continue;
+    if (queue) {
+      queue_host(k, h, m, /*with_sq=*/false);
+      continue;
+    }
+    const auto begin = std::chrono::steady_clock::now();
+    store_.tier().adam_step(Place::kHost, h, m, span(k));
+    store_.record(k, formats::ChunkEventKind::kAdamHost, store_.optimizer_bytes(),
+                  seconds_since(begin));
+  }
+}
+
+void HybridAdam::end_step() {
+  updated_ = false;
+  expected_.reset();
+  for (Chunk& c : store_.chunks()) {
+    if (c.adam.stage == AdamStage::kEarlyQueued) c.adam.stage = AdamStage::kQueued;
+    if (c.adam.stage == AdamStage::kEarlyDone) c.adam.stage = AdamStage::kIdle;
+  }
+}
+
+void HybridAdam::begin_step() {
+  figures_ = AdamFigures{};
+  expected_.reset();
+}
+
+}  // namespace pstar::engine

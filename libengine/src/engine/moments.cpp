@@ -1,0 +1,319 @@
+// The chunk engine's module hooks and moments (Notes [placement], [gathering], [prefetch] and
+// [host adam overlap] in engine/chunked_engine.h): each moment asks placement what to move, then
+// the store, group sync and hybrid Adam act.
+#include <algorithm>
+#include <set>
+
+#include "chunked_engine_impl.h"
+#include "pstar/base/error.h"
+#include "pstar/base/size.h"
+#include "pstar/base/strings.h"
+#include "pstar/core/log.h"
+
+namespace pstar::engine {
+
+ChunkedEngine::Impl::Impl(std::unique_ptr<tier::DeviceTier> tier, const ChunkFormat& format,
+                          chunk::Sharding sharding, dist::Communicator* comm,
+                          const EngineSettings& engine_settings,
+                          const PlacementSettings& placement_settings,
+                          const optim::AdamHyper& adam_settings, bool overlap_adam)
+    : settings(engine_settings),
+      store(std::move(tier), format, sharding),
+      placement(placement_settings),
+      sync(store, comm),
+      grads(store),
+      adam(store, adam_settings, overlap_adam, sharding.world_size) {}
+
+void ChunkedEngine::Impl::note_footprint(int64_t reserved_non_model) {
+  const tier::DeviceTier::Footprint fp = store.tier().footprint();
+  const int64_t chunks =
+      fp.payload_reserve_bytes > 0 ? fp.payload_reserve_bytes : interval_chunk_bytes;
+  step.device_reserved_peak =
+      std::max(step.device_reserved_peak, chunks + reserved_non_model + fp.scratch_bytes);
+}
+
+void ChunkedEngine::Impl::begin_moment(const std::string& what) {
+  adam.record_finished();
+  tier::DeviceTier& tier = store.tier();
+  const int64_t reserved = tier.non_model_reserved_peak_bytes();
+  const int64_t non_model = tier.reset_non_model_peak();
+  // The window since the last optimizer step closed in end_step, which counted it for the step
+  // it belongs to; a step's peak covers its own moments only (as a profile's rows do).
+  if (placement.moment() >= 0) {
+    step.device_peak = std::max(step.device_peak, interval_chunk_bytes + non_model);
+    note_footprint(reserved);
+  }
+  if (store.observer() != nullptr) store.observer()->close_moment(non_model);
+  placement.close_window(non_model);
+  const int64_t budget = store.device_budget();
+  PSTAR_CHECK(interval_chunk_bytes + non_model <= budget, OutOfMemoryError,
+              "device tier over budget before ", what, ": chunks ",
+              format_bytes(interval_chunk_bytes), " + non-model ", format_bytes(non_model),
+              " > engine.device_memory ", format_bytes(budget),
+              "; raise engine.device_memory, lower train_micro_batch_size_per_gpu, or turn on "
+              "engine.activation_checkpointing");
+  placement.open_moment(what, in_backward);
+}
+
+DeviceRoom ChunkedEngine::Impl::device_room() const {
+  DeviceRoom room;
+  for (int64_t k = 0; k < store.num_chunks(); ++k) {
+    const Chunk& c = store.chunks()[static_cast<size_t>(k)];
+    if (!c.movable() || c.compute_place != Place::kDevice) continue;
+    room.resident.push_back(k);
+    if (c.compute_count == 0) room.idle.push_back(k);
+  }
+  room.margin_bytes = store.margin_bytes();
+  room.gathered_bytes = store.gathered_device_bytes();
+  room.capacity_bytes = store.tier().device_capacity_bytes();
+  return room;
+}
+
+void ChunkedEngine::Impl::make_resident(const std::vector<int64_t>& needed,
+                                        const std::string& what) {
+  const std::set<int64_t> need_set(needed.begin(), needed.end());
+  const std::vector<int64_t> need(need_set.begin(), need_set.end());
+  int64_t missing = 0;
+  for (int64_t k : need) missing += store.chunk(k).compute_place == Place::kHost ? 1 : 0;
+  for (int64_t k : placement.evictions(need, missing, device_room(), what))
+    store.move_compute(k, Place::kHost);
+  for (int64_t k : need) {
+    if (store.chunk(k).remote) continue;
+    store.move_compute(k, Place::kDevice);
+    store.await_upload(k);
+  }
+  const int64_t device_bytes = store.device_bytes().current;
+  PSTAR_CHECK(device_bytes <= store.device_budget(), OutOfMemoryError, "device tier: ", what,
+              " needs ", format_bytes(device_bytes),
+              " of chunks on the device, more than engine.device_memory ",
+              format_bytes(store.device_budget()),
+              "; raise engine.device_memory or lower default_chunk_size");
+  interval_chunk_bytes = device_bytes;
+}
+
+// Room comes first from free space, then from evicting chunks furthest-next-use first; those are
+// never used at t or t + 1, so loading t + 1's chunk in their place is what the furthest-next-use
+// order would do anyway.
+void ChunkedEngine::Impl::prefetch(const std::vector<int64_t>& need_now) {
+  const std::vector<int64_t> next = placement.prefetch_candidates();
+  if (next.empty()) return;
+  std::vector<int64_t> wanted;
+  for (int64_t k : next) {
+    const Chunk& c = store.chunk(k);
+    if (c.remote || c.host_only() || c.compute_place != Place::kHost) continue;
+    // A chunk whose Adam is still running waits for its module (Note [host adam overlap]):
+    // blocking here would hold back the compute of the module before it.
+    if (c.adam.queued()) {
+      if (!adam.finished(k)) continue;
+      adam.await_chunk(k);
+    }
+    wanted.push_back(k);
+  }
+  if (wanted.empty()) return;
+  const PrefetchPlan plan =
+      placement.prefetch(static_cast<int64_t>(wanted.size()), need_now, device_room());
+  if (plan.fetch <= 0) return;
+  for (int64_t k : plan.evict) store.move_compute(k, Place::kHost);
+  for (int64_t i = 0; i < plan.fetch; ++i)
+    store.move_compute(wanted[static_cast<size_t>(i)], Place::kDevice, /*ahead=*/true);
+  interval_chunk_bytes = store.device_bytes().current;
+}
+
+void ChunkedEngine::Impl::observe_moment(const std::string& what, formats::ProfileStage stage) {
+  EngineObserver* observer = store.observer();
+  if (observer == nullptr || !observer->recording()) return;
+  MemorySample memory;
+  memory.device_chunks = store.device_bytes().current;
+  memory.host_chunks = store.host_bytes().current;
+  observer->begin_moment(what, stage, memory, store.places());
+}
+
+void ChunkedEngine::Impl::access(torch::nn::Module& module, const char* phase) {
+  const auto& ids = store.tensors_of(module);
+  std::vector<int64_t> needed;
+  std::set<int64_t> used_groups;
+  for (int64_t id : ids) {
+    const int64_t k = store.tensors()[static_cast<size_t>(id)].chunk;
+    used_groups.insert(sync.group_of(k));
+    if (!store.chunk(k).host_only() && std::find(needed.begin(), needed.end(), k) == needed.end())
+      needed.push_back(k);
+  }
+  const std::string what = str_cat(phase, " of ", store.tensors()[ids.front()].name);
+  begin_moment(what);
+  // Before anything reads them: uploads, gathers, and modules computing on the host.
+  for (int64_t id : ids) adam.await_chunk(store.tensors()[static_cast<size_t>(id)].chunk);
+  if (in_backward) {
+    // Gradients are final only once reduced: with several ranks, no early update.
+    adam.start_early_updates(placement.planned() && !sync.active() &&
+                             micro_batches_done + 1 == settings.accumulation);
+  }
+  if (sync.active()) {
+    std::vector<bool> keep(static_cast<size_t>(sync.num_groups()), false);
+    for (int64_t g : used_groups) keep[static_cast<size_t>(g)] = true;
+    for (int64_t g : placement.kept_after(placement.moment())) keep[static_cast<size_t>(g)] = true;
+    sync.settle(keep);
+    for (int64_t g : used_groups) {
+      if (sync.gathered(g)) continue;
+      adam.await_chunk(sync.own_chunk(g));  // this rank sends its own chunk's parameters
+      sync.gather(g);
+    }
+  }
+  make_resident(needed, what);
+  prefetch(needed);
+  observe_moment(what,
+                 in_backward ? formats::ProfileStage::kBackward : formats::ProfileStage::kForward);
+  placement.record_use(needed, std::vector<int64_t>(used_groups.begin(), used_groups.end()));
+  for (int64_t id : ids)
+    store.set_state(store.tensors()[static_cast<size_t>(id)], TensorState::kCompute);
+}
+
+void ChunkedEngine::Impl::pre_forward(torch::nn::Module& module) {
+  const std::lock_guard<std::mutex> lock(hook_mutex);
+  access(module, "forward");
+}
+
+void ChunkedEngine::Impl::pre_backward(torch::nn::Module& module) {
+  const std::lock_guard<std::mutex> lock(hook_mutex);
+  // The backward writes gradients into every chunk, used in the forward or not.
+  if (!in_backward) adam.await_queued();
+  in_backward = true;
+  access(module, "backward");
+}
+
+void ChunkedEngine::Impl::post_forward(torch::nn::Module& module) {
+  const std::lock_guard<std::mutex> lock(hook_mutex);
+  for (int64_t id : store.tensors_of(module))
+    store.set_state(store.tensors()[static_cast<size_t>(id)], TensorState::kHoldAfterFwd);
+}
+
+void ChunkedEngine::Impl::on_grad(int64_t id) {
+  const std::lock_guard<std::mutex> lock(hook_mutex);
+  grads.arrive(id);
+  sync.grad_arrived(id);
+}
+
+void ChunkedEngine::Impl::optimizer_moment() {
+  adam.await_for_optimizer();
+  in_backward = false;
+  begin_moment("optimizer step");
+  sync.release_all();
+  std::vector<int64_t> on_device;
+  for (int64_t k = 0; k < store.num_chunks(); ++k) {
+    const Chunk& c = store.chunk(k);
+    if (c.remote) continue;
+    if (c.margin())
+      on_device.push_back(k);
+    else
+      store.move_compute(k, Place::kHost);
+  }
+  placement.record_use(on_device, {});
+  interval_chunk_bytes = store.device_bytes().current;
+  observe_moment("optimizer step", formats::ProfileStage::kOptimizer);
+}
+
+// The host-only embedding's first (it runs first), then the trace's order (for a remote chunk,
+// its group's: gathering it sends this rank's chunk of the group), then any left.
+std::vector<int64_t> ChunkedEngine::Impl::forward_order() const {
+  const int64_t num = store.num_chunks();
+  std::vector<int64_t> order;
+  std::vector<bool> listed(static_cast<size_t>(num), false);
+  const auto add = [&](int64_t k) {
+    const int64_t own = sync.own_chunk(sync.group_of(k));
+    // The last group may be short of this rank's chunk.
+    if (own >= num || listed[static_cast<size_t>(own)]) return;
+    listed[static_cast<size_t>(own)] = true;
+    order.push_back(own);
+  };
+  for (int64_t k = 0; k < num; ++k)
+    if (store.chunks()[static_cast<size_t>(k)].host_only()) add(k);
+  for (const auto& used : placement.trace().accesses)
+    for (int64_t k : used) add(k);
+  for (int64_t k = 0; k < num; ++k) add(k);
+  return order;
+}
+
+void ChunkedEngine::Impl::plan_margin() {
+  const int64_t num = store.num_chunks();
+  int64_t movable = 0;
+  for (const Chunk& c : store.chunks()) movable += c.host_only() || c.remote ? 0 : 1;
+  const int64_t margin = placement.margin_size(movable, store.tier().device_capacity_bytes());
+  const int64_t max_non_model = placement.peak_non_model();
+  const int64_t max_needed = placement.largest_working_set();
+  // Chunks placed on the device at start-up (Note [fit]) are in the margin already.
+  int64_t given = 0;
+  for (const Chunk& c : store.chunks()) given += c.margin() ? 1 : 0;
+  const int64_t fixed = given;
+  for (int64_t k = 0; k < num && given < margin; ++k) {
+    Chunk& c = store.chunk(k);
+    if (!c.movable()) continue;
+    c.residence = Residence::kMargin;
+    ++given;
+    // The margin is permanent device memory: count it against the budget now.
+    store.move_optimizer_state(k, Place::kDevice);
+    store.move_compute(k, Place::kDevice);
+  }
+  // The host blocks the margin left stay free for good (Note [exact-size host pool]).
+  if (given > fixed) store.tier().trim();
+  std::vector<int64_t> in_margin;
+  for (int64_t k = 0; k < num; ++k)
+    if (store.chunk(k).margin()) in_margin.push_back(k);
+  placement.set_margin(in_margin, num);
+  adam.set_order(forward_order());
+  log::info("chunk plan after warm-up: ", placement.trace().num_moments(),
+            " moments, peak non-model ", format_bytes(max_non_model), ", ", given, " of ", num,
+            " chunks in the device margin (Adam on the device; ", fixed,
+            " of them placed there at start-up), working set up to ", max_needed, " chunk(s) of ",
+            format_bytes(store.compute_bytes()));
+}
+
+void ChunkedEngine::Impl::finish_step_memory() {
+  tier::DeviceTier& tier = store.tier();
+  const int64_t device_bytes = store.device_bytes().current;
+  step.device_peak = std::max(step.device_peak, device_bytes);
+  // The optimizer step's window is this step's too (the next step's first moment restarts it).
+  step.device_peak = std::max(step.device_peak, interval_chunk_bytes + tier.non_model_peak_bytes());
+  note_footprint(tier.non_model_reserved_peak_bytes());
+  step.device_reserved_peak = std::max(step.device_reserved_peak, step.device_peak);
+  Traffic& traffic = store.traffic();
+  const int64_t syncs = traffic.syncs + tier.own_synchronizations() - step.tier_syncs_before;
+  if (step.device_reserved_peak > store.device_budget() && !warned_footprint) {
+    // The plan keeps chunks and live allocations under the budget; what the device holds beyond
+    // them (the caching allocator's freed blocks, the tier's scratch) is outside its control.
+    warned_footprint = true;
+    const int64_t reserve = tier.footprint().payload_reserve_bytes;
+    log::warn("the device held ", format_bytes(step.device_reserved_peak), " at most in step ",
+              placement.iterations(), " (chunk payloads ",
+              format_bytes(reserve > 0 ? reserve : step.device_peak),
+              ", LibTorch's reserved memory and the tier's scratch), more than "
+              "engine.device_memory ",
+              format_bytes(store.device_budget()),
+              "; LibTorch's caching allocator keeps freed memory: lower "
+              "train_micro_batch_size_per_gpu, turn on engine.activation_checkpointing, or set "
+              "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True");
+  }
+  EngineMetrics m;
+  m.device_peak_bytes = step.device_peak;
+  m.device_reserved_peak_bytes = step.device_reserved_peak;
+  m.device_syncs = syncs;
+  m.host_peak_bytes = store.host_bytes().peak;
+  m.moved_h2d_bytes = traffic.h2d;
+  m.moved_d2h_bytes = traffic.d2h;
+  m.move_s = traffic.move_s;
+  m.prefetched_h2d_bytes = traffic.prefetched;
+  const AdamFigures& figures = adam.figures();
+  m.adam_device_chunks = figures.device_chunks;
+  if (adam.overlapping()) {
+    m.adam_queued_chunks = figures.queued;
+    m.adam_early_chunks = figures.early;
+    m.adam_wait_s = figures.wait_s;
+  }
+  // Every gathered copy is released by now: what is left is this rank's own model data.
+  m.model_data_bytes = device_bytes + store.host_bytes().current;
+  if (sync.active()) {
+    m.gathers = sync.step_gathers();
+    m.reductions = sync.step_reductions();
+  }
+  last = m;
+}
+
+}  // namespace pstar::engine

@@ -1,0 +1,8 @@
+# Placement alone: pure C++, linked without LibTorch (only pstar::placement and pstar::formats).
+pstar_add_test(NAME engine_placement_tests LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/placement_test.cpp
+  LIBS pstar::placement)
+# The chunk engine against the torch engine, through the trainer.
+pstar_add_test(NAME engine_chunked_tests LABEL unit PCH
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/chunked_engine_test.cpp
+  LIBS pstar::engine nlohmann_json::nlohmann_json)
