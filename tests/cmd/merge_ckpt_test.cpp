@@ -490,8 +490,8 @@ TEST_F(MergeCkptTest, StreamingMergeHoldsOneFileNotTheModel) {
                       {"data", {{"text", dir_.file("conf/corpus.txt")}}},
                       {"default_chunk_size", 1 << 20}};
     write_text((step / "config.json").string(), cfg.dump(2));
-    const plan::GptChunkMap map =
-        plan::gpt_chunk_map(config::load_train_config((step / "config.json").string()));
+    const plan::ModelChunkMap map =
+        plan::model_chunk_map(config::load_train_config((step / "config.json").string()));
     int64_t largest = 0, params = 0;
     std::vector<checkpoint::FileDigest> digests;
     torch::manual_seed(7);

@@ -251,6 +251,28 @@ TEST_F(DistTrainTest, AccumulationAndBf16TrackOneRank) {
   }
 }
 
+// The Llama family on two ranks: llama-tiny (grouped-query attention, llama3 rope, untied head)
+// tracks one rank's losses, as the GPT does above.
+TEST_F(DistTrainTest, ALlamaOnTwoRanksTracksOneRank) {
+  std::map<int64_t, std::vector<json>> runs;
+  for (int64_t n : {1, 2}) {
+    json cfg = config(4 / n, 5);
+    cfg["model"] = {{"preset", "llama-tiny"}, {"seq_len", 32}};
+    cfg["engine"]["device_memory"] = "4MB";
+    const std::string path = write_config(cfg);
+    const std::string metrics = "llama" + std::to_string(n) + ".jsonl";
+    const auto r = train(path, {"--nproc", std::to_string(n), "--metrics", metrics});
+    ASSERT_EQ(r.exit_code, 0) << r;
+    runs[n] = read_metrics(dir_.file(metrics));
+    ASSERT_EQ(runs[n].size(), 5u);
+  }
+  for (size_t i = 0; i < 5; ++i) {
+    const double one = runs[1][i]["loss"].get<double>(), two = runs[2][i]["loss"].get<double>();
+    EXPECT_NEAR(two, one, 1e-5 * one) << "step " << i + 1;
+  }
+  EXPECT_GT(runs[2].back()["gathers"].get<int64_t>(), 0);
+}
+
 // `pstar estimate` models ranks: its per-rank chunks are what each rank of a run holds.
 TEST_F(DistTrainTest, EstimatePredictsEachRanksModelData) {
   for (int64_t n : {2, 4}) {

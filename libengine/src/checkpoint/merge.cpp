@@ -16,7 +16,7 @@
 #include "pstar/formats/config.h"
 #include "pstar/formats/mapped_file.h"
 #include "pstar/formats/safetensors.h"
-#include "pstar/model/gpt_shape.h"
+#include "pstar/model/model_shape.h"
 #include "shard_io.h"
 
 namespace pstar::checkpoint {
@@ -81,12 +81,12 @@ std::optional<config::TrainConfig> gpt_config_of(const CheckpointIndex& index,
     return std::nullopt;
   }
   config::TrainConfig config;
-  std::vector<model::GptParameterShape> expected;
+  std::vector<model::ParameterShape> expected;
   try {
     config = config::load_train_config(config_path);
-    expected = model::gpt_parameter_shapes(model::resolve_gpt_config(config.model));
+    expected = model::resolve_model_shape(config.model).parameter_shapes();
   } catch (const Error& e) {
-    *why = str_cat(config_path, " describes no GPT (", e.what(), ")");
+    *why = str_cat(config_path, " describes no model pstar builds (", e.what(), ")");
     return std::nullopt;
   }
   std::map<std::string, const ShardParameter*> have;

@@ -31,7 +31,7 @@ namespace {
 // than ranks.
 std::map<std::string, int64_t> new_owners(const config::TrainConfig& config, int64_t world,
                                           const char* what) {
-  const plan::GptChunkMap map = plan::gpt_chunk_map(config);
+  const plan::ModelChunkMap map = plan::model_chunk_map(config);
   PSTAR_CHECK(map.layout.num_chunks >= world, ConfigError, what, " ", world, ": the model fits in ",
               map.layout.num_chunks, " chunk(s) of ", map.layout.chunk_size,
               " elements, fewer than the ", world,
@@ -99,7 +99,7 @@ TensorList rank_tensors(const CheckpointIndex& index, const std::map<std::string
 // Note [reshard]
 // A checkpoint for M ranks holds in ckpt-<r>.pt the parameters (and their Adam state) of the
 // chunks rank r owns: chunk k belongs to rank k % M, and which chunk a parameter lands in follows
-// from the model's shape and the chunk keys of the config (plan::gpt_chunk_map), exactly as the
+// from the model's shape and the chunk keys of the config (plan::model_chunk_map), exactly as the
 // chunk engine registers them, independent of the number of ranks. The run's counters, loss
 // scaler and Adam step are the same on every rank and are copied from rank 0's file. The random
 // state is per rank: new rank r takes old rank r's where there was one, else rank 0's. (pstar's

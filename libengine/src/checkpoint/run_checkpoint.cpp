@@ -19,7 +19,7 @@
 #include "pstar/core/log.h"
 #include "pstar/dist/communicator.h"
 #include "pstar/formats/mapped_file.h"
-#include "pstar/model/gpt_shape.h"
+#include "pstar/model/model_shape.h"
 
 namespace pstar::checkpoint {
 
@@ -237,19 +237,21 @@ RunState RunCheckpoints::resume(const std::string& where, const EngineLoader& lo
 // the old files (index.h, one read of each, after the ranks have checked them against the
 // manifest between them) and loads exactly what `merge-ckpt --reshard N` would have written to
 // its file (resharded_rank_tensors, Note [reshard] in reshard.cpp), laid out by this run's config.
-// So a run resumed either way continues identically. The chunk layout comes from the GPT that the
-// config describes; another model resumes on the number of ranks that wrote its checkpoint.
+// So a run resumed either way continues identically. The chunk layout comes from the model that the
+// config describes (GPT or Llama); a user's own model resumes on the number of ranks that wrote its
+// checkpoint.
 TensorMap RunCheckpoints::resharded_tensors(const std::string& dir, int64_t old_world) const {
   PSTAR_CHECK(config_.engine.mode == config::EngineMode::kChunked, ConfigError, "--resume ", dir,
               ": the checkpoint was written by ", old_world, " rank(s); resharding it for ", world_,
               " is for the chunk engine");
   try {
-    (void)model::resolve_gpt_config(config_.model);
+    (void)model::resolve_model_shape(config_.model);
   } catch (const Error& e) {
-    PSTAR_THROW(ConfigError, "--resume ", dir, ": the checkpoint was written by ", old_world,
-                " rank(s) but this run has ", world_,
-                "; resharding follows a GPT's chunk layout, and this model is not one (", e.what(),
-                "); resume with --nproc ", old_world);
+    PSTAR_THROW(
+        ConfigError, "--resume ", dir, ": the checkpoint was written by ", old_world,
+        " rank(s) but this run has ", world_,
+        "; resharding follows the chunk layout of a model pstar builds, and this is not one (",
+        e.what(), "); resume with --nproc ", old_world);
   }
   std::vector<std::string> files;
   for (int64_t q = 0; q < old_world; ++q) files.push_back(checkpoint_file(dir, q));

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "pstar/formats/config.h"
 #include "pstar/model/llama_shape.h"
+#include "pstar/model/model_shape.h"
 
 namespace pstar::plan {
 
@@ -60,6 +62,15 @@ ActivationEstimate estimate_llama_activations(const LlamaActivationInput& in) {
       (in.checkpointing ? a.block_saved : 0) + std::max(attention_grads, mlp_grads) + e * tv;
   a.peak = a.stored + std::max(a.head_peak, a.block_backward);
   return a;
+}
+
+ActivationEstimate estimate_model_activations(const model::ModelShape& shape,
+                                              const config::TrainConfig& config) {
+  if (shape.family == model::ModelFamily::kGpt)
+    return estimate_gpt_activations(gpt_activation_input(config, shape.gpt));
+  return estimate_llama_activations(
+      llama_activation_input(shape.llama, config.train_micro_batch_size_per_gpu,
+                             compute_elem_bytes(config), config.engine.activation_checkpointing));
 }
 
 }  // namespace pstar::plan

@@ -201,16 +201,24 @@ std::vector<LeafModule> gpt_leaf_modules(const model::GptConfig& shape) {
   return leaves;
 }
 
-GptChunkMap gpt_chunk_map(const config::TrainConfig& config) {
-  const model::GptConfig shape = model::resolve_gpt_config(config.model);
-  const std::vector<LeafModule> leaves = gpt_leaf_modules(shape);
-  GptChunkMap map;
+std::vector<LeafModule> model_leaf_modules(const model::ModelShape& shape) {
+  std::vector<LeafModule> leaves;
+  const std::vector<bool> embedding = shape.embedding_leaves();
+  const std::vector<int64_t> numels = shape.leaf_numels();
+  for (size_t i = 0; i < numels.size(); ++i) leaves.push_back(LeafModule{numels[i], embedding[i]});
+  return leaves;
+}
+
+ModelChunkMap model_chunk_map(const config::TrainConfig& config) {
+  const model::ModelShape shape = model::resolve_model_shape(config.model);
+  const std::vector<LeafModule> leaves = model_leaf_modules(shape);
+  ModelChunkMap map;
   map.layout =
       plan_layout(leaves, LayoutOptions{config.default_chunk_size, config.engine.chunk_size_search,
                                         config.use_cpu_embedding});
   const std::vector<int64_t> by_leaf =
       leaf_chunks(leaves, map.layout.chunk_size, config.use_cpu_embedding);
-  map.params = model::gpt_parameter_shapes(shape);
+  map.params = shape.parameter_shapes();
   map.chunks.reserve(map.params.size());
   for (const auto& p : map.params) map.chunks.push_back(by_leaf[static_cast<size_t>(p.leaf)]);
   return map;

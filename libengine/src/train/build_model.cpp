@@ -9,9 +9,9 @@
 #include "pstar/core/device.h"
 #include "pstar/engine/chunked_engine.h"
 #include "pstar/formats/config.h"
-#include "pstar/model/gpt.h"
-#include "pstar/model/gpt_shape.h"
-#include "pstar/model/hf_gpt2.h"
+#include "pstar/model/factory.h"
+#include "pstar/model/model_shape.h"
+#include "pstar/plan/activations.h"
 #include "pstar/plan/memory_plan.h"
 #include "pstar/plan/run_plan.h"
 #include "pstar/tier/device_tier.h"
@@ -45,36 +45,32 @@ std::unique_ptr<tier::DeviceTier> make_tier(const plan::RunPlan& plan,
 }
 
 std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config) {
-  auto shape = model::resolve_gpt_config(config.model);
+  const model::ModelShape shape = model::resolve_model_shape(config.model);
   torch::manual_seed(config.training.seed);
-  auto gpt = std::make_shared<model::Gpt>(shape);
-  if (!config.model.init_from.empty())
-    model::load_hf_gpt2_safetensors(*gpt, config.model.init_from);
-  return gpt;
+  auto model = model::build_causal_lm(shape);
+  model::load_pretrained(shape, config.model.init_from, *model);
+  return model;
 }
 
 ModelAndEngine build_model_and_engine(const plan::RunPlan& plan, dist::Communicator* comm) {
   const config::TrainConfig& config = plan.config;
   if (config.engine.mode != config::EngineMode::kChunked)
     return ModelAndEngine{build_model(config), nullptr};
-  auto shape = model::resolve_gpt_config(config.model);
-  const int64_t non_model =
-      plan::estimate_gpt_activations(plan::gpt_activation_input(config, shape)).peak;
-  auto engine = std::make_unique<ChunkedEngine>(plan, plan::gpt_leaf_modules(shape), non_model,
+  const model::ModelShape shape = model::resolve_model_shape(config.model);
+  const int64_t non_model = plan::estimate_model_activations(shape, config).peak;
+  auto engine = std::make_unique<ChunkedEngine>(plan, plan::model_leaf_modules(shape), non_model,
                                                 comm, make_tier(plan, non_model));
   torch::manual_seed(config.training.seed);
-  auto gpt =
-      std::make_shared<model::Gpt>(shape, [&](torch::nn::Module& unit, const std::string& prefix) {
+  auto model =
+      model::build_causal_lm(shape, [&](torch::nn::Module& unit, const std::string& prefix) {
         engine->register_unit(unit, prefix);
       });
   engine->finish_registration();
-  if (!config.model.init_from.empty()) {
-    model::load_hf_gpt2_safetensors(*gpt, config.model.init_from,
-                                    [&](const std::string& name, const at::Tensor& value) {
-                                      engine->load_parameter(name, value);
-                                    });
-  }
-  return ModelAndEngine{gpt, std::move(engine)};
+  model::load_pretrained(shape, config.model.init_from, *model,
+                         [&](const std::string& name, const at::Tensor& value) {
+                           engine->load_parameter(name, value);
+                         });
+  return ModelAndEngine{model, std::move(engine)};
 }
 
 }  // namespace pstar::train

@@ -92,9 +92,8 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
       *source, data::parse_sampling(config.data.sampling), config.train_micro_batch_size_per_gpu,
       seq_len, config.gradient_accumulation_steps, config.training.seed, rank(), world());
 
-  if (auto* gpt = dynamic_cast<model::Gpt*>(model.get())) {
-    gpt->set_activation_checkpointing(config.engine.activation_checkpointing);
-  } else if (config.engine.activation_checkpointing) {
+  if (!model->set_activation_checkpointing(config.engine.activation_checkpointing) &&
+      config.engine.activation_checkpointing) {
     log::warn("engine.activation_checkpointing: this model does not support it; ignored");
   }
 

@@ -6,3 +6,7 @@ pstar_add_test(NAME engine_placement_tests LABEL unit
 pstar_add_test(NAME engine_chunked_tests LABEL unit PCH
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/chunked_engine_test.cpp
   LIBS pstar::engine nlohmann_json::nlohmann_json)
+# The Llama family through the trainer and both engines.
+pstar_add_test(NAME engine_llama_training_tests LABEL unit PCH
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/llama_training_test.cpp
+  LIBS pstar::engine)

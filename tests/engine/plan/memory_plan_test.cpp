@@ -74,11 +74,11 @@ TEST(ChunkLayoutTest, LeafChunksFollowTheSameFirstFit) {
   EXPECT_EQ(leaf_chunks(leaves, 8, false), (std::vector<int64_t>{0, 0, 0, 1, 1, 2}));
 }
 
-TEST(ChunkLayoutTest, GptChunkMapPlacesEveryParameterByItsLeaf) {
+TEST(ChunkLayoutTest, ModelChunkMapPlacesEveryParameterByItsLeaf) {
   config::TrainConfig config;
   config.model.preset = "gpt-tiny";  // hidden 64, 2 layers, vocab 256, seq 64
   config.default_chunk_size = 20000;
-  const GptChunkMap map = gpt_chunk_map(config);
+  const ModelChunkMap map = model_chunk_map(config);
   EXPECT_EQ(map.layout.chunk_size, 20000);
   ASSERT_EQ(map.params.size(), map.chunks.size());
   ASSERT_EQ(map.params.size(), 2u + 2 * 12 + 2);

@@ -7,9 +7,13 @@
 
 #include "pstar/plan/memory_plan.h"
 
+namespace pstar::config {
+struct TrainConfig;
+}
 namespace pstar::model {
 struct LlamaConfig;
-}
+struct ModelShape;
+}  // namespace pstar::model
 
 namespace pstar::plan {
 
@@ -22,5 +26,10 @@ struct LlamaActivationInput {
 LlamaActivationInput llama_activation_input(const model::LlamaConfig& shape, int64_t micro_batch,
                                             int64_t elem_bytes, bool checkpointing);
 ActivationEstimate estimate_llama_activations(const LlamaActivationInput& in);
+
+// The model's activation estimate under a config whose precision is decided: the GPT's or the
+// Llama family's, for the config's micro-batch, precision and checkpointing.
+ActivationEstimate estimate_model_activations(const model::ModelShape& shape,
+                                              const config::TrainConfig& config);
 
 }  // namespace pstar::plan

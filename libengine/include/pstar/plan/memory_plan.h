@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "pstar/model/gpt_shape.h"
+#include "pstar/model/model_shape.h"
 
 namespace pstar::config {
 struct TrainConfig;
@@ -142,17 +143,19 @@ GptActivationInput gpt_activation_input(const config::TrainConfig& config,
 int64_t compute_elem_bytes(const config::TrainConfig& config);
 // The GPT's leaf modules in construction order, embeddings (wte, wpe) marked.
 std::vector<LeafModule> gpt_leaf_modules(const model::GptConfig& shape);
+// The leaf modules of the model a config describes (either family), embeddings marked.
+std::vector<LeafModule> model_leaf_modules(const model::ModelShape& shape);
 
-// Where the chunk engine puts each parameter of the GPT a config describes, as
+// Where the chunk engine puts each parameter of the model a config describes, as
 // build_model_and_engine builds it: the layout plan_layout chooses (default_chunk_size,
 // engine.chunk_size_search, use_cpu_embedding) and every parameter's chunk. Rank chunk % N of N
 // owns it (chunk::Sharding). This is what resharding a checkpoint to another number of ranks needs.
-struct GptChunkMap {
+struct ModelChunkMap {
   ChunkLayout layout;
-  std::vector<model::GptParameterShape> params;  // construction order
-  std::vector<int64_t> chunks;                   // params[i]'s chunk
+  std::vector<model::ParameterShape> params;  // construction order
+  std::vector<int64_t> chunks;                // params[i]'s chunk
 };
-GptChunkMap gpt_chunk_map(const config::TrainConfig& config);
+ModelChunkMap model_chunk_map(const config::TrainConfig& config);
 
 // ---- the fit ----------------------------------------------------------------------------------
 
