@@ -8,33 +8,10 @@
 #include "pstar/core/log.h"
 #include "pstar/formats/safetensors.h"
 #include "pstar/model/gpt.h"
+#include "pstar/model/hf_weights.h"
 
 namespace pstar::model {
 namespace {
-
-c10::ScalarType to_scalar_type(formats::DType dtype) {
-  switch (dtype) {
-    case formats::DType::kF64:
-      return torch::kFloat64;
-    case formats::DType::kF32:
-      return torch::kFloat32;
-    case formats::DType::kF16:
-      return torch::kFloat16;
-    case formats::DType::kBF16:
-      return torch::kBFloat16;
-    case formats::DType::kI64:
-    case formats::DType::kI32:
-    case formats::DType::kI16:
-    case formats::DType::kI8:
-    case formats::DType::kU8:
-    case formats::DType::kBool:
-    case formats::DType::kU16:
-    case formats::DType::kU32:
-    case formats::DType::kU64:
-      break;
-  }
-  return torch::kByte;  // sentinel: not a float type
-}
 
 // HF keeps these in GPT-2 files but they are not parameters.
 bool is_ignored(const std::string& name) {
@@ -68,11 +45,11 @@ int64_t load_hf_gpt2_safetensors(Gpt& model, const std::string& path,
                 info->name, "' has shape ", shape_str(shape), " but the model's '", name,
                 "' needs ", shape_str(param.sizes()),
                 "; set model.hidden/layers/heads/vocab_size/seq_len to the checkpoint's shape");
-    const auto scalar = to_scalar_type(info->dtype);
-    PSTAR_CHECK(scalar != torch::kByte, FormatError, path, ": tensor '", info->name, "' has dtype ",
+    const auto scalar = float_scalar_type(info->dtype);
+    PSTAR_CHECK(scalar.has_value(), FormatError, path, ": tensor '", info->name, "' has dtype ",
                 formats::dtype_name(info->dtype), "; expected F32, F16, BF16 or F64");
     // The format packs tensors without alignment: copy the bytes out before viewing them as floats.
-    auto source = torch::empty(shape, torch::dtype(scalar));
+    auto source = torch::empty(shape, torch::dtype(*scalar));
     std::memcpy(source.data_ptr(), reader.data(*info), info->size_bytes);
     if (write) {
       write(name, source);

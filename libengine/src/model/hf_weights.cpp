@@ -13,9 +13,8 @@
 #include "pstar/formats/safetensors.h"
 
 namespace pstar::model {
-namespace {
 
-std::optional<c10::ScalarType> float_type(formats::DType dtype) {
+std::optional<c10::ScalarType> float_scalar_type(formats::DType dtype) {
   switch (dtype) {
     case formats::DType::kF64:
       return torch::kFloat64;
@@ -29,8 +28,6 @@ std::optional<c10::ScalarType> float_type(formats::DType dtype) {
       return std::nullopt;
   }
 }
-
-}  // namespace
 
 int64_t load_hf_weights(const formats::HfFolder& folder,
                         const std::vector<ExpectedTensor>& expected, const ParameterWriter& write,
@@ -62,7 +59,7 @@ int64_t load_hf_weights(const formats::HfFolder& folder,
       PSTAR_CHECK(info->shape == t->shape, FormatError, shard, ": tensor \"", t->name,
                   "\" has shape ", c10::IntArrayRef(info->shape), " but the model needs ",
                   c10::IntArrayRef(t->shape), " (from ", folder.config_path, ")");
-      const auto scalar = float_type(info->dtype);
+      const auto scalar = float_scalar_type(info->dtype);
       PSTAR_CHECK(scalar.has_value(), FormatError, shard, ": tensor \"", t->name, "\" has dtype ",
                   formats::dtype_name(info->dtype), "; expected F32, F16, BF16 or F64");
       // Tensors are packed without alignment: copy the bytes out before viewing them as floats.

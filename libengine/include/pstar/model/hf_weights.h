@@ -4,16 +4,24 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <c10/core/ScalarType.h>
 
 #include "pstar/model/hf_gpt2.h"  // ParameterWriter
 
 namespace pstar::formats {
 struct HfFolder;
-}
+enum class DType;
+}  // namespace pstar::formats
 
 namespace pstar::model {
+
+// The LibTorch dtype of a safetensors floating-point dtype (F64, F32, F16, BF16); nullopt for the
+// others.
+std::optional<c10::ScalarType> float_scalar_type(formats::DType dtype);
 
 struct ExpectedTensor {
   std::string name;

@@ -2,11 +2,11 @@
 // with two implementations, chosen once at start-up (Note [device tier]).
 //
 // Note [device tier]
-// The chunk engine (engine/ (chunked_engine.cpp, moments.cpp)) decides what lives where; a DeviceTier carries it
-// out. It owns the memory of both sides a chunk payload can be on, kDevice (where LibTorch
-// computes) and kHost, copies payloads between them, runs Adam and the gradient sum of squares on
-// either side, and measures the compute device's non-model memory. The engine asks the same
-// questions of either implementation and never asks which one it has:
+// The chunk engine (engine/ (chunked_engine.cpp, moments.cpp)) decides what lives where; a
+// DeviceTier carries it out. It owns the memory of both sides a chunk payload can be on, kDevice
+// (where LibTorch computes) and kHost, copies payloads between them, runs Adam and the gradient sum
+// of squares on either side, and measures the compute device's non-model memory. The engine asks
+// the same questions of either implementation and never asks which one it has:
 // - the emulated tier (make_emulated_tier): both sides are 64-byte aligned host blocks from
 //   exact-size pools (memory::HostPool, Note [exact-size host pool]), copies are memcpy, Adam is
 //   host Adam on both sides, and non-model memory is LibTorch's CPU allocations
@@ -43,8 +43,8 @@
 // memory fit for copies (pinned on the CUDA tier), allocate_host_only() ordinary pageable memory,
 // for payloads that stay on the host: the chunk engine's optimizer state outside the device margin
 // and the payloads of chunks that always compute on the host. Both kinds come from exact-size pools
-// (Note [exact-size host pool] in pstar/memory/exact_size_pool.h), host_memory() reports what each holds,
-// and trim() gives back the free blocks once the engine's plan has fixed what moves.
+// (Note [exact-size host pool] in pstar/memory/exact_size_pool.h), host_memory() reports what each
+// holds, and trim() gives back the free blocks once the engine's plan has fixed what moves.
 #pragma once
 
 #include <cstdint>
