@@ -249,7 +249,15 @@ MergeSummary merge_checkpoint(const CheckpointIndex& index, const MergeOptions& 
     log::info("merge-ckpt: no config.json written beside ", o.output, ": ", index.config_path,
               " is the run's own; to train from the merged file, merge with -o into another "
               "directory, which gets a config.json that does");
-  } else if (auto config = gpt_config_of(index, index.config_path, &why)) {
+  } else if (auto config = gpt_config_of(index, index.config_path, &why);
+             config &&
+             model::resolve_model_shape(config->model).family != model::ModelFamily::kGpt) {
+    // A Llama-family model trains again from a Hugging Face folder (config.json beside the
+    // weights), not from one file: a config.json naming this file would not describe it.
+    log::warn("merge-ckpt: no config.json written beside ", o.output,
+              ": a Llama-family model trains from a Hugging Face folder; put this file in one "
+              "beside the config.json of the folder it was trained from");
+  } else if (config) {
     PSTAR_CHECK(!in_checkpoint_dir, ConfigError, "-o ", o.output,
                 ": its config.json would replace the checkpoint's own ", index.config_path,
                 "; write the output to another directory");
