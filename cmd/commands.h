@@ -98,13 +98,14 @@ int run_visualize(const VisualizeCommandOptions& options);
 // the path it wrote on stdout.
 struct MergeCkptCommandOptions {
   std::string pattern, dir;
-  int64_t num = 0;             // 0: with --dir, the manifest's world_size
-  std::string output;          // empty: beside the files (merge_ckpt_default_output)
-  std::string dtype = "fp32";  // fp32 | bf16 | fp16
-  int64_t reshard = 0;         // > 0: write a checkpoint for this many ranks
-  std::string config_path;     // with reshard: the config whose chunk layout to follow
-  bool force = false;          // replace the default output if it exists
-  bool unverified = false;     // also merge files no manifest vouches for
+  int64_t num = 0;                     // 0: with --dir, the manifest's world_size
+  std::string output;                  // empty: beside the files (merge_ckpt_default_output)
+  std::string dtype = "fp32";          // fp32 | bf16 | fp16
+  std::string max_shard_size = "5GB";  // a Hugging Face folder's shard limit
+  int64_t reshard = 0;                 // > 0: write a checkpoint for this many ranks
+  std::string config_path;             // with reshard: the config whose chunk layout to follow
+  bool force = false;                  // replace the default output if it exists
+  bool unverified = false;             // also merge files no manifest vouches for
   bool quiet = false;
 };
 

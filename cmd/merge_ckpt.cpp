@@ -49,11 +49,17 @@ void register_merge_ckpt(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("-o,--output", o->output,
                   "Output: NAME.safetensors or NAME.pt (a config.json that trains from it goes "
-                  "beside it); with --reshard, a new checkpoint directory (required). Default: "
+                  "beside it), or a name without extension: a Hugging Face model folder "
+                  "(config.json + safetensors shards); with --reshard, a new checkpoint "
+                  "directory (required). Default: "
                   "beside the files, the pattern's name with * replaced by 'merged' "
                   "(ckpt-*.pt -> ckpt-merged.pt), or DIR/ckpt-merged.pt with --dir");
   sub->add_option("--dtype", o->dtype, "Parameter dtype of the output file")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  sub->add_option("--max-shard-size", o->max_shard_size,
+                  "With a Hugging Face folder as -o: the most tensor bytes per shard (KB, MB, GB, "
+                  "KiB, ...; as Hugging Face's save_pretrained)")
       ->capture_default_str();
   sub->add_option("--reshard", o->reshard,
                   "Write a checkpoint for this many ranks instead (pstar train --resume OUTPUT "
@@ -119,6 +125,10 @@ int run_merge_ckpt(const MergeCkptCommandOptions& o) {
                                       : checkpoint::MergeDType::kFp32;
   options.reshard = o.reshard;
   options.config_path = o.config_path;
+  const std::optional<int64_t> shard_bytes = parse_size_bytes(o.max_shard_size);
+  PSTAR_CHECK(shard_bytes.has_value(), ConfigError, "--max-shard-size ", o.max_shard_size,
+              ": expected a size such as 5GB, 500MB or 2GiB");
+  options.max_shard_bytes = static_cast<uint64_t>(*shard_bytes);
   checkpoint::check_merge_options(options);
 
   int64_t num = o.num;

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Writes a tiny Llama as a Hugging Face folder (examples/llama/make_tiny_llama.py, needs Debian's
 # python3-torch, which scripts/setup-deps.sh installs), fine-tunes it on the repository's own text
-# with the chunk engine, and merges the last checkpoint into one safetensors file of Hugging Face
-# names. Extra arguments go to `pstar train`, e.g. examples/llama/run.sh --set training.steps=20
+# with the chunk engine, and merges the last checkpoint back into a Hugging Face folder. Extra arguments go to `pstar train`, e.g. examples/llama/run.sh --set training.steps=20
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 scripts/setup-deps.sh
@@ -14,8 +13,5 @@ rm -rf build/example/tiny-llama build/example/tiny-llama-run build/example/tiny-
 build/cpu-release/pstar train examples/llama/config.json "$@"
 run=build/example/tiny-llama-run
 build/cpu-release/pstar merge-ckpt --dir "$run/$(cat "$run/latest")" \
-  -o build/example/tiny-llama-tuned/model.safetensors --dtype bf16
-# The merged file beside the original config.json is a Hugging Face folder again, which
-# model.init_from (or transformers' from_pretrained) loads.
-cp build/example/tiny-llama/config.json build/example/tiny-llama-tuned/
-echo "fine-tuned model: build/example/tiny-llama-tuned (config.json + model.safetensors)"
+  -o build/example/tiny-llama-tuned --dtype bf16
+echo "fine-tuned model: build/example/tiny-llama-tuned (a Hugging Face folder; model.init_from loads it)"

@@ -26,9 +26,11 @@
 #include "pstar/base/version.h"
 #include "pstar/checkpoint/store.h"
 #include "pstar/formats/config.h"
+#include "pstar/formats/hf_folder.h"
 #include "pstar/formats/safetensors.h"
 #include "pstar/model/gpt.h"
 #include "pstar/model/gpt_shape.h"
+#include "pstar/model/llama_shape.h"
 #include "pstar/plan/memory_plan.h"
 #include "test_util.h"
 
@@ -246,6 +248,61 @@ TEST_F(MergeCkptTest, MergedSafetensorsEqualTheShardsAndTrainThroughInitFrom) {
   // Through the bf16 file too (converted back to the run's fp32).
   const auto t16 = train("out16/config.json", {"--set", "training.steps=1", "-q"});
   EXPECT_EQ(t16.exit_code, 0) << t16;
+}
+
+// -o without an extension: a Hugging Face folder. A Llama (two ranks) merges into bf16 shards of
+// at most 100 KB with an index, under the names and shapes of LlamaForCausalLM, a config.json that
+// reads back as the same shape, and the folder trains again through model.init_from.
+TEST_F(MergeCkptTest, AFolderOutputIsAHuggingFaceFolderThatTrainsAgain) {
+  json c = config(3, 3, "ck");
+  c["model"] = {{"preset", "llama-tiny"}, {"seq_len", 32}};
+  c["engine"]["device_memory"] = "4MB";
+  const auto r0 = train(write_config(c, "llama.json"), {"--nproc", "2", "--metrics", "l.jsonl"});
+  ASSERT_EQ(r0.exit_code, 0) << r0;
+  const auto r = merge({"--dir", "ck/step-00000003", "-o", "out/tuned", "--dtype", "bf16",
+                        "--max-shard-size", "100KB"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, "out/tuned\n") << r;
+
+  const formats::HfFolder folder = formats::read_hf_folder(dir_.file("out/tuned"));
+  EXPECT_EQ(folder.model_type, "llama");
+  EXPECT_GT(folder.shards.size(), 1u);  // 0.5 MB of bf16 tensors over 100 KB shards
+  EXPECT_FALSE(folder.index_path.empty());
+  const model::LlamaConfig shape =
+      model::llama_config_from_hf_json(folder.config_text, folder.config_path);
+  const model::LlamaConfig& tiny = *model::find_llama_preset("llama-tiny");
+  EXPECT_EQ(shape.num_params(), tiny.num_params());
+  EXPECT_EQ(shape.kv_heads, tiny.kv_heads);
+  EXPECT_EQ(json::parse(folder.config_text)["torch_dtype"], "bfloat16");
+  const auto masters = shard_parameters(dir_.path() / "ck/step-00000003", 2);
+  const auto expected = model::llama_parameter_shapes(tiny);
+  ASSERT_EQ(folder.shard_of.size(), expected.size());
+  for (const auto& p : expected) {
+    SCOPED_TRACE(p.name);
+    formats::SafetensorsReader reader(folder.shard_of.at(p.name));
+    const formats::TensorInfo* info = reader.find(p.name);
+    ASSERT_NE(info, nullptr);
+    EXPECT_EQ(info->dtype, formats::DType::kBF16);
+    EXPECT_EQ(info->shape, p.shape);
+    EXPECT_TRUE(
+        bitwise_equal(safetensors_tensor(reader, *info), masters.at(p.name).to(torch::kBFloat16)));
+  }
+
+  // Trains again from the folder: the first loss is the trained level, below a fresh start's.
+  json again = config(1, 0, "");
+  again["model"] = {{"init_from", "../out/tuned"}, {"seq_len", 32}};
+  again["engine"]["device_memory"] = "4MB";
+  const auto t = train(write_config(again, "again.json"), {"--metrics", "again.jsonl"});
+  ASSERT_EQ(t.exit_code, 0) << t;
+  const auto fresh = read_metrics(dir_.file("l.jsonl"));
+  const auto init = read_metrics(dir_.file("again.jsonl"));
+  ASSERT_EQ(init.size(), 1u);
+  EXPECT_LT(init[0]["loss"].get<double>(), fresh[0]["loss"].get<double>() - 0.1);
+
+  // An existing folder is not replaced.
+  const auto twice = merge({"--dir", "ck/step-00000003", "-o", "out/tuned"});
+  EXPECT_EQ(twice.exit_code, 2) << twice;
+  EXPECT_TRUE(contains(twice.err, "already exists and is not an empty folder")) << twice;
 }
 
 // The .pt output is a pickled dict of name -> tensor: pstar's checkpoint reader and Python's

@@ -14,6 +14,7 @@
 #include "pstar/checkpoint/store.h"
 #include "pstar/core/log.h"
 #include "pstar/formats/config.h"
+#include "pstar/formats/hf_folder.h"
 #include "pstar/formats/mapped_file.h"
 #include "pstar/formats/safetensors.h"
 #include "pstar/model/model_shape.h"
@@ -60,16 +61,17 @@ formats::DType safetensors_dtype(c10::ScalarType type) {
               "; merge-ckpt writes floating-point parameters only");
 }
 
-enum class OutputKind { kSafetensors, kPickle, kCheckpointDir };
+enum class OutputKind { kSafetensors, kPickle, kHfFolder, kCheckpointDir };
 
 OutputKind output_kind(const MergeOptions& o) {
   if (o.reshard > 0) return OutputKind::kCheckpointDir;
   const std::string ext = fs::path(o.output).extension().string();
   if (ext == ".safetensors") return OutputKind::kSafetensors;
   if (ext == ".pt") return OutputKind::kPickle;
-  PSTAR_THROW(ConfigError, "-o ", o.output, ": unknown output kind '",
-              ext.empty() ? std::string("(no extension)") : ext,
-              "'; give a .safetensors or .pt file name (or a directory with --reshard)");
+  PSTAR_CHECK(ext.empty(), ConfigError, "-o ", o.output, ": unknown output kind '", ext,
+              "'; give a .safetensors or .pt file name, or a folder name without an extension "
+              "for a Hugging Face model folder (or a directory with --reshard)");
+  return OutputKind::kHfFolder;
 }
 
 // The training config a checkpoint's files were written under, if it describes the GPT whose
@@ -173,6 +175,48 @@ MergeSummary write_safetensors(const CheckpointIndex& index, const MergeOptions&
   return summary;
 }
 
+// A Hugging Face folder (Note [atomic folder] in formats/hf_folder.h): its config.json describes
+// the model the checkpoint's config trained, in Hugging Face's keys; the tensors go in file order,
+// one input file at a time, into shards of at most o.max_shard_bytes.
+MergeSummary write_hf_folder(const CheckpointIndex& index, const MergeOptions& o,
+                             const config::TrainConfig& config) {
+  const c10::ScalarType dtype = scalar_type(o.dtype);
+  const model::ModelShape shape = model::resolve_model_shape(config.model);
+  const char* torch_dtype = o.dtype == MergeDType::kBf16   ? "bfloat16"
+                            : o.dtype == MergeDType::kFp16 ? "float16"
+                                                           : "float32";
+  std::vector<formats::HfFolderWriter::Tensor> tensors;
+  for (size_t r = 0; r < index.files.size(); ++r)
+    for (const auto& p : index.params)
+      if (p.rank == static_cast<int64_t>(r))
+        tensors.push_back({p.name, safetensors_dtype(dtype), p.shape});
+  formats::HfFolderWriter writer(o.output, model::hf_config_json(shape, torch_dtype), tensors,
+                                 o.max_shard_bytes);
+  MergeSummary summary;
+  for (size_t r = 0; r < index.files.size(); ++r) {
+    const std::string& file = index.files[r];
+    const TensorMap file_tensors = read_one_file(file);
+    int64_t held = 0;
+    for (const auto& [name, t] : file_tensors) held += tensor_bytes(t);
+    int64_t converted = 0;
+    for (const auto& p : index.params) {
+      if (p.rank != static_cast<int64_t>(r)) continue;
+      const at::Tensor value = indexed_tensor(file_tensors, p, file).to(dtype).contiguous();
+      if (dtype != p.dtype) converted = std::max(converted, tensor_bytes(value));
+      writer.write(p.name, value.data_ptr(), value.nbytes());
+      ++summary.tensors;
+      summary.bytes += tensor_bytes(value);
+    }
+    summary.peak_held_bytes = std::max(summary.peak_held_bytes, held + converted);
+    progress(str_cat("merge-ckpt: copied ", file, " (", r + 1, "/", index.files.size(), ")"));
+  }
+  writer.commit();
+  log::end_status();
+  log::info("merge-ckpt: ", writer.num_shards(), " shard(s) in the Hugging Face folder ", o.output);
+  summary.outputs.push_back(o.output);
+  return summary;
+}
+
 MergeSummary write_pickle(const CheckpointIndex& index, const MergeOptions& o) {
   const c10::ScalarType dtype = scalar_type(o.dtype);
   MergeSummary summary;
@@ -214,9 +258,11 @@ void check_merge_options(const MergeOptions& o) {
                 ": already exists; --reshard creates a new checkpoint directory there");
   } else {
     PSTAR_CHECK(o.reshard == 0, ConfigError, "--reshard ", o.reshard, ": expected at least 1");
-    output_kind(o);
-    PSTAR_CHECK(!fs::is_directory(o.output), ConfigError, "-o ", o.output,
-                ": is a directory; give a file name");
+    PSTAR_CHECK(o.max_shard_bytes > 0, ConfigError, "--max-shard-size: expected a positive size");
+    if (output_kind(o) != OutputKind::kHfFolder) {
+      PSTAR_CHECK(!fs::is_directory(o.output), ConfigError, "-o ", o.output,
+                  ": is a directory; give a file name");
+    }
   }
 }
 
@@ -236,6 +282,16 @@ MergeSummary merge_checkpoint(const CheckpointIndex& index, const MergeOptions& 
                 "; resharding follows the chunk layout of a GPT config");
     make_parent_dirs(o.output);
     return internal::write_resharded(index, o, *config);
+  }
+
+  if (kind == OutputKind::kHfFolder) {
+    auto config = gpt_config_of(index, index.config_path, &why);
+    PSTAR_CHECK(config.has_value(), FormatError, "-o ", o.output,
+                ": a Hugging Face folder's config.json describes the model, which comes from the "
+                "checkpoint's training config, but ",
+                why, "; merge into a .safetensors or .pt file instead");
+    make_parent_dirs(o.output);
+    return write_hf_folder(index, o, *config);
   }
 
   // A config.json beside the output that trains from it (model.init_from). Built before anything

@@ -133,6 +133,26 @@ ModelShape resolve_model_shape(const config::ModelConfig& m) {
   return s;
 }
 
+std::string hf_config_json(const ModelShape& shape, const std::string& torch_dtype) {
+  if (shape.family == ModelFamily::kLlama) return llama_config_to_hf_json(shape.llama, torch_dtype);
+  const GptConfig& c = shape.gpt;
+  const nlohmann::json j = {
+      {"architectures", {"GPT2LMHeadModel"}},
+      {"model_type", "gpt2"},
+      {"n_embd", c.hidden},
+      {"n_layer", c.layers},
+      {"n_head", c.heads},
+      {"vocab_size", c.vocab_size},
+      {"n_positions", c.seq_len},
+      {"n_ctx", c.seq_len},
+      {"layer_norm_epsilon", c.layer_norm_eps},
+      {"activation_function", "gelu_new"},
+      {"tie_word_embeddings", true},
+      {"torch_dtype", torch_dtype},
+  };
+  return j.dump(2) + "\n";
+}
+
 int64_t ModelShape::num_params() const {
   return family == ModelFamily::kGpt ? gpt.num_params() : llama.num_params();
 }

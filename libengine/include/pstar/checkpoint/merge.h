@@ -24,9 +24,13 @@ namespace pstar::checkpoint {
 enum class MergeDType { kFp32, kBf16, kFp16 };
 
 struct MergeOptions {
-  // A .safetensors or .pt file; with `reshard`, a step directory to create.
+  // A .safetensors or .pt file; a name without either extension: a Hugging Face model folder
+  // (config.json + model.safetensors, or shards and an index); with `reshard`, a step directory
+  // to create.
   std::string output;
   MergeDType dtype = MergeDType::kFp32;
+  // A Hugging Face folder's shard size limit, in bytes of tensor data.
+  uint64_t max_shard_bytes = 5'000'000'000ULL;
   // > 0: write a checkpoint for this many ranks (ckpt-<r>.pt, manifest.json, config.json) that
   // `pstar train --resume OUTPUT --nproc M` continues.
   int64_t reshard = 0;

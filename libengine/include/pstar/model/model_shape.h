@@ -50,4 +50,9 @@ struct ModelShape {
 // folder's max_position_embeddings.
 ModelShape resolve_model_shape(const config::ModelConfig& model);
 
+// The config.json of a Hugging Face folder holding `shape`'s weights in `torch_dtype`
+// ("bfloat16", "float16", "float32"): LlamaForCausalLM's (or Mistral's, Qwen2's) keys, or
+// GPT2LMHeadModel's. resolve_model_shape reads it back as the same shape.
+std::string hf_config_json(const ModelShape& shape, const std::string& torch_dtype);
+
 }  // namespace pstar::model
