@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -141,16 +142,11 @@ void make_parent_dirs(const std::string& output) {
 
 // ---- the outputs (Note [merge passes]) ----------------------------------------------------------
 
-MergeSummary write_safetensors(const CheckpointIndex& index, const MergeOptions& o) {
-  const c10::ScalarType dtype = scalar_type(o.dtype);
-  std::vector<formats::SafetensorsStreamWriter::Entry> entries;
-  for (const auto& p : index.params) entries.push_back({p.name, safetensors_dtype(dtype), p.shape});
-  // Hugging Face's loaders want "format": "pt"; the rest says where the tensors came from.
-  std::map<std::string, std::string> metadata = {
-      {"format", "pt"}, {"pstar.step", std::to_string(index.step)}, {"pstar.version", version()}};
-  if (!index.run_id.empty()) metadata["pstar.run_id"] = index.run_id;
-  formats::SafetensorsStreamWriter writer(o.output, entries, metadata);
-
+// Note [merge passes]: the second pass. Reads one input file at a time and hands each of its
+// parameters, in `dtype` and contiguous, to `write`; counts what was written and held.
+MergeSummary stream_parameters(
+    const CheckpointIndex& index, c10::ScalarType dtype,
+    const std::function<void(const std::string&, const at::Tensor&)>& write) {
   MergeSummary summary;
   for (size_t r = 0; r < index.files.size(); ++r) {
     const std::string& file = index.files[r];
@@ -162,15 +158,32 @@ MergeSummary write_safetensors(const CheckpointIndex& index, const MergeOptions&
       if (p.rank != static_cast<int64_t>(r)) continue;
       const at::Tensor value = indexed_tensor(tensors, p, file).to(dtype).contiguous();
       if (dtype != p.dtype) converted = std::max(converted, tensor_bytes(value));
-      writer.write(p.name, value.data_ptr(), value.nbytes());
+      write(p.name, value);
       ++summary.tensors;
       summary.bytes += tensor_bytes(value);
     }
     summary.peak_held_bytes = std::max(summary.peak_held_bytes, held + converted);
     progress(str_cat("merge-ckpt: copied ", file, " (", r + 1, "/", index.files.size(), ")"));
   }
-  writer.commit();
   log::end_status();
+  return summary;
+}
+
+MergeSummary write_safetensors(const CheckpointIndex& index, const MergeOptions& o) {
+  const c10::ScalarType dtype = scalar_type(o.dtype);
+  std::vector<formats::SafetensorsStreamWriter::Entry> entries;
+  for (const auto& p : index.params) entries.push_back({p.name, safetensors_dtype(dtype), p.shape});
+  // Hugging Face's loaders want "format": "pt"; the rest says where the tensors came from.
+  std::map<std::string, std::string> metadata = {
+      {"format", "pt"}, {"pstar.step", std::to_string(index.step)}, {"pstar.version", version()}};
+  if (!index.run_id.empty()) metadata["pstar.run_id"] = index.run_id;
+  formats::SafetensorsStreamWriter writer(o.output, entries, metadata);
+
+  MergeSummary summary =
+      stream_parameters(index, dtype, [&](const std::string& name, const at::Tensor& value) {
+        writer.write(name, value.data_ptr(), value.nbytes());
+      });
+  writer.commit();
   summary.outputs.push_back(o.output);
   return summary;
 }
@@ -192,26 +205,11 @@ MergeSummary write_hf_folder(const CheckpointIndex& index, const MergeOptions& o
         tensors.push_back({p.name, safetensors_dtype(dtype), p.shape});
   formats::HfFolderWriter writer(o.output, model::hf_config_json(shape, torch_dtype), tensors,
                                  o.max_shard_bytes);
-  MergeSummary summary;
-  for (size_t r = 0; r < index.files.size(); ++r) {
-    const std::string& file = index.files[r];
-    const TensorMap file_tensors = read_one_file(file);
-    int64_t held = 0;
-    for (const auto& [name, t] : file_tensors) held += tensor_bytes(t);
-    int64_t converted = 0;
-    for (const auto& p : index.params) {
-      if (p.rank != static_cast<int64_t>(r)) continue;
-      const at::Tensor value = indexed_tensor(file_tensors, p, file).to(dtype).contiguous();
-      if (dtype != p.dtype) converted = std::max(converted, tensor_bytes(value));
-      writer.write(p.name, value.data_ptr(), value.nbytes());
-      ++summary.tensors;
-      summary.bytes += tensor_bytes(value);
-    }
-    summary.peak_held_bytes = std::max(summary.peak_held_bytes, held + converted);
-    progress(str_cat("merge-ckpt: copied ", file, " (", r + 1, "/", index.files.size(), ")"));
-  }
+  MergeSummary summary =
+      stream_parameters(index, dtype, [&](const std::string& name, const at::Tensor& value) {
+        writer.write(name, value.data_ptr(), value.nbytes());
+      });
   writer.commit();
-  log::end_status();
   log::info("merge-ckpt: ", writer.num_shards(), " shard(s) in the Hugging Face folder ", o.output);
   summary.outputs.push_back(o.output);
   return summary;
