@@ -82,6 +82,27 @@ endif()
 
 include(${CMAKE_CURRENT_LIST_DIR}/text_deps.cmake)  # PCRE2 and utf8proc, for text/
 
+# liburing (Debian's liburing-dev) runs the NVMe tier's I/O through io_uring (libengine/src/nvme).
+# Optional: without it the tier moves its data with pread/pwrite threads only. pkg-config gives the
+# usual location; the static archive is preferred, so that the programs need no extra shared
+# library at run time (the GPU machines take it from PSTAR_DEPS_DIR, scripts/gpu-deps.sh).
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(PC_LIBURING QUIET liburing)
+endif()
+find_path(PSTAR_LIBURING_INCLUDE_DIR liburing.h HINTS ${PC_LIBURING_INCLUDE_DIRS})
+find_library(PSTAR_LIBURING_LIBRARY NAMES liburing.a uring HINTS ${PC_LIBURING_LIBRARY_DIRS})
+set(PSTAR_HAVE_LIBURING OFF)
+if(PSTAR_LIBURING_INCLUDE_DIR AND PSTAR_LIBURING_LIBRARY)
+  set(PSTAR_HAVE_LIBURING ON)
+  add_library(pstar_liburing INTERFACE IMPORTED)
+  target_include_directories(pstar_liburing INTERFACE ${PSTAR_LIBURING_INCLUDE_DIR})
+  target_link_libraries(pstar_liburing INTERFACE ${PSTAR_LIBURING_LIBRARY})
+else()
+  message(STATUS "pstar: no liburing (liburing-dev): the NVMe tier's I/O will use pread/pwrite "
+                 "threads only")
+endif()
+
 # zlib's CRC-32 checks checkpoint files; the visualize tests inflate the PNGs they check.
 find_package(ZLIB REQUIRED)
 if(PSTAR_BUILD_TESTS)

@@ -8,6 +8,7 @@ PACKAGES=(
   libtorch-dev libgloo-dev libopenblas0-openmp
   libcli11-dev libhdf5-dev nlohmann-json3-dev zlib1g-dev
   libpcre2-dev libutf8proc-dev  # tokenizers (text/): regexes, NFC
+  liburing-dev  # the NVMe tier's I/O through io_uring (libengine/src/nvme)
   libgtest-dev libgmock-dev libbenchmark-dev ccache python3-h5py python3-torch
   libplplot-dev plplot-driver-cairo
   clang libclang-rt-14-dev  # the fuzz preset: libFuzzer, ASan, UBSan (docs/fuzzing.md)
