@@ -49,7 +49,7 @@ struct StoreOptions {
   bool direct = true;               // O_DIRECT where the file system takes it
   int queue_depth = 8;              // requests in flight per direction (threads, for kThreads)
   int64_t request_bytes = 1 << 20;  // a slot moves as requests of this size (a multiple of 4096)
-  bool checksums = true;            // a CRC-32 per slot write, checked when the slot is read
+  bool checksums = true;            // a CRC per slot write, checked when the slot is read
   FaultInjection fault;
 };
 
@@ -95,8 +95,8 @@ class NvmeStore {
   Ticket write(int64_t slot, const void* buf, int64_t bytes);
   Ticket read(int64_t slot, void* buf, int64_t bytes);
   // Blocks until the operation is complete; IoError naming the file, slot and cause when it
-  // failed (all of its requests in flight are finished first) or when a read's CRC-32 differs from
-  // the one its write recorded.
+  // failed (all of its requests in flight are finished first) or when a read's checksum differs
+  // from the one its write recorded.
   void wait(const Ticket& ticket);
 
   BackendKind backend() const;                // kIoUring or kThreads: what runs
