@@ -83,24 +83,33 @@ endif()
 include(${CMAKE_CURRENT_LIST_DIR}/text_deps.cmake)  # PCRE2 and utf8proc, for text/
 
 # liburing (Debian's liburing-dev) runs the NVMe tier's I/O through io_uring (libengine/src/nvme).
-# Optional: without it the tier moves its data with pread/pwrite threads only. pkg-config gives the
-# usual location; the static archive is preferred, so that the programs need no extra shared
-# library at run time (the GPU machines take it from PSTAR_DEPS_DIR, scripts/gpu-deps.sh).
-find_package(PkgConfig QUIET)
-if(PkgConfig_FOUND)
-  pkg_check_modules(PC_LIBURING QUIET liburing)
-endif()
-find_path(PSTAR_LIBURING_INCLUDE_DIR liburing.h HINTS ${PC_LIBURING_INCLUDE_DIRS})
-find_library(PSTAR_LIBURING_LIBRARY NAMES liburing.a uring HINTS ${PC_LIBURING_LIBRARY_DIRS})
+# Optional as HDF5 is: without it the tier moves its data with pread/pwrite threads only; ON makes
+# its absence an error, OFF leaves it out. pkg-config gives the usual location; the static archive
+# is preferred, so that the programs need no extra shared library at run time (the GPU machines
+# take it from PSTAR_DEPS_DIR, scripts/gpu-deps.sh).
+set(PSTAR_WITH_LIBURING "AUTO" CACHE STRING "The NVMe tier's io_uring backend: AUTO, ON or OFF")
+set_property(CACHE PSTAR_WITH_LIBURING PROPERTY STRINGS AUTO ON OFF)
 set(PSTAR_HAVE_LIBURING OFF)
-if(PSTAR_LIBURING_INCLUDE_DIR AND PSTAR_LIBURING_LIBRARY)
-  set(PSTAR_HAVE_LIBURING ON)
-  add_library(pstar_liburing INTERFACE IMPORTED)
-  target_include_directories(pstar_liburing INTERFACE ${PSTAR_LIBURING_INCLUDE_DIR})
-  target_link_libraries(pstar_liburing INTERFACE ${PSTAR_LIBURING_LIBRARY})
-else()
-  message(STATUS "pstar: no liburing (liburing-dev): the NVMe tier's I/O will use pread/pwrite "
-                 "threads only")
+if(NOT PSTAR_WITH_LIBURING STREQUAL "OFF")
+  find_package(PkgConfig QUIET)
+  if(PkgConfig_FOUND)
+    pkg_check_modules(PC_LIBURING QUIET liburing)
+  endif()
+  find_path(PSTAR_LIBURING_INCLUDE_DIR liburing.h HINTS ${PC_LIBURING_INCLUDE_DIRS})
+  find_library(PSTAR_LIBURING_LIBRARY NAMES liburing.a uring HINTS ${PC_LIBURING_LIBRARY_DIRS})
+  if(PSTAR_LIBURING_INCLUDE_DIR AND PSTAR_LIBURING_LIBRARY)
+    set(PSTAR_HAVE_LIBURING ON)
+    add_library(pstar_liburing INTERFACE IMPORTED)
+    target_include_directories(pstar_liburing INTERFACE ${PSTAR_LIBURING_INCLUDE_DIR})
+    target_link_libraries(pstar_liburing INTERFACE ${PSTAR_LIBURING_LIBRARY})
+  elseif(PSTAR_WITH_LIBURING STREQUAL "ON")
+    message(FATAL_ERROR "PSTAR_WITH_LIBURING=ON but no liburing (liburing.h, liburing.a): install "
+                        "liburing-dev (scripts/setup-deps.sh)")
+  endif()
+endif()
+if(NOT PSTAR_HAVE_LIBURING)
+  message(STATUS "pstar: no liburing (liburing-dev, or PSTAR_WITH_LIBURING=OFF): the NVMe tier's "
+                 "I/O will use pread/pwrite threads only")
 endif()
 
 # zlib's CRC-32 checks checkpoint files; the visualize tests inflate the PNGs they check.

@@ -65,9 +65,11 @@ uint32_t slot_checksum(const void* data, int64_t bytes) {
       ::crc32_z(0L, static_cast<const Bytef*>(data), static_cast<z_size_t>(bytes)));
 }
 
+// Free bytes for an unprivileged user; -1 where unknown (statvfs failed, or a file system that
+// reports no size at all, as ramfs does).
 int64_t free_bytes(const std::string& path) {
   struct statvfs vfs {};
-  if (::statvfs(path.c_str(), &vfs) != 0) return -1;
+  if (::statvfs(path.c_str(), &vfs) != 0 || vfs.f_blocks == 0) return -1;
   return static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize);
 }
 

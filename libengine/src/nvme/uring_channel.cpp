@@ -146,7 +146,8 @@ std::unique_ptr<Channel> make_uring_channel(ChannelConfig config, std::string* w
 #else  // !PSTAR_HAVE_LIBURING
 
 bool io_uring_available(std::string* why) {
-  if (why != nullptr) *why = "this build has no liburing (liburing-dev was not found at configure)";
+  if (why != nullptr)
+    *why = "this build has no liburing (liburing-dev not found, or PSTAR_WITH_LIBURING=OFF)";
   return false;
 }
 

@@ -189,12 +189,13 @@ TEST(NvmeStoreFaultTest, TooLittleFreeSpaceIsAnIoErrorWithBothFiguresAndLeavesNo
 }
 
 // Note [real file system limits in a namespace]
-// A small tmpfs, mounted in a user and mount namespace of a child process (no root needed where
-// unprivileged user namespaces are allowed): a real full disk and a real read-only one. The child
-// reports the first failed check on stderr and in its exit code; 77 means the namespace was
-// refused.
-int in_namespace_with_tmpfs(const std::string& mount_point, const char* mount_options,
-                            unsigned long flags, void (*body)(const std::string&)) {
+// A small tmpfs (or a ramfs), mounted in a user and mount namespace of a child process (no root
+// needed where unprivileged user namespaces are allowed): a real full disk and a real read-only
+// one. The child reports the first failed check on stderr and in its exit code; 77 means the
+// namespace was refused.
+int in_namespace_with(const char* fs_type, const std::string& mount_point,
+                      const char* mount_options, unsigned long flags,
+                      void (*body)(const std::string&)) {
   std::fflush(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
@@ -204,7 +205,7 @@ int in_namespace_with_tmpfs(const std::string& mount_point, const char* mount_op
     std::ofstream("/proc/self/setgroups") << "deny";
     std::ofstream("/proc/self/uid_map") << "0 " << uid << " 1";
     std::ofstream("/proc/self/gid_map") << "0 " << gid << " 1";
-    if (mount("none", mount_point.c_str(), "tmpfs", flags, mount_options) != 0) _exit(77);
+    if (mount("none", mount_point.c_str(), fs_type, flags, mount_options) != 0) _exit(77);
     try {
       body(mount_point);
     } catch (const std::exception& e) {
@@ -276,9 +277,31 @@ void read_only_checks(const std::string& path) {
   CHILD_CHECK(what.find("Read-only file system") != std::string::npos, what);
 }
 
+void no_direct_io_checks(const std::string& path) {
+  // ramfs refuses O_DIRECT (EINVAL at open): the automatic choice falls back to buffered
+  // pread/pwrite threads and says why, and the bytes still come back.
+  auto store = NvmeStore::open(path, "run", 3 << 20, 2);
+  CHILD_CHECK(!store->direct_io(), store->backend_reason());
+  CHILD_CHECK(store->backend() == BackendKind::kThreads, store->backend_reason());
+  CHILD_CHECK(store->backend_reason().find("O_DIRECT refused") != std::string::npos,
+              store->backend_reason());
+  const AlignedBuffer data = random_buffer(3 << 20, 4);
+  store->wait(store->write(1, data.data(), data.bytes()));
+  AlignedBuffer back(data.bytes());
+  store->wait(store->read(1, back.data(), data.bytes()));
+  CHILD_CHECK(same_bytes(back, data, data.bytes()), std::string("slot 1 read back differs"));
+}
+
+TEST(NvmeStoreFaultTest, AFileSystemWithoutDirectIoFallsBackToBufferedThreads) {
+  pstar::testing::ScratchDir dir;
+  const int rc = in_namespace_with("ramfs", dir.path().string(), "", 0, no_direct_io_checks);
+  if (rc == 77) GTEST_SKIP() << "no user and mount namespace for a ramfs here";
+  EXPECT_EQ(rc, 0) << "the child's checks failed (its stderr says which)";
+}
+
 TEST(NvmeStoreFaultTest, ARealFullDiskIsFoundAtOpenAndReservedSlotsStillWrite) {
   pstar::testing::ScratchDir dir;
-  const int rc = in_namespace_with_tmpfs(dir.path().string(), "size=8m", 0, full_disk_checks);
+  const int rc = in_namespace_with("tmpfs", dir.path().string(), "size=8m", 0, full_disk_checks);
   if (rc == 77)
     GTEST_SKIP() << "no user and mount namespace for a small tmpfs here; the injected ENOSPC tests "
                     "cover the error path";
@@ -288,7 +311,7 @@ TEST(NvmeStoreFaultTest, ARealFullDiskIsFoundAtOpenAndReservedSlotsStillWrite) {
 TEST(NvmeStoreFaultTest, AReadOnlyPathIsAnIoErrorNamingIt) {
   pstar::testing::ScratchDir dir;
   const int rc =
-      in_namespace_with_tmpfs(dir.path().string(), "size=1m", MS_RDONLY, read_only_checks);
+      in_namespace_with("tmpfs", dir.path().string(), "size=1m", MS_RDONLY, read_only_checks);
   if (rc == 77) GTEST_SKIP() << "no user and mount namespace for a read-only tmpfs here";
   EXPECT_EQ(rc, 0) << "the child's checks failed (its stderr says which)";
 }
