@@ -20,6 +20,7 @@ enum State : int { kFree = 0, kBusy = 1, kReady = 2 };
 struct Entry {
   std::atomic<int> state{kFree};
   CleanupKind kind = CleanupKind::kFile;
+  pid_t owner = 0;  // a child forked without exec inherits the table: never remove the parent's
   char path[PATH_MAX] = {};
 };
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler reads the states");
@@ -31,10 +32,12 @@ std::once_flag g_install_once;
 std::mutex g_install_mutex;
 
 void remove_all_registered() {
+  const pid_t self = ::getpid();
   // Files first, so that the directories are empty when their turn comes.
   for (const CleanupKind kind : {CleanupKind::kFile, CleanupKind::kDirectory}) {
     for (Entry& e : g_entries) {
       if (e.state.load(std::memory_order_acquire) != kReady || e.kind != kind) continue;
+      if (e.owner != self) continue;
       if (kind == CleanupKind::kFile)
         ::unlink(e.path);
       else
@@ -104,6 +107,7 @@ CleanupRegistration::CleanupRegistration(const std::string& path, CleanupKind ki
     Entry& e = g_entries[i];
     std::memcpy(e.path, path.c_str(), path.size() + 1);
     e.kind = kind;
+    e.owner = ::getpid();
     e.state.store(kReady, std::memory_order_release);
     entry_ = i;
     return;

@@ -104,8 +104,12 @@ RunDir::RunDir(const std::string& nvme_path, const std::string& run_id) {
     owner_fd_ = formats::UniqueFd(
         formats::open_retrying(owner.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     PSTAR_CHECK(owner_fd_, IoError, "cannot create ", owner, ": ", std::strerror(errno));
-    PSTAR_CHECK(::flock(owner_fd_.get(), LOCK_EX | LOCK_NB) == 0, IoError, "cannot lock ", owner,
-                ": ", std::strerror(errno));
+    // Blocking: another run's start-up may hold the lock for an instant while it looks at this
+    // directory (and leaves it alone: the pid is not written yet).
+    int rc;
+    do rc = ::flock(owner_fd_.get(), LOCK_EX);
+    while (rc != 0 && errno == EINTR);
+    PSTAR_CHECK(rc == 0, IoError, "cannot lock ", owner, ": ", std::strerror(errno));
     const std::string pid = str_cat(::getpid(), "\n");
     PSTAR_CHECK(
         ::pwrite(owner_fd_.get(), pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size()),

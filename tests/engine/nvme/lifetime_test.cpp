@@ -140,6 +140,22 @@ TEST(NvmeLifetimeTest, SigtermRemovesTheDirectoryAndStillKills) {
   }
 }
 
+// A child forked without exec inherits the cleanup table; killed, it must not remove the parent's
+// directory.
+TEST(NvmeLifetimeTest, AForkedChildKilledLeavesItsParentsDirectory) {
+  pstar::testing::ScratchDir dir;
+  auto store = NvmeStore::open(dir.path().string(), "parent", 1 << 20, 2);
+  install_signal_cleanup();
+  const int rc = in_child([&] {
+    ::raise(SIGTERM);
+    _exit(5);
+  });
+  EXPECT_EQ(rc, 128 + SIGTERM);
+  EXPECT_TRUE(fs::exists(store->file_path()));
+  const AlignedBuffer data = random_buffer(1 << 20, 2);
+  store->wait(store->write(0, data.data(), data.bytes()));
+}
+
 volatile sig_atomic_t g_graceful = 0;
 void graceful_handler(int) { g_graceful = 1; }
 // What core/stop.cpp does on a second signal: stop now, dying of it.

@@ -4,8 +4,10 @@
 // Note [nvme cleanup on signals]
 // The registry is a fixed table of paths, written before the handler can look at an entry and read
 // by the handler with async-signal-safe calls only (unlink, rmdir, sigaction, raise). Its handler
-// is installed for SIGINT and SIGTERM on the first registration and stays. On a signal it looks at
-// what handled the signal before it:
+// is installed for SIGINT and SIGTERM on the first registration and stays. Only paths registered
+// by the process itself are removed (a child forked without exec inherits the table, and must not
+// delete its parent's files when it is killed). On a signal it looks at what handled the signal
+// before it:
 // - nothing (the default action, death): it unlinks every registered file, removes every
 //   registered directory, restores the default action and raises the signal again, so the process
 //   still dies of it;
