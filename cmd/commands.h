@@ -50,10 +50,15 @@ struct EstimateCommandOptions {
   int64_t gpus_per_node = 1, nodes = 1;
   std::optional<double> gpu_tflops, pcie_gbps, cpu_mem_gbps, link_gbps, net_gbps;
   double mfu = 0.5;
-  // Workload.
-  int64_t seq_len = 1024, micro_batch = 4, vocab = 50257;
+  // Workload. seq_len: 1024 for searches, the preset's for --model. vocab: 50257 (GPT) or
+  // 128256 (--family llama) for searches; a --model has its own.
+  std::optional<int64_t> seq_len, vocab;
+  int64_t micro_batch = 4;
   std::string checkpointing = "on", precision = "bf16", chunk_size = "64M";
   std::optional<int64_t> hidden, heads, layers;
+  // A named model (any GPT or Llama-family preset) to check instead of a search, or the family
+  // the search builds shapes of: "gpt" or "llama" (Llama-3-like, docs/estimate.md).
+  std::string model, family = "gpt";
   // A config to check instead of a search.
   std::string config_path;
   std::vector<std::string> overrides;

@@ -1,5 +1,5 @@
-// `pstar estimate`: the largest GPT given hardware trains, or whether a config fits
-// (docs/estimate.md).
+// `pstar estimate`: the largest GPT or Llama-3-like model given hardware trains, or whether a named
+// model or a config fits and how fast it trains (docs/estimate.md).
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -15,6 +15,7 @@
 #include "pstar/core/log.h"
 #include "pstar/formats/config.h"
 #include "pstar/model/gpt_shape.h"
+#include "pstar/model/model_shape.h"
 #include "pstar/plan/estimate.h"
 #include "pstar/plan/run_plan.h"
 #include "pstar/train/run_facts.h"
@@ -72,6 +73,64 @@ std::string params_text(int64_t params) {
   return buf;
 }
 
+// "GPT hidden 4096, 32 layers, 32 heads" or "llama hidden 4096, 32 layers, 32/8 heads of 128,
+// SwiGLU 14336, vocabulary 128256, untied head".
+std::string model_text(const model::ModelShape& s) {
+  switch (s.family) {
+    case model::ModelFamily::kGpt:
+      return str_cat("GPT hidden ", s.gpt.hidden, ", ", s.gpt.layers, " layers, ", s.gpt.heads,
+                     " heads");
+    case model::ModelFamily::kLlama: {
+      const model::LlamaConfig& c = s.llama;
+      return str_cat(c.model_type, " hidden ", c.hidden, ", ", c.layers, " layers, ", c.heads, "/",
+                     c.kv_heads, " query/key-value heads of ", c.head_dim, ", SwiGLU ",
+                     c.intermediate, ", vocabulary ", c.vocab_size,
+                     c.tie_word_embeddings ? ", tied head" : ", untied head");
+    }
+  }
+  return "";
+}
+
+json model_json(const model::ModelShape& s, int64_t params) {
+  json j = {{"family", model::model_family_name(s.family)},
+            {"hidden", s.hidden()},
+            {"layers", s.layers()},
+            {"vocab", s.vocab_size()},
+            {"seq_len", s.seq_len()},
+            {"params", params}};
+  if (s.family == model::ModelFamily::kGpt) {
+    j["heads"] = s.gpt.heads;
+  } else {
+    j["model_type"] = s.llama.model_type;
+    j["heads"] = s.llama.heads;
+    j["kv_heads"] = s.llama.kv_heads;
+    j["head_dim"] = s.llama.head_dim;
+    j["intermediate"] = s.llama.intermediate;
+    j["tie_word_embeddings"] = s.llama.tie_word_embeddings;
+  }
+  return j;
+}
+
+std::string known_model_names() {
+  std::string names;
+  for (const auto& p : model::gpt_presets())
+    names += (names.empty() ? "" : ", ") + std::string(p.name);
+  for (const auto& p : model::llama_presets()) names += ", " + std::string(p.name);
+  return names;
+}
+
+// --model NAME: any GPT or Llama-family preset, at --seq-len when given.
+model::ModelShape resolve_named_model(const EstimateCommandOptions& o) {
+  bool known = model::find_llama_preset(o.model) != nullptr;
+  for (const auto& p : model::gpt_presets()) known = known || o.model == p.name;
+  PSTAR_CHECK(known, ConfigError, "--model: unknown model '", o.model,
+              "'; known: ", known_model_names());
+  config::ModelConfig m;
+  m.preset = o.model;
+  m.seq_len = o.seq_len;
+  return model::resolve_model_shape(m);
+}
+
 plan::Hardware resolve_hardware(const EstimateCommandOptions& o) {
   plan::Hardware hw;
   if (!o.hardware.empty()) {
@@ -119,15 +178,19 @@ bool has_time_model(const plan::Hardware& hw) {
          (hw.world() == 1 || hw.link_gbps > 0);
 }
 
+bool llama_search(const EstimateCommandOptions& o) { return o.family == "llama"; }
+
 plan::Workload resolve_workload(const EstimateCommandOptions& o) {
   plan::Workload w;
-  PSTAR_CHECK(o.seq_len >= 1, ConfigError, "--seq-len: ", o.seq_len, " must be at least 1");
+  if (o.seq_len)
+    PSTAR_CHECK(*o.seq_len >= 1, ConfigError, "--seq-len: ", *o.seq_len, " must be at least 1");
   PSTAR_CHECK(o.micro_batch >= 1, ConfigError, "--micro-batch: ", o.micro_batch,
               " must be at least 1");
-  PSTAR_CHECK(o.vocab >= 1, ConfigError, "--vocab: ", o.vocab, " must be at least 1");
-  w.seq_len = o.seq_len;
+  if (o.vocab)
+    PSTAR_CHECK(*o.vocab >= 1, ConfigError, "--vocab: ", *o.vocab, " must be at least 1");
+  w.seq_len = o.seq_len.value_or(1024);
   w.micro_batch = o.micro_batch;
-  w.vocab = o.vocab;
+  w.vocab = o.vocab.value_or(llama_search(o) ? 128256 : 50257);
   w.checkpointing = o.checkpointing == "on";
   const std::optional<plan::Precision> precision = plan::precision_from_name(o.precision);
   PSTAR_CHECK(precision.has_value(), ConfigError,
@@ -265,8 +328,7 @@ void print_time(const plan::StepTime& t, const plan::Workload& w, const plan::Ha
 json evaluation_json(const plan::Evaluation& e, const Tiers& tiers) {
   return json{
       {"max_params", e.params},
-      {"model",
-       {{"hidden", e.hidden}, {"layers", e.layers}, {"heads", e.heads}, {"params", e.params}}},
+      {"model", model_json(e.shape, e.params)},
       {"chunks",
        {{"chunk_size", e.layout.chunk_size},
         {"num_chunks", e.layout.num_chunks},
@@ -278,11 +340,20 @@ json evaluation_json(const plan::Evaluation& e, const Tiers& tiers) {
   };
 }
 
+// The largest model of the family asked for (the GPT's or the Llama-3-like search).
+plan::Estimate search(const EstimateCommandOptions& o, const plan::Hardware& hw,
+                      const plan::Workload& w) {
+  if (llama_search(o)) return plan::estimate_largest_llama(hw, w, o.hidden);
+  return plan::estimate_largest(hw, w, o.hidden, o.hidden ? o.heads : std::nullopt);
+}
+
 void print_report(const EstimateCommandOptions& o, const plan::Hardware& hw,
                   const plan::Workload& w, const plan::Estimate& est, const Tiers& tiers,
                   const std::vector<plan::DeepSpeedEstimate>& ds) {
   const plan::Evaluation& e = est.best;
   const bool timed = has_time_model(hw);
+  const bool searched = !o.layers && o.model.empty();
+  const bool llama = llama_search(o);
   std::printf("Hardware: %lld node(s) x %lld %s (%s each), %s host memory per node\n",
               static_cast<long long>(hw.nodes), static_cast<long long>(hw.gpus_per_node),
               hw.name.c_str(), format_bytes(hw.gpu_memory).c_str(),
@@ -293,11 +364,13 @@ void print_report(const EstimateCommandOptions& o, const plan::Hardware& hw,
       static_cast<long long>(w.seq_len), static_cast<long long>(w.micro_batch), w.precision.c_str(),
       w.checkpointing ? "on" : "off", static_cast<long long>(e.layout.chunk_size),
       static_cast<long long>(w.vocab));
-  std::printf("\n%s GPT: %s parameters (%lld): hidden %lld, %lld layers, %lld heads\n",
-              o.layers ? (e.fit.fits ? "This" : "This (does NOT fit)") : "Largest",
+  const std::string what = !o.model.empty() ? o.model
+                           : llama          ? std::string("Llama-3-like model")
+                                            : std::string("GPT");
+  std::printf("\n%s %s: %s parameters (%lld): %s\n",
+              searched ? "Largest" : (e.fit.fits ? "This" : "This (does NOT fit)"), what.c_str(),
               params_text(e.params).c_str(), static_cast<long long>(e.params),
-              static_cast<long long>(e.hidden), static_cast<long long>(e.layers),
-              static_cast<long long>(e.heads));
+              model_text(e.shape).c_str());
   std::printf("  search: %s\n", est.how.c_str());
   std::printf(
       "  %lld chunks of %lld elements at %lld bytes/parameter; per GPU %lld owned: %lld "
@@ -313,27 +386,26 @@ void print_report(const EstimateCommandOptions& o, const plan::Hardware& hw,
     std::printf(
         "\nStep time: give --gpu-tflops, --pcie-gbps and --cpu-mem-gbps (or --hardware) "
         "for a prediction\n");
-  if (!o.layers) {
-    std::printf("\nLargest GPT by micro-batch (the batch trades activations for model data):\n");
+  if (searched) {
+    std::printf("\nLargest %s by micro-batch (the batch trades activations for model data):\n",
+                what.c_str());
     for (int64_t mb : {1, 2, 4, 8, 16, 32}) {
       plan::Workload wb = w;
       wb.micro_batch = mb;
-      const auto b = plan::estimate_largest(
-          hw, wb, o.hidden,
-          e.heads > 0 && o.hidden ? std::optional<int64_t>(e.heads) : std::nullopt);
+      const auto b = search(o, hw, wb);
       std::printf("  micro-batch %2lld: %9s", static_cast<long long>(mb),
                   b.best.params ? params_text(b.best.params).c_str() : "none");
       if (b.best.params && timed)
         std::printf("  (hidden %lld, %lld layers; %.1f TFLOPS per GPU)",
-                    static_cast<long long>(b.best.hidden), static_cast<long long>(b.best.layers),
-                    b.best.time.tflops_per_gpu());
+                    static_cast<long long>(b.best.shape.hidden()),
+                    static_cast<long long>(b.best.shape.layers()), b.best.time.tflops_per_gpu());
       std::printf("%s\n", mb == w.micro_batch ? "  <- this estimate" : "");
     }
   }
   if (!est.ladder.empty()) {
     std::printf("\nPreset ladder (seq %lld, this workload):\n", static_cast<long long>(w.seq_len));
     for (const auto& l : est.ladder)
-      std::printf("  %-12s %9s  %s\n", l.name.c_str(), params_text(l.params).c_str(),
+      std::printf("  %-14s %9s  %s\n", l.name.c_str(), params_text(l.params).c_str(),
                   l.fits ? "fits" : "does not fit");
   }
   if (o.compare) {
@@ -379,13 +451,13 @@ int run_config_check(const EstimateCommandOptions& o) {
   const plan::RunPlan run = plan::resolve_run(config, facts);
   for (const std::string& line : run.decisions) log::info(line);
   config = run.config;
-  const auto shape = model::resolve_gpt_config(config.model);
+  const model::ModelShape shape = model::resolve_model_shape(config.model);
   const plan::Workload w = plan::workload_for(run, shape);
   plan::Evaluation e;
   int64_t gpu_capacity = 0, host_capacity = 0;
   std::string where;
   if (hardware) {
-    e = plan::evaluate(hw, w, shape.hidden, shape.layers, shape.heads);
+    e = plan::evaluate(hw, w, shape);
     gpu_capacity = hw.gpu_memory;
     host_capacity = hw.cpu_memory;
     where = str_cat(hw.world(), " x ", hw.name, " (", format_bytes(hw.gpu_memory), "), ",
@@ -393,7 +465,7 @@ int run_config_check(const EstimateCommandOptions& o) {
   } else {
     // What `pstar train` checks at start-up: the config's budgets, one rank, no staging.
     const int64_t device = run.budgets.device, host = run.budgets.host;
-    e = plan::evaluate_budgets(device, host, w, shape.hidden, shape.layers, shape.heads);
+    e = plan::evaluate_budgets(device, host, w, shape);
     gpu_capacity = device;
     host_capacity = host;
     where = str_cat("the config's budgets: engine.device_memory ", format_bytes(device),
@@ -409,10 +481,8 @@ int run_config_check(const EstimateCommandOptions& o) {
     if (hardware && has_time_model(hw)) j["time"] = time_json(e.time, w, hw);
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("%s: GPT hidden %lld, %lld layers, %lld heads (%s parameters) on %s\n",
-                o.config_path.c_str(), static_cast<long long>(e.hidden),
-                static_cast<long long>(e.layers), static_cast<long long>(e.heads),
-                params_text(e.params).c_str(), where.c_str());
+    std::printf("%s: %s (%s parameters) on %s\n", o.config_path.c_str(),
+                model_text(e.shape).c_str(), params_text(e.params).c_str(), where.c_str());
     print_memory(tiers, e, w, hardware);
     if (hardware && has_time_model(hw)) print_time(e.time, w, hw);
     std::printf("\n%s: device margin %s, host margin %s\n", e.fit.fits ? "FITS" : "DOES NOT FIT",
@@ -429,8 +499,8 @@ void register_estimate(CLI::App& app) {
   auto o = std::make_shared<EstimateCommandOptions>();
   CLI::App* sub = app.add_subcommand(
       "estimate",
-      "Predict the largest GPT the given hardware trains, or check a config against it "
-      "(see docs/estimate.md)");
+      "Predict the largest GPT or Llama-3-like model the given hardware trains, or check a named "
+      "model or a config against it (see docs/estimate.md)");
   sub->add_option("--hardware", o->hardware, "GPU preset: " + preset_list());
   sub->add_option("--gpu-mem", o->gpu_mem, "Memory per GPU, e.g. 80GB (overrides the preset's)");
   sub->add_option("--cpu-mem", o->cpu_mem, "Host memory per node, e.g. 1TB");
@@ -443,7 +513,8 @@ void register_estimate(CLI::App& app) {
   sub->add_option("--net-gbps", o->net_gbps, "Inter-node GB/s per node (default 25)");
   sub->add_option("--mfu", o->mfu, "Share of peak FLOPS the GPU compute reaches")
       ->capture_default_str();
-  sub->add_option("--seq-len", o->seq_len, "Tokens per sequence")->capture_default_str();
+  sub->add_option("--seq-len", o->seq_len,
+                  "Tokens per sequence (default 1024; with --model, the preset's)");
   sub->add_option("--micro-batch", o->micro_batch, "Sequences per GPU per step")
       ->capture_default_str();
   sub->add_option("--activation-checkpointing", o->checkpointing, "on or off")
@@ -454,11 +525,19 @@ void register_estimate(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--chunk-size", o->chunk_size, "Chunk size in elements, e.g. 64M")
       ->capture_default_str();
-  sub->add_option("--vocab", o->vocab, "Vocabulary size")->capture_default_str();
+  sub->add_option("--vocab", o->vocab,
+                  "Vocabulary of the searched shapes (default 50257; 128256 with --family llama)");
+  sub->add_option("--model", o->model,
+                  "Check this model: a GPT or Llama-family preset, e.g. llama-3.1-8b, GPT3_6.7B");
+  sub->add_option("--family", o->family,
+                  "Which shapes the largest-model search builds: gpt, or llama (Llama-3-like: "
+                  "head_dim 128, 8 key/value heads, Llama 3's SwiGLU width, untied head)")
+      ->check(CLI::IsMember({"gpt", "llama"}))
+      ->capture_default_str();
   sub->add_option("--hidden", o->hidden, "Fix the hidden size and search the layer count");
   sub->add_option("--heads", o->heads, "Attention heads (default hidden/128)");
   sub->add_option("--layers", o->layers, "With --hidden: evaluate this exact shape");
-  sub->add_option("--config", o->config_path,
+  sub->add_option("config,--config", o->config_path,
                   "Check this training config against the hardware (or, with no hardware "
                   "flags, against its own engine budgets)");
   sub->add_option("--set", o->overrides, "With --config: override a config key, KEY=VALUE")
@@ -469,13 +548,27 @@ void register_estimate(CLI::App& app) {
 }
 
 int run_estimate(const EstimateCommandOptions& o) {
-  if (!o.config_path.empty()) return run_config_check(o);
+  if (!o.config_path.empty()) {
+    PSTAR_CHECK(o.model.empty(), ConfigError,
+                "--model and a config both name the model; give one of them");
+    return run_config_check(o);
+  }
   const plan::Hardware hw = resolve_hardware(o);
-  const plan::Workload w = resolve_workload(o);
+  plan::Workload w = resolve_workload(o);
   std::optional<int64_t> hidden = o.hidden, heads = o.heads;
   PSTAR_CHECK(!heads || hidden, ConfigError, "--heads needs --hidden");
   PSTAR_CHECK(!o.layers || hidden, ConfigError, "--layers needs --hidden");
-  if (hidden) {
+  const bool llama = llama_search(o);
+  if (!o.model.empty()) {
+    PSTAR_CHECK(!hidden && !o.vocab && o.family == "gpt", ConfigError, "--model ", o.model,
+                " fixes the shape; drop --hidden, --heads, --layers, --vocab and --family");
+  } else if (llama && hidden) {
+    PSTAR_CHECK(!heads, ConfigError,
+                "--heads: Llama-3-like shapes have head_dim 128, so heads = hidden/128; drop it");
+    PSTAR_CHECK(*hidden >= 1024 && *hidden % 1024 == 0, ConfigError, "--hidden ", *hidden,
+                ": Llama-3-like shapes need a multiple of 1024 (hidden/128 query heads in groups "
+                "of 8 key/value heads)");
+  } else if (hidden) {
     PSTAR_CHECK(*hidden >= 1, ConfigError, "--hidden: ", *hidden, " must be positive");
     if (heads) PSTAR_CHECK(*heads >= 1, ConfigError, "--heads: ", *heads, " must be positive");
     const int64_t a = heads.value_or(std::max<int64_t>(1, *hidden / 128));
@@ -484,24 +577,35 @@ int run_estimate(const EstimateCommandOptions& o) {
     heads = a;
   }
   plan::Estimate est;
-  if (o.layers) {
+  if (!o.model.empty()) {
+    const model::ModelShape shape = resolve_named_model(o);
+    w.seq_len = shape.seq_len();
+    w.vocab = shape.vocab_size();
+    est.best = plan::evaluate(hw, w, shape);
+    est.how = str_cat("the preset ", o.model);
+  } else if (o.layers) {
     PSTAR_CHECK(*o.layers >= 1, ConfigError, "--layers: ", *o.layers, " must be positive");
-    est.best = plan::evaluate(hw, w, *hidden, *o.layers, *heads);
+    est.best = plan::evaluate(hw, w,
+                              llama ? plan::llama3_shape(*hidden, *o.layers, w.vocab, w.seq_len)
+                                    : plan::gpt_shape(w, *hidden, *o.layers, *heads));
     est.how = "the shape given";
   } else {
-    est = plan::estimate_largest(hw, w, hidden, heads);
+    est = search(o, hw, w);
     if (est.best.params == 0) {
       // Nothing fits: explain with the smallest shape tried.
-      const int64_t h = hidden.value_or(256);
-      const auto e = plan::evaluate(hw, w, h, 1, heads.value_or(std::max<int64_t>(1, h / 128)));
-      PSTAR_THROW(OutOfMemoryError, "no GPT of ",
+      const int64_t h = hidden.value_or(llama ? 1024 : 256);
+      const auto e = plan::evaluate(
+          hw, w,
+          llama ? plan::llama3_shape(h, 1, w.vocab, w.seq_len)
+                : plan::gpt_shape(w, h, 1, heads.value_or(std::max<int64_t>(1, h / 128))));
+      PSTAR_THROW(OutOfMemoryError, "no ", llama ? "Llama-3-like model" : "GPT", " of ",
                   hidden ? "hidden " + std::to_string(h) : "any searched width",
                   " fits this hardware; even one layer of hidden ", h, ": ", e.fit.reason);
     }
   }
   const plan::Evaluation& e = est.best;
   const Tiers tiers = memory_items(e, hw.gpu_memory, hw.cpu_memory, hw.gpus_per_node);
-  const auto ds = plan::deepspeed_estimates(hw, e.hidden, w.vocab);
+  const auto ds = plan::deepspeed_estimates(hw, e.shape.hidden(), w.vocab);
   if (o.json) {
     json j = evaluation_json(e, tiers);
     j["fits"] = e.fit.fits;
@@ -537,8 +641,8 @@ int run_estimate(const EstimateCommandOptions& o) {
   } else {
     print_report(o, hw, w, est, tiers, ds);
   }
-  PSTAR_CHECK(e.fit.fits, OutOfMemoryError, "hidden ", e.hidden, ", ", e.layers, " layers, ",
-              e.heads, " heads does not fit: ", e.fit.reason);
+  PSTAR_CHECK(e.fit.fits, OutOfMemoryError, o.model.empty() ? "" : o.model + ": ",
+              model_text(e.shape), " does not fit: ", e.fit.reason);
   return 0;
 }
 

@@ -2,13 +2,17 @@
 """Writes a tiny Llama-family model as a Hugging Face folder, with nothing but PyTorch.
 
     python3 examples/llama/make_tiny_llama.py --out DIR [--shards 2] [--dtype bf16]
-        [--seed 0] [--reference]
+        [--seed 0] [--reference] [--hidden H --layers L --heads A --kv-heads K
+        --intermediate I --vocab V]
 
 DIR receives config.json and the weights as Hugging Face's save_pretrained lays them out: one
 model.safetensors, or with --shards N > 1 the files model-0000i-of-0000N.safetensors and
 model.safetensors.index.json. The safetensors files are written by hand (an 8-byte little-endian
 header length, a JSON header, the raw little-endian bytes), so no `safetensors` or `transformers`
 package is needed: Debian's python3-torch is enough.
+
+The shape options replace the tiny default's fields (hidden 64, 2 layers, 4/2 heads, SwiGLU 176,
+vocabulary 256), e.g. for a folder of a few hundred MB to measure loading with.
 
 --reference also writes DIR/reference.json: token ids and the mean cross-entropy of predicting
 each next token, computed by this script's own forward pass (written from Hugging Face's
@@ -152,9 +156,18 @@ def main():
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reference", action="store_true", help="also write reference.json")
+    shape = {"hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
+             "kv_heads": "num_key_value_heads", "intermediate": "intermediate_size",
+             "vocab": "vocab_size"}
+    for flag in shape:
+        ap.add_argument("--" + flag.replace("_", "-"), type=int, help="overrides " + shape[flag])
     args = ap.parse_args()
     torch.manual_seed(args.seed)
     c = dict(CONFIG)
+    for flag, key in shape.items():
+        if getattr(args, flag) is not None:
+            c[key] = getattr(args, flag)
+    c["head_dim"] = c["hidden_size"] // c["num_attention_heads"]
     dtype, st_name, torch_name = DTYPES[args.dtype]
     c["torch_dtype"] = torch_name
 

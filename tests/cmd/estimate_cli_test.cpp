@@ -186,5 +186,148 @@ TEST(EstimateCliTest, ConfigCheckAgreesWithTrain) {
   EXPECT_TRUE(contains(r.err, "device tier")) << r;
 }
 
+// ---- the Llama family ---------------------------------------------------------------------------
+
+TEST(EstimateCliTest, ModelNamesAPresetOfEitherFamily) {
+  json j = run_json({"--model", "llama-3.1-8b", "--hardware", "H100-80GB", "--cpu-mem", "128GB"});
+  EXPECT_TRUE(j["fits"].get<bool>()) << j.dump(2);
+  const json& m = j["model"];
+  EXPECT_EQ(m["family"], "llama");
+  EXPECT_EQ(m["params"].get<int64_t>(), 8030261248LL);  // Hugging Face's published count
+  EXPECT_EQ(m["kv_heads"], 8);
+  EXPECT_EQ(m["head_dim"], 128);
+  EXPECT_EQ(m["intermediate"], 14336);
+  EXPECT_EQ(m["vocab"], 128256);
+  EXPECT_EQ(m["seq_len"], 2048);  // the preset's training length when --seq-len is not given
+  EXPECT_EQ(j["workload"]["seq_len"], 2048);
+  EXPECT_GT(j["time"]["tokens_per_s"].get<double>(), 0);
+
+  j = run_json({"--model", "llama-3.1-8b", "--seq-len", "4096", "--micro-batch", "1", "--hardware",
+                "H100-80GB", "--cpu-mem", "128GB"});
+  EXPECT_EQ(j["model"]["seq_len"], 4096);
+
+  j = run_json({"--model", "GPT3_10B", "--hardware", "A100-80GB", "--cpu-mem", "256GB"});
+  EXPECT_EQ(j["model"]["family"], "gpt");
+  EXPECT_EQ(j["model"]["hidden"], 4096);
+  EXPECT_EQ(j["model"]["layers"], 50);
+
+  // 8B on a 24 GB card with 64 GB of host: refused, naming the model and the tier.
+  const RunResult r = run_pstar(
+      {"estimate", "--model", "llama-3.1-8b", "--hardware", "RTX4090-24GB", "--cpu-mem", "64GB"},
+      fs::current_path());
+  EXPECT_EQ(r.exit_code, 5) << r;
+  EXPECT_TRUE(contains(r.out, "This (does NOT fit) llama-3.1-8b")) << r;
+  EXPECT_TRUE(contains(r.err, "llama-3.1-8b: llama hidden 4096")) << r;
+  EXPECT_TRUE(contains(r.err, "model data needs")) << r;
+}
+
+TEST(EstimateCliTest, BadModelNamesAreRefusedWithTheKnownOnes) {
+  const std::vector<BadInput> cases = {
+      {{"--model", "llama-4", "--hardware", "H100-80GB", "--cpu-mem", "128GB"},
+       2,
+       "--model: unknown model 'llama-4'; known: gpt-tiny"},
+      {{"--model", "llama-4", "--hardware", "H100-80GB", "--cpu-mem", "128GB"},
+       2,
+       "llama-3.1-8b, llama-2-13b, mistral-7b"},
+      {{"--model", "llama-3.1-8b", "--hidden", "4096", "--hardware", "H100-80GB", "--cpu-mem",
+        "128GB"},
+       2,
+       "fixes the shape"},
+      {{"--family", "llama", "--hidden", "5000", "--hardware", "H100-80GB", "--cpu-mem", "128GB"},
+       2,
+       "multiple of 1024"},
+      {{"--family", "llama", "--hidden", "4096", "--heads", "16", "--hardware", "H100-80GB",
+        "--cpu-mem", "128GB"},
+       2,
+       "head_dim 128"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"estimate"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const RunResult r = run_pstar(args, fs::current_path());
+    EXPECT_EQ(r.exit_code, c.exit_code) << r;
+    EXPECT_TRUE(contains(r.err, c.message)) << "expected '" << c.message << "'\n" << r;
+  }
+}
+
+TEST(EstimateCliTest, FamilyLlamaSearchesLlama3LikeShapes) {
+  const json j = run_json({"--family", "llama", "--hardware", "A100-80GB", "--gpus-per-node", "8",
+                           "--cpu-mem", "1TB", "--seq-len", "2048"});
+  const json& m = j["model"];
+  EXPECT_EQ(m["family"], "llama");
+  EXPECT_EQ(m["head_dim"], 128);
+  EXPECT_EQ(m["kv_heads"], 8);
+  EXPECT_EQ(m["vocab"], 128256);
+  EXPECT_EQ(m["tie_word_embeddings"], false);
+  EXPECT_EQ(m["heads"].get<int64_t>() * 128, m["hidden"].get<int64_t>());
+  EXPECT_GT(j["max_params"].get<int64_t>(), int64_t{40} * 1000 * 1000 * 1000);
+  // The ladder is the Llama-family presets, with their published counts; 8B fits this node, and
+  // a preset fits exactly when it is no larger than the largest model found.
+  bool saw_70b = false;
+  for (const auto& l : j["ladder"]) {
+    if (l["name"] == "llama-3.1-8b") {
+      EXPECT_TRUE(l["fits"].get<bool>());
+    }
+    if (l["name"] == "llama-3.1-70b") {
+      saw_70b = true;
+      EXPECT_EQ(l["params"].get<int64_t>(), 70553706496LL);
+    }
+    if (l["fits"].get<bool>()) {
+      EXPECT_LE(l["params"], j["max_params"]) << l["name"];
+    }
+  }
+  EXPECT_TRUE(saw_70b) << j["ladder"].dump();
+
+  // A fixed width searches its depth.
+  const json fixed = run_json(
+      {"--family", "llama", "--hidden", "4096", "--hardware", "H100-80GB", "--cpu-mem", "128GB"});
+  EXPECT_EQ(fixed["model"]["hidden"], 4096);
+  EXPECT_EQ(fixed["model"]["intermediate"], 14336);
+  EXPECT_GE(fixed["model"]["layers"].get<int64_t>(), 32);  // the 8B fits there (see above)
+}
+
+// A Llama config, named by preset or by a Hugging Face folder's config.json, checked as the GPT
+// configs are; CONFIG also works as a positional argument.
+TEST(EstimateCliTest, LlamaConfigsAreChecked) {
+  pstar::testing::ScratchDir dir;
+  pstar::testing::write_text(dir.file("corpus.txt"), pstar::testing::repetitive_corpus());
+  const std::string preset = dir.file("preset.json");
+  pstar::testing::write_text(preset, R"({"model": {"preset": "llama-tiny", "seq_len": 64},
+      "data": {"text": "corpus.txt"}, "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true},
+      "default_chunk_size": 65536, "engine": {"device_memory": "16MiB", "host_memory": "4MiB"}})");
+  json j = run_json({preset, "--hardware", "H100-80GB", "--cpu-mem", "128GB"});
+  EXPECT_EQ(j["model"]["family"], "llama");
+  EXPECT_EQ(j["model"]["kv_heads"], 2);
+  EXPECT_EQ(j["model"]["seq_len"], 64);
+  EXPECT_TRUE(j["fits"].get<bool>());
+
+  // Llama 3.1 8B's config.json (the weights are not read to estimate).
+  const std::string folder = dir.file("Llama-3.1-8B");
+  fs::create_directories(folder);
+  pstar::testing::write_text(folder + "/config.json", R"({
+      "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+      "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+      "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
+      "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu",
+      "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+      "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})");
+  pstar::testing::write_text(folder + "/model.safetensors", "");
+  const std::string from_folder = dir.file("folder.json");
+  pstar::testing::write_text(from_folder,
+                             R"({"model": {"init_from": "Llama-3.1-8B", "seq_len": 2048},
+      "data": {"text": "corpus.txt"}, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
+      "engine": {"activation_checkpointing": true}})");
+  j = run_json({"--config", from_folder, "--hardware", "H100-80GB", "--cpu-mem", "128GB"});
+  EXPECT_EQ(j["model"]["params"].get<int64_t>(), 8030261248LL);
+  EXPECT_TRUE(j["fits"].get<bool>());
+  const RunResult r =
+      run_pstar({"estimate", from_folder, "--hardware", "RTX4090-24GB", "--cpu-mem", "64GB"},
+                fs::current_path());
+  EXPECT_EQ(r.exit_code, 5) << r;
+  EXPECT_TRUE(contains(r.out, "llama hidden 4096, 32 layers, 32/8 query/key-value heads")) << r;
+  EXPECT_TRUE(contains(r.out, "DOES NOT FIT")) << r;
+}
+
 }  // namespace
 }  // namespace pstar::cmd

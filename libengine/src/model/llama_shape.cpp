@@ -282,13 +282,27 @@ void validate_llama_config(const LlamaConfig& c, const std::string& source) {
 }
 
 std::vector<int64_t> llama_leaf_module_numels(const LlamaConfig& c) {
+  // Counted directly rather than from llama_parameter_shapes: `pstar estimate` lays out thousands
+  // of candidate shapes, and naming every parameter of each would dominate its time. The model
+  // test checks both orders agree.
+  const int64_t h = c.hidden, q = c.q_width(), kv = c.kv_width(), inter = c.intermediate;
+  const int64_t qkv_bias = c.qkv_bias ? 1 : 0, mlp_bias = c.mlp_bias ? 1 : 0;
   std::vector<int64_t> numels;
-  for (const auto& p : llama_parameter_shapes(c)) {
-    int64_t n = 1;
-    for (int64_t d : p.shape) n *= d;
-    if (p.leaf >= static_cast<int64_t>(numels.size())) numels.resize(p.leaf + 1, 0);
-    numels[p.leaf] += n;
+  numels.reserve(static_cast<size_t>(9 * c.layers + 3));
+  numels.push_back(c.vocab_size * h);
+  for (int64_t i = 0; i < c.layers; ++i) {
+    numels.push_back(h);
+    numels.push_back((h + qkv_bias) * q);
+    numels.push_back((h + qkv_bias) * kv);
+    numels.push_back((h + qkv_bias) * kv);
+    numels.push_back(q * h + (c.o_bias ? h : 0));
+    numels.push_back(h);
+    numels.push_back((h + mlp_bias) * inter);
+    numels.push_back((h + mlp_bias) * inter);
+    numels.push_back(inter * h + mlp_bias * h);
   }
+  numels.push_back(h);
+  if (!c.tie_word_embeddings) numels.push_back(c.vocab_size * h);
   return numels;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "pstar/base/error.h"
 #include "pstar/formats/config.h"
 #include "pstar/model/llama_shape.h"
 #include "pstar/model/model_shape.h"
@@ -28,8 +29,11 @@ LlamaActivationInput llama_activation_input(const model::LlamaConfig& shape, int
 // Note [llama activation model]
 // What autograd keeps for one layer of model/llama.cpp, with T = B·S tokens, q = heads·head_dim,
 // I = intermediate, A = heads·B·S² scores and e bytes per compute element (docs/estimate.md):
-// - two RMSNorms: the fp32 input, the fp32 inverse RMS and the normalised output cast back:
-//   2·((4 + e)·T·h + 4·T);
+// - two RMSNorms, as LibTorch 1.13's autograd saves them (counted with saved-tensor hooks): two
+//   fp32 tensors of width h (the input cast up and its square's operand chain), the normalised
+//   output cast back (e) and the weighted output the next projections read (e), and the fp32
+//   inverse RMS: 2·((8 + 2e)·T·h + 4·T). In fp32 the casts are no-ops, but the input, the product
+//   and the weighted output are still four distinct fp32 tensors;
 // - attention: the rotated queries, and keys and values at query width (grouped-query attention
 //   repeats them before the products; without grouping they are that wide already): 3·e·T·q; the
 //   heads' output before o_proj: e·T·q; the fp32 softmax output and its compute-dtype copy
@@ -48,13 +52,14 @@ ActivationEstimate estimate_llama_activations(const LlamaActivationInput& in) {
   const int64_t tv = tokens * in.vocab;
 
   ActivationEstimate a;
-  const int64_t norms = 2 * ((4 + e) * th + 4 * tokens);
+  const int64_t norm = (8 + 2 * e) * th + 4 * tokens;
+  const int64_t norms = 2 * norm;
   a.block_saved = norms + 4 * e * tq + 4 * e * ti + (4 + (fp32 ? 0 : e)) * scores + in.seq * in.seq;
   a.stored_without_checkpointing = in.layers * a.block_saved;
   a.stored_with_checkpointing = in.layers * e * th;
   a.stored = in.checkpointing ? a.stored_with_checkpointing : a.stored_without_checkpointing;
   // The final RMSNorm, the logits, their fp32 log-softmax and two fp32 gradients.
-  a.head_peak = (4 + e) * th + 4 * tokens + (e + 12) * tv;
+  a.head_peak = norm + (e + 12) * tv;
   const int64_t attention_grads = (fp32 ? 8 : e + 4) * scores;
   // The SwiGLU's four gradients of width I, three of width h, and one weight gradient I·h.
   const int64_t mlp_grads = 4 * e * ti + 3 * e * th + in.intermediate * in.hidden * e;
@@ -66,11 +71,32 @@ ActivationEstimate estimate_llama_activations(const LlamaActivationInput& in) {
 
 ActivationEstimate estimate_model_activations(const model::ModelShape& shape,
                                               const config::TrainConfig& config) {
-  if (shape.family == model::ModelFamily::kGpt)
-    return estimate_gpt_activations(gpt_activation_input(config, shape.gpt));
-  return estimate_llama_activations(
-      llama_activation_input(shape.llama, config.train_micro_batch_size_per_gpu,
-                             compute_elem_bytes(config), config.engine.activation_checkpointing));
+  return estimate_model_activations(shape, config.train_micro_batch_size_per_gpu,
+                                    compute_elem_bytes(config),
+                                    config.engine.activation_checkpointing);
+}
+
+ActivationEstimate estimate_model_activations(const model::ModelShape& shape, int64_t micro_batch,
+                                              int64_t elem_bytes, bool checkpointing) {
+  switch (shape.family) {
+    case model::ModelFamily::kGpt: {
+      GptActivationInput in;
+      in.hidden = shape.gpt.hidden;
+      in.layers = shape.gpt.layers;
+      in.heads = shape.gpt.heads;
+      in.vocab = shape.gpt.vocab_size;
+      in.seq = shape.gpt.seq_len;  // the trainer samples full-length windows
+      in.micro_batch = micro_batch;
+      in.elem_bytes = elem_bytes;
+      in.checkpointing = checkpointing;
+      return estimate_gpt_activations(in);
+    }
+    case model::ModelFamily::kLlama:
+      return estimate_llama_activations(
+          llama_activation_input(shape.llama, micro_batch, elem_bytes, checkpointing));
+  }
+  PSTAR_INTERNAL_ASSERT(false, "unknown model family");
+  return {};
 }
 
 }  // namespace pstar::plan

@@ -6,6 +6,8 @@
 #include "pstar/base/error.h"
 #include "pstar/formats/config.h"
 #include "pstar/model/gpt_shape.h"
+#include "pstar/model/llama_shape.h"
+#include "pstar/plan/activations.h"
 
 namespace pstar::plan {
 namespace {
@@ -20,33 +22,14 @@ std::string lower(std::string s) {
   return s;
 }
 
-Evaluation evaluate_with(const FitInput& base, const Workload& w, int64_t hidden, int64_t layers,
-                         int64_t heads) {
-  PSTAR_INTERNAL_ASSERT(hidden > 0 && layers > 0 && heads > 0 && hidden % heads == 0);
-  model::GptConfig shape;
-  shape.hidden = hidden;
-  shape.layers = layers;
-  shape.heads = heads;
-  shape.vocab_size = w.vocab;
-  shape.seq_len = w.seq_len;
+Evaluation evaluate_with(const FitInput& base, const Workload& w, const model::ModelShape& shape) {
   Evaluation e;
-  e.hidden = hidden;
-  e.layers = layers;
-  e.heads = heads;
+  e.shape = shape;
   e.params = shape.num_params();
-  e.layout = plan_layout(gpt_leaf_modules(shape),
+  e.layout = plan_layout(model_leaf_modules(shape),
                          LayoutOptions{w.chunk_size, w.chunk_size_search, w.use_cpu_embedding});
   e.payload = payload_bytes(w.elem_bytes, w.gradient_accumulation);
-  GptActivationInput act;
-  act.hidden = hidden;
-  act.layers = layers;
-  act.heads = heads;
-  act.vocab = w.vocab;
-  act.seq = w.seq_len;
-  act.micro_batch = w.micro_batch;
-  act.elem_bytes = w.elem_bytes;
-  act.checkpointing = w.checkpointing;
-  e.activations = estimate_gpt_activations(act);
+  e.activations = estimate_model_activations(shape, w.micro_batch, w.elem_bytes, w.checkpointing);
   FitInput in = base;
   in.layout = e.layout;
   in.payload = e.payload;
@@ -72,9 +55,8 @@ FitInput hardware_input(const Hardware& hw, const Workload& w) {
 
 StepTime step_time(const Hardware& hw, const Workload& w, const Evaluation& e) {
   StepTime t;
-  const double tokens = static_cast<double>(w.micro_batch * w.seq_len);
-  // PatrickStar's count: 6·P per token, 8·P with activation recomputation.
-  t.flops_per_gpu = (w.checkpointing ? 8.0 : 6.0) * static_cast<double>(e.params) * tokens;
+  const double tokens = static_cast<double>(w.micro_batch * e.shape.seq_len());
+  t.flops_per_gpu = train_flops_per_token(e.shape, w.checkpointing) * tokens;
   const double tflops = w.elem_bytes == 4 ? hw.tflops_32 : hw.tflops_16;
   t.compute_s = t.flops_per_gpu / (tflops * 1e12 * hw.mfu);
   // Host-resident chunks come up for forward and again for backward, and their gradients go
@@ -100,11 +82,80 @@ StepTime step_time(const Hardware& hw, const Workload& w, const Evaluation& e) {
 
 }  // namespace
 
-Workload workload_for(const RunPlan& run, const model::GptConfig& shape) {
+// Note [flops per token]
+// The GPT keeps PatrickStar's count, 6·P per token (8·P with recomputation), so that its figures
+// stay comparable with PatrickStar's published TFLOPS and with earlier pstar reports. The Llama
+// family is counted matrix by matrix, since GQA, SwiGLU and a large untied vocabulary put its
+// FLOPs far from 6·P: per token and layer, the forward multiplies by q_proj and o_proj
+// (2·h·q each, q = heads·head_dim), k_proj and v_proj (2·h·kv each, kv = kv_heads·head_dim) and
+// the three SwiGLU matrices (2·h·I each), and attention adds Q·Kᵀ and P·V over the whole S×S
+// score matrix as model/llama.cpp computes it (2·S·q each); the head adds 2·V·h. Embedding
+// lookups, norms, biases, RoPE and softmax are left out (under 1%). Backward is twice the forward;
+// recomputation adds one forward of the layers (not of the head).
+double train_flops_per_token(const model::ModelShape& shape, bool checkpointing) {
+  switch (shape.family) {
+    case model::ModelFamily::kGpt:
+      return (checkpointing ? 8.0 : 6.0) * static_cast<double>(shape.num_params());
+    case model::ModelFamily::kLlama: {
+      const model::LlamaConfig& c = shape.llama;
+      const auto h = static_cast<double>(c.hidden);
+      const auto q = static_cast<double>(c.q_width());
+      const auto kv = static_cast<double>(c.kv_width());
+      const auto inter = static_cast<double>(c.intermediate);
+      const auto seq = static_cast<double>(c.seq_len);
+      const double layer = 2 * (2 * h * q + 2 * h * kv + 3 * h * inter) + 2 * 2 * seq * q;
+      const double layers = static_cast<double>(c.layers) * layer;
+      const double head = 2 * static_cast<double>(c.vocab_size) * h;
+      return 3 * (layers + head) + (checkpointing ? layers : 0);
+    }
+  }
+  PSTAR_INTERNAL_ASSERT(false, "unknown model family");
+  return 0;
+}
+
+model::ModelShape gpt_shape(const Workload& w, int64_t hidden, int64_t layers, int64_t heads) {
+  PSTAR_INTERNAL_ASSERT(hidden > 0 && layers > 0 && heads > 0 && hidden % heads == 0);
+  model::ModelShape s;
+  s.family = model::ModelFamily::kGpt;
+  s.gpt.hidden = hidden;
+  s.gpt.layers = layers;
+  s.gpt.heads = heads;
+  s.gpt.vocab_size = w.vocab;
+  s.gpt.seq_len = w.seq_len;
+  return s;
+}
+
+int64_t llama3_intermediate(int64_t hidden) {
+  // 1.3·(8/3)·hidden rounded up to 1024, in integers: ceil(104·hidden / (30·1024)).
+  const int64_t multiple = 1024;
+  return (104 * hidden + 30 * multiple - 1) / (30 * multiple) * multiple;
+}
+
+model::ModelShape llama3_shape(int64_t hidden, int64_t layers, int64_t vocab, int64_t seq_len) {
+  PSTAR_INTERNAL_ASSERT(hidden > 0 && hidden % 1024 == 0 && layers > 0);
+  model::ModelShape s;
+  s.family = model::ModelFamily::kLlama;
+  model::LlamaConfig& c = s.llama;
+  c.model_type = "llama";
+  c.hidden = hidden;
+  c.intermediate = llama3_intermediate(hidden);
+  c.layers = layers;
+  c.head_dim = 128;
+  c.heads = hidden / c.head_dim;
+  c.kv_heads = 8;
+  c.vocab_size = vocab;
+  c.seq_len = seq_len;
+  c.max_positions = std::max<int64_t>(seq_len, 131072);
+  c.rope_theta = 500000;
+  c.tie_word_embeddings = false;
+  return s;
+}
+
+Workload workload_for(const RunPlan& run, const model::ModelShape& shape) {
   const config::TrainConfig& config = run.config;
   Workload w;
-  w.seq_len = shape.seq_len;
-  w.vocab = shape.vocab_size;
+  w.seq_len = shape.seq_len();
+  w.vocab = shape.vocab_size();
   w.micro_batch = run.micro_batch;
   w.checkpointing = config.engine.activation_checkpointing;
   w.elem_bytes = run.compute_elem_bytes();
@@ -139,20 +190,17 @@ const GpuPreset* find_gpu_preset(const std::string& name) {
   return nullptr;
 }
 
-Evaluation evaluate(const Hardware& hw, const Workload& w, int64_t hidden, int64_t layers,
-                    int64_t heads) {
-  Evaluation e = evaluate_with(hardware_input(hw, w), w, hidden, layers, heads);
+Evaluation evaluate(const Hardware& hw, const Workload& w, const model::ModelShape& shape) {
+  Evaluation e = evaluate_with(hardware_input(hw, w), w, shape);
   e.time = step_time(hw, w, e);
   return e;
 }
 
 namespace {
 
-int64_t search_layers(const FitInput& base, const Workload& w, int64_t hidden, int64_t heads,
+int64_t search_layers(const FitInput& base, const Workload& w, const ShapeAtDepth& shape,
                       int64_t limit) {
-  auto fits = [&](int64_t layers) {
-    return evaluate_with(base, w, hidden, layers, heads).fit.fits;
-  };
+  auto fits = [&](int64_t layers) { return evaluate_with(base, w, shape(layers)).fit.fits; };
   if (limit < 1 || !fits(1)) return 0;
   int64_t lo = 1, hi = 2;  // lo fits; find hi that does not
   while (hi <= limit && fits(hi)) {
@@ -174,21 +222,35 @@ FitInput budget_input(int64_t device_budget, int64_t host_budget) {
   return in;
 }
 
+ShapeAtDepth gpt_at_depth(const Workload& w, int64_t hidden, int64_t heads) {
+  return [&w, hidden, heads](int64_t layers) { return gpt_shape(w, hidden, layers, heads); };
+}
+
 }  // namespace
 
 Evaluation evaluate_budgets(int64_t device_budget, int64_t host_budget, const Workload& w,
-                            int64_t hidden, int64_t layers, int64_t heads) {
-  return evaluate_with(budget_input(device_budget, host_budget), w, hidden, layers, heads);
+                            const model::ModelShape& shape) {
+  return evaluate_with(budget_input(device_budget, host_budget), w, shape);
+}
+
+int64_t max_layers(const Hardware& hw, const Workload& w, const ShapeAtDepth& shape,
+                   int64_t limit) {
+  return search_layers(hardware_input(hw, w), w, shape, limit);
+}
+
+int64_t max_layers_budgets(int64_t device_budget, int64_t host_budget, const Workload& w,
+                           const ShapeAtDepth& shape, int64_t limit) {
+  return search_layers(budget_input(device_budget, host_budget), w, shape, limit);
 }
 
 int64_t max_layers(const Hardware& hw, const Workload& w, int64_t hidden, int64_t heads,
                    int64_t limit) {
-  return search_layers(hardware_input(hw, w), w, hidden, heads, limit);
+  return max_layers(hw, w, gpt_at_depth(w, hidden, heads), limit);
 }
 
 int64_t max_layers_budgets(int64_t device_budget, int64_t host_budget, const Workload& w,
                            int64_t hidden, int64_t heads, int64_t limit) {
-  return search_layers(budget_input(device_budget, host_budget), w, hidden, heads, limit);
+  return max_layers_budgets(device_budget, host_budget, w, gpt_at_depth(w, hidden, heads), limit);
 }
 
 Estimate estimate_largest(const Hardware& hw, const Workload& w, std::optional<int64_t> hidden,
@@ -222,6 +284,44 @@ Estimate estimate_largest(const Hardware& hw, const Workload& w, std::optional<i
   for (const auto& p : model::gpt_presets()) {
     if (p.vocab_size != 50257) continue;
     Evaluation e = evaluate(hw, w, p.hidden, p.layers, p.heads);
+    out.ladder.push_back(LadderEntry{p.name, e.params, e.fit.fits});
+  }
+  return out;
+}
+
+Estimate estimate_largest_llama(const Hardware& hw, const Workload& w,
+                                std::optional<int64_t> hidden) {
+  Estimate out;
+  auto at_depth = [&w](int64_t h) -> ShapeAtDepth {
+    return [&w, h](int64_t layers) { return llama3_shape(h, layers, w.vocab, w.seq_len); };
+  };
+  auto consider = [&](int64_t h, int64_t layers) {
+    if (layers < 1) return;
+    Evaluation e = evaluate(hw, w, llama3_shape(h, layers, w.vocab, w.seq_len));
+    if (e.params > out.best.params) out.best = e;
+  };
+  if (hidden) {
+    consider(*hidden, max_layers(hw, w, at_depth(*hidden)));
+    out.how = str_cat("layers searched at hidden ", *hidden, " (Llama-3-like shape rule)");
+  } else {
+    // Depth between hidden/160 and hidden/64: Llama 3's published shapes have hidden/layers
+    // between 102 (70B) and 130 (405B) (docs/estimate.md).
+    for (int64_t h = 1024; h <= 65536; h += 1024) {
+      const int64_t lo = std::max<int64_t>(2, h / 160);
+      const int64_t layers = max_layers(hw, w, at_depth(h), std::max<int64_t>(lo, h / 64));
+      if (layers >= lo) consider(h, layers);
+    }
+    out.how =
+        "Llama-3-like shapes (head_dim 128, 8 key/value heads, Llama 3's SwiGLU width, untied "
+        "head) at widths 1024..65536, layers between hidden/160 and hidden/64";
+  }
+  for (const auto& p : model::llama_presets()) {
+    if (p.config.vocab_size < 1000) continue;  // llama-tiny is for tests
+    model::ModelShape s;
+    s.family = model::ModelFamily::kLlama;
+    s.llama = p.config;
+    s.llama.seq_len = w.seq_len;
+    Evaluation e = evaluate(hw, w, s);
     out.ladder.push_back(LadderEntry{p.name, e.params, e.fit.fits});
   }
   return out;

@@ -53,6 +53,29 @@ TEST(ModelShapeTest, PresetOverridesAndWhatPlannersRead) {
   EXPECT_NE(s.describe().find("4 query / 2 key-value heads"), std::string::npos) << s.describe();
 }
 
+// llama_leaf_module_numels counts leaves directly (for the estimator's speed): it must agree with
+// the parameters llama_parameter_shapes names, leaf by leaf, whatever the biases and tying.
+TEST(ModelShapeTest, LlamaLeafSizesAreTheParametersOfEachLeaf) {
+  for (const auto& preset : llama_presets()) {
+    for (int variant = 0; variant < 4; ++variant) {
+      LlamaConfig c = preset.config;
+      c.layers = 3;
+      if (variant == 1) c.tie_word_embeddings = !c.tie_word_embeddings;
+      if (variant == 2) c.qkv_bias = c.o_bias = c.mlp_bias = true;
+      if (variant == 3) c.qkv_bias = !c.qkv_bias;
+      SCOPED_TRACE(str_cat(preset.name, " variant ", variant));
+      std::vector<int64_t> from_params;
+      for (const auto& p : llama_parameter_shapes(c)) {
+        int64_t n = 1;
+        for (int64_t d : p.shape) n *= d;
+        if (p.leaf >= static_cast<int64_t>(from_params.size())) from_params.resize(p.leaf + 1, 0);
+        from_params[static_cast<size_t>(p.leaf)] += n;
+      }
+      EXPECT_EQ(llama_leaf_module_numels(c), from_params);
+    }
+  }
+}
+
 TEST(ModelShapeTest, AFolderGivesTheShapeAndKeysBesideItMustAgree) {
   ScratchDir dir;
   LlamaConfig c = *find_llama_preset("llama-tiny");

@@ -31,5 +31,8 @@ ActivationEstimate estimate_llama_activations(const LlamaActivationInput& in);
 // Llama family's, for the config's micro-batch, precision and checkpointing.
 ActivationEstimate estimate_model_activations(const model::ModelShape& shape,
                                               const config::TrainConfig& config);
+// The same for `micro_batch` sequences of the shape's seq_len, `elem_bytes` per compute element.
+ActivationEstimate estimate_model_activations(const model::ModelShape& shape, int64_t micro_batch,
+                                              int64_t elem_bytes, bool checkpointing);
 
 }  // namespace pstar::plan

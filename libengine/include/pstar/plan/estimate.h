@@ -1,8 +1,10 @@
-// `pstar estimate`: the largest GPT a set of hardware trains, from the engine's own accounting
+// `pstar estimate`: whether a model (GPT or Llama family) fits a set of hardware and how fast it
+// trains, and the largest GPT or Llama-3-like model that fits, from the engine's own accounting
 // (memory_plan.h) plus a step-time model. docs/estimate.md lists every assumption and its source.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +40,8 @@ struct Hardware {
   int64_t world() const { return gpus_per_node * nodes; }
 };
 
+// What one rank trains per step. seq_len and vocab describe the shapes a search builds (and the
+// report); an evaluated model::ModelShape carries its own training length and vocabulary.
 struct Workload {
   int64_t seq_len = 1024;
   int64_t micro_batch = 4;
@@ -53,7 +57,11 @@ struct Workload {
 
 // What `pstar train` runs for a resolved run (Note [run plan]): the model's shape, the plan's
 // micro-batch and precision, and the config's checkpointing and chunk options.
-Workload workload_for(const RunPlan& run, const model::GptConfig& shape);
+Workload workload_for(const RunPlan& run, const model::ModelShape& shape);
+
+// The FLOPs of training on one token of `shape` at its seq_len (Note [flops per token]): the GPT
+// by PatrickStar's count (6·P, 8·P with recomputation), the Llama family counted matrix by matrix.
+double train_flops_per_token(const model::ModelShape& shape, bool checkpointing);
 
 struct StepTime {
   double flops_per_gpu = 0;
@@ -62,9 +70,10 @@ struct StepTime {
   double tflops_per_gpu() const { return flops_per_gpu / step_s() / 1e12; }
 };
 
-// One GPT shape on the hardware: the fit per tier, the activations, the time.
+// One model on the hardware: the fit per tier, the activations, the time.
 struct Evaluation {
-  int64_t hidden = 0, layers = 0, heads = 0, params = 0;
+  model::ModelShape shape;
+  int64_t params = 0;
   ChunkLayout layout;
   PayloadBytes payload;
   ActivationEstimate activations;
@@ -74,16 +83,44 @@ struct Evaluation {
   StepTime time;
 };
 
-Evaluation evaluate(const Hardware& hw, const Workload& w, int64_t hidden, int64_t layers,
-                    int64_t heads);
+// The chunk layout (the model's own leaf modules, as training lays them out), payloads,
+// activations (the family's activation model), fit and step time of `shape`.
+Evaluation evaluate(const Hardware& hw, const Workload& w, const model::ModelShape& shape);
 
-// The fit and time of an explicit device/host budget pair (the engine's emulated tier, or a
-// config's engine.device_memory/host_memory), one rank, no staging: what `pstar train` checks.
+// The fit of an explicit device/host budget pair (the engine's emulated tier, or a config's
+// engine.device_memory/host_memory), one rank, no staging: what `pstar train` checks.
 Evaluation evaluate_budgets(int64_t device_budget, int64_t host_budget, const Workload& w,
-                            int64_t hidden, int64_t layers, int64_t heads);
+                            const model::ModelShape& shape);
 
-// The most layers of width `hidden` that fit (0 if none), up to `limit`: on hardware, or on one
-// rank's explicit budgets (the emulated device tier).
+// The GPT of the given width and depth, with the workload's vocabulary and sequence length.
+model::ModelShape gpt_shape(const Workload& w, int64_t hidden, int64_t layers, int64_t heads);
+inline Evaluation evaluate(const Hardware& hw, const Workload& w, int64_t hidden, int64_t layers,
+                           int64_t heads) {
+  return evaluate(hw, w, gpt_shape(w, hidden, layers, heads));
+}
+inline Evaluation evaluate_budgets(int64_t device_budget, int64_t host_budget, const Workload& w,
+                                   int64_t hidden, int64_t layers, int64_t heads) {
+  return evaluate_budgets(device_budget, host_budget, w, gpt_shape(w, hidden, layers, heads));
+}
+
+// Note [llama3 shape rule]
+// A Llama-3-like shape of width `hidden` (a multiple of 1024): head_dim 128, hidden/128 query
+// heads, 8 key/value heads, SwiGLU width llama3_intermediate(hidden), untied head, rope_theta
+// 500000. Meta's rule, ffn_dim_multiplier 1.3 and multiple_of 1024 as Llama 3.1 8B and 70B use:
+// intermediate = 1024·ceil(1.3·(8·hidden/3)/1024) (14336 at 4096, 28672 at 8192).
+int64_t llama3_intermediate(int64_t hidden);
+model::ModelShape llama3_shape(int64_t hidden, int64_t layers, int64_t vocab, int64_t seq_len);
+
+// Shapes of one width at any depth: the searches vary the layers.
+using ShapeAtDepth = std::function<model::ModelShape(int64_t layers)>;
+
+// The most layers that fit (0 if none), up to `limit`: on hardware, or on one rank's explicit
+// budgets (the emulated device tier).
+int64_t max_layers(const Hardware& hw, const Workload& w, const ShapeAtDepth& shape,
+                   int64_t limit = 4096);
+int64_t max_layers_budgets(int64_t device_budget, int64_t host_budget, const Workload& w,
+                           const ShapeAtDepth& shape, int64_t limit = 4096);
+// The same for GPTs of width `hidden` with `heads` heads.
 int64_t max_layers(const Hardware& hw, const Workload& w, int64_t hidden, int64_t heads,
                    int64_t limit = 4096);
 int64_t max_layers_budgets(int64_t device_budget, int64_t host_budget, const Workload& w,
@@ -101,10 +138,18 @@ struct Estimate {
   std::vector<LadderEntry> ladder;
 };
 
-// With hidden/heads: the most layers. Without: the preset ladder's widths and a continuous grid of
-// widths (head size 128), layers free within hidden/160..hidden/32 (docs/estimate.md).
+// The largest GPT. With hidden/heads: the most layers. Without: the preset ladder's widths and a
+// continuous grid of widths (head size 128), layers free within hidden/160..hidden/32
+// (docs/estimate.md). The ladder: the GPT presets.
 Estimate estimate_largest(const Hardware& hw, const Workload& w, std::optional<int64_t> hidden,
                           std::optional<int64_t> heads);
+
+// The largest Llama-3-like model (Note [llama3 shape rule]) with the workload's vocabulary and
+// sequence length. With `hidden`: the most layers. Without: widths 1024..65536 in steps of 1024,
+// layers within hidden/160..hidden/64 (the published Llamas have hidden/layers 100 to 130). The
+// ladder: the Llama-family presets at the workload's sequence length.
+Estimate estimate_largest_llama(const Hardware& hw, const Workload& w,
+                                std::optional<int64_t> hidden);
 
 // DeepSpeed's published estimator formulas (model states only), inverted to the largest P.
 struct DeepSpeedEstimate {

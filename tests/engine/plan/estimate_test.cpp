@@ -1,0 +1,225 @@
+// pstar estimate for the Llama family (libengine/src/plan/estimate.cpp): the presets' parameter
+// counts and chunk layouts, FLOPs per token against a hand count, the Llama-3 shape rule, the fit
+// against the budgets, and the largest Llama-3-like model search.
+#include <map>
+
+#include <gtest/gtest.h>
+
+#include "pstar/formats/config.h"
+#include "pstar/model/llama_shape.h"
+#include "pstar/model/model_shape.h"
+#include "pstar/plan/activations.h"
+#include "pstar/plan/estimate.h"
+#include "pstar/plan/memory_plan.h"
+
+namespace pstar::plan {
+namespace {
+
+constexpr int64_t kGB = 1000 * 1000 * 1000;
+
+Hardware hardware(const char* gpu, int64_t gpus, int64_t cpu_memory) {
+  const GpuPreset* p = find_gpu_preset(gpu);
+  EXPECT_NE(p, nullptr) << gpu;
+  Hardware hw;
+  hw.name = p->name;
+  hw.gpu_memory = p->memory;
+  hw.cpu_memory = cpu_memory;
+  hw.gpus_per_node = gpus;
+  hw.tflops_16 = p->tflops_16;
+  hw.tflops_32 = p->tflops_32;
+  hw.pcie_gbps = p->pcie_gbps;
+  hw.link_gbps = p->link_gbps;
+  hw.cpu_mem_gbps = p->cpu_mem_gbps;
+  return hw;
+}
+
+model::ModelShape preset(const std::string& name) {
+  config::ModelConfig m;
+  m.preset = name;
+  return model::resolve_model_shape(m);
+}
+
+// The totals Hugging Face's model cards and safetensors indexes report.
+const std::map<std::string, int64_t>& published() {
+  static const std::map<std::string, int64_t> counts = {
+      {"llama-3.2-1b", 1235814400LL}, {"llama-3.2-3b", 3212749824LL},
+      {"llama-3.1-8b", 8030261248LL}, {"llama-2-13b", 13015864320LL},
+      {"mistral-7b", 7241732096LL},   {"qwen2.5-7b", 7615616512LL},
+      {"qwen2.5-14b", 14770033664LL}, {"llama-3.1-70b", 70553706496LL},
+  };
+  return counts;
+}
+
+TEST(LlamaEstimateTest, PresetsCountTheirPublishedParametersAndChunkThemAll) {
+  const Hardware hw = hardware("A100-80GB", 8, 1000 * kGB);
+  const Workload w;
+  for (const auto& [name, count] : published()) {
+    SCOPED_TRACE(name);
+    const Evaluation e = evaluate(hw, w, preset(name));
+    EXPECT_EQ(e.params, count);
+    EXPECT_EQ(e.layout.params, count);  // every leaf module is in a chunk, once
+    EXPECT_EQ(e.shape.family, model::ModelFamily::kLlama);
+  }
+}
+
+TEST(LlamaEstimateTest, LayoutIsTheOneTrainingUses) {
+  // model_chunk_map is what build_model_and_engine lays out (and merge-ckpt reads back).
+  config::TrainConfig config;
+  config.model.preset = "llama-3.2-1b";
+  config.default_chunk_size = int64_t{64} << 20;
+  const ModelChunkMap map = model_chunk_map(config);
+  Workload w;
+  w.chunk_size = config.default_chunk_size;
+  const Evaluation e = evaluate_budgets(80 * kGB, 80 * kGB, w, preset("llama-3.2-1b"));
+  EXPECT_EQ(e.layout.chunk_size, map.layout.chunk_size);
+  EXPECT_EQ(e.layout.num_chunks, map.layout.num_chunks);
+  EXPECT_EQ(e.layout.largest_leaf, 128256 * 2048);  // the (tied) embedding
+}
+
+// Llama 3.1 8B, seq 2048, by hand: per layer the forward multiplies by q_proj and o_proj
+// (4096×4096 each), k_proj and v_proj (1024×4096 each: 8 key/value heads of 128) and three SwiGLU
+// matrices (14336×4096), 2 FLOPs per multiply-add; attention is Q·Kᵀ and P·V, 2·S·4096 each per
+// token; the untied head is 128256×4096.
+TEST(LlamaEstimateTest, FlopsPerTokenCountEveryMatrix) {
+  const model::ModelShape s = preset("llama-3.1-8b");
+  ASSERT_EQ(s.seq_len(), 2048);
+  const double q_o = 2.0 * 4096 * 4096, k_v = 2.0 * 1024 * 4096, mlp = 3.0 * 14336 * 4096;
+  const double attention = 2.0 * 2 * 2048 * 4096;
+  const double layer = 2 * (q_o + k_v + mlp) + attention;
+  const double head = 2.0 * 128256 * 4096;
+  const double forward = 32 * layer + head;
+  EXPECT_DOUBLE_EQ(train_flops_per_token(s, false), 3 * forward);
+  EXPECT_DOUBLE_EQ(train_flops_per_token(s, true), 3 * forward + 32 * layer);
+  // Near 6·P here: attention at 2048 tokens adds about what the lookup-only embedding (in P, but
+  // no matrix product) leaves out.
+  EXPECT_NEAR(train_flops_per_token(s, false), 6.0 * 8030261248.0, 0.15 * 6 * 8030261248.0);
+
+  // Grouped-query attention: 32 key/value heads would add 2·2·(4096−1024)·4096 per layer.
+  model::ModelShape mha = s;
+  mha.llama.kv_heads = 32;
+  EXPECT_DOUBLE_EQ(train_flops_per_token(mha, false) - train_flops_per_token(s, false),
+                   3 * 32 * 2 * 2.0 * (4096 - 1024) * 4096);
+  // A tied head still multiplies: the count does not change.
+  model::ModelShape tied = s;
+  tied.llama.tie_word_embeddings = true;
+  EXPECT_DOUBLE_EQ(train_flops_per_token(tied, false), train_flops_per_token(s, false));
+
+  // The GPT keeps PatrickStar's count.
+  Workload w;
+  const model::ModelShape gpt = gpt_shape(w, 4096, 50, 32);
+  EXPECT_DOUBLE_EQ(train_flops_per_token(gpt, true), 8.0 * static_cast<double>(gpt.num_params()));
+
+  // The step time uses it.
+  const Hardware hw = hardware("H100-80GB", 1, 128 * kGB);
+  w.micro_batch = 2;
+  const Evaluation e = evaluate(hw, w, s);
+  EXPECT_DOUBLE_EQ(e.time.flops_per_gpu, train_flops_per_token(s, true) * 2 * 2048);
+  EXPECT_DOUBLE_EQ(e.time.compute_s, e.time.flops_per_gpu / (989e12 * 0.5));
+}
+
+TEST(LlamaEstimateTest, ShapeRuleReproducesLlama3) {
+  EXPECT_EQ(llama3_intermediate(4096), 14336);
+  EXPECT_EQ(llama3_intermediate(8192), 28672);
+  EXPECT_EQ(llama3_intermediate(1024), 4096);  // 1.3·8/3·1024 = 3550, rounded up
+  // With Llama 3's vocabulary, the rule's 4096×32 and 8192×80 are the 8B and 70B exactly.
+  EXPECT_EQ(llama3_shape(4096, 32, 128256, 2048).num_params(), published().at("llama-3.1-8b"));
+  EXPECT_EQ(llama3_shape(8192, 80, 128256, 2048).num_params(), published().at("llama-3.1-70b"));
+  const model::LlamaConfig c = llama3_shape(3072, 4, 128256, 4096).llama;
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.heads, 24);
+  EXPECT_EQ(c.kv_heads, 8);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.seq_len, 4096);
+  EXPECT_NO_THROW(model::validate_llama_config(c, "rule"));
+}
+
+TEST(LlamaEstimateTest, FitFollowsTheBudgets) {
+  const model::ModelShape s = preset("llama-3.1-8b");
+  Workload w;
+  w.micro_batch = 1;
+  // 8.03B × 14 B = 112 GB of model data: H100 (80% of 80 GiB) + 80% of 128 GB holds it...
+  const Evaluation h100 = evaluate(hardware("H100-80GB", 1, 128 * kGB), w, s);
+  EXPECT_TRUE(h100.fit.fits) << h100.fit.reason;
+  // ... 1×4090 with 64 GB of host does not: 51 GB of host and ~17 GB of GPU fall short.
+  const Evaluation rtx = evaluate(hardware("RTX4090-24GB", 1, 64 * kGB), w, s);
+  EXPECT_FALSE(rtx.fit.fits);
+  EXPECT_NE(rtx.fit.reason.find("model data"), std::string::npos) << rtx.fit.reason;
+  // With 160 GB of host it does.
+  const Evaluation rtx_more = evaluate(hardware("RTX4090-24GB", 1, 160 * kGB), w, s);
+  EXPECT_TRUE(rtx_more.fit.fits) << rtx_more.fit.reason;
+  EXPECT_EQ(rtx_more.fit.device_chunks, 0);
+  // Explicit budgets: a device with room for one and a half chunks beside its working set and
+  // activations keeps one chunk the host cannot hold, not two.
+  const int64_t whole = h100.layout.chunk_size * h100.payload.whole();
+  const int64_t all = h100.layout.num_chunks * whole;
+  const int64_t fixed = 2 * h100.layout.chunk_size * h100.payload.compute() + h100.activations.peak;
+  const auto device = static_cast<int64_t>(static_cast<double>(fixed + 3 * whole / 2) / 0.9);
+  const Evaluation one = evaluate_budgets(device, all - whole, w, s);
+  EXPECT_EQ(one.fit.device_chunks, 1);
+  EXPECT_TRUE(one.fit.fits) << one.fit.reason;
+  const Evaluation two = evaluate_budgets(device, all - 2 * whole, w, s);
+  EXPECT_EQ(two.fit.device_chunks, 2);
+  EXPECT_FALSE(two.fit.fits);
+  // Checkpointing off at seq 2048, micro-batch 8: the activations alone exceed a 24 GB card.
+  w.checkpointing = false;
+  w.micro_batch = 8;
+  const Evaluation no_ckpt = evaluate(hardware("RTX4090-24GB", 1, 1000 * kGB), w, s);
+  EXPECT_FALSE(no_ckpt.fit.fits);
+  EXPECT_NE(no_ckpt.fit.reason.find("device tier"), std::string::npos) << no_ckpt.fit.reason;
+}
+
+TEST(LlamaEstimateTest, LargestLlamaSearchStopsAtTheLastFit) {
+  const Hardware hw = hardware("A100-80GB", 8, 1000 * kGB);
+  Workload w;
+  w.vocab = 128256;
+  w.seq_len = 2048;
+  w.micro_batch = 1;
+  const Estimate est = estimate_largest_llama(hw, w, std::nullopt);
+  const Evaluation& e = est.best;
+  ASSERT_TRUE(e.fit.fits) << e.fit.reason;
+  EXPECT_EQ(e.shape.family, model::ModelFamily::kLlama);
+  const model::LlamaConfig& c = e.shape.llama;
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.kv_heads, 8);
+  EXPECT_EQ(c.vocab_size, 128256);
+  EXPECT_EQ(c.intermediate, llama3_intermediate(c.hidden));
+  EXPECT_GE(c.layers, c.hidden / 160);
+  EXPECT_LE(c.layers, c.hidden / 64);
+  // 1 TB of host at 80% and what 8 GPUs keep beside their working sets, at 14 B per parameter.
+  EXPECT_GT(e.params, 50 * kGB);
+  EXPECT_LT(static_cast<double>(e.params) * 14, 0.8e12 + 8 * 0.72 * hw.gpu_memory);
+  // One more layer at that width does not fit, unless the depth range stopped the search.
+  if (c.layers < c.hidden / 64) {
+    EXPECT_FALSE(
+        evaluate(hw, w, llama3_shape(c.hidden, c.layers + 1, w.vocab, w.seq_len)).fit.fits);
+  }
+  // The ladder: the published presets with their published counts; the ones that fit are no
+  // larger than the largest found.
+  ASSERT_EQ(est.ladder.size(), published().size());
+  for (const auto& l : est.ladder) {
+    EXPECT_EQ(l.params, published().at(l.name)) << l.name;
+    if (l.fits) {
+      EXPECT_LE(l.params, e.params) << l.name;
+    }
+  }
+
+  // At a fixed width the most layers is the largest model of that width.
+  const Estimate fixed = estimate_largest_llama(hw, w, 8192);
+  EXPECT_EQ(fixed.best.shape.hidden(), 8192);
+  EXPECT_EQ(fixed.best.shape.layers(), max_layers(hw, w, [&](int64_t layers) {
+              return llama3_shape(8192, layers, w.vocab, w.seq_len);
+            }));
+}
+
+TEST(LlamaEstimateTest, ActivationsFollowTheFamilysModel) {
+  const model::ModelShape s = preset("llama-3.2-1b");
+  Workload w;
+  w.micro_batch = 2;
+  const Evaluation e = evaluate_budgets(80 * kGB, 80 * kGB, w, s);
+  LlamaActivationInput in = llama_activation_input(s.llama, 2, 2, true);
+  EXPECT_EQ(e.activations.peak, estimate_llama_activations(in).peak);
+  EXPECT_EQ(e.fit.device_non_model, e.activations.peak);
+}
+
+}  // namespace
+}  // namespace pstar::plan
