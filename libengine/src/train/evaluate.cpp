@@ -68,10 +68,11 @@ double Trainer::Impl::evaluate() {
         sum += losses.reshape({rows, seq_len}).mean(1).to(torch::kFloat64).sum().item<double>();
     }
   }
+  // Before end_eval, which drops the communicator's figures of the evaluation.
+  if (comm != nullptr) sum = comm->all_reduce_sum(sum);
   engine->end_eval();
   generator.set_state(rng);
   model->train(was_training);
-  if (comm != nullptr) sum = comm->all_reduce_sum(sum);
   return sum / static_cast<double>(windows.windows());
 }
 
