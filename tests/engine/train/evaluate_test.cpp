@@ -11,6 +11,8 @@
 #include "engine/cpu_plan.h"
 #include "pstar/base/error.h"
 #include "pstar/checkpoint/store.h"
+#include "pstar/chunk/access_trace.h"
+#include "pstar/engine/chunked_engine.h"
 #include "pstar/engine/param_engine.h"
 #include "pstar/formats/config.h"
 #include "pstar/train/metrics.h"
@@ -25,6 +27,9 @@ namespace fs = std::filesystem;
 struct RunRecord {
   std::vector<StepMetrics> steps;
   std::string checkpoint;  // the last checkpoint's shard file, its bytes
+  // The chunk engine's plan: the warm-up trace it was made from, and the margin.
+  chunk::AccessTrace trace;
+  int64_t margin = -1;
 };
 
 class EvaluateTest : public ::testing::TestWithParam<const char*> {
@@ -67,9 +72,15 @@ class EvaluateTest : public ::testing::TestWithParam<const char*> {
 
   RunRecord run(config::TrainConfig c, const std::string& name) {
     c.training.save_dir = dir_.file(name);
-    Trainer t(c, build_model_and_engine(pstar::testing::cpu_plan(c)), options());
+    ModelAndEngine built = build_model_and_engine(pstar::testing::cpu_plan(c));
+    const auto* chunked = dynamic_cast<const engine::ChunkedEngine*>(built.engine.get());
+    Trainer t(c, std::move(built), options());
     RunRecord out;
     while (t.steps_done() < c.training.steps) out.steps.push_back(t.step());
+    if (chunked != nullptr) {
+      out.trace = chunked->trace();
+      out.margin = chunked->margin_chunks();
+    }
     out.checkpoint = pstar::testing::read_text(
         (fs::path(c.training.save_dir) / "step-00000007" / "ckpt-0.pt").string());
     return out;
@@ -88,6 +99,10 @@ class EvaluateTest : public ::testing::TestWithParam<const char*> {
       EXPECT_EQ(a.engine.device_peak_bytes, b.engine.device_peak_bytes) << "step " << a.step;
       EXPECT_EQ(a.engine.adam_device_chunks, b.engine.adam_device_chunks) << "step " << a.step;
     }
+    // The plan: the same accesses at every moment, the same non-model peaks, the same margin.
+    EXPECT_EQ(with.trace.accesses, without.trace.accesses);
+    EXPECT_EQ(with.trace.non_model_bytes, without.trace.non_model_bytes);
+    EXPECT_EQ(with.margin, without.margin);
     EXPECT_FALSE(with.checkpoint.empty());
     EXPECT_TRUE(with.checkpoint == without.checkpoint) << "the checkpoints' bytes differ";
   }
@@ -98,6 +113,17 @@ class EvaluateTest : public ::testing::TestWithParam<const char*> {
 
 TEST_P(EvaluateTest, ASecondSourceEveryStepChangesNothingOfTraining) {
   config::TrainConfig c = small_config();
+  if (c.engine.mode == config::EngineMode::kChunked) {
+    // bf16 as well: each chunk's bf16 copy must be the one its master rounds to after the moves.
+    config::TrainConfig b = c;
+    b.bf16.enabled = config::OnOffAuto::kOn;
+    const RunRecord without = run(b, "bf16-without");
+    ASSERT_GT(without.trace.num_moments(), 0);
+    EXPECT_LT(without.margin, 7) << "the budget must leave chunks to move";
+    b.data.eval.text = held_out_;
+    b.training.eval_interval = 1;
+    expect_same_training(run(b, "bf16-with"), without);
+  }
   const RunRecord without = run(c, "without");
   c.data.eval.text = held_out_;
   c.training.eval_interval = 1;
