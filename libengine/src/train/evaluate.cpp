@@ -88,7 +88,11 @@ int64_t Trainer::eval_windows() const {
 }
 
 EvalSummary evaluate(const config::TrainConfig& config, const TrainOptions& options) {
-  PreparedRun run = prepare_run(config, options);
+  // Nothing is saved: the config's save_dir is neither created nor checked for room.
+  config::TrainConfig eval_config = config;
+  eval_config.training.save_dir.clear();
+  eval_config.training.save_interval = 0;
+  PreparedRun run = prepare_run(eval_config, options);
   const auto begin = Clock::now();
   EvalSummary summary;
   summary.step = run.trainer->steps_done();
