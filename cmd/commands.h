@@ -124,4 +124,20 @@ std::string merge_ckpt_default_output(const MergeCkptCommandOptions& options);
 void register_merge_ckpt(CLI::App& app);
 int run_merge_ckpt(const MergeCkptCommandOptions& options);
 
+// `pstar eval CONFIG [--resume DIR]` (cmd/eval.cpp): the held-out loss of a checkpoint, printed
+// as one JSON line ({"step", "eval_loss", "windows", "elapsed_s"}) on stdout.
+struct EvalCommandOptions {
+  std::string config_path;
+  std::vector<std::string> overrides;  // --set KEY=VALUE
+  std::string resume_dir;              // empty: the model the config starts from
+  std::string device = "auto";
+  bool quiet = false;
+  int64_t nproc = 0;  // > 0: start this many local ranks (launch_local)
+  std::string master_port;
+  int64_t dist_timeout_s = 300;
+};
+
+void register_eval(CLI::App& app);
+int run_eval(const EvalCommandOptions& options);
+
 }  // namespace pstar::cmd

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
         "\nHDF5 profiles: ", pstar::formats::profile_io_built() ? "built" : "not built");
   });
   pstar::cmd::register_train(app);
+  pstar::cmd::register_eval(app);
   pstar::cmd::register_profile(app);
   pstar::cmd::register_estimate(app);
   pstar::cmd::register_merge_ckpt(app);

@@ -207,6 +207,12 @@ Json to_json(const TrainConfig& c) {
   data["text"] = c.data.text;
   data["tokenizer"] = c.data.tokenizer;
   data["sampling"] = c.data.sampling;
+  Json eval = Json::object();
+  eval["path"] = c.data.eval.path;
+  eval["dtype"] = c.data.eval.dtype;
+  eval["text"] = c.data.eval.text;
+  data["eval"] = std::move(eval);
+  data["eval_fraction"] = c.data.eval_fraction ? Json(*c.data.eval_fraction) : Json(nullptr);
 
   Json schedule = Json::object();
   schedule["type"] = c.training.lr_schedule.type;
@@ -220,6 +226,8 @@ Json to_json(const TrainConfig& c) {
   training["save_dir"] = c.training.save_dir;
   training["save_interval"] = c.training.save_interval;
   training["keep_last"] = c.training.keep_last;
+  training["eval_interval"] = c.training.eval_interval;
+  training["eval_batches"] = c.training.eval_batches;
 
   Json engine = Json::object();
   engine["mode"] = engine_mode_name(c.engine.mode);
@@ -365,6 +373,7 @@ struct NumberRange {
 
 constexpr NumberRange kPositive{0, false, kInf, false};
 constexpr NumberRange kNonNegative{0, true, kInf, false};
+constexpr NumberRange kOpenUnit{0, false, 1, false};
 
 std::string describe_int_range(int64_t lo, int64_t hi) {
   if (hi == kInt64Max && lo == 1) return "a positive integer";
@@ -428,6 +437,21 @@ class Level {
 
   void read_number(const std::string& key, double* out, const NumberRange& range) const {
     if (const Json* v = find(key)) *out = number_value(*v, path(key), range);
+  }
+
+  // A number in `range`, or null (unset). An out-of-range value's message ends with `hint`.
+  void read_optional_number(const std::string& key, std::optional<double>* out,
+                            const NumberRange& range, const std::string& hint) const {
+    const Json* v = find(key);
+    if (v == nullptr) return;
+    if (v->is_null()) {
+      out->reset();
+      return;
+    }
+    if (v->is_number() && !range.contains(v->get<double>()))
+      ctx_.fail(path(key),
+                str_cat("expected ", range.describe(), ", found ", shown(*v), "; ", hint));
+    *out = number_value(*v, path(key), range);
   }
 
   // A byte size: a positive integer (bytes) or a string such as "512MiB" or "80GiB"; null unsets.
@@ -708,6 +732,34 @@ std::string resolve_path(const Context& ctx, const std::string& key, const std::
   }
 }
 
+// Held-out data (data.eval, data.eval_fraction) and when it is evaluated.
+void check_eval(const Context& ctx, const TrainConfig& c) {
+  const EvalDataConfig& eval = c.data.eval;
+  if (eval.set() && c.data.eval_fraction) {
+    ctx.fail_about({"data.eval", "data.eval_fraction"},
+                   str_cat("data.eval and data.eval_fraction (", number_text(*c.data.eval_fraction),
+                           ") are both set; hold out data one way: a second source in data.eval, "
+                           "or the last fraction of the training source in data.eval_fraction"));
+  }
+  if (!eval.path.empty() && !eval.text.empty()) {
+    ctx.fail_about({"data.eval.path", "data.eval.text"},
+                   "data.eval.path and data.eval.text are both set; set exactly one of them "
+                   "(data.eval.path for binary token ids, data.eval.text for a UTF-8 text file)");
+  }
+  if (!eval.text.empty() && c.data.text.empty()) {
+    ctx.fail_about({"data.eval.text", "data.path"},
+                   str_cat("data.eval.text (", eval.text,
+                           ") needs training text in data.text, so that both are tokenized the "
+                           "same way; with data.path give the held-out tokens in data.eval.path"));
+  }
+  if (c.training.eval_interval > 0 && !c.data.has_eval()) {
+    ctx.fail_about({"training.eval_interval", "data.eval", "data.eval_fraction"},
+                   str_cat("training.eval_interval is ", c.training.eval_interval,
+                           " but there is no held-out data; set data.eval (a second source) or "
+                           "data.eval_fraction (e.g. 0.05), or training.eval_interval 0"));
+  }
+}
+
 TrainConfig read_config(const Context& ctx, const Json& root, const std::string& base_dir) {
   TrainConfig c;
   const Level top(ctx, &root, "");
@@ -755,6 +807,12 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   data.read_string("text", &c.data.text);
   data.read_string("tokenizer", &c.data.tokenizer);
   data.read_choice("sampling", &c.data.sampling, {"random", "sequential"});
+  const Level eval = data.child("eval");
+  eval.read_string("path", &c.data.eval.path);
+  eval.read_choice("dtype", &c.data.eval.dtype, {"uint16", "uint32"});
+  eval.read_string("text", &c.data.eval.text);
+  data.read_optional_number("eval_fraction", &c.data.eval_fraction, kOpenUnit,
+                            "the share of the training source held out, e.g. 0.05");
 
   const Level training = top.child("training");
   training.read_int("steps", &c.training.steps, 1, kInt64Max);
@@ -763,6 +821,8 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   training.read_string("save_dir", &c.training.save_dir);
   training.read_int("save_interval", &c.training.save_interval, 0, kInt64Max);
   training.read_int("keep_last", &c.training.keep_last, 0, kInt64Max);
+  training.read_int("eval_interval", &c.training.eval_interval, 0, kInt64Max);
+  training.read_int("eval_batches", &c.training.eval_batches, 1, kInt64Max);
   const Level schedule = training.child("lr_schedule");
   schedule.read_choice("type", &c.training.lr_schedule.type, {"cosine", "constant"});
   schedule.read_int("warmup_steps", &c.training.lr_schedule.warmup_steps, 0, kInt64Max);
@@ -810,6 +870,7 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
                    "no training data: set data.path (a flat binary file of token ids) or "
                    "data.text (a UTF-8 text file, tokenized as bytes)");
   }
+  check_eval(ctx, c);
   if (c.training.lr_schedule.min_lr > c.optimizer.lr) {
     ctx.fail_about({"training.lr_schedule.min_lr", "optimizer.params.lr"},
                    str_cat("training.lr_schedule.min_lr: expected a number in [0, "
@@ -823,6 +884,8 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   c.data.path = resolve_path(ctx, "data.path", c.data.path, base_dir);
   c.data.text = resolve_path(ctx, "data.text", c.data.text, base_dir);
   c.data.tokenizer = resolve_path(ctx, "data.tokenizer", c.data.tokenizer, base_dir);
+  c.data.eval.path = resolve_path(ctx, "data.eval.path", c.data.eval.path, base_dir);
+  c.data.eval.text = resolve_path(ctx, "data.eval.text", c.data.eval.text, base_dir);
   return c;
 }
 

@@ -87,6 +87,12 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.data.dtype, b.data.dtype);
   EXPECT_EQ(a.data.text, b.data.text);
   EXPECT_EQ(a.data.sampling, b.data.sampling);
+  EXPECT_EQ(a.data.eval.path, b.data.eval.path);
+  EXPECT_EQ(a.data.eval.dtype, b.data.eval.dtype);
+  EXPECT_EQ(a.data.eval.text, b.data.eval.text);
+  EXPECT_EQ(a.data.eval_fraction, b.data.eval_fraction);
+  EXPECT_EQ(a.training.eval_interval, b.training.eval_interval);
+  EXPECT_EQ(a.training.eval_batches, b.training.eval_batches);
   EXPECT_EQ(a.training.steps, b.training.steps);
   EXPECT_EQ(a.training.seed, b.training.seed);
   EXPECT_EQ(a.training.log_interval, b.training.log_interval);
@@ -136,11 +142,14 @@ const char* const kFullConfig = R"({
     "seq_len": 128,
     "init_from": "weights/model.safetensors"
   },
-  "data": {"text": "corpus.txt", "dtype": "uint32", "sampling": "sequential"},
+  "data": {"text": "corpus.txt", "dtype": "uint32", "sampling": "sequential",
+           "eval": {"text": "held-out.txt", "dtype": "uint32"}},
   "training": {
     "steps": 500,
     "seed": 42,
     "log_interval": 5,
+    "eval_interval": 50,
+    "eval_batches": 3,
     "lr_schedule": {"type": "constant", "warmup_steps": 50, "min_lr": 0.00001}
   },
   "engine": {"mode": "torch"}
@@ -191,6 +200,11 @@ TEST(ConfigParse, FullConfigReadsEveryKey) {
   EXPECT_EQ(c.data.text, "/cfg/corpus.txt");
   EXPECT_EQ(c.data.dtype, "uint32");
   EXPECT_EQ(c.data.sampling, "sequential");
+  EXPECT_EQ(c.data.eval.text, "/cfg/held-out.txt");
+  EXPECT_EQ(c.data.eval.dtype, "uint32");
+  EXPECT_FALSE(c.data.eval_fraction.has_value());
+  EXPECT_EQ(c.training.eval_interval, 50);
+  EXPECT_EQ(c.training.eval_batches, 3);
   EXPECT_EQ(c.training.steps, 500);
   EXPECT_EQ(c.training.seed, 42u);
   EXPECT_EQ(c.training.log_interval, 5);
@@ -582,6 +596,53 @@ TEST(ConfigCross, ExactlyOneDataSource) {
   expect_contains(config_error(R"({"data": {"path": ""}})"), {"no training data"});
   expect_contains(config_error(R"({"data": {"path": "a.bin", "tokenizer": "tok.json"}})"),
                   {"data.tokenizer is set without data.text"});
+}
+
+TEST(ConfigCross, HeldOutData) {
+  TrainConfig c = parse(with_data(R"("data": {"path": "t.bin", "eval_fraction": 0.05})"));
+  ASSERT_TRUE(c.data.eval_fraction.has_value());
+  EXPECT_DOUBLE_EQ(*c.data.eval_fraction, 0.05);
+  EXPECT_TRUE(c.data.has_eval());
+  EXPECT_EQ(c.training.eval_interval, 0);  // default: only after the last step
+  EXPECT_EQ(c.training.eval_batches, 8);
+  c = parse(R"({"data": {"path": "t.bin", "eval": {"path": "e.bin", "dtype": "uint32"}},
+                "training": {"eval_interval": 10}})");
+  EXPECT_EQ(c.data.eval.path, "/cfg/e.bin");
+  EXPECT_EQ(c.data.eval.dtype, "uint32");
+  EXPECT_EQ(c.training.eval_interval, 10);
+  EXPECT_FALSE(parse(with_data()).data.has_eval());
+  // null unsets; --set reaches the new keys.
+  EXPECT_FALSE(parse(R"({"data": {"path": "t.bin", "eval_fraction": null}})").data.has_eval());
+  c = parse(with_data(), {"data.eval_fraction=0.25", "training.eval_batches=2"});
+  EXPECT_DOUBLE_EQ(*c.data.eval_fraction, 0.25);
+  EXPECT_EQ(c.training.eval_batches, 2);
+
+  for (const char* bad : {"0", "1", "1.5", "-0.1"}) {
+    expect_contains(
+        config_error(str_cat(R"({"data": {"path": "t.bin", "eval_fraction": )", bad, "}}")),
+        {"data.eval_fraction: expected a number in (0, 1)", str_cat("found ", bad),
+         "the share of the training source held out"});
+  }
+  expect_contains(config_error(R"({"data": {"path": "t.bin", "eval_fraction": "x"}})"),
+                  {"data.eval_fraction: expected a number", "string \"x\""});
+  expect_contains(
+      config_error(
+          R"({"data": {"path": "t.bin", "eval_fraction": 0.1, "eval": {"path": "e.bin"}}})"),
+      {"data.eval and data.eval_fraction (0.1) are both set"});
+  expect_contains(
+      config_error(R"({"data": {"text": "t.txt", "eval": {"path": "e.bin", "text": "e.txt"}}})"),
+      {"data.eval.path and data.eval.text are both set"});
+  expect_contains(config_error(R"({"data": {"path": "t.bin", "eval": {"text": "e.txt"}}})"),
+                  {"data.eval.text (e.txt) needs training text in data.text", "data.eval.path"});
+  expect_contains(
+      config_error(with_data(R"("training": {"eval_interval": 5})")),
+      {"training.eval_interval is 5 but there is no held-out data", "data.eval_fraction"});
+  expect_contains(config_error(with_data(R"("training": {"eval_batches": 0})")),
+                  {"training.eval_batches: expected a positive integer, found 0"});
+  expect_contains(config_error(with_data(R"("training": {"eval_interval": -1})")),
+                  {"training.eval_interval: expected a non-negative integer, found -1"});
+  expect_contains(config_error(R"({"data": {"path": "t.bin", "eval": {"pth": "e.bin"}}})"),
+                  {"data.eval.pth"});
 }
 
 TEST(ConfigCross, MinLrMustNotExceedLr) {

@@ -1,13 +1,16 @@
 #include "pstar/data/token_source.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
 #include "pstar/base/error.h"
 #include "pstar/core/log.h"
+#include "pstar/dist/communicator.h"
 #include "pstar/formats/config.h"
 #include "pstar/formats/token_file.h"
 #include "pstar/text/token_cache.h"
@@ -18,36 +21,39 @@ namespace {
 
 class TokenFileSource : public TokenSource {
  public:
-  TokenFileSource(const std::string& path, formats::TokenDType dtype) : file_(path, dtype) {}
+  // `key` names the source in messages: "data.path", "data.eval.path", "data.text" (its cache).
+  TokenFileSource(const std::string& path, formats::TokenDType dtype, std::string key)
+      : file_(path, dtype), key_(std::move(key)) {}
   int64_t size() const override { return file_.size(); }
   void read(int64_t offset, int64_t count, int64_t* out) const override {
     for (int64_t i = 0; i < count; ++i) out[i] = file_.at(offset + i);
   }
-  std::string describe() const override { return "data.path " + file_.path(); }
+  std::string describe() const override { return key_ + " " + file_.path(); }
   const formats::TokenFile& file() const { return file_; }
 
  private:
   formats::TokenFile file_;
+  std::string key_;
 };
 
 // Bytes are tokens (vocab 256), so the file is read once into memory.
 class TextSource : public TokenSource {
  public:
-  explicit TextSource(const std::string& path) : path_(path) {
+  TextSource(const std::string& path, std::string key) : path_(path), key_(std::move(key)) {
     std::error_code ec;
-    PSTAR_CHECK(std::filesystem::is_regular_file(path, ec), IoError, "data.text: ", path,
+    PSTAR_CHECK(std::filesystem::is_regular_file(path, ec), IoError, key_, ": ", path,
                 std::filesystem::exists(path, ec) ? " is not a regular file" : " does not exist",
                 "; give a UTF-8 text file");
     std::ifstream in(path, std::ios::binary);
-    PSTAR_CHECK(in.good(), IoError, "data.text: cannot open ", path, ": ", std::strerror(errno));
+    PSTAR_CHECK(in.good(), IoError, key_, ": cannot open ", path, ": ", std::strerror(errno));
     bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    PSTAR_CHECK(!in.bad(), IoError, "data.text: error reading ", path);
+    PSTAR_CHECK(!in.bad(), IoError, key_, ": error reading ", path);
   }
   int64_t size() const override { return static_cast<int64_t>(bytes_.size()); }
   void read(int64_t offset, int64_t count, int64_t* out) const override {
     for (int64_t i = 0; i < count; ++i) out[i] = bytes_[offset + i];
   }
-  std::string describe() const override { return "data.text " + path_; }
+  std::string describe() const override { return key_ + " " + path_; }
   uint32_t max_token() const {
     uint32_t m = 0;
     for (uint8_t b : bytes_) m = std::max<uint32_t>(m, b);
@@ -61,8 +67,58 @@ class TextSource : public TokenSource {
 
  private:
   std::string path_;
+  std::string key_;
   std::vector<uint8_t> bytes_;
 };
+
+// Tokens [begin, begin + size) of a shared source: the two parts of data.eval_fraction.
+class SliceSource : public TokenSource {
+ public:
+  SliceSource(std::shared_ptr<const TokenSource> base, int64_t begin, int64_t size,
+              std::string what)
+      : base_(std::move(base)), begin_(begin), size_(size), what_(std::move(what)) {}
+  int64_t size() const override { return size_; }
+  void read(int64_t offset, int64_t count, int64_t* out) const override {
+    PSTAR_INTERNAL_ASSERT(offset >= 0 && offset + count <= size_, "read [", offset, ", ",
+                          offset + count, ") outside a slice of ", size_, " tokens");
+    base_->read(begin_ + offset, count, out);
+  }
+  std::string describe() const override {
+    return str_cat(base_->describe(), " (", what_, ": tokens ", begin_, " to ", begin_ + size_,
+                   ")");
+  }
+
+ private:
+  std::shared_ptr<const TokenSource> base_;
+  int64_t begin_, size_;
+  std::string what_;
+};
+
+// Note [token cache on several ranks]
+// Every rank opens the same data.text, so every rank would tokenize it and write the same cache.
+// Rank 0 makes it alone; the others wait for it in a collective (which also tells them whether it
+// failed, so that they stop with it rather than wait for a rank that is gone) and then find the
+// file made (on a file system the ranks do not share, each makes its own: it is only a cache, and
+// written atomically).
+text::TokenCache token_cache_rank0_first(const text::Tokenizer& tokenizer, const std::string& text,
+                                         dist::Communicator* comm) {
+  if (comm == nullptr || comm->world_size() == 1) return text::ensure_token_cache(tokenizer, text);
+  std::exception_ptr failure;
+  text::TokenCache cache;
+  if (comm->rank() == 0) {
+    try {
+      cache = text::ensure_token_cache(tokenizer, text);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  const bool failed = comm->all_reduce_sum(failure != nullptr ? 1.0 : 0.0) > 0;
+  if (failure != nullptr) std::rethrow_exception(failure);
+  PSTAR_CHECK(!failed, DistError, "data.text ", text,
+              ": rank 0 could not make its token cache (its error says why)");
+  if (comm->rank() == 0) return cache;
+  return text::ensure_token_cache(tokenizer, text);
+}
 
 template <typename Source>
 void check_tokens(const Source& source, const TokenSource& base, int64_t vocab_size,
@@ -81,15 +137,16 @@ void check_tokens(const Source& source, const TokenSource& base, int64_t vocab_s
   }
 }
 
-}  // namespace
-
-std::unique_ptr<TokenSource> open_token_source(const config::DataConfig& data, int64_t vocab_size,
-                                               int64_t seq_len) {
-  PSTAR_CHECK(data.path.empty() != data.text.empty(), ConfigError,
-              "data: set exactly one of data.path (a token file) and data.text (a text file)");
+// The source `prefix` ("data" or "data.eval") names: `data`'s path, dtype and text, with
+// data.tokenizer.
+std::unique_ptr<TokenSource> open_source(const config::DataConfig& data, int64_t vocab_size,
+                                         int64_t seq_len, dist::Communicator* comm,
+                                         const std::string& prefix) {
+  PSTAR_CHECK(data.path.empty() != data.text.empty(), ConfigError, "data: set exactly one of ",
+              prefix, ".path (a token file) and ", prefix, ".text (a text file)");
   if (!data.path.empty()) {
     auto source = std::make_unique<TokenFileSource>(
-        data.path, formats::parse_token_dtype(data.dtype, "data.dtype"));
+        data.path, formats::parse_token_dtype(data.dtype, prefix + ".dtype"), prefix + ".path");
     check_tokens(source->file(), *source, vocab_size, seq_len);
     return source;
   }
@@ -97,16 +154,57 @@ std::unique_ptr<TokenSource> open_token_source(const config::DataConfig& data, i
     // Note [token cache] in text/token_cache.h: tokenized once, then mapped at once.
     const text::Tokenizer tokenizer = text::Tokenizer::load(data.tokenizer);
     log::info("data.tokenizer: ", tokenizer.description());
-    const text::TokenCache cache = text::ensure_token_cache(tokenizer, data.text);
-    log::info(cache.created ? "data.text tokenized into " : "data.text: reusing its tokens in ",
-              cache.path);
-    auto source = std::make_unique<TokenFileSource>(cache.path, cache.dtype);
+    const text::TokenCache cache = token_cache_rank0_first(tokenizer, data.text, comm);
+    log::info(
+        cache.created ? prefix + ".text tokenized into " : prefix + ".text: reusing its tokens in ",
+        cache.path);
+    auto source = std::make_unique<TokenFileSource>(cache.path, cache.dtype, prefix + ".text");
     check_tokens(source->file(), *source, vocab_size, seq_len);
     return source;
   }
-  auto source = std::make_unique<TextSource>(data.text);
+  auto source = std::make_unique<TextSource>(data.text, prefix + ".text");
   check_tokens(*source, *source, vocab_size, seq_len);
   return source;
+}
+
+}  // namespace
+
+std::unique_ptr<TokenSource> open_token_source(const config::DataConfig& data, int64_t vocab_size,
+                                               int64_t seq_len, dist::Communicator* comm) {
+  return open_source(data, vocab_size, seq_len, comm, "data");
+}
+
+DataSources open_data_sources(const config::DataConfig& data, int64_t vocab_size, int64_t seq_len,
+                              dist::Communicator* comm) {
+  DataSources out;
+  std::unique_ptr<TokenSource> whole = open_token_source(data, vocab_size, seq_len, comm);
+  if (data.eval.set()) {
+    // The held-out source is read like the training one: a text through the same tokenizer.
+    config::DataConfig eval = data;
+    eval.path = data.eval.path;
+    eval.dtype = data.eval.dtype;
+    eval.text = data.eval.text;
+    out.eval = open_source(eval, vocab_size, seq_len, comm, "data.eval");
+  }
+  if (!data.eval_fraction) {
+    out.train = std::move(whole);
+    return out;
+  }
+  const double fraction = *data.eval_fraction;
+  const int64_t n = whole->size();
+  const auto held = static_cast<int64_t>(std::floor(fraction * static_cast<double>(n)));
+  const int64_t kept = n - held;
+  PSTAR_CHECK(held >= seq_len + 1 && kept >= seq_len + 1, ConfigError, "data.eval_fraction ",
+              fraction, ": of ", whole->describe(), "'s ", n, " tokens it holds out ", held,
+              " and leaves ", kept,
+              " for training; each part needs at least model.seq_len + 1 = ", seq_len + 1,
+              " tokens (one window); ",
+              held < seq_len + 1 ? "raise data.eval_fraction" : "lower data.eval_fraction",
+              ", or use more data");
+  std::shared_ptr<const TokenSource> base(std::move(whole));
+  out.train = std::make_unique<SliceSource>(base, 0, kept, "training part");
+  out.eval = std::make_unique<SliceSource>(base, kept, held, "held out by data.eval_fraction");
+  return out;
 }
 
 }  // namespace pstar::data

@@ -7,6 +7,7 @@
 
 #include "chunked_engine_impl.h"
 #include "compute_dtype.h"
+#include "evaluation.h"
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
 #include "pstar/base/strings.h"
@@ -162,6 +163,18 @@ int64_t ChunkedEngine::device_arena_bytes(const plan::RunPlan& plan, int64_t pre
 
 tier::DeviceTier& ChunkedEngine::device_tier() { return impl_->store.tier(); }
 model::ModuleHooks* ChunkedEngine::hooks() { return impl_.get(); }
+
+void ChunkedEngine::begin_eval() {
+  if (!eval_) eval_ = std::make_unique<EvalHooks>(*impl_);
+  eval_->begin();
+}
+
+model::ModuleHooks* ChunkedEngine::eval_hooks() {
+  PSTAR_INTERNAL_ASSERT(eval_ && eval_->active(), "eval_hooks() outside begin_eval/end_eval");
+  return eval_.get();
+}
+
+void ChunkedEngine::end_eval() { eval_->end(); }
 const chunk::AccessTrace& ChunkedEngine::trace() const { return impl_->placement.trace(); }
 int64_t ChunkedEngine::compute_chunk_bytes() const { return impl_->store.compute_bytes(); }
 int64_t ChunkedEngine::optimizer_chunk_bytes() const { return impl_->store.optimizer_bytes(); }

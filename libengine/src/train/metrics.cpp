@@ -49,6 +49,7 @@ void MetricsWriter::write(const StepMetrics& m) {
         {"reductions", m.engine.reductions}}) {
     if (value >= 0) line[key] = value;  // chunk engine / several ranks only
   }
+  if (m.eval_loss) line["eval_loss"] = *m.eval_loss;
   if (m.engine.comm_s >= 0) line["comm_s"] = m.engine.comm_s;
   if (m.engine.adam_wait_s >= 0) line["adam_wait_s"] = m.engine.adam_wait_s;
   if (m.engine.move_s >= 0) line["move_s"] = m.engine.move_s;

@@ -87,10 +87,13 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   check_dtype_supported(dtype, device);
 
   const int64_t seq_len = model->max_seq_len();
-  source = data::open_token_source(config.data, model->vocab_size(), seq_len);
-  sampler = std::make_unique<data::BatchSampler>(
-      *source, data::parse_sampling(config.data.sampling), config.train_micro_batch_size_per_gpu,
-      seq_len, config.gradient_accumulation_steps, config.training.seed, rank(), world());
+  data::DataSources sources =
+      data::open_data_sources(config.data, model->vocab_size(), seq_len, comm);
+  data.source = std::move(sources.train);
+  data.sampler = std::make_unique<data::BatchSampler>(
+      *data.source, data::parse_sampling(config.data.sampling),
+      config.train_micro_batch_size_per_gpu, seq_len, config.gradient_accumulation_steps,
+      config.training.seed, rank(), world());
 
   if (!model->set_activation_checkpointing(config.engine.activation_checkpointing) &&
       config.engine.activation_checkpointing) {
@@ -127,11 +130,13 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
             torch::get_num_threads(), " threads), precision ",
             dtype == torch::kFloat32 ? "fp32" : c10::toString(dtype), ", LibTorch ",
             compat::torch_version());
-  log::info("data: ", source->describe(), " (", format_count(static_cast<double>(source->size())),
-            " tokens, ", config.data.sampling, " sampling), ", tokens_per_step(),
-            " tokens per step (", world() > 1 ? str_cat(world(), " ranks x ") : std::string(),
+  log::info("data: ", data.source->describe(), " (",
+            format_count(static_cast<double>(data.source->size())), " tokens, ",
+            config.data.sampling, " sampling), ", tokens_per_step(), " tokens per step (",
+            world() > 1 ? str_cat(world(), " ranks x ") : std::string(),
             config.train_micro_batch_size_per_gpu, " x ", seq_len, " x ",
             config.gradient_accumulation_steps, " accumulation)");
+  if (sources.eval) init_eval(std::move(sources.eval));
 }
 
 Trainer::Trainer(const config::TrainConfig& config, std::shared_ptr<model::CausalLM> model,

@@ -14,6 +14,7 @@
 #include "pstar/checkpoint/run_checkpoint.h"
 #include "pstar/core/clock.h"
 #include "pstar/data/batch_sampler.h"
+#include "pstar/data/eval_windows.h"
 #include "pstar/data/token_source.h"
 #include "pstar/dist/communicator.h"
 #include "pstar/engine/param_engine.h"
@@ -30,6 +31,14 @@ namespace pstar::train {
 
 using engine::ParamEngine;
 
+// The run's data: what training samples, and the held-out windows evaluation reads.
+struct TrainData {
+  std::unique_ptr<data::TokenSource> source;
+  std::unique_ptr<data::BatchSampler> sampler;
+  std::unique_ptr<data::TokenSource> eval_source;  // null: no held-out data
+  std::unique_ptr<data::EvalWindows> eval_windows;
+};
+
 struct Trainer::Impl {
   config::TrainConfig config;
   std::shared_ptr<model::CausalLM> model;
@@ -37,8 +46,7 @@ struct Trainer::Impl {
   c10::Device device{c10::kCPU};
   c10::ScalarType dtype = torch::kFloat32;
 
-  std::unique_ptr<data::TokenSource> source;
-  std::unique_ptr<data::BatchSampler> sampler;
+  TrainData data;
   std::unique_ptr<ParamEngine> engine;
   LrSchedule schedule;
   LossScaler scaler;
@@ -79,7 +87,21 @@ struct Trainer::Impl {
   void stop_after(int64_t completed_step);
   void save_checkpoint();
   void resume(const std::string& where);
+  // Opens the held-out source's windows and logs them (evaluate.cpp).
+  void init_eval(std::unique_ptr<data::TokenSource> eval_source);
+  // Whether the step that just ended is evaluated (training.eval_interval, the last step).
+  bool eval_due() const;
+  // The held-out loss now (Note [evaluation] in engine/chunked_engine.h; evaluate.cpp).
+  double evaluate();
 };
+
+// What `pstar train` and `pstar eval` share: the ranks joined (under a launcher), the plan
+// resolved, the model and its engine built, the trainer made (trainer_run.cpp).
+struct PreparedRun {
+  std::unique_ptr<dist::Communicator> comm;
+  std::unique_ptr<Trainer> trainer;
+};
+PreparedRun prepare_run(const config::TrainConfig& config, const TrainOptions& options);
 
 // The chunk engine's device tier for the plan's compute device (Note [device tier]);
 // build_model.cpp.

@@ -50,16 +50,21 @@ TrainSummary Trainer::run() {
     adam_device = m.engine.adam_device_chunks;
     if (summary.steps == 0) summary.first_loss = m.loss;
     summary.last_loss = m.loss;
+    if (m.eval_loss) summary.last_eval_loss = m.eval_loss;
     ++summary.steps;
     if (s.options.progress) {
       const double per_step = seconds_since(run_start) / static_cast<double>(summary.steps);
       const double eta = per_step * static_cast<double>(total - m.step);
       char line[256];
-      std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.2e  %s tok/s  %s  ETA %s",
-                    static_cast<long long>(m.step), static_cast<long long>(total), m.loss, m.lr,
-                    format_count(m.tokens_per_s).c_str(), format_duration(m.elapsed_s).c_str(),
-                    format_duration(eta).c_str());
-      if (m.step % s.config.training.log_interval == 0 || m.step == 1 || m.step == total) {
+      std::snprintf(
+          line, sizeof line, "step %lld/%lld  loss %.4f%s  lr %.2e  %s tok/s  %s  ETA %s",
+          static_cast<long long>(m.step), static_cast<long long>(total), m.loss,
+          m.eval_loss ? str_cat("  eval_loss ", format_fixed(*m.eval_loss, 4)).c_str() : "", m.lr,
+          format_count(m.tokens_per_s).c_str(), format_duration(m.elapsed_s).c_str(),
+          format_duration(eta).c_str());
+      // An evaluated step is always logged: its held-out loss stays in the log.
+      if (m.step % s.config.training.log_interval == 0 || m.step == 1 || m.step == total ||
+          m.eval_loss) {
         log::end_status();
         log::info(line);
       } else {
@@ -95,13 +100,16 @@ TrainSummary Trainer::run() {
             format_duration(summary.elapsed_s), " (", format_count(summary.tokens_per_s),
             " tok/s); loss ", format_fixed(summary.first_loss, 4), " -> ",
             format_fixed(summary.last_loss, 4),
+            summary.last_eval_loss
+                ? str_cat(", held-out ", format_fixed(*summary.last_eval_loss, 4))
+                : "",
             summary.skipped_steps ? str_cat("; ", summary.skipped_steps, " skipped") : "");
   return summary;
 }
 
-TrainSummary train(const config::TrainConfig& config, const TrainOptions& options) {
+PreparedRun prepare_run(const config::TrainConfig& config, const TrainOptions& options) {
   const dist::WorldInfo world = dist::detect_world();
-  std::unique_ptr<dist::Communicator> comm;
+  PreparedRun run;
   TrainOptions run_options = options;
   if (world.distributed()) {
     log::set_rank(static_cast<int>(world.rank), static_cast<int>(world.world_size));
@@ -110,22 +118,27 @@ TrainSummary train(const config::TrainConfig& config, const TrainOptions& option
     run_options.progress = options.progress && world.rank == 0;
     log::info("rank ", world.rank, " of ", world.world_size, " (", world.launcher,
               "), rendezvous at ", world.master_addr, ":", world.port);
-    comm = std::make_unique<dist::Communicator>(world, options.dist_timeout);
-    check_same_config(*comm, config);
-    run_options.comm = comm.get();
+    run.comm = std::make_unique<dist::Communicator>(world, options.dist_timeout);
+    check_same_config(*run.comm, config);
+    run_options.comm = run.comm.get();
   }
   log::info("config: ", config.source);
   core::configure_runtime(world.local_world_size);  // before the precision probe, which it times
   // The run's shape, decided once (Note [run plan]); the Trainer finds nothing left to decide.
-  const plan::RunPlan plan = plan_run(config, options.device, comm.get());
+  const plan::RunPlan plan = plan_run(config, options.device, run.comm.get());
   for (const std::string& line : plan.decisions) log::info(line);
   const config::TrainConfig& resolved = plan.config;
-  ModelAndEngine built = build_model_and_engine(plan, comm.get());
+  ModelAndEngine built = build_model_and_engine(plan, run.comm.get());
   // Every rank built the same initial model from training.seed; from here on (dropout) each
   // rank draws its own numbers. Rank 0 keeps the stream a single-rank run would.
   if (world.rank > 0) torch::manual_seed(config.training.seed + 7919 * world.rank);
-  Trainer trainer(resolved, std::move(built), run_options);
-  return trainer.run();
+  run.trainer = std::make_unique<Trainer>(resolved, std::move(built), run_options);
+  return run;
+}
+
+TrainSummary train(const config::TrainConfig& config, const TrainOptions& options) {
+  PreparedRun run = prepare_run(config, options);
+  return run.trainer->run();
 }
 
 }  // namespace pstar::train

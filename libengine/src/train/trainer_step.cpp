@@ -112,7 +112,7 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   {
     model::ScopedModuleHooks hooks(engine->hooks());
     for (int64_t micro = 1; micro <= accumulation; ++micro) {
-      auto batch = sampler->batch(step, micro);
+      auto batch = data.sampler->batch(step, micro);
       auto inputs = batch.inputs.to(device), targets = batch.targets.to(device);
       const auto forward_start = Clock::now();
       auto logits = model->forward(inputs);
@@ -182,6 +182,8 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   m.tokens = tokens;
   m.step_time_s = seconds_since(step_start);
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / std::max(m.step_time_s, 1e-9);
+  // After the step's figures and before its checkpoint: the step's own time leaves it out.
+  if (eval_due()) m.eval_loss = evaluate();
   m.elapsed_s = seconds_since(*start);
   if (metrics) metrics->write(m);
   if (profiled) profiler->end_step(m, times);

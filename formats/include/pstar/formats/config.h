@@ -62,6 +62,15 @@ struct ModelConfig {
   std::string init_from;
 };
 
+// A held-out source for evaluation (data.eval): a token file or a text file, read like the
+// training source's keys; `text` goes through data.tokenizer when that is set.
+struct EvalDataConfig {
+  std::string path;              // flat binary token ids (resolved path), or empty
+  std::string dtype = "uint16";  // "uint16" or "uint32", for `path`
+  std::string text;              // UTF-8 text (resolved path), or empty
+  bool set() const { return !path.empty() || !text.empty(); }
+};
+
 struct DataConfig {
   std::string path;              // flat binary token ids (resolved path), or empty
   std::string dtype = "uint16";  // "uint16" or "uint32", for `path`
@@ -70,6 +79,11 @@ struct DataConfig {
   // vocab.json and merges.txt (resolved path); empty: the text's bytes are its tokens.
   std::string tokenizer;
   std::string sampling = "random";  // "random" or "sequential"
+  // Held-out data (docs/data.md#held-out-data): a second source, or the last `eval_fraction`
+  // (0 < f < 1) of the training source, which training then never samples. At most one.
+  EvalDataConfig eval;
+  std::optional<double> eval_fraction;
+  bool has_eval() const { return eval.set() || eval_fraction.has_value(); }
 };
 
 struct LrScheduleConfig {
@@ -90,6 +104,10 @@ struct TrainingConfig {
   // How many complete checkpoints to keep; older ones are deleted once a newer one is complete
   // and `latest` names it. 0 keeps every checkpoint.
   int64_t keep_last = 3;
+  // The held-out loss (docs/training.md#held-out-loss): every eval_interval steps (0: only after
+  // the last step) over eval_batches micro-batches of held-out windows, split over the ranks.
+  int64_t eval_interval = 0;
+  int64_t eval_batches = 8;
 };
 
 // engine.mode: "chunked", model data in chunks moved between a device tier and the host

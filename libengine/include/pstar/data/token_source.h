@@ -10,6 +10,9 @@
 namespace pstar::config {
 struct DataConfig;
 }
+namespace pstar::dist {
+class Communicator;
+}
 
 namespace pstar::data {
 
@@ -25,7 +28,25 @@ class TokenSource {
 
 // Opens and validates the configured source: readable (IoError), at least seq_len + 1 tokens and
 // every token id < vocab_size (ConfigError naming the key, the file and the offending value).
+// With several ranks (`comm`), a text's token cache is made by rank 0 alone and read by the
+// others after it (Note [token cache on several ranks] in token_source.cpp). With
+// data.eval_fraction this is the whole source: open_data_sources cuts it.
 std::unique_ptr<TokenSource> open_token_source(const config::DataConfig& data, int64_t vocab_size,
-                                               int64_t seq_len);
+                                               int64_t seq_len, dist::Communicator* comm = nullptr);
+
+// The training source and the held-out one (docs/data.md#held-out-data).
+struct DataSources {
+  std::unique_ptr<TokenSource> train;
+  // data.eval opened like the training source (its text through data.tokenizer), or the last
+  // data.eval_fraction of the training source; null when neither is set.
+  std::unique_ptr<TokenSource> eval;
+};
+
+// Opens both. With data.eval_fraction f the training source is its first N - floor(f·N) tokens
+// (so a sampler never draws a window that reaches the held-out part) and the held-out source the
+// rest; without it the training source is exactly what open_token_source returns. ConfigError
+// naming the key and its value when either part is shorter than one window (seq_len + 1 tokens).
+DataSources open_data_sources(const config::DataConfig& data, int64_t vocab_size, int64_t seq_len,
+                              dist::Communicator* comm = nullptr);
 
 }  // namespace pstar::data

@@ -73,6 +73,19 @@
 // next moment and its sum of squares and Adam are queued then, so the host updates while the
 // device runs the rest of the backward. The optimizer step waits only for those sums (grad_norm
 // adds them in chunk order, as always); update() queues the chunks left.
+//
+// Note [evaluation]
+// A held-out loss is forwards between steps (ParamEngine::begin_eval/end_eval), and must change
+// nothing of training: the trainer runs them with autograd off, and the engine runs them through
+// hooks of their own (evaluation.cpp) that never touch placement, so the warm-up trace, the margin
+// and every later eviction and prefetch are those of a run without them. Each module's chunks
+// come to the device as the warm-up's rule has it (only what is in use, beside what was there) —
+// a queued host Adam finishes first, with several ranks its groups are gathered and released —
+// and end_eval moves every chunk the evaluation uploaded back to the host, so the next step finds
+// each chunk where it left it. Moves copy bytes, so the numbers could not change anyway; keeping
+// the places also keeps the next step's moves, budgets and metrics. The evaluation's non-model
+// memory falls between end_step and begin_step, a window begin_step discards; its moves, traffic
+// and collectives are dropped from the figures and are not reported to the observer.
 #pragma once
 
 #include <cstdint>
@@ -107,6 +120,7 @@ class DeviceTier;
 namespace pstar::engine {
 
 using plan::LeafModule;
+class EvalHooks;
 
 class ChunkedEngine : public ParamEngine {
  public:
@@ -178,10 +192,16 @@ class ChunkedEngine : public ParamEngine {
   // The hooks the model's run_module() calls while this engine trains.
   model::ModuleHooks* hooks() override;
 
+  // Note [evaluation].
+  void begin_eval() override;
+  model::ModuleHooks* eval_hooks() override;
+  void end_eval() override;
+
   struct Impl;
 
  private:
   std::unique_ptr<Impl> impl_;
+  std::unique_ptr<EvalHooks> eval_;  // destroyed before impl_, which it refers to
 };
 
 }  // namespace pstar::engine

@@ -58,6 +58,14 @@ class ParamEngine {
   virtual void load_state_dict(const TensorMap& in, const std::string& file) = 0;
   // Hooks the model's run_module() calls during forward and backward; nullptr for none.
   virtual model::ModuleHooks* hooks() { return nullptr; }
+  // Evaluation, between steps: forwards run between begin_eval() and end_eval() under
+  // torch::NoGradGuard with eval_hooks() active (nullptr: none needed). The engine records nothing
+  // of them for training (trace, placement, metrics, observer) and ends with its model data where
+  // it began, so the steps that follow are those a run without evaluation makes (Note [evaluation]
+  // in chunked_engine.h). With several ranks every rank runs the same number of forwards.
+  virtual void begin_eval() {}
+  virtual model::ModuleHooks* eval_hooks() { return nullptr; }
+  virtual void end_eval() {}
 };
 
 }  // namespace pstar::engine

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "pstar/engine/metrics.h"
@@ -23,6 +24,9 @@ struct StepMetrics {
   double step_time_s = 0;
   double tokens_per_s = 0;  // this step's throughput
   double elapsed_s = 0;     // since the first step started
+  // The held-out loss after this step's update, when the step was evaluated
+  // (training.eval_interval, and the last step).
+  std::optional<double> eval_loss;
   // The engine's own figures (ParamEngine::fill_metrics): -1 where it does not measure them.
   engine::EngineMetrics engine;
 };

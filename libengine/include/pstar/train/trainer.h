@@ -4,11 +4,11 @@
 // reference).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
-
-#include <chrono>
 
 #include <c10/core/Device.h>
 
@@ -63,6 +63,15 @@ struct TrainSummary {
   // SIGINT or SIGTERM if the run stopped on one before training.steps (after a checkpoint when
   // training.save_dir is set); 0 when it ran to the end.
   int stop_signal = 0;
+  std::optional<double> last_eval_loss;  // the last held-out loss of the run, if any
+};
+
+// What `pstar eval` reports.
+struct EvalSummary {
+  int64_t step = 0;     // the checkpoint's step (0: the initial model)
+  double loss = 0;      // the held-out loss
+  int64_t windows = 0;  // held-out windows read, over all ranks
+  double elapsed_s = 0;
 };
 
 // A model and, for the chunk engine, the engine that already holds its parameters.
@@ -90,6 +99,11 @@ class Trainer {
   // Stops early, with a checkpoint, once core::stop_requested() (Note [graceful stop]).
   TrainSummary run();
   int64_t steps_done() const;
+  // The held-out loss of the model as it is now (docs/training.md#held-out-loss): forward only,
+  // changing nothing of training. ConfigError when the config has no held-out data.
+  double evaluate();
+  // Held-out windows one evaluation reads over all ranks; 0 without held-out data.
+  int64_t eval_windows() const;
 
  private:
   struct Impl;
@@ -114,5 +128,9 @@ ModelAndEngine build_model_and_engine(const plan::RunPlan& plan,
 // `pstar train`: runtime set-up, precision choice, model, trainer, run. Under a launcher
 // (dist/world.h) it joins the other ranks first and checks they all train the same config.
 TrainSummary train(const config::TrainConfig& config, const TrainOptions& options);
+
+// `pstar eval`: the same set-up as train() (options.resume_dir names the checkpoint), then one
+// evaluation of the held-out data instead of training.
+EvalSummary evaluate(const config::TrainConfig& config, const TrainOptions& options);
 
 }  // namespace pstar::train

@@ -1,0 +1,107 @@
+// The held-out loss (docs/training.md#held-out-loss): its windows, the evaluation between steps
+// and `pstar eval`.
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include "pstar/base/error.h"
+#include "pstar/base/format.h"
+#include "pstar/core/clock.h"
+#include "pstar/core/log.h"
+#include "pstar/model/hooks.h"
+#include "trainer_impl.h"
+
+namespace pstar::train {
+
+using core::Clock;
+using core::seconds_since;
+
+void Trainer::Impl::init_eval(std::unique_ptr<data::TokenSource> eval_source) {
+  data.eval_source = std::move(eval_source);
+  data.eval_windows = std::make_unique<data::EvalWindows>(
+      *data.eval_source, model->max_seq_len(), config.train_micro_batch_size_per_gpu,
+      config.training.eval_batches, rank(), world());
+  const int64_t interval = config.training.eval_interval;
+  log::info("held-out: ", data.eval_source->describe(), " (",
+            format_count(static_cast<double>(data.eval_source->size())), " tokens), ",
+            data.eval_windows->windows(), " windows of ", model->max_seq_len(), " tokens (",
+            config.training.eval_batches, " x ", config.train_micro_batch_size_per_gpu,
+            " asked), evaluated ",
+            interval > 0 ? str_cat("every ", interval, " steps and ") : std::string(),
+            "after the last step");
+}
+
+bool Trainer::Impl::eval_due() const {
+  if (!data.eval_windows) return false;
+  const int64_t interval = config.training.eval_interval;
+  return step == config.training.steps || (interval > 0 && step % interval == 0);
+}
+
+// Note [evaluation] in engine/chunked_engine.h says what the engine guarantees; the trainer's
+// part: autograd off (no graph, no gradient hooks), the model in eval mode, and the CPU generator
+// put back afterwards, so that even a model that draws random numbers in eval mode leaves
+// training's stream (dropout) where it was. The data is not the training sampler's: the windows
+// are a pure function of the held-out source (Note [evaluation windows]).
+double Trainer::Impl::evaluate() {
+  const data::EvalWindows& windows = *data.eval_windows;
+  const int64_t vocab = model->vocab_size();
+  const int64_t seq_len = model->max_seq_len();
+  torch::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  const at::Tensor rng = generator.get_state();
+  double sum = 0;  // of the per-window mean losses on this rank
+  engine->begin_eval();
+  {
+    model::ScopedModuleHooks hooks(engine->eval_hooks());
+    for (int64_t b = 0; b < windows.batches_per_rank(); ++b) {
+      data::Batch batch = windows.batch(b);
+      const int64_t rows = batch.inputs.size(0);
+      // An empty share still runs a forward with the others: the chunk engine gathers in it.
+      if (rows == 0 && comm == nullptr) continue;
+      if (rows == 0) batch = windows.filler();
+      auto logits = model->forward(batch.inputs.to(device));
+      auto losses = torch::nn::functional::cross_entropy(
+          logits.reshape({-1, vocab}).to(torch::kFloat32), batch.targets.to(device).reshape({-1}),
+          torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+      if (rows > 0)
+        sum += losses.reshape({rows, seq_len}).mean(1).to(torch::kFloat64).sum().item<double>();
+    }
+  }
+  // Before end_eval, which drops the communicator's figures of the evaluation.
+  if (comm != nullptr) sum = comm->all_reduce_sum(sum);
+  engine->end_eval();
+  generator.set_state(rng);
+  model->train(was_training);
+  return sum / static_cast<double>(windows.windows());
+}
+
+double Trainer::evaluate() {
+  PSTAR_CHECK(impl_->data.eval_windows != nullptr, ConfigError,
+              "no held-out data to evaluate: set data.eval (a second source: path or text) or "
+              "data.eval_fraction (e.g. --set data.eval_fraction=0.05)");
+  return impl_->evaluate();
+}
+
+int64_t Trainer::eval_windows() const {
+  return impl_->data.eval_windows ? impl_->data.eval_windows->windows() : 0;
+}
+
+EvalSummary evaluate(const config::TrainConfig& config, const TrainOptions& options) {
+  // Nothing is saved: the config's save_dir is neither created nor checked for room.
+  config::TrainConfig eval_config = config;
+  eval_config.training.save_dir.clear();
+  eval_config.training.save_interval = 0;
+  PreparedRun run = prepare_run(eval_config, options);
+  const auto begin = Clock::now();
+  EvalSummary summary;
+  summary.step = run.trainer->steps_done();
+  summary.loss = run.trainer->evaluate();
+  summary.windows = run.trainer->eval_windows();
+  summary.elapsed_s = seconds_since(begin);
+  log::info("eval: step ", summary.step, ", held-out loss ", format_fixed(summary.loss, 4),
+            " over ", summary.windows, " windows in ", format_duration(summary.elapsed_s));
+  return summary;
+}
+
+}  // namespace pstar::train
