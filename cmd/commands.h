@@ -50,6 +50,8 @@ struct EstimateCommandOptions {
   int64_t gpus_per_node = 1, nodes = 1;
   std::optional<double> gpu_tflops, pcie_gbps, cpu_mem_gbps, link_gbps, net_gbps;
   double mfu = 0.5;
+  // The NVMe tier per node: a size ("2TB"; empty: none) and its sequential rates ("6GB/s").
+  std::string nvme, nvme_bw, nvme_write_bw;
   // Workload. seq_len: 1024 for searches, the preset's for --model. vocab: 50257 (GPT) or
   // 128256 (--family llama) for searches; a --model has its own.
   std::optional<int64_t> seq_len, vocab;

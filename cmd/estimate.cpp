@@ -51,6 +51,17 @@ int64_t parse_count_flag(const std::string& flag, const std::string& text) {
   return static_cast<int64_t>(n);
 }
 
+// Rates: a size per second, "6GB/s" (the "/s" may be left out), as GB/s.
+double parse_rate_flag(const std::string& flag, const std::string& text) {
+  std::string size = text;
+  if (size.size() > 2 && size.compare(size.size() - 2, 2, "/s") == 0) size.resize(size.size() - 2);
+  auto bytes = parse_size_bytes(size);
+  PSTAR_CHECK(bytes.has_value(), ConfigError, flag, ": '", text,
+              "' is not a positive rate; write bytes per second with a unit, e.g. 6GB/s or "
+              "3500MB/s (units B, KB, MB, GB, TB and KiB, MiB, GiB, TiB)");
+  return static_cast<double>(*bytes) / 1e9;
+}
+
 void check_positive(const std::string& flag, double value) {
   PSTAR_CHECK(value > 0 && std::isfinite(value), ConfigError, flag, ": ", value,
               " must be positive");
@@ -170,6 +181,18 @@ plan::Hardware resolve_hardware(const EstimateCommandOptions& o) {
   PSTAR_CHECK(o.mfu <= 1, ConfigError, "--mfu: ", o.mfu, " must be at most 1");
   hw.mfu = o.mfu;
   if (hw.world() > 1 && hw.link_gbps <= 0) hw.link_gbps = hw.pcie_gbps;
+  PSTAR_CHECK(!o.nvme.empty() || (o.nvme_bw.empty() && o.nvme_write_bw.empty()), ConfigError,
+              o.nvme_bw.empty() ? "--nvme-write-bw" : "--nvme-bw",
+              " needs --nvme SIZE (the NVMe capacity per node), e.g. --nvme 2TB");
+  if (!o.nvme.empty()) {
+    hw.nvme_capacity = parse_size_flag("--nvme", o.nvme);
+    if (!o.nvme_bw.empty()) {
+      hw.nvme_read_gbps = parse_rate_flag("--nvme-bw", o.nvme_bw);
+      hw.nvme_write_gbps = hw.nvme_read_gbps * plan::kNvmeWriteShare;
+    }
+    if (!o.nvme_write_bw.empty())
+      hw.nvme_write_gbps = parse_rate_flag("--nvme-write-bw", o.nvme_write_bw);
+  }
   return hw;
 }
 
@@ -205,18 +228,29 @@ plan::Workload resolve_workload(const EstimateCommandOptions& o) {
 
 struct Tiers {
   json gpu, host;
+  json nvme;  // null without an NVMe tier
 };
 
+// `nvme_capacity` 0: no NVMe tier, and no `nvme` column.
 Tiers memory_items(const plan::Evaluation& e, int64_t gpu_capacity, int64_t host_capacity,
-                   int64_t ranks_per_host) {
+                   int64_t ranks_per_host, int64_t nvme_capacity = 0) {
   const auto& f = e.fit;
   const int64_t chunk = e.layout.chunk_size;
-  const double device_share =
-      f.owned_chunks ? static_cast<double>(f.device_chunks) / static_cast<double>(f.owned_chunks)
-                     : 0;
+  // The padding is spread over the chunks, each tier holding its payloads' share of it.
+  const auto owned = static_cast<double>(f.owned_chunks);
+  const double compute_share =
+      static_cast<double>(e.payload.compute()) / static_cast<double>(e.payload.whole());
+  const double device_share = f.owned_chunks
+                                  ? (static_cast<double>(f.device_chunks) +
+                                     static_cast<double>(f.nvme_device_chunks) * compute_share) /
+                                        owned
+                                  : 0;
+  const double nvme_share =
+      f.owned_chunks ? static_cast<double>(f.nvme_chunks) * (1 - compute_share) / owned : 0;
+  const double padding = static_cast<double>(f.padding_bytes);
   Tiers t;
   t.gpu = json{
-      {"param_grad_chunks", f.device_chunks * chunk * e.payload.compute()},
+      {"param_grad_chunks", (f.device_chunks + f.nvme_device_chunks) * chunk * e.payload.compute()},
       {"optimizer_chunks", f.device_chunks * chunk * e.payload.optimizer()},
       {"activations", e.activations.peak},
       {"activations_checkpointing_on",
@@ -225,7 +259,7 @@ Tiers memory_items(const plan::Evaluation& e, int64_t gpu_capacity, int64_t host
        e.activations.stored_without_checkpointing + (e.activations.peak - e.activations.stored)},
       {"working_set", f.device_working},
       {"staging", 0},
-      {"padding", static_cast<int64_t>(device_share * static_cast<double>(f.padding_bytes))},
+      {"padding", static_cast<int64_t>(device_share * padding)},
       {"used", f.device_used},
       {"limit", f.device_limit},
       {"headroom", f.device_limit - f.device_used},
@@ -234,12 +268,13 @@ Tiers memory_items(const plan::Evaluation& e, int64_t gpu_capacity, int64_t host
       {"capacity", gpu_capacity},
   };
   t.host = json{
-      {"param_grad_chunks", ranks_per_host * f.host_chunks * chunk * e.payload.compute()},
+      {"param_grad_chunks",
+       ranks_per_host * (f.host_chunks + f.nvme_host_chunks) * chunk * e.payload.compute()},
       {"optimizer_chunks", ranks_per_host * f.host_chunks * chunk * e.payload.optimizer()},
       {"activations", 0},
       {"working_set", 0},
       {"staging", f.host_staging},
-      {"padding", static_cast<int64_t>((1 - device_share) * static_cast<double>(f.padding_bytes) *
+      {"padding", static_cast<int64_t>((1 - device_share - nvme_share) * padding *
                                        static_cast<double>(ranks_per_host))},
       {"used", f.host_used},
       {"limit", e.host_budget},
@@ -248,11 +283,29 @@ Tiers memory_items(const plan::Evaluation& e, int64_t gpu_capacity, int64_t host
       {"reserve", host_capacity - e.host_budget},
       {"capacity", host_capacity},
   };
+  if (nvme_capacity > 0) {
+    t.gpu["nvme_staging"] = 0;
+    t.host["nvme_staging"] = f.host_nvme_staging;
+    t.nvme = json{
+        {"chunks_per_rank", f.nvme_chunks},
+        {"compute_on_host_per_rank", f.nvme_host_chunks},
+        {"compute_on_gpu_per_rank", f.nvme_device_chunks},
+        {"optimizer_chunks", f.nvme_used},
+        {"padding",
+         static_cast<int64_t>(nvme_share * padding * static_cast<double>(ranks_per_host))},
+        {"used", f.nvme_used},
+        {"limit", f.nvme_limit},
+        {"headroom", f.nvme_limit - f.nvme_used},
+        {"reserve", nvme_capacity - f.nvme_limit},
+        {"capacity", nvme_capacity},
+        {"staging_chunks_per_rank", plan::kNvmeStagingChunks},
+    };
+  }
   return t;
 }
 
 json time_json(const plan::StepTime& t, const plan::Workload& w, const plan::Hardware& hw) {
-  return json{
+  json j{
       {"mfu", hw.mfu},
       {"gpu_compute_s", t.compute_s},
       {"transfer_s", t.transfer_s},
@@ -261,26 +314,42 @@ json time_json(const plan::StepTime& t, const plan::Workload& w, const plan::Har
       {"step_s", t.step_s()},
       {"tflops_per_gpu", t.tflops_per_gpu()},
       {"tokens_per_s", static_cast<double>(w.micro_batch * w.seq_len * hw.world()) / t.step_s()}};
+  if (hw.nvme_capacity > 0) {
+    j["nvme_read_gbps"] = hw.nvme_read_gbps;
+    j["nvme_write_gbps"] = hw.nvme_write_gbps;
+    j["nvme_read_bytes"] = t.nvme_read_bytes;
+    j["nvme_write_bytes"] = t.nvme_write_bytes;
+    j["nvme_io_s"] = t.nvme_io_s;
+    j["nvme_fill_s"] = t.nvme_fill_s;
+    j["optimizer_s"] = t.optimizer_s();
+  }
+  return j;
 }
 
 void print_memory(const Tiers& t, const plan::Evaluation& e, const plan::Workload& w,
                   bool hardware) {
   const std::string device_label = hardware ? "per GPU" : "device tier";
   const std::string host_label = hardware ? "per node host" : "host tier";
-  auto row = [](const char* name, const json& gpu, const json& host) {
-    auto cell = [](const json& v) {
-      return v.is_null() ? std::string("-") : format_bytes(v.get<int64_t>());
-    };
-    std::printf("  %-46s %14s %16s\n", name, cell(gpu).c_str(), cell(host).c_str());
+  const bool nvme = !t.nvme.is_null();
+  auto cell = [](const json& v) {
+    return v.is_null() ? std::string("-") : format_bytes(v.get<int64_t>());
   };
+  auto row = [&](const char* name, const json& gpu, const json& host, const json& disk = json()) {
+    std::printf("  %-46s %14s %16s", name, cell(gpu).c_str(), cell(host).c_str());
+    if (nvme) std::printf(" %16s", cell(disk).c_str());
+    std::printf("\n");
+  };
+  auto nvme_item = [&](const char* key) { return nvme ? t.nvme[key] : json(); };
   const std::string dtype = w.precision;
-  std::printf("\nMemory                                           %14s %16s\n",
-              device_label.c_str(), host_label.c_str());
+  std::printf("\nMemory                                           %14s %16s", device_label.c_str(),
+              host_label.c_str());
+  if (nvme) std::printf(" %16s", "NVMe per node");
+  std::printf("\n");
   row((dtype + " param+grad chunks").c_str(), t.gpu["param_grad_chunks"],
       t.host["param_grad_chunks"]);
   row(e.payload.master ? "fp32 master + momentum + variance chunks"
                        : "momentum + variance chunks (fp32 param is master)",
-      t.gpu["optimizer_chunks"], t.host["optimizer_chunks"]);
+      t.gpu["optimizer_chunks"], t.host["optimizer_chunks"], nvme_item("optimizer_chunks"));
   row(w.checkpointing ? "activations (checkpointing on; planned)"
                       : "activations (checkpointing off; planned)",
       t.gpu["activations"], nullptr);
@@ -291,19 +360,29 @@ void print_memory(const Tiers& t, const plan::Evaluation& e, const plan::Workloa
       nullptr);
   row("working set: gathered chunks + comm buffers", t.gpu["working_set"], nullptr);
   row("pinned staging buffers", nullptr, t.host["staging"]);
-  row("  of the chunks above, padding (fragmentation)", t.gpu["padding"], t.host["padding"]);
-  row("total planned", t.gpu["used"], t.host["used"]);
-  row("limit the plan may fill", t.gpu["limit"], t.host["limit"]);
-  row("headroom", t.gpu["headroom"], t.host["headroom"]);
-  row("reserve (not planned)", t.gpu["reserve"], t.host["reserve"]);
-  row("capacity", t.gpu["capacity"], t.host["capacity"]);
+  if (nvme) {
+    char label[64];
+    std::snprintf(label, sizeof label, "NVMe staging pool (%lld chunks' optimizer state)",
+                  static_cast<long long>(plan::kNvmeStagingChunks));
+    row(label, nullptr, t.host["nvme_staging"]);
+  }
+  row("  of the chunks above, padding (fragmentation)", t.gpu["padding"], t.host["padding"],
+      nvme_item("padding"));
+  row("total planned", t.gpu["used"], t.host["used"], nvme_item("used"));
+  row("limit the plan may fill", t.gpu["limit"], t.host["limit"], nvme_item("limit"));
+  row("headroom", t.gpu["headroom"], t.host["headroom"], nvme_item("headroom"));
+  row("reserve (not planned)", t.gpu["reserve"], t.host["reserve"], nvme_item("reserve"));
+  row("capacity", t.gpu["capacity"], t.host["capacity"], nvme_item("capacity"));
   if (!hardware) return;  // the config's budgets are the capacities
   const double gpu_reserve = 1 - plan::kDefaultMemoryRatio * plan::kDeviceFillRatio;
   std::printf(
       "  reserve ratio: %.0f%% of each GPU (budget %.0f%%, of which the plan fills %.0f%%), "
-      "%.0f%% of host memory\n",
+      "%.0f%% of host memory",
       gpu_reserve * 100, plan::kDefaultMemoryRatio * 100, plan::kDeviceFillRatio * 100,
       (1 - plan::kDefaultMemoryRatio) * 100);
+  if (nvme)
+    std::printf(", %.0f%% of the NVMe (filesystem headroom)", (1 - plan::kNvmeFillRatio) * 100);
+  std::printf("\n");
 }
 
 void print_time(const plan::StepTime& t, const plan::Workload& w, const plan::Hardware& hw) {
@@ -311,14 +390,27 @@ void print_time(const plan::StepTime& t, const plan::Workload& w, const plan::Ha
   auto row = [&](const char* name, double s) {
     std::printf("  %-46s %10.3f s %5.1f%%\n", name, s, 100 * s / step);
   };
-  std::printf("\nStep time (micro-batch %lld x %lld tokens per GPU, no overlap assumed)\n",
-              static_cast<long long>(w.micro_batch), static_cast<long long>(w.seq_len));
+  std::printf("\nStep time (micro-batch %lld x %lld tokens per GPU, no overlap assumed%s)\n",
+              static_cast<long long>(w.micro_batch), static_cast<long long>(w.seq_len),
+              t.nvme_read_bytes > 0 ? " but of host Adam with NVMe I/O" : "");
   char compute[96];
   std::snprintf(compute, sizeof compute, "GPU compute (%.0f TFLOPS peak at %.0f%% MFU)",
                 w.elem_bytes == 4 ? hw.tflops_32 : hw.tflops_16, hw.mfu * 100);
   row(compute, t.compute_s);
   row("host<->device transfer (PCIe)", t.transfer_s);
-  row("host Adam (memory-bandwidth bound)", t.host_adam_s);
+  if (t.nvme_read_bytes > 0) {
+    // Note [nvme time]: the optimizer phase overlaps host Adam with the NVMe I/O.
+    std::printf("  %-46s %10.3f s\n", "  host Adam (memory-bandwidth bound)", t.host_adam_s);
+    char io[96];
+    std::snprintf(io, sizeof io, "  NVMe: read %s at %.1f GB/s, write at %.1f GB/s",
+                  format_bytes(t.nvme_read_bytes).c_str(), hw.nvme_read_gbps, hw.nvme_write_gbps);
+    std::printf("  %-46s %10.3f s\n", io, t.nvme_io_s);
+    std::printf("  %-46s %10.3f s\n", "  pipeline fill (one chunk read and written)",
+                t.nvme_fill_s);
+    row("host Adam || NVMe I/O, + fill", t.optimizer_s());
+  } else {
+    row("host Adam (memory-bandwidth bound)", t.host_adam_s);
+  }
   row("communication (all-gather, reduce-scatter)", t.comm_s);
   std::printf("  %-46s %10.3f s\n", "total", step);
   std::printf("  => %.1f TFLOPS per GPU, %.0f tokens/s in all\n", t.tflops_per_gpu(),
@@ -326,7 +418,7 @@ void print_time(const plan::StepTime& t, const plan::Workload& w, const plan::Ha
 }
 
 json evaluation_json(const plan::Evaluation& e, const Tiers& tiers) {
-  return json{
+  json j{
       {"max_params", e.params},
       {"model", model_json(e.shape, e.params)},
       {"chunks",
@@ -338,6 +430,11 @@ json evaluation_json(const plan::Evaluation& e, const Tiers& tiers) {
         {"bytes_per_param", e.payload.whole()}}},
       {"memory", {{"gpu", tiers.gpu}, {"host", tiers.host}}},
   };
+  if (!tiers.nvme.is_null()) {
+    j["chunks"]["optimizer_on_nvme_per_rank"] = e.fit.nvme_chunks;
+    j["memory"]["nvme"] = tiers.nvme;
+  }
+  return j;
 }
 
 // The largest model of the family asked for (the GPT's or the Llama-3-like search).
@@ -358,6 +455,9 @@ void print_report(const EstimateCommandOptions& o, const plan::Hardware& hw,
               static_cast<long long>(hw.nodes), static_cast<long long>(hw.gpus_per_node),
               hw.name.c_str(), format_bytes(hw.gpu_memory).c_str(),
               format_bytes(hw.cpu_memory).c_str());
+  if (hw.nvme_capacity > 0)
+    std::printf("NVMe: %s per node, %.1f GB/s read, %.1f GB/s write (shared disk)\n",
+                format_bytes(hw.nvme_capacity).c_str(), hw.nvme_read_gbps, hw.nvme_write_gbps);
   std::printf(
       "Workload: seq %lld, micro-batch %lld per GPU, %s, activation checkpointing %s, "
       "chunks of %lld elements, vocab %lld\n",
@@ -378,6 +478,13 @@ void print_report(const EstimateCommandOptions& o, const plan::Hardware& hw,
       static_cast<long long>(e.layout.num_chunks), static_cast<long long>(e.layout.chunk_size),
       static_cast<long long>(e.payload.whole()), static_cast<long long>(e.fit.owned_chunks),
       static_cast<long long>(e.fit.host_chunks), static_cast<long long>(e.fit.device_chunks));
+  if (hw.nvme_capacity > 0)
+    std::printf(
+        "  NVMe: %lld more chunks per GPU keep their optimizer state (%lld B/parameter) on NVMe, "
+        "their %s param+grad on the host (%lld) or the GPU (%lld)\n",
+        static_cast<long long>(e.fit.nvme_chunks), static_cast<long long>(e.payload.optimizer()),
+        w.precision.c_str(), static_cast<long long>(e.fit.nvme_host_chunks),
+        static_cast<long long>(e.fit.nvme_device_chunks));
   if (!e.fit.fits) std::printf("  why not: %s\n", e.fit.reason.c_str());
   print_memory(tiers, e, w, true);
   if (timed)
@@ -426,6 +533,12 @@ int run_config_check(const EstimateCommandOptions& o) {
               ": engine.mode is \"", config::engine_mode_name(config.engine.mode),
               "\"; pstar estimate checks chunk-engine configs (engine.mode \"chunked\")");
   const bool hardware = !o.hardware.empty() || !o.gpu_mem.empty();
+  // Reading engine.nvme_path (and checking its disk) is not done yet: the NVMe tier is
+  // estimated on hardware only.
+  PSTAR_CHECK(hardware || (o.nvme.empty() && o.nvme_bw.empty() && o.nvme_write_bw.empty()),
+              ConfigError, "--nvme '", o.nvme,
+              "': with a config, give the hardware too (--hardware or --gpu-mem, and --cpu-mem); "
+              "checking a config against its own budgets does not read engine.nvme_path yet");
   // The run plan `pstar train` would resolve (Note [run plan]): for the hardware given, facts that
   // describe it; else this machine's own, gathered as `pstar train` gathers them.
   plan::Hardware hw;
@@ -471,7 +584,8 @@ int run_config_check(const EstimateCommandOptions& o) {
     where = str_cat("the config's budgets: engine.device_memory ", format_bytes(device),
                     ", engine.host_memory ", format_bytes(host));
   }
-  const Tiers tiers = memory_items(e, gpu_capacity, host_capacity, hardware ? hw.gpus_per_node : 1);
+  const Tiers tiers = memory_items(e, gpu_capacity, host_capacity, hardware ? hw.gpus_per_node : 1,
+                                   hardware ? hw.nvme_capacity : 0);
   if (o.json) {
     json j = evaluation_json(e, tiers);
     j["fits"] = e.fit.fits;
@@ -511,6 +625,12 @@ void register_estimate(CLI::App& app) {
   sub->add_option("--cpu-mem-gbps", o->cpu_mem_gbps, "Achieved host memory GB/s per node");
   sub->add_option("--link-gbps", o->link_gbps, "GPU<->GPU GB/s per direction within a node");
   sub->add_option("--net-gbps", o->net_gbps, "Inter-node GB/s per node (default 25)");
+  sub->add_option("--nvme", o->nvme,
+                  "NVMe capacity per node for optimizer state, e.g. 2TB (docs/estimate.md)");
+  sub->add_option("--nvme-bw", o->nvme_bw,
+                  "NVMe sequential read rate per node, e.g. 6GB/s (default 6GB/s; writes at half)");
+  sub->add_option("--nvme-write-bw", o->nvme_write_bw,
+                  "NVMe sequential write rate per node (default half of --nvme-bw)");
   sub->add_option("--mfu", o->mfu, "Share of peak FLOPS the GPU compute reaches")
       ->capture_default_str();
   sub->add_option("--seq-len", o->seq_len,
@@ -604,7 +724,8 @@ int run_estimate(const EstimateCommandOptions& o) {
     }
   }
   const plan::Evaluation& e = est.best;
-  const Tiers tiers = memory_items(e, hw.gpu_memory, hw.cpu_memory, hw.gpus_per_node);
+  const Tiers tiers =
+      memory_items(e, hw.gpu_memory, hw.cpu_memory, hw.gpus_per_node, hw.nvme_capacity);
   const auto ds = plan::deepspeed_estimates(hw, e.shape.hidden(), w.vocab);
   if (o.json) {
     json j = evaluation_json(e, tiers);
@@ -616,6 +737,11 @@ int run_estimate(const EstimateCommandOptions& o) {
                      {"cpu_memory", hw.cpu_memory},
                      {"gpus_per_node", hw.gpus_per_node},
                      {"nodes", hw.nodes}};
+    if (hw.nvme_capacity > 0) {
+      j["hardware"]["nvme_capacity"] = hw.nvme_capacity;
+      j["hardware"]["nvme_read_gbps"] = hw.nvme_read_gbps;
+      j["hardware"]["nvme_write_gbps"] = hw.nvme_write_gbps;
+    }
     j["workload"] = {{"seq_len", w.seq_len},
                      {"micro_batch", w.micro_batch},
                      {"activation_checkpointing", w.checkpointing},

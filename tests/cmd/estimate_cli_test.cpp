@@ -1,5 +1,6 @@
 // `pstar estimate` end to end: its JSON against its own table's claims, bad input, and the
 // config check against what `pstar train` accepts.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,30 @@ TEST(EstimateCliTest, BadInputIsRefusedClearly) {
       {{"--hardware", "A100-80GB", "--cpu-mem", "64GB", "--hidden", "8192", "--layers", "500"},
        5,
        "does not fit"},
+      // The NVMe tier.
+      {{"--hardware", "H100-80GB", "--cpu-mem", "128GB", "--nvme", "0"},
+       2,
+       "--nvme: '0' is not a positive size"},
+      {{"--hardware", "H100-80GB", "--cpu-mem", "128GB", "--nvme", "-2TB"}, 2, "--nvme: '-2TB'"},
+      {{"--hardware", "H100-80GB", "--cpu-mem", "128GB", "--nvme", "2XB"}, 2, "--nvme: '2XB'"},
+      {{"--hardware", "H100-80GB", "--cpu-mem", "128GB", "--nvme", "2TB", "--nvme-bw", "fast"},
+       2,
+       "--nvme-bw: 'fast' is not a positive rate"},
+      {{"--hardware", "H100-80GB", "--cpu-mem", "128GB", "--nvme", "2TB", "--nvme-bw", "0GB/s"},
+       2,
+       "--nvme-bw: '0GB/s'"},
+      {{"--hardware", "H100-80GB", "--cpu-mem", "128GB", "--nvme", "2TB", "--nvme-write-bw",
+        "-3GB/s"},
+       2,
+       "--nvme-write-bw: '-3GB/s'"},
+      {{"--hardware", "H100-80GB", "--cpu-mem", "128GB", "--nvme-bw", "6GB/s"},
+       2,
+       "--nvme-bw needs --nvme SIZE"},
+      // 146 layers of hidden 6144 keep 759 GiB of optimizer state on NVMe: 700 GB is too small.
+      {{"--hardware", "H100-80GB", "--cpu-mem", "128GB", "--nvme", "700GB", "--hidden", "6144",
+        "--layers", "146"},
+       5,
+       "NVMe tier: the optimizer payloads of"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> args = {"estimate"};
@@ -108,6 +133,74 @@ TEST(EstimateCliTest, BadInputIsRefusedClearly) {
     EXPECT_EQ(r.exit_code, c.exit_code) << r;
     EXPECT_TRUE(contains(r.err, c.message)) << "expected '" << c.message << "'\n" << r;
   }
+}
+
+TEST(EstimateCliTest, NvmeTierInJsonAndTables) {
+  const std::vector<std::string> hw = {"--hardware", "H100-80GB", "--cpu-mem", "128GB"};
+  // Without --nvme no NVMe figure appears.
+  const json plain = run_json(hw);
+  EXPECT_FALSE(plain["memory"].contains("nvme"));
+  EXPECT_FALSE(plain["time"].contains("nvme_io_s"));
+  EXPECT_FALSE(plain["hardware"].contains("nvme_capacity"));
+
+  std::vector<std::string> args = hw;
+  for (const char* a : {"--nvme", "2TB", "--nvme-bw", "7GB/s"}) args.push_back(a);
+  const json j = run_json(args);
+  EXPECT_GE(j["max_params"].get<int64_t>(), int64_t{60} * 1000 * 1000 * 1000);
+  EXPECT_GT(j["max_params"].get<int64_t>(), 3 * plain["max_params"].get<int64_t>());
+  EXPECT_EQ(j["hardware"]["nvme_capacity"].get<int64_t>(), int64_t{2000} * 1000 * 1000 * 1000);
+  EXPECT_DOUBLE_EQ(j["hardware"]["nvme_read_gbps"].get<double>(), 7);
+  EXPECT_DOUBLE_EQ(j["hardware"]["nvme_write_gbps"].get<double>(), 3.5);  // half: DeepNVMe
+  const json& n = j["memory"]["nvme"];
+  EXPECT_GT(n["used"].get<int64_t>(), 0);
+  EXPECT_EQ(n["used"], n["optimizer_chunks"]);
+  EXPECT_LE(n["used"].get<int64_t>(), n["limit"].get<int64_t>());
+  EXPECT_EQ(n["limit"].get<int64_t>() + n["reserve"].get<int64_t>(), n["capacity"].get<int64_t>());
+  EXPECT_EQ(n["chunks_per_rank"], j["chunks"]["optimizer_on_nvme_per_rank"]);
+  EXPECT_EQ(n["chunks_per_rank"].get<int64_t>(), n["compute_on_host_per_rank"].get<int64_t>() +
+                                                     n["compute_on_gpu_per_rank"].get<int64_t>());
+  EXPECT_EQ(n["used"].get<int64_t>(),
+            n["chunks_per_rank"].get<int64_t>() * j["chunks"]["chunk_size"].get<int64_t>() * 12);
+  for (const char* tier : {"gpu", "host"}) {
+    const json& t = j["memory"][tier];
+    const int64_t parts = t["param_grad_chunks"].get<int64_t>() +
+                          t["optimizer_chunks"].get<int64_t>() + t["activations"].get<int64_t>() +
+                          t["working_set"].get<int64_t>() + t["staging"].get<int64_t>() +
+                          t["nvme_staging"].get<int64_t>();
+    EXPECT_EQ(parts, t["used"].get<int64_t>()) << tier;
+    EXPECT_LE(t["used"].get<int64_t>(), t["limit"].get<int64_t>()) << tier;
+  }
+  EXPECT_GT(j["memory"]["host"]["nvme_staging"].get<int64_t>(), 0);
+  const json& t = j["time"];
+  EXPECT_EQ(t["nvme_read_bytes"], n["used"]);
+  EXPECT_EQ(t["nvme_write_bytes"], n["used"]);
+  const double io = t["nvme_io_s"].get<double>(), adam = t["host_adam_s"].get<double>();
+  EXPECT_NEAR(io, n["used"].get<double>() * (1 / 7e9 + 1 / 3.5e9), 1e-9 * io);
+  EXPECT_NEAR(t["optimizer_s"].get<double>(), std::max(io, adam) + t["nvme_fill_s"].get<double>(),
+              1e-9 * io);
+  EXPECT_NEAR(t["step_s"].get<double>(),
+              t["gpu_compute_s"].get<double>() + t["transfer_s"].get<double>() +
+                  t["optimizer_s"].get<double>() + t["communication_s"].get<double>(),
+              1e-9 * io);
+
+  std::vector<std::string> human = {"estimate"};
+  human.insert(human.end(), args.begin(), args.end());
+  const RunResult r = run_pstar(human, fs::current_path());
+  ASSERT_EQ(r.exit_code, 0) << r;
+  for (const char* item : {"NVMe: 1.82 TiB per node, 7.0 GB/s read, 3.5 GB/s write",
+                           "NVMe per node", "NVMe staging pool (4 chunks", "NVMe: read",
+                           "pipeline fill", "host Adam || NVMe I/O", "filesystem headroom"})
+    EXPECT_TRUE(contains(r.out, item)) << item << "\n" << r;
+
+  // llama-3.1-8b on one RTX 4090 with 64 GB of host: out of memory without NVMe, fits with it.
+  const std::vector<std::string> rtx = {"estimate",     "--model",   "llama-3.1-8b", "--hardware",
+                                        "RTX4090-24GB", "--cpu-mem", "64GB"};
+  EXPECT_EQ(run_pstar(rtx, fs::current_path()).exit_code, 5);
+  std::vector<std::string> rtx_nvme = rtx;
+  rtx_nvme.push_back("--nvme");
+  rtx_nvme.push_back("1TB");
+  const RunResult fits = run_pstar(rtx_nvme, fs::current_path());
+  EXPECT_EQ(fits.exit_code, 0) << fits;
 }
 
 // A small chunk-engine config in `dir` (c.json, with its corpus) whose bf16.enabled is `bf16`.
@@ -184,6 +277,16 @@ TEST(EstimateCliTest, ConfigCheckAgreesWithTrain) {
   EXPECT_EQ(t.exit_code, 5) << t;
   EXPECT_TRUE(contains(t.err, "device tier")) << t;
   EXPECT_TRUE(contains(r.err, "device tier")) << r;
+
+  // engine.nvme_path is not read yet: --nvme with a config needs hardware flags.
+  r = run_pstar({"estimate", "--config", config, "--nvme", "1TB"}, fs::current_path(), cpu_only);
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err, "--nvme '1TB': with a config, give the hardware too")) << r;
+  r = run_pstar({"estimate", "--config", config, "--json", "--hardware", "H100-80GB", "--cpu-mem",
+                 "128GB", "--nvme", "1TB"},
+                fs::current_path(), cpu_only);
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(json::parse(r.out)["memory"]["nvme"]["used"].get<int64_t>(), 0);  // not needed
 }
 
 // ---- the Llama family ---------------------------------------------------------------------------

@@ -50,6 +50,7 @@ FitInput hardware_input(const Hardware& hw, const Workload& w) {
   // Pinned staging per GPU: one chunk's compute payload in each direction.
   in.staging_per_rank =
       2 * w.chunk_size * payload_bytes(w.elem_bytes, w.gradient_accumulation).compute();
+  in.nvme_capacity = hw.nvme_capacity;
   return in;
 }
 
@@ -59,15 +60,28 @@ StepTime step_time(const Hardware& hw, const Workload& w, const Evaluation& e) {
   t.flops_per_gpu = train_flops_per_token(e.shape, w.checkpointing) * tokens;
   const double tflops = w.elem_bytes == 4 ? hw.tflops_32 : hw.tflops_16;
   t.compute_s = t.flops_per_gpu / (tflops * 1e12 * hw.mfu);
-  // Host-resident chunks come up for forward and again for backward, and their gradients go
-  // down: three compute payloads per chunk per step over PCIe.
+  // Chunks whose compute payload lives on the host come up for forward and again for backward,
+  // and their gradients go down: three compute payloads per chunk per step over PCIe. An NVMe
+  // chunk whose compute payload stays on the device sends its gradient down for host Adam and
+  // takes the updated parameters back: two.
   const double chunk_compute = static_cast<double>(e.layout.chunk_size * e.payload.compute());
-  t.transfer_s =
-      3.0 * static_cast<double>(e.fit.host_chunks) * chunk_compute / (hw.pcie_gbps * 1e9);
-  // Host Adam for every rank of a node shares the node's memory bandwidth.
-  const double host_params =
-      static_cast<double>(e.fit.host_chunks * e.layout.chunk_size * hw.gpus_per_node);
+  const auto host_compute = static_cast<double>(e.fit.host_chunks + e.fit.nvme_host_chunks);
+  t.transfer_s = (3.0 * host_compute + 2.0 * static_cast<double>(e.fit.nvme_device_chunks)) *
+                 chunk_compute / (hw.pcie_gbps * 1e9);
+  // Host Adam (every chunk but the device's static ones) for every rank of a node shares the
+  // node's memory bandwidth.
+  const double host_params = static_cast<double>((e.fit.host_chunks + e.fit.nvme_chunks) *
+                                                 e.layout.chunk_size * hw.gpus_per_node);
   t.host_adam_s = host_params * kHostAdamBytesPerParam / (hw.cpu_mem_gbps * 1e9);
+  // Note [nvme time].
+  if (e.fit.nvme_chunks > 0) {
+    PSTAR_INTERNAL_ASSERT(hw.nvme_read_gbps > 0 && hw.nvme_write_gbps > 0);
+    const int64_t chunk_optimizer = e.layout.chunk_size * e.payload.optimizer();
+    t.nvme_read_bytes = t.nvme_write_bytes = e.fit.nvme_used;
+    const double per_byte = 1 / (hw.nvme_read_gbps * 1e9) + 1 / (hw.nvme_write_gbps * 1e9);
+    t.nvme_io_s = static_cast<double>(e.fit.nvme_used) * per_byte;
+    t.nvme_fill_s = static_cast<double>(chunk_optimizer * hw.gpus_per_node) * per_byte;
+  }
   // All-gather in forward and backward, reduce-scatter of gradients: 3·(N−1)/N of the model.
   const int64_t n = hw.world();
   if (n > 1) {

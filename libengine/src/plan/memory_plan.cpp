@@ -234,36 +234,58 @@ int64_t device_arena_bytes(int64_t device_budget, int64_t predicted_non_model) {
   return device_budget - reserve;
 }
 
+int64_t nvme_staging_per_rank(int64_t nvme_chunks, int64_t chunk_size,
+                              const PayloadBytes& payload) {
+  return std::min(nvme_chunks, kNvmeStagingChunks) * chunk_size * payload.optimizer();
+}
+
+namespace {
+
+// One rank's chunks with `nvme` of them keeping their optimizer payloads on NVMe (Note [nvme fit]).
+struct NvmePlacement {
+  bool feasible = false;  // the compute payloads of the NVMe chunks find room
+  int64_t nvme = 0, nvme_host = 0, nvme_device = 0;
+  int64_t host_capacity = 0, device_capacity = 0;  // whole chunks that fit beside them
+  int64_t staging = 0;                             // the NVMe staging pool, per rank
+  int64_t capacity() const { return feasible ? nvme + host_capacity + device_capacity : -1; }
+};
+
+}  // namespace
+
 Fit check_fit(const FitInput& in) {
-  PSTAR_INTERNAL_ASSERT(in.world_size >= 1 && in.ranks_per_host >= 1);
+  PSTAR_INTERNAL_ASSERT(in.world_size >= 1 && in.ranks_per_host >= 1 && in.nvme_capacity >= 0);
   const int64_t whole = in.layout.chunk_size * in.payload.whole();
   const int64_t compute = in.layout.chunk_size * in.payload.compute();
+  const int64_t optimizer = in.layout.chunk_size * in.payload.optimizer();
+  const int64_t r = in.ranks_per_host;
   Fit f;
   f.owned_chunks = ceil_div(in.layout.num_chunks, in.world_size);
   f.padding_bytes = ceil_div(in.layout.padding_elements(), in.world_size) * in.payload.whole();
-  f.host_staging = in.staging_per_rank * in.ranks_per_host;
+  f.host_staging = in.staging_per_rank * r;
   f.device_working = 2 * in.world_size * compute;
   f.device_non_model = in.non_model;
   f.device_limit = static_cast<int64_t>(device_fill_bytes(in.device_budget));
+  f.nvme_limit = static_cast<int64_t>(kNvmeFillRatio * static_cast<double>(in.nvme_capacity));
 
   // Host first (every chunk starts there), then the device takes the rest for good.
   const int64_t host_room = std::max<int64_t>(0, in.host_budget - f.host_staging);
-  const int64_t host_capacity = host_room / in.ranks_per_host / whole;
+  const int64_t host_capacity = host_room / r / whole;
   f.host_chunks = std::min(f.owned_chunks, host_capacity);
   f.device_chunks = f.owned_chunks - f.host_chunks;
   f.device_static = f.device_chunks * whole;
   f.device_used = f.device_static + f.device_working + f.device_non_model;
-  f.host_model = in.ranks_per_host * f.host_chunks * whole;
+  f.host_model = r * f.host_chunks * whole;
   f.host_used = f.host_model + f.host_staging;
 
   const int64_t pinned_owned = ceil_div(in.layout.host_pinned_chunks, in.world_size);
   const int64_t model_data = f.owned_chunks * whole;
+  const int64_t device_room = f.device_limit - f.device_working - f.device_non_model;
   if (pinned_owned > host_capacity) {
-    f.reason = str_cat("host tier: the embedding chunks kept on the host (use_cpu_embedding) need ",
-                       format_bytes(pinned_owned * whole * in.ranks_per_host), " but only ",
-                       format_bytes(host_room),
-                       " is available; raise the host memory or turn "
-                       "use_cpu_embedding off");
+    f.reason =
+        str_cat("host tier: the embedding chunks kept on the host (use_cpu_embedding) need ",
+                format_bytes(pinned_owned * whole * r), " but only ", format_bytes(host_room),
+                " is available; raise the host memory or turn "
+                "use_cpu_embedding off");
   } else if (f.device_working + f.device_non_model > in.device_budget) {
     f.reason = str_cat("device tier: the working set (", format_bytes(f.device_working),
                        ") plus the predicted non-model peak (", format_bytes(f.device_non_model),
@@ -271,14 +293,85 @@ Fit check_fit(const FitInput& in) {
                        "); lower the micro-batch, turn activation checkpointing on, or lower the "
                        "chunk size");
   } else if (f.device_chunks > 0 && f.device_used > f.device_limit) {
-    const int64_t fixed = f.device_working + f.device_non_model;
     f.reason = str_cat("model data needs ", format_bytes(model_data), " per rank (", f.owned_chunks,
                        " chunks of ", format_bytes(whole), "); the host holds ", f.host_chunks,
                        " and the other ", f.device_chunks, " (", format_bytes(f.device_static),
                        ") do not fit on the device next to the "
                        "working set and non-model memory (room for ",
-                       format_bytes(std::max<int64_t>(0, f.device_limit - fixed)),
+                       format_bytes(std::max<int64_t>(0, device_room)),
                        "); raise the host or device memory, or train a smaller model");
+    if (in.nvme_capacity > 0) {
+      // Note [nvme fit]: the fewest chunks whose optimizer payloads move to NVMe.
+      const int64_t device_free = std::max<int64_t>(0, device_room);
+      auto place = [&](int64_t n) {
+        NvmePlacement p;
+        p.nvme = n;
+        p.staging = nvme_staging_per_rank(n, in.layout.chunk_size, in.payload);
+        const int64_t host_free =
+            std::max<int64_t>(0, in.host_budget - r * (in.staging_per_rank + p.staging)) / r -
+            pinned_owned * whole;  // host-pinned chunks stay whole on the host
+        if (host_free < 0) return p;
+        p.nvme_host = std::min(n, host_free / compute);
+        p.nvme_device = n - p.nvme_host;
+        if (p.nvme_device * compute > device_free) return p;
+        p.feasible = true;
+        p.host_capacity = pinned_owned + (host_free - p.nvme_host * compute) / whole;
+        p.device_capacity = (device_free - p.nvme_device * compute) / whole;
+        return p;
+      };
+      // Feasibility falls with n (the pool grows, then the compute payloads fill both tiers);
+      // beyond the pool's size the capacity never falls with n (a chunk's compute payload is at
+      // most the whole chunk it replaces), so both searches bisect.
+      const int64_t movable = f.owned_chunks - pinned_owned;
+      int64_t lo = 0, hi = movable + 1;  // place(lo) feasible, place(hi) not (or past the end)
+      while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        (place(mid).feasible ? lo : hi) = mid;
+      }
+      const int64_t most = lo;
+      int64_t chosen = -1;
+      for (int64_t n = 1; n <= std::min(most, kNvmeStagingChunks - 1) && chosen < 0; ++n)
+        if (place(n).capacity() >= f.owned_chunks) chosen = n;
+      if (chosen < 0 && most >= kNvmeStagingChunks && place(most).capacity() >= f.owned_chunks) {
+        int64_t bad = kNvmeStagingChunks - 1, good = most;
+        while (good - bad > 1) {
+          const int64_t mid = bad + (good - bad) / 2;
+          (place(mid).capacity() >= f.owned_chunks ? good : bad) = mid;
+        }
+        chosen = good;
+      }
+      const NvmePlacement p = place(chosen >= 0 ? chosen : std::max<int64_t>(1, most));
+      f.nvme_chunks = p.nvme;
+      f.nvme_host_chunks = p.nvme_host;
+      f.nvme_device_chunks = p.nvme_device;
+      f.host_chunks = std::min(f.owned_chunks - p.nvme, p.host_capacity);
+      f.device_chunks = f.owned_chunks - p.nvme - f.host_chunks;
+      f.device_static = f.device_chunks * whole + p.nvme_device * compute;
+      f.device_used = f.device_static + f.device_working + f.device_non_model;
+      f.host_model = r * (f.host_chunks * whole + p.nvme_host * compute);
+      f.host_nvme_staging = r * p.staging;
+      f.host_used = f.host_model + f.host_staging + f.host_nvme_staging;
+      f.nvme_used = r * p.nvme * optimizer;
+      if (chosen < 0) {
+        f.reason = str_cat(
+            "model data needs ", format_bytes(model_data), " per rank (", f.owned_chunks,
+            " chunks of ", format_bytes(whole), "); even with the optimizer payloads of ", most,
+            " chunks on NVMe, the compute payloads (", format_bytes(compute),
+            " per chunk) and the NVMe staging pool (", format_bytes(f.host_nvme_staging),
+            " per host) leave the host and the device (room for ", format_bytes(device_free),
+            ") short; raise the host or device memory, or train a smaller model");
+      } else if (f.nvme_used > f.nvme_limit) {
+        f.reason = str_cat("NVMe tier: the optimizer payloads of ", p.nvme, " chunks per rank (",
+                           format_bytes(f.nvme_used), " per host, ", format_bytes(optimizer),
+                           " per chunk) exceed what the plan may fill of the NVMe's ",
+                           format_bytes(in.nvme_capacity), " (", kNvmeFillRatio * 100,
+                           "%: ", format_bytes(f.nvme_limit),
+                           "); use a larger NVMe disk, raise the host or device memory, or train "
+                           "a smaller model");
+      } else {
+        f.reason.clear();
+      }
+    }
   }
   f.fits = f.reason.empty();
   return f;

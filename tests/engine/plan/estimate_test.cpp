@@ -1,6 +1,7 @@
 // pstar estimate for the Llama family (libengine/src/plan/estimate.cpp): the presets' parameter
 // counts and chunk layouts, FLOPs per token against a hand count, the Llama-3 shape rule, the fit
 // against the budgets, and the largest Llama-3-like model search.
+#include <algorithm>
 #include <map>
 
 #include <gtest/gtest.h>
@@ -219,6 +220,156 @@ TEST(LlamaEstimateTest, ActivationsFollowTheFamilysModel) {
   LlamaActivationInput in = llama_activation_input(s.llama, 2, 2, true);
   EXPECT_EQ(e.activations.peak, estimate_llama_activations(in).peak);
   EXPECT_EQ(e.fit.device_non_model, e.activations.peak);
+}
+
+// ---- the NVMe tier (Note [nvme fit], Note [nvme time]) ------------------------------------------
+
+Hardware with_nvme(Hardware hw, int64_t capacity) {
+  hw.nvme_capacity = capacity;
+  return hw;
+}
+
+TEST(NvmeEstimateTest, WithoutNeedForItNothingChanges) {
+  const Hardware hw = hardware("H100-80GB", 1, 128 * kGB);
+  const Workload w;
+  // A model that fits without NVMe: the same fit and time with a disk.
+  const Evaluation plain = evaluate(hw, w, 4096, 50, 32);
+  const Evaluation disk = evaluate(with_nvme(hw, 2000 * kGB), w, 4096, 50, 32);
+  ASSERT_TRUE(plain.fit.fits);
+  EXPECT_EQ(disk.fit.nvme_chunks, 0);
+  EXPECT_EQ(disk.fit.host_chunks, plain.fit.host_chunks);
+  EXPECT_EQ(disk.fit.device_chunks, plain.fit.device_chunks);
+  EXPECT_EQ(disk.fit.host_used, plain.fit.host_used);
+  EXPECT_EQ(disk.fit.device_used, plain.fit.device_used);
+  EXPECT_EQ(disk.time.nvme_read_bytes, 0);
+  EXPECT_DOUBLE_EQ(disk.time.step_s(), plain.time.step_s());
+  // The largest GPT without a disk uses no NVMe, and one with a disk is larger.
+  const Estimate without = estimate_largest(hw, w, std::nullopt, std::nullopt);
+  EXPECT_EQ(without.best.fit.nvme_chunks, 0);
+  EXPECT_EQ(without.best.fit.nvme_used, 0);
+  EXPECT_EQ(without.best.fit.host_nvme_staging, 0);
+  const Estimate with = estimate_largest(with_nvme(hw, 2000 * kGB), w, std::nullopt, std::nullopt);
+  EXPECT_GT(with.best.params, 3 * without.best.params);
+}
+
+// The goal: 1×H100, 128 GB of host, 2 TB of NVMe trains a GPT of at least 60B. The
+// accounting limit is 2 B per parameter in the host and GPU budgets: (0.8·128 GB + 0.72·80 GiB)/2.
+TEST(NvmeEstimateTest, LargestGptOnH100With2TBFitsAndOneMoreLayerDoesNot) {
+  const Hardware hw = with_nvme(hardware("H100-80GB", 1, 128 * kGB), 2000 * kGB);
+  const Workload w;
+  const Estimate est = estimate_largest(hw, w, std::nullopt, std::nullopt);
+  const Evaluation& e = est.best;
+  ASSERT_TRUE(e.fit.fits) << e.fit.reason;
+  EXPECT_GE(e.params, 60 * kGB);
+  EXPECT_LT(static_cast<double>(e.params) * 2, 0.8 * 128e9 + 0.72 * hw.gpu_memory);
+  EXPECT_GT(e.fit.nvme_chunks, 0);
+  EXPECT_LE(e.fit.nvme_used, e.fit.nvme_limit);
+  EXPECT_LE(e.fit.host_used, e.host_budget);
+  EXPECT_LE(e.fit.device_used, e.fit.device_limit);
+  EXPECT_EQ(e.fit.host_chunks + e.fit.device_chunks + e.fit.nvme_chunks, e.fit.owned_chunks);
+  const model::ModelShape& s = e.shape;
+  if (s.layers() < s.hidden() / 32) {
+    EXPECT_FALSE(evaluate(hw, w, s.hidden(), s.layers() + 1, s.gpt.heads).fit.fits);
+  }
+  // At a fixed width the search stops at the last fit.
+  const int64_t layers = max_layers(hw, w, 8192, 64);
+  ASSERT_GT(layers, 0);
+  EXPECT_TRUE(evaluate(hw, w, 8192, layers, 64).fit.fits);
+  EXPECT_FALSE(evaluate(hw, w, 8192, layers + 1, 64).fit.fits);
+
+  // The Llama-3-like search uses the tier too.
+  Workload lw;
+  lw.vocab = 128256;
+  const Estimate llama = estimate_largest_llama(hw, lw, std::nullopt);
+  ASSERT_TRUE(llama.best.fit.fits) << llama.best.fit.reason;
+  EXPECT_GT(llama.best.fit.nvme_chunks, 0);
+  const model::LlamaConfig& c = llama.best.shape.llama;
+  if (c.layers < c.hidden / 64) {
+    EXPECT_FALSE(
+        evaluate(hw, lw, llama3_shape(c.hidden, c.layers + 1, lw.vocab, lw.seq_len)).fit.fits);
+  }
+}
+
+TEST(NvmeEstimateTest, FitFollowsTheNvmeCapacity) {
+  const Hardware big = with_nvme(hardware("H100-80GB", 1, 128 * kGB), 2000 * kGB);
+  const Workload w;
+  const Evaluation e = evaluate(big, w, 6144, 120, 48);
+  ASSERT_TRUE(e.fit.fits) << e.fit.reason;
+  const int64_t needed = e.fit.nvme_used;
+  ASSERT_GT(needed, 0);
+  EXPECT_EQ(needed, e.fit.nvme_chunks * e.layout.chunk_size * 12);
+  // The smallest disk whose kNvmeFillRatio holds `needed`.
+  auto fits_on = [&](int64_t capacity) {
+    return evaluate(with_nvme(big, capacity), w, 6144, 120, 48).fit;
+  };
+  int64_t capacity = static_cast<int64_t>(static_cast<double>(needed) / kNvmeFillRatio);
+  while (static_cast<int64_t>(kNvmeFillRatio * static_cast<double>(capacity)) < needed) ++capacity;
+  const Fit exact = fits_on(capacity);
+  EXPECT_TRUE(exact.fits) << exact.reason;
+  EXPECT_EQ(exact.nvme_used, needed);
+  const Fit short_by_a_byte = fits_on(capacity - 1);
+  EXPECT_FALSE(short_by_a_byte.fits);
+  EXPECT_NE(short_by_a_byte.reason.find("NVMe tier"), std::string::npos) << short_by_a_byte.reason;
+  EXPECT_FALSE(fits_on(capacity - kGB).fits);
+  // Without a disk it does not fit at all, for want of host and device memory.
+  const Evaluation none = evaluate(hardware("H100-80GB", 1, 128 * kGB), w, 6144, 120, 48);
+  EXPECT_FALSE(none.fit.fits);
+  EXPECT_NE(none.fit.reason.find("model data"), std::string::npos) << none.fit.reason;
+  // The staging pool is host memory: host_used counts it beside the compute payloads.
+  EXPECT_EQ(e.fit.host_nvme_staging,
+            std::min(e.fit.nvme_chunks, kNvmeStagingChunks) * e.layout.chunk_size * 12);
+  EXPECT_EQ(e.fit.host_used, e.fit.host_chunks * e.layout.chunk_size * 14 +
+                                 e.fit.nvme_host_chunks * e.layout.chunk_size * 2 +
+                                 e.fit.host_staging + e.fit.host_nvme_staging);
+}
+
+// Note [nvme time], by hand for one evaluation.
+TEST(NvmeEstimateTest, StepTimeNvmeTermHandComputed) {
+  Hardware hw = with_nvme(hardware("H100-80GB", 1, 128 * kGB), 2000 * kGB);
+  hw.nvme_read_gbps = 2;
+  hw.nvme_write_gbps = 1;
+  const Workload w;
+  const Evaluation e = evaluate(hw, w, 6144, 120, 48);
+  ASSERT_TRUE(e.fit.fits) << e.fit.reason;
+  const auto chunk = static_cast<double>(e.layout.chunk_size);
+  const auto nvme = static_cast<double>(e.fit.nvme_chunks);
+  const double bytes = nvme * chunk * 12;  // fp32 master + momentum + variance
+  EXPECT_EQ(e.time.nvme_read_bytes, static_cast<int64_t>(bytes));
+  EXPECT_EQ(e.time.nvme_write_bytes, static_cast<int64_t>(bytes));
+  const double io = bytes / 2e9 + bytes / 1e9;  // read and write share the disk
+  EXPECT_NEAR(e.time.nvme_io_s, io, 1e-9 * io);
+  const double fill = chunk * 12 / 2e9 + chunk * 12 / 1e9;
+  EXPECT_NEAR(e.time.nvme_fill_s, fill, 1e-9 * fill);
+  // Host Adam over every chunk the host updates (30 B per parameter at 370 GB/s).
+  const double adam = (static_cast<double>(e.fit.host_chunks) + nvme) * chunk * 30 / 370e9;
+  EXPECT_NEAR(e.time.host_adam_s, adam, 1e-9 * adam);
+  EXPECT_NEAR(e.time.optimizer_s(), std::max(adam, io) + fill, 1e-9 * io);
+  // PCIe: three compute payloads per chunk kept on the host, two per NVMe chunk on the GPU.
+  const double transfer = (3.0 * static_cast<double>(e.fit.host_chunks + e.fit.nvme_host_chunks) +
+                           2.0 * static_cast<double>(e.fit.nvme_device_chunks)) *
+                          chunk * 2 / 50e9;
+  EXPECT_NEAR(e.time.transfer_s, transfer, 1e-9 * transfer);
+  EXPECT_NEAR(e.time.step_s(),
+              e.time.compute_s + transfer + std::max(adam, io) + fill + e.time.comm_s,
+              1e-9 * e.time.step_s());
+  // Here the disk is the bottleneck; a fast one leaves host Adam the longer of the two.
+  EXPECT_GT(io, adam);
+  hw.nvme_read_gbps = hw.nvme_write_gbps = 1e4;
+  const Evaluation fast = evaluate(hw, w, 6144, 120, 48);
+  EXPECT_NEAR(fast.time.optimizer_s(), fast.time.host_adam_s + fast.time.nvme_fill_s,
+              1e-9 * fast.time.host_adam_s);
+}
+
+// llama-3.1-8b on one RTX 4090 with 64 GB of host: does not fit without NVMe, fits with 1 TB.
+TEST(NvmeEstimateTest, Llama8BOnA4090FitsWithNvme) {
+  const model::ModelShape s = preset("llama-3.1-8b");
+  const Workload w;
+  const Hardware hw = hardware("RTX4090-24GB", 1, 64 * kGB);
+  EXPECT_FALSE(evaluate(hw, w, s).fit.fits);
+  const Evaluation e = evaluate(with_nvme(hw, 1000 * kGB), w, s);
+  EXPECT_TRUE(e.fit.fits) << e.fit.reason;
+  EXPECT_GT(e.fit.nvme_chunks, 0);
+  EXPECT_GT(e.time.nvme_io_s, 0);
 }
 
 }  // namespace

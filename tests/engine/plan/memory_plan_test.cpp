@@ -168,6 +168,122 @@ TEST(FitTest, EmbeddingChunksMustStayOnTheHost) {
   EXPECT_NE(f.reason.find("use_cpu_embedding"), std::string::npos) << f.reason;
 }
 
+// Note [nvme fit], by hand. small_fit's chunks: 14000 B whole, 2000 B compute, 12000 B optimizer.
+// The device here has no room for chunks: 4000 B of working set + 68000 B non-model fill its
+// 72000 B limit.
+TEST(NvmeFitTest, FewestChunksMoveAndTheStagingPoolCountsAgainstTheHost) {
+  FitInput in = small_fit(20, 80000, 280000);
+  in.non_model = 68000;
+  // Without NVMe: the host holds 20 whole chunks only with 280000 B; it has exactly that.
+  EXPECT_TRUE(check_fit(in).fits);
+  in.host_budget = 279999;
+  Fit f = check_fit(in);
+  EXPECT_FALSE(f.fits);
+  EXPECT_EQ(f.nvme_chunks, 0);
+  EXPECT_EQ(f.host_nvme_staging, 0);
+  // With NVMe at 279999 B of host: 1 chunk on NVMe needs 19 whole + 1 compute + a pool of 1 =
+  // 266000 + 2000 + 12000 = 280000 (one byte short); 2 need a pool of 2 (24000) and leave room
+  // for 17 whole; 3 and 4 likewise fall short; 5 (pool of 4: 48000) leave 231999 - 10000 for 15
+  // whole: 15 + 5 = 20.
+  in.nvme_capacity = int64_t{1} << 30;
+  f = check_fit(in);
+  EXPECT_TRUE(f.fits) << f.reason;
+  EXPECT_EQ(f.nvme_chunks, 5);
+  EXPECT_EQ(f.nvme_host_chunks, 5);
+  EXPECT_EQ(f.nvme_device_chunks, 0);
+  EXPECT_EQ(f.host_chunks, 15);
+  EXPECT_EQ(f.device_chunks, 0);
+  EXPECT_EQ(f.host_nvme_staging, kNvmeStagingChunks * 12000);
+  EXPECT_EQ(f.host_used, 15 * 14000 + 5 * 2000 + 4 * 12000);
+  EXPECT_EQ(f.nvme_used, 5 * 12000);
+  // At 280000 B no chunk needs NVMe: the result is the one without it.
+  in.host_budget = 280000;
+  f = check_fit(in);
+  EXPECT_TRUE(f.fits);
+  EXPECT_EQ(f.nvme_chunks, 0);
+  EXPECT_EQ(f.host_used, 20 * 14000);
+  // The pool holds no more slots than chunks on NVMe.
+  const PayloadBytes bf16 = payload_bytes(2, false);
+  EXPECT_EQ(nvme_staging_per_rank(0, 1000, bf16), 0);
+  EXPECT_EQ(nvme_staging_per_rank(1, 1000, bf16), 12000);
+  EXPECT_EQ(nvme_staging_per_rank(3, 1000, bf16), 36000);
+  EXPECT_EQ(nvme_staging_per_rank(9, 1000, bf16), kNvmeStagingChunks * 12000);
+  EXPECT_EQ(nvme_staging_per_rank(9, 1000, payload_bytes(4, false)), kNvmeStagingChunks * 8000);
+}
+
+// All chunks on NVMe: the host's 88000 B hold the pool (48000) and 20 compute payloads (40000);
+// the device's 63000 B of room (72000 - 4000 working - 5000 non-model) hold 31 more (62000).
+TEST(NvmeFitTest, ComputePayloadsFillTheHostThenTheDevice) {
+  FitInput in = small_fit(51, 80000, 88000);
+  in.non_model = 5000;
+  in.nvme_capacity = int64_t{1} << 30;
+  Fit f = check_fit(in);
+  ASSERT_TRUE(f.fits) << f.reason;
+  EXPECT_EQ(f.nvme_chunks, 51);
+  EXPECT_EQ(f.nvme_host_chunks, 20);
+  EXPECT_EQ(f.nvme_device_chunks, 31);
+  EXPECT_EQ(f.host_chunks + f.device_chunks, 0);
+  EXPECT_EQ(f.host_used, 88000);
+  EXPECT_EQ(f.device_used, 31 * 2000 + 4000 + 5000);
+  EXPECT_LE(f.device_used, f.device_limit);
+  // One chunk more: its compute payload has no room anywhere.
+  in.layout.num_chunks = 52;
+  f = check_fit(in);
+  EXPECT_FALSE(f.fits);
+  EXPECT_NE(f.reason.find("compute payloads"), std::string::npos) << f.reason;
+  // One host byte less: 19 compute payloads on the host, 32 do not fit the device.
+  in.layout.num_chunks = 51;
+  in.host_budget = 87999;
+  EXPECT_FALSE(check_fit(in).fits);
+
+  // 40 chunks need 39 on NVMe: 20 compute payloads on the host, 19 on the device beside 1 whole
+  // chunk (14000 + 38000 <= 63000); with 38 the device has room for 1 whole chunk only: 39.
+  in.host_budget = 88000;
+  in.layout.num_chunks = 40;
+  f = check_fit(in);
+  ASSERT_TRUE(f.fits) << f.reason;
+  EXPECT_EQ(f.nvme_chunks, 39);
+  EXPECT_EQ(f.nvme_device_chunks, 19);
+  EXPECT_EQ(f.device_chunks, 1);
+  EXPECT_EQ(f.device_static, 14000 + 19 * 2000);
+  EXPECT_EQ(f.nvme_used, 39 * 12000);
+  // The NVMe may fill kNvmeFillRatio of its capacity: 468000 B fit 520000 B, not 519999.
+  in.nvme_capacity = 520000;
+  f = check_fit(in);
+  EXPECT_TRUE(f.fits) << f.reason;
+  EXPECT_EQ(f.nvme_limit, 468000);
+  in.nvme_capacity = 519999;
+  f = check_fit(in);
+  EXPECT_FALSE(f.fits);
+  EXPECT_NE(f.reason.find("NVMe tier"), std::string::npos) << f.reason;
+  EXPECT_NE(f.reason.find("507.81 KiB"), std::string::npos) << f.reason;  // the capacity
+}
+
+// Ranks of a host share its budget and its disk: the pool is per rank.
+TEST(NvmeFitTest, RanksShareTheHostAndTheDisk) {
+  // 16 chunks, 8 per rank; each rank's share of the host holds its pool (48000) and 8 compute
+  // payloads (16000), and no more: 7 on NVMe would leave 16000 for 7 compute payloads and no
+  // whole chunk.
+  FitInput in = small_fit(16, 80000, 2 * (4 * 12000 + 8 * 2000));
+  in.world_size = 2;
+  in.ranks_per_host = 2;
+  in.non_model = 72000 - 2 * 2 * 2000;  // no device room
+  EXPECT_FALSE(check_fit(in).fits);
+  in.nvme_capacity = int64_t{1} << 30;
+  Fit f = check_fit(in);
+  ASSERT_TRUE(f.fits) << f.reason;
+  EXPECT_EQ(f.owned_chunks, 8);
+  EXPECT_EQ(f.nvme_chunks, 8);
+  EXPECT_EQ(f.host_nvme_staging, 2 * 4 * 12000);
+  EXPECT_EQ(f.host_used, 2 * (4 * 12000 + 8 * 2000));
+  EXPECT_EQ(f.nvme_used, 2 * 8 * 12000);
+  // The disk is the node's: both ranks' 96000 B must fit 90% of it.
+  in.nvme_capacity = 2 * 8 * 12000 * 10 / 9 - 1;
+  f = check_fit(in);
+  EXPECT_FALSE(f.fits);
+  EXPECT_NE(f.reason.find("NVMe tier"), std::string::npos) << f.reason;
+}
+
 // A hand count of the activation model for one tiny shape (Note [activation model]):
 // B=2, S=4, h=8, a=2, V=16, L=3, bf16.
 TEST(ActivationModelTest, HandComputedTinyShape) {

@@ -3,6 +3,7 @@
 // (memory_plan.h) plus a step-time model. docs/estimate.md lists every assumption and its source.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -27,6 +28,12 @@ struct GpuPreset {
 const std::vector<GpuPreset>& gpu_presets();
 const GpuPreset* find_gpu_preset(const std::string& name);  // case-insensitive; nullptr if none
 
+// NVMe defaults (docs/estimate.md): 6 GB/s read, one fast Gen4/Gen5 SSD or a small array; writes
+// at about half the read rate, as DeepNVMe measured (10/5 GB/s on 4 Gen4 SSDs, 48/26 on 8 Gen5;
+// ../shared/reference/peers.md).
+inline constexpr double kDefaultNvmeReadGbps = 6;
+inline constexpr double kNvmeWriteShare = 0.5;
+
 struct Hardware {
   std::string name = "custom";
   int64_t gpu_memory = 0;  // per GPU
@@ -37,6 +44,11 @@ struct Hardware {
   double pcie_gbps = 0, link_gbps = 0, cpu_mem_gbps = 0;
   double net_gbps = 25;  // between nodes, per node
   double mfu = 0.5;      // share of peak the GPU compute reaches
+  // The NVMe tier per node (Note [nvme fit]): 0 bytes, none. Sequential rates, GB/s; read and
+  // write share the disk (Note [nvme time]).
+  int64_t nvme_capacity = 0;
+  double nvme_read_gbps = kDefaultNvmeReadGbps;
+  double nvme_write_gbps = kDefaultNvmeReadGbps * kNvmeWriteShare;
   int64_t world() const { return gpus_per_node * nodes; }
 };
 
@@ -63,10 +75,25 @@ Workload workload_for(const RunPlan& run, const model::ModelShape& shape);
 // by PatrickStar's count (6·P, 8·P with recomputation), the Llama family counted matrix by matrix.
 double train_flops_per_token(const model::ModelShape& shape, bool checkpointing);
 
+// Note [nvme time]
+// Each chunk whose optimizer payloads live on NVMe reads them once and writes them once per step.
+// Read and write share the disk, so the node's I/O time is the read bytes at the read rate plus
+// the write bytes at the write rate (not the larger of the two). The reads run ahead of host
+// Adam and the writes behind it (kNvmeStagingChunks), so the optimizer phase takes the larger of
+// host Adam and the I/O, plus a pipeline fill of one chunk: the first chunk's read before its
+// Adam can start and the last chunk's write after it ends (every rank of the node at once). Reads
+// started during the backward are not credited.
 struct StepTime {
   double flops_per_gpu = 0;
   double compute_s = 0, transfer_s = 0, host_adam_s = 0, comm_s = 0;
-  double step_s() const { return compute_s + transfer_s + host_adam_s + comm_s; }
+  // Per node and step: the NVMe bytes each way, the I/O time and the pipeline fill.
+  int64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
+  double nvme_io_s = 0, nvme_fill_s = 0;
+  // The optimizer phase on the host: host Adam, overlapped with the NVMe I/O when there is any.
+  double optimizer_s() const {
+    return nvme_read_bytes > 0 ? std::max(host_adam_s, nvme_io_s) + nvme_fill_s : host_adam_s;
+  }
+  double step_s() const { return compute_s + transfer_s + optimizer_s() + comm_s; }
   double tflops_per_gpu() const { return flops_per_gpu / step_s() / 1e12; }
 };
 

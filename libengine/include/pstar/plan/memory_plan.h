@@ -11,6 +11,18 @@
 // non-model peak must fit the device budget. With static chunks, everything must fit in
 // kDeviceFillRatio of it: those chunks cannot be evicted, so the rest absorbs misprediction of
 // non-model memory. Without them, the warm-up's measurement and eviction absorb it.
+//
+// Note [nvme fit]
+// With an NVMe tier (FitInput::nvme_capacity > 0), a chunk may keep its optimizer payloads
+// (fp32 master where there is one, momentum, variance) in a file while its compute payload
+// (param/grad) stays in host or device memory; host Adam updates it through a staging pool of
+// kNvmeStagingChunks chunks' optimizer payloads per rank, a fixed, exact-size host allocation
+// counted against the host budget (only when some chunk is on NVMe, and never more slots than
+// chunks on NVMe). The fit first places chunks as without NVMe (host, then static on the device);
+// only if that fails does it move the fewest chunks' optimizer payloads to NVMe that make the model
+// fit, since every such chunk costs disk I/O each step. The compute payloads of those chunks live
+// on the host while it has room, then on the device (where they stay, like static chunks: the
+// device fill ratio applies). The NVMe tier may fill kNvmeFillRatio of its capacity.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +43,13 @@ inline constexpr double kDefaultMemoryRatio = 0.8;
 // Share of the device budget the start-up plan may fill; the warm-up plan uses the same share
 // for the margin.
 inline constexpr double kDeviceFillRatio = 0.9;
+// Chunks' optimizer payloads per rank in the host staging pool of the NVMe tier (Note [nvme fit]):
+// a read-ahead depth of 2, the chunk being updated, and 1 written behind. The engine's NVMe tier
+// sizes its pool with the same constant.
+inline constexpr int64_t kNvmeStagingChunks = 4;
+// Share of the NVMe capacity the plans may fill: headroom for the filesystem (ext4 reserves 5%
+// for root by default; metadata, other files) and for SSDs, whose writes slow as they fill.
+inline constexpr double kNvmeFillRatio = 0.9;
 // The bytes of a device budget the plans may fill with chunks (kDeviceFillRatio of it), and the
 // bytes they never fill: every use of the ratio goes through these two.
 inline double device_fill_bytes(int64_t device_budget) {
@@ -168,6 +187,7 @@ struct FitInput {
   int64_t host_budget = 0;       // per host
   int64_t non_model = 0;         // predicted non-model peak per rank (0: unknown, measured later)
   int64_t staging_per_rank = 0;  // pinned host staging buffers (0 on the emulated device tier)
+  int64_t nvme_capacity = 0;     // per host, bytes; 0: no NVMe tier (Note [nvme fit])
 };
 
 struct Fit {
@@ -175,21 +195,31 @@ struct Fit {
   int64_t owned_chunks = 0;   // per rank
   int64_t host_chunks = 0;    // per rank, on the host
   int64_t device_chunks = 0;  // per rank, static on the device
+  // Per rank, optimizer payloads on NVMe (Note [nvme fit]); of those, the ones whose compute
+  // payload is on the host and the ones whose compute payload stays on the device.
+  int64_t nvme_chunks = 0, nvme_host_chunks = 0, nvme_device_chunks = 0;
   // Per rank, on the device.
-  int64_t device_static = 0;   // device_chunks * whole payload
+  int64_t device_static = 0;   // device_chunks * whole + nvme_device_chunks * compute payload
   int64_t device_working = 0;  // two groups of gathered compute payloads
   int64_t device_non_model = 0;
   int64_t device_used = 0;
   int64_t device_limit = 0;  // kDeviceFillRatio * device_budget
   // Per host.
-  int64_t host_model = 0;  // ranks_per_host * host_chunks * whole payload
-  int64_t host_staging = 0;
+  int64_t host_model = 0;    // ranks_per_host * (host_chunks * whole + nvme_host_chunks * compute)
+  int64_t host_staging = 0;  // pinned compute staging (staging_per_rank)
+  int64_t host_nvme_staging = 0;  // the NVMe staging pool, all ranks
   int64_t host_used = 0;
+  // Per host, on NVMe.
+  int64_t nvme_used = 0;      // ranks_per_host * nvme_chunks * optimizer payload
+  int64_t nvme_limit = 0;     // kNvmeFillRatio * nvme_capacity
   int64_t padding_bytes = 0;  // per rank: the owned share of chunk padding, all payloads
   std::string reason;         // why not, naming the tier and what to change; empty when it fits
 
   int64_t device_margin() const { return device_limit - device_used; }
 };
+
+// Bytes of the NVMe staging pool per rank for `nvme_chunks` chunks on NVMe (Note [nvme fit]).
+int64_t nvme_staging_per_rank(int64_t nvme_chunks, int64_t chunk_size, const PayloadBytes& payload);
 
 Fit check_fit(const FitInput& in);
 
