@@ -214,7 +214,8 @@ def pstar_figures(d, a, params):
            "device_syncs_per_step": None, "host_chunk_peak_bytes": None, "model_data_bytes": None,
            "moved_h2d_bytes_per_step": None, "moved_d2h_bytes_per_step": None,
            "prefetched_h2d_bytes_per_step": None, "adam_device_chunks": None,
-           "adam_queued_chunks": None, "adam_early_chunks": None, "adam_wait_s_per_step": None, "wall_s": measure["wall_s"]}
+           "adam_queued_chunks": None, "adam_early_chunks": None, "adam_wait_s_per_step": None,
+           "split_s_per_step": None, "wall_s": measure["wall_s"]}
     if steps:
         out["loss_first"], out["loss_last"] = steps[0]["loss"], steps[-1]["loss"]
         for key, src in (("device_peak_bytes", "device_peak_bytes"),
@@ -246,6 +247,14 @@ def pstar_figures(d, a, params):
         out["device_syncs_per_step"] = sum(syncs) / len(syncs) if syncs else None
         waits = [s["adam_wait_s"] for s in timed if s.get("adam_wait_s") is not None]
         out["adam_wait_s_per_step"] = sum(waits) / len(waits) if waits else None
+        # Note [step split] (train/trainer_step.cpp): the training thread's parts of a step, and
+        # inside them its time in chunk moves and waiting for queued host Adam; mean per step.
+        split = {}
+        for key in ("forward_s", "backward_s", "optimizer_s", "move_s", "adam_wait_s"):
+            vals = [s[key] for s in timed if s.get(key) is not None]
+            if vals:
+                split[key] = sum(vals) / len(vals)
+        out["split_s_per_step"] = split or None
         out["tflops"] = flops_per_token(params, a.layers, a.hidden, a.seq) * out["tokens_per_s"] / 1e12
     return out
 
@@ -350,6 +359,9 @@ def summary(row):
     for key in ("ratio_vs_fsdp2", "ratio_vs_plain"):
         if row[key] is not None:
             parts.append(f"{key} {row[key]:.2f}")
+    split = (row["pstar"] or {}).get("split_s_per_step")
+    if split:
+        parts.append("pstar split " + " ".join(f"{k[:-2]} {v:.3f}" for k, v in split.items()))
     est = row["estimate"]
     if est and est.get("tokens_per_s") is not None:
         parts.append(f"estimate {'fits' if est['fits'] else 'does not fit'}, "

@@ -61,6 +61,9 @@ torch::Tensor GptAttention::forward(const torch::Tensor& x) {
     return t.view({batch, seq, heads, head_dim}).transpose(1, 2);  // [B, nh, S, hd]
   };
   auto q = heads_view(qkv[0]), k = heads_view(qkv[1]), v = heads_view(qkv[2]);
+  // Note [fused attention]
+  if (auto fused = fused_causal_attention(q, k, v))
+    return c_proj->forward(fused->transpose(1, 2).reshape({batch, seq, hidden}));
   auto scores = torch::matmul(q, k.transpose(-2, -1)).to(torch::kFloat32) *
                 (1.0 / std::sqrt(static_cast<double>(head_dim)));
   auto future = torch::ones({seq, seq}, torch::dtype(torch::kBool).device(x.device())).triu(1);

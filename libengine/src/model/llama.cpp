@@ -107,6 +107,9 @@ torch::Tensor LlamaAttention::forward(const torch::Tensor& x, const RotaryTables
             .expand({batch, kv_heads, group, seq, head_dim})
             .reshape({batch, heads, seq, head_dim});
   }
+  // Note [fused attention] (Hugging Face's "sdpa" implementation, its default on GPUs).
+  if (auto fused = fused_causal_attention(q, k, v))
+    return o_proj->forward(fused->transpose(1, 2).reshape({batch, seq, heads * head_dim}));
   // As Hugging Face's eager attention: scores in the compute dtype, softmax in fp32.
   const auto scores =
       torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));

@@ -1,7 +1,12 @@
 #include "pstar/model/ops.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include <torch/autograd.h>
 #include <torch/torch.h>
+
+#include "pstar/core/torch_compat.h"
 
 namespace pstar::model {
 namespace {
@@ -32,6 +37,32 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
   // The bias is added outside: the addition saves nothing of it.
   auto y = Linear::apply(x, weight);
   return bias.defined() ? y + bias : y;
+}
+
+bool fused_attention_on_cuda() {
+#if PSTAR_TORCH_VERSION_AT_LEAST(2, 0)
+  static const bool enabled = [] {
+    const char* forced = std::getenv("PSTAR_ATTENTION");
+    return forced == nullptr || std::strcmp(forced, "explicit") != 0;
+  }();
+  return enabled;
+#else
+  return false;
+#endif
+}
+
+std::optional<at::Tensor> fused_causal_attention(const at::Tensor& q, const at::Tensor& k,
+                                                 const at::Tensor& v) {
+  if (!q.is_cuda() || !fused_attention_on_cuda()) return std::nullopt;
+#if PSTAR_TORCH_VERSION_AT_LEAST(2, 0)
+  // The default scale is 1/sqrt(head_dim), as both models' explicit paths use.
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                          /*is_causal=*/true);
+#else
+  (void)k;
+  (void)v;
+  return std::nullopt;
+#endif
 }
 
 }  // namespace pstar::model

@@ -27,6 +27,9 @@ void MetricsWriter::write(const StepMetrics& m) {
       {"step_time_s", m.step_time_s},
       {"tokens_per_s", m.tokens_per_s},
       {"elapsed_s", m.elapsed_s},
+      {"forward_s", m.times.forward_s},
+      {"backward_s", m.times.backward_s},
+      {"optimizer_s", m.times.optimizer_s},
   };
   for (const auto& [key, value] :
        {std::pair<const char*, int64_t>{"device_peak_bytes", m.engine.device_peak_bytes},

@@ -33,6 +33,14 @@ using core::seconds_since;
 // decides abandoning. A second signal kills the process at once (stop.cpp); checkpoint files are
 // written atomically, so the last complete one stays valid.
 
+// Note [step split]
+// forward_s runs from the model's forward to the loss's value on the host (loss.item(): the device
+// has finished the forward then), backward_s from there until the engine's end of the micro-batch
+// returns, optimizer_s over the gradient norm, the update and the engine's end of the step; summed
+// over micro-batches. On a GPU the backward's last kernels may still run when backward_s ends: the
+// gradient norm's sums wait for them, inside optimizer_s. The engine's move_s and adam_wait_s (the
+// training thread's time in moves and waiting for queued host Adam) fall inside these parts.
+
 bool Trainer::Impl::agree_to_stop() {
   int local = core::stop_signal();
   if (comm != nullptr) {
@@ -102,7 +110,7 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   model->train();
   const bool profiled = profiler != nullptr && step >= options.profile_from_step;
   if (profiled) profiler->begin_step(step);
-  StepTimes times;
+  StepTimes times;  // Note [step split]
   engine->begin_step();
   // Without clipping or loss scaling the update is known before the backward: the engine may start
   // it as gradients become final (Note [host adam overlap]).
@@ -182,11 +190,12 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   m.tokens = tokens;
   m.step_time_s = seconds_since(step_start);
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / std::max(m.step_time_s, 1e-9);
+  m.times = times;
   // After the step's figures and before its checkpoint: the step's own time leaves it out.
   if (eval_due()) m.eval_loss = evaluate();
   m.elapsed_s = seconds_since(*start);
   if (metrics) metrics->write(m);
-  if (profiled) profiler->end_step(m, times);
+  if (profiled) profiler->end_step(m, m.times);
   const auto& t = config.training;
   if (!t.save_dir.empty() && t.save_interval > 0 &&
       (step % t.save_interval == 0 || step == t.steps))

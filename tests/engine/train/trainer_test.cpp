@@ -174,6 +174,15 @@ TEST_F(TrainerTest, WritesOneMetricsObjectPerStep) {
     for (const char* key : {"lr", "grad_norm", "tokens_per_s", "elapsed_s", "loss_scale", "tokens"})
       EXPECT_TRUE(j.contains(key)) << key;
     EXPECT_GT(j.at("tokens_per_s").get<double>(), 0);
+    // Note [step split]: three parts, each measured, that lie inside the step's wall time.
+    const double forward = j.at("forward_s").get<double>(),
+                 backward = j.at("backward_s").get<double>(),
+                 optimizer = j.at("optimizer_s").get<double>();
+    EXPECT_GT(forward, 0);
+    EXPECT_GT(backward, 0);
+    EXPECT_GT(optimizer, 0);
+    EXPECT_LE(forward + backward + optimizer, j.at("step_time_s").get<double>());
+    EXPECT_EQ(forward, m[n - 1].times.forward_s);
   }
   EXPECT_EQ(n, 3);
 }

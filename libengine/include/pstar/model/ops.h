@@ -9,6 +9,8 @@
 // layer_norm), or use these functions, which save the parameters themselves.
 #pragma once
 
+#include <optional>
+
 #include <ATen/core/Tensor.h>
 
 namespace pstar::model {
@@ -16,5 +18,19 @@ namespace pstar::model {
 // y = x @ weightᵀ + bias, with torch::nn::Linear's layout (weight [out, in]); bias may be
 // undefined. Saves x and weight (not a view of it) for backward.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+
+// Note [fused attention]
+// Causal attention softmax(q kᵀ / √head_dim + mask) v for q, k, v of shape [batch, heads, seq,
+// head_dim], through LibTorch's scaled_dot_product_attention where it can: LibTorch 2.0 or later
+// and q on a CUDA device. Its flash and memory-efficient kernels never write the [seq, seq] scores
+// to memory and take the softmax in fp32 inside; the models' explicit path writes the scores in
+// fp32, masks them, takes the softmax and casts back, several passes over batch × heads × seq²
+// floats per layer and their saved copies for the backward. Returns std::nullopt where the fused
+// path is not available (Debian's LibTorch 1.13, the CPU), and the model computes it explicitly.
+// PSTAR_ATTENTION=explicit in the environment (read once) forces the explicit path everywhere.
+std::optional<at::Tensor> fused_causal_attention(const at::Tensor& q, const at::Tensor& k,
+                                                 const at::Tensor& v);
+// Whether fused_causal_attention computes for tensors on a CUDA device in this build and process.
+bool fused_attention_on_cuda();
 
 }  // namespace pstar::model

@@ -13,6 +13,11 @@
 
 namespace pstar::train {
 
+// Where a step's wall time went, as the training thread saw it (Note [step split]).
+struct StepTimes {
+  double forward_s = 0, backward_s = 0, optimizer_s = 0;
+};
+
 struct StepMetrics {
   int64_t step = 0;       // 1-based
   double loss = 0;        // mean cross-entropy over the step's tokens, before the update
@@ -24,6 +29,7 @@ struct StepMetrics {
   double step_time_s = 0;
   double tokens_per_s = 0;  // this step's throughput
   double elapsed_s = 0;     // since the first step started
+  StepTimes times;          // the step's forward, backward and optimizer parts
   // The held-out loss after this step's update, when the step was evaluated
   // (training.eval_interval, and the last step).
   std::optional<double> eval_loss;

@@ -12,16 +12,12 @@
 
 #include "pstar/engine/observer.h"
 #include "pstar/formats/profile.h"
+#include "pstar/train/metrics.h"
 
 namespace pstar::train {
 
 using engine::MemorySample;
 
-struct StepTimes {
-  double forward_s = 0, backward_s = 0, optimizer_s = 0;
-};
-
-struct StepMetrics;
 
 // The chunk engine reports to it through engine::EngineObserver (ParamEngine::set_observer).
 class Profiler : public engine::EngineObserver {
