@@ -13,7 +13,9 @@
 #   kernels  pstar-bench-adam-kernel: Adam and sum of squares against the device's bandwidth
 #   bench    bench/gpu/gpt_bench.sh: pstar beside FSDP2-offload (BENCH_ARGS adds arguments, e.g.
 #            BENCH_ARGS="--sizes 2048x24 --steps 3")
-#   variants the 7.46B size with engine.prefetch=false and with engine.overlap_adam=false
+#   variants the 7.46B size with engine.prefetch=false and with engine.overlap_adam=false; the
+#            1.3B size with engine.use_cpu_embedding=false and with engine.mode=torch (the model
+#            without the chunk engine), which split pstar's gap to plain PyTorch there
 #   largest  the largest GPT pstar trains (gpt_bench.sh --largest --skip-fsdp2)
 # OUT_DIR receives summary.json (every phase: status, seconds, and the benchmark rows), summary.md
 # (a short table) and each phase's log. Exit status: 0 when every phase run passed.
@@ -136,14 +138,20 @@ phase_bench() {
     >"$out/bench.jsonl"
 }
 
+# variant NAME SIZE KEY=VALUE: pstar alone at SIZE with one config override, into OUT/variant-NAME.
+# BENCH_ARGS come first so that the variant's own size wins over a --sizes in them.
+variant() {
+  # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
+  bench/gpu/gpt_bench.sh "${bench_common[@]}" ${BENCH_ARGS:-} --out "$out/variant-$1" \
+    --sizes "$2" --skip-fsdp2 --plain none --set "$3" >"$out/variant-$1.jsonl"
+}
+
 phase_variants() {
   local rc=0
-  bench/gpu/gpt_bench.sh "${bench_common[@]}" --out "$out/variant-noprefetch" --sizes 4096x36 \
-    --skip-fsdp2 --plain none --set engine.prefetch=false ${BENCH_ARGS:-} \
-    >"$out/variant-noprefetch.jsonl" || rc=1
-  bench/gpu/gpt_bench.sh "${bench_common[@]}" --out "$out/variant-nooverlap" --sizes 4096x36 \
-    --skip-fsdp2 --plain none --set engine.overlap_adam=false ${BENCH_ARGS:-} \
-    >"$out/variant-nooverlap.jsonl" || rc=1
+  variant noprefetch 4096x36 engine.prefetch=false || rc=1
+  variant nooverlap 4096x36 engine.overlap_adam=false || rc=1
+  variant gpuembedding 2048x24 engine.use_cpu_embedding=false || rc=1
+  variant torchengine 2048x24 engine.mode=torch || rc=1
   return "$rc"
 }
 

@@ -149,6 +149,12 @@ params_of() {  # pstar's parameter count of hidden $1, layers $2
   "$python" -c "h, L = $1, $2; print(L * (12 * h * h + 13 * h) + $vocab * h + $seq * h + 2 * h)"
 }
 
+# engine.mode=torch among the --set overrides: pstar's plain LibTorch engine (everything on the
+# GPU, torch::optim's Adam), which pstar estimate does not model; a diagnostic that separates the
+# model's own cost from the chunk engine's.
+torch_engine=0
+for s in "${sets[@]}"; do [[ "$s" != engine.mode=torch ]] || torch_engine=1; done
+
 # Writes DIR/pstar.json for hidden $2, layers $3 and checks it with pstar estimate (whose parser
 # is pstar train's) on the named hardware: exit 0 fits, 5 predicted not to fit, else invalid.
 write_config() {
@@ -158,6 +164,10 @@ write_config() {
     --heads $((hidden >= 128 ? hidden / 128 : 1)) \
     --vocab "$vocab" --seq "$seq" --micro-batch "$micro_batch" --steps $((warmup + steps)) \
     --tokens "$tokens" --device-memory "$device_memory" --host-memory "$host_memory"
+  if [ "$torch_engine" = 1 ]; then
+    log "${hidden}x${layers}: engine.mode=torch: no estimate (it models the chunk engine)"
+    return 0
+  fi
   "$pstar" estimate --config "$dir/pstar.json" "${sets[@]}" "${estimate_hw[@]}" --json \
     >"$dir/estimate.json" 2>"$dir/estimate.log" || rc=$?
   case "$rc" in

@@ -225,13 +225,15 @@ ModelChunkMap model_chunk_map(const config::TrainConfig& config) {
 }
 
 int64_t device_arena_bytes(int64_t device_budget, int64_t predicted_non_model) {
-  const int64_t reserve = std::max(predicted_non_model, device_unfilled_bytes(device_budget));
-  PSTAR_CHECK(reserve < device_budget, OutOfMemoryError, "engine.device_memory ",
+  const auto fill = static_cast<int64_t>(device_fill_bytes(device_budget));
+  PSTAR_CHECK(predicted_non_model < fill, OutOfMemoryError, "engine.device_memory ",
               format_bytes(device_budget), " leaves nothing for chunks after ",
-              format_bytes(reserve),
-              " of predicted activations and temporaries; raise engine.device_memory, lower "
+              format_bytes(predicted_non_model),
+              " of predicted activations, temporaries and library workspaces and the ",
+              format_bytes(device_budget - fill),
+              " left to LibTorch's cache; raise engine.device_memory, lower "
               "train_micro_batch_size_per_gpu, or turn on engine.activation_checkpointing");
-  return device_budget - reserve;
+  return fill - predicted_non_model;
 }
 
 int64_t nvme_staging_per_rank(int64_t nvme_chunks, int64_t chunk_size,

@@ -6,9 +6,13 @@
 // only with a CUDA LibTorch and pstar_cuda (libengine/src/tier/sources.cmake).
 #include "cuda_tier_state.h"  // first: it includes torch_cuda_compat.h before any c10/cuda header
 
+#include <ATen/Functions.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -408,6 +412,35 @@ int64_t cuda_free_bytes(int device_index) {
               devices == 0 ? str_cat(": ", cuda::no_device_reason()) : std::string(),
               "); train with --device cpu");
   return cuda::memory_info(device_index).free_bytes;
+}
+
+int64_t cuda_library_workspace_bytes(int device_index, c10::ScalarType dtype) {
+  const int devices = cuda::device_count();
+  PSTAR_CHECK(device_index >= 0 && device_index < devices, ConfigError, "CUDA device ",
+              device_index, " does not exist (", devices, " found",
+              devices == 0 ? str_cat(": ", cuda::no_device_reason()) : std::string(),
+              "); train with --device cpu");
+  try {
+    compat::lazy_init_cuda();
+    const auto index = static_cast<c10::DeviceIndex>(device_index);
+    const c10::cuda::CUDAGuard guard(index);
+    const int64_t before = compat::cuda_reserved_bytes(device_index).current;
+    {
+      // Note [library workspaces]: both kinds of product, and a backward, which runs on autograd's
+      // device thread with that thread's own handle.
+      const at::AutoGradMode grad_mode(true);  // whatever the caller's mode: the backward must run
+      const auto options = at::TensorOptions().dtype(dtype).device(c10::kCUDA, index);
+      const at::Tensor a = at::ones({64, 64}, options).requires_grad_(true);
+      const at::Tensor bias = at::zeros({64}, options).requires_grad_(true);
+      at::add(at::addmm(bias, a, a), at::mm(a, a)).sum().backward();
+    }
+    c10::cuda::getCurrentCUDAStream(index).synchronize();
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    return std::max<int64_t>(0, compat::cuda_reserved_bytes(device_index).current - before);
+  } catch (const c10::Error& e) {
+    PSTAR_THROW(ConfigError, "CUDA device ", device_index,
+                ": a first matrix product failed: ", e.what_without_backtrace());
+  }
 }
 
 std::unique_ptr<DeviceTier> make_cuda_tier(int device_index, int64_t arena_bytes) {

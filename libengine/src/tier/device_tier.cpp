@@ -42,4 +42,9 @@ std::unique_ptr<DeviceTier> make_device_tier(c10::Device device, int64_t arena_b
   return make_cuda_tier(device.has_index() ? device.index() : 0, arena_bytes);
 }
 
+int64_t library_workspace_bytes(c10::Device device, c10::ScalarType dtype) {
+  if (!device.is_cuda()) return 0;
+  return cuda_library_workspace_bytes(device.has_index() ? device.index() : 0, dtype);
+}
+
 }  // namespace pstar::tier

@@ -6,7 +6,9 @@
 #include <torch/torch.h>
 
 #include "pstar/base/error.h"
+#include "pstar/base/size.h"
 #include "pstar/core/device.h"
+#include "pstar/core/log.h"
 #include "pstar/engine/chunked_engine.h"
 #include "pstar/formats/config.h"
 #include "pstar/model/factory.h"
@@ -57,7 +59,16 @@ ModelAndEngine build_model_and_engine(const plan::RunPlan& plan, dist::Communica
   if (config.engine.mode != config::EngineMode::kChunked)
     return ModelAndEngine{build_model(config), nullptr};
   const model::ModelShape shape = model::resolve_model_shape(config.model);
-  const int64_t non_model = plan::estimate_model_activations(shape, config).peak;
+  // Note [library workspaces]: measured on the device before the arena is sized from this.
+  const int64_t activations = plan::estimate_model_activations(shape, config).peak;
+  const int64_t non_model =
+      activations +
+      (plan.device == plan::DeviceKind::kCpu
+           ? 0
+           : tier::library_workspace_bytes(plan_device(plan), plan_dtype(plan)));
+  if (non_model > activations)
+    log::info("CUDA libraries' workspaces: ", format_bytes(non_model - activations),
+              " on the device, counted as non-model memory from the start");
   auto engine = std::make_unique<ChunkedEngine>(plan, plan::model_leaf_modules(shape), non_model,
                                                 comm, make_tier(plan, non_model));
   torch::manual_seed(config.training.seed);

@@ -95,6 +95,9 @@ TEST_F(LlamaTrainingTest, Bf16ConvergesAndTightBudgetsAreBitIdentical) {
   EXPECT_LT(free_run.back().loss, 0.8 * free_run.front().loss);
   int64_t non_model = 0;
   for (int64_t b : engine->trace().non_model_bytes) non_model = std::max(non_model, b);
+  // The start-up fit checks the predicted peak, which LibTorch 2.x's smaller measured one (1.42
+  // MiB against 1.57 predicted, LibTorch 2.11 on the CPU) can fall below: room for both.
+  non_model = std::max(non_model, engine->fit().device_non_model);
   const int64_t chunk_bytes = engine->compute_chunk_bytes();
   const int64_t num_chunks = engine->num_chunks();
   keep.reset();

@@ -13,6 +13,7 @@
 #include "pstar/base/error.h"
 #include "pstar/checkpoint/store.h"
 #include "pstar/chunk/access_trace.h"
+#include "pstar/core/torch_compat.h"
 #include "pstar/engine/chunked_engine.h"
 #include "pstar/formats/config.h"
 #include "pstar/tier/device_tier.h"
@@ -90,6 +91,21 @@ TEST_F(CudaTraining, Fp32MatchesTheTorchEngineOnTheGpu) {
     EXPECT_NEAR(chunked[i].loss, reference[i].loss, 1e-5 * std::abs(reference[i].loss))
         << "step " << i + 1;
   }
+}
+
+// Note [library workspaces]: this test runs in a process of its own (one ctest test per case), so
+// no product has run before the first measurement.
+TEST_F(CudaTraining, LibraryWorkspacesAreMeasuredOnceBeforeTheArena) {
+  const c10::Device gpu("cuda:0");
+  const int64_t first = tier::library_workspace_bytes(gpu, torch::kBFloat16);
+#if PSTAR_TORCH_VERSION_AT_LEAST(2, 1)
+  EXPECT_GT(first, 0) << "LibTorch 2.x keeps cuBLAS's workspaces in its caching allocator";
+#endif
+  EXPECT_EQ(first % 512, 0) << "the caching allocator reserves whole blocks";
+  // The workspaces stay for the process: measured again, nothing is new, and the products' own
+  // tensors went back to the device.
+  EXPECT_EQ(tier::library_workspace_bytes(gpu, torch::kBFloat16), 0);
+  EXPECT_EQ(tier::library_workspace_bytes(c10::Device(c10::kCPU), torch::kBFloat16), 0);
 }
 
 TEST_F(CudaTraining, TightBudgetsGiveBitIdenticalLossesWithTheRealPeakUnderTheBudget) {

@@ -930,15 +930,28 @@ TEST(DeviceTierSums, BatchedSumsMatchOneCallEach) {
   }
 }
 
-TEST(DeviceArenaBytes, LeavesTheLargerOfThePredictionAndTheUnfilledShare) {
+TEST(DeviceArenaBytes, LeavesThePredictionAndTheUnfilledShareToLibTorch) {
   config::TrainConfig c;
   c.engine.device_memory = 1000 << 20;
   const int64_t budget = *c.engine.device_memory;
-  const auto unfilled = static_cast<int64_t>((1.0 - plan::kDeviceFillRatio) * budget);
+  // 90% of 1000 MiB, less the prediction: the plans fill no more than that, and the other 10% is
+  // LibTorch's (its cached blocks).
+  const int64_t fill = 900 << 20;
+  ASSERT_EQ(static_cast<int64_t>(plan::device_fill_bytes(budget)), fill);
   const plan::RunPlan p = pstar::testing::cpu_plan(c);
-  EXPECT_EQ(engine::ChunkedEngine::device_arena_bytes(p, 0), budget - unfilled);
-  EXPECT_EQ(engine::ChunkedEngine::device_arena_bytes(p, 300 << 20), budget - (300 << 20));
-  EXPECT_THROW(engine::ChunkedEngine::device_arena_bytes(p, budget), OutOfMemoryError);
+  EXPECT_EQ(engine::ChunkedEngine::device_arena_bytes(p, 0), fill);
+  EXPECT_EQ(engine::ChunkedEngine::device_arena_bytes(p, 300 << 20), fill - (300 << 20));
+  EXPECT_EQ(engine::ChunkedEngine::device_arena_bytes(p, fill - 1), 1);
+  EXPECT_THROW(engine::ChunkedEngine::device_arena_bytes(p, fill), OutOfMemoryError);
+}
+
+// Note [library workspaces]: nothing to measure on the CPU; a build without the CUDA tier says so
+// when asked for a GPU's (the GPU side: CudaTraining.LibraryWorkspacesAreMeasuredOnceBeforeTheArena).
+TEST(LibraryWorkspaces, NoneOnTheCpuAndNoCudaWithoutTheTier) {
+  EXPECT_EQ(library_workspace_bytes(c10::Device(c10::kCPU), c10::kFloat), 0);
+  EXPECT_EQ(library_workspace_bytes(c10::Device(c10::kCPU), c10::kBFloat16), 0);
+  if (cuda_tier_built()) GTEST_SKIP() << "this build has the CUDA tier (the gpu tests cover it)";
+  EXPECT_THROW(library_workspace_bytes(c10::Device("cuda:0"), c10::kFloat), ConfigError);
 }
 
 TEST(ComputeDevice, ChunkEngineOnCudaNeedsTheCudaTier) {

@@ -50,17 +50,17 @@ inline constexpr int64_t kNvmeStagingChunks = 4;
 // Share of the NVMe capacity the plans may fill: headroom for the filesystem (ext4 reserves 5%
 // for root by default; metadata, other files) and for SSDs, whose writes slow as they fill.
 inline constexpr double kNvmeFillRatio = 0.9;
-// The bytes of a device budget the plans may fill with chunks (kDeviceFillRatio of it), and the
-// bytes they never fill: every use of the ratio goes through these two.
+// The bytes of a device budget the plans may fill with chunks and non-model memory
+// (kDeviceFillRatio of it): every use of the ratio goes through this.
 inline double device_fill_bytes(int64_t device_budget) {
   return kDeviceFillRatio * static_cast<double>(device_budget);
 }
-inline int64_t device_unfilled_bytes(int64_t device_budget) {
-  return static_cast<int64_t>((1.0 - kDeviceFillRatio) * static_cast<double>(device_budget));
-}
-// The bytes of a CUDA tier's arena for `device_budget`: the budget less what LibTorch's own
-// allocations on the device need, the larger of `predicted_non_model` and the share the plans
-// never fill (Note [fit]). Throws OutOfMemoryError when nothing is left for chunks.
+// The bytes of a CUDA tier's arena for `device_budget`: the share the plans fill
+// (device_fill_bytes) less `predicted_non_model` (activations, temporaries and the libraries'
+// workspaces, Note [library workspaces]). The plans never place chunks beyond that, and the share
+// they never fill is left to LibTorch, whose caching allocator holds more than its live
+// allocations (Note [device footprint]): an arena reaching into it put a GPU run over its budget.
+// Throws OutOfMemoryError when nothing is left for chunks.
 int64_t device_arena_bytes(int64_t device_budget, int64_t predicted_non_model);
 
 // This machine's physical memory (the default budgets are kDefaultMemoryRatio of it).
