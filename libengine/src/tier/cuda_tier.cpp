@@ -12,7 +12,6 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -424,7 +423,6 @@ int64_t cuda_library_workspace_bytes(int device_index, c10::ScalarType dtype) {
     compat::lazy_init_cuda();
     const auto index = static_cast<c10::DeviceIndex>(device_index);
     const c10::cuda::CUDAGuard guard(index);
-    const int64_t before = compat::cuda_reserved_bytes(device_index).current;
     {
       // Note [library workspaces]: both kinds of product, and a backward, which runs on autograd's
       // device thread with that thread's own handle.
@@ -436,7 +434,9 @@ int64_t cuda_library_workspace_bytes(int device_index, c10::ScalarType dtype) {
     }
     c10::cuda::getCurrentCUDAStream(index).synchronize();
     c10::cuda::CUDACachingAllocator::emptyCache();
-    return std::max<int64_t>(0, compat::cuda_reserved_bytes(device_index).current - before);
+    // Everything LibTorch still holds: the workspaces, made now or by an earlier run in this
+    // process (a second engine in one process must count them too), and any live tensors.
+    return compat::cuda_reserved_bytes(device_index).current;
   } catch (const c10::Error& e) {
     PSTAR_THROW(ConfigError, "CUDA device ", device_index,
                 ": a first matrix product failed: ", e.what_without_backtrace());

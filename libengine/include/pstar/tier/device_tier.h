@@ -230,16 +230,18 @@ int64_t cuda_free_bytes(int device_index);
 std::unique_ptr<DeviceTier> make_device_tier(c10::Device device, int64_t arena_bytes);
 
 // Note [library workspaces]
-// cuBLAS (and cuBLASLt, which LibTorch 2.x gives the same workspace) keeps a workspace per handle
-// and stream in LibTorch's caching allocator from the first matrix product on, for the life of the
-// process: 32 MiB on Hopper with LibTorch 2.x, once for the training thread and once for autograd's
-// device thread, which has a handle of its own. The warm-up measures them as non-model memory (a
-// 168k-parameter GPT "needed" 67 MiB of activations on an H200), but the CUDA arena is sized
+// cuBLAS keeps a workspace per handle and stream in LibTorch's caching allocator from the first
+// matrix product on, for the life of the process (LibTorch 2.x: 32 MiB on Hopper), and autograd's
+// device thread has a handle of its own. The warm-up measures them as non-model memory (a
+// 168k-parameter GPT "needed" 67 MiB of activations on an H200: two such workspaces, by that
+// figure), but the CUDA arena is sized
 // before it, from predicted activations that know nothing of them, and then arena plus LibTorch's
 // reserved memory overran a tight engine.device_memory. So before the arena is sized, one matrix
 // product of each kind (mm, addmm) runs forward and backward in the compute dtype, and the bytes
 // LibTorch holds reserved afterwards (its cache emptied of the products' own tensors) count as
-// non-model memory from the start. 0 on the CPU (the emulated tier has no such libraries).
+// non-model memory from the start: all of them, not only what the products added, since a second
+// engine in one process finds the workspaces already made (and any live tensors of the caller's
+// occupy the device all the same). 0 on the CPU (the emulated tier has no such libraries).
 int64_t library_workspace_bytes(c10::Device device, c10::ScalarType dtype);
 // The same for CUDA device `device_index`; ConfigError like cuda_free_bytes in builds without the
 // CUDA tier.
