@@ -20,20 +20,27 @@
 # OUT_DIR receives summary.json (every phase: status, seconds, and the benchmark rows), summary.md
 # (a short table) and each phase's log. Exit status: 0 when every phase run passed.
 #
+# --deadline S: a phase that would start S seconds or more after the script began is not started
+# and is recorded as skipped (the exit status is then 1), so that a lease-limited call still ends
+# with its summary: give the call's limit less the longest phase.
+#
 # Environment: PYTHON (python3 with torch), PSTAR_DEPS_DIR (default .gpu-deps), BUILD_DIR
 # (build/cuda-release), JOBS (nproc), CUDA_ARCHS (90).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
 all_phases=(build gpu suite kernels bench variants largest)
-only="" skip=""
+only="" skip="" deadline=0
 out=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --only) only=$2; shift ;;
     --skip) skip=$2; shift ;;
+    --deadline) deadline=$2; shift
+      [[ "$deadline" =~ ^[0-9]+$ ]] ||
+        { echo "gpu-verify: --deadline takes whole seconds, got '$deadline'" >&2; exit 2; } ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "gpu-verify: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "gpu-verify: one OUT_DIR, got '$out' and '$1'" >&2; exit 2; }
@@ -69,6 +76,14 @@ run_phase() {
   local name=$1 start rc
   shift
   wanted "$name" || return 0
+  local elapsed=$(($(date +%s) - t_all))
+  if [ "$deadline" -gt 0 ] && [ "$elapsed" -ge "$deadline" ]; then
+    failed=1
+    printf '{"phase": "%s", "status": "skipped", "exit_code": null, "seconds": 0}\n' \
+      "$name" >>"$phase_results"
+    say "phase $name: skipped: ${elapsed} s have passed, --deadline is ${deadline} s"
+    return 0
+  fi
   say "phase $name: start"
   start=$(date +%s)
   "$@" > >(tee "$out/$name.log") 2>&1
