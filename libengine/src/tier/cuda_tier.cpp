@@ -404,21 +404,26 @@ class CudaTier final : public DeviceTier {
 
 bool cuda_tier_built() { return true; }
 
-int64_t cuda_free_bytes(int device_index) {
+namespace {
+
+// A device the queries below may ask about; ConfigError naming what this machine has otherwise.
+void check_device_exists(int device_index) {
   const int devices = cuda::device_count();
   PSTAR_CHECK(device_index >= 0 && device_index < devices, ConfigError, "CUDA device ",
               device_index, " does not exist (", devices, " found",
               devices == 0 ? str_cat(": ", cuda::no_device_reason()) : std::string(),
               "); train with --device cpu");
+}
+
+}  // namespace
+
+int64_t cuda_free_bytes(int device_index) {
+  check_device_exists(device_index);
   return cuda::memory_info(device_index).free_bytes;
 }
 
 int64_t cuda_library_workspace_bytes(int device_index, c10::ScalarType dtype) {
-  const int devices = cuda::device_count();
-  PSTAR_CHECK(device_index >= 0 && device_index < devices, ConfigError, "CUDA device ",
-              device_index, " does not exist (", devices, " found",
-              devices == 0 ? str_cat(": ", cuda::no_device_reason()) : std::string(),
-              "); train with --device cpu");
+  check_device_exists(device_index);
   try {
     compat::lazy_init_cuda();
     const auto index = static_cast<c10::DeviceIndex>(device_index);

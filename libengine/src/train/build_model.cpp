@@ -62,10 +62,7 @@ ModelAndEngine build_model_and_engine(const plan::RunPlan& plan, dist::Communica
   // Note [library workspaces]: measured on the device before the arena is sized from this.
   const int64_t activations = plan::estimate_model_activations(shape, config).peak;
   const int64_t non_model =
-      activations +
-      (plan.device == plan::DeviceKind::kCpu
-           ? 0
-           : tier::library_workspace_bytes(plan_device(plan), plan_dtype(plan)));
+      activations + tier::library_workspace_bytes(plan_device(plan), plan_dtype(plan));
   if (non_model > activations)
     log::info("CUDA libraries' workspaces: ", format_bytes(non_model - activations),
               " on the device, counted as non-model memory from the start");

@@ -123,7 +123,7 @@ void Profiler::attach(const engine::EngineShape& shape) {
   data().chunks = shape.chunks;
 }
 
-void Profiler::end_step(const StepMetrics& m, const StepTimes& times) {
+void Profiler::end_step(const StepMetrics& m) {
   Impl& s = *impl_;
   if (!s.in_step) return;
   if (s.moment_open) close_moment(s.counter.peak_bytes());
@@ -132,9 +132,9 @@ void Profiler::end_step(const StepMetrics& m, const StepTimes& times) {
   auto& t = s.profile.steps;
   t.step.push_back(m.step);
   t.time_s.push_back(m.step_time_s);
-  t.forward_s.push_back(times.forward_s);
-  t.backward_s.push_back(times.backward_s);
-  t.optimizer_s.push_back(times.optimizer_s);
+  t.forward_s.push_back(m.times.forward_s);
+  t.backward_s.push_back(m.times.backward_s);
+  t.optimizer_s.push_back(m.times.optimizer_s);
   t.loss.push_back(m.loss);
   t.device_peak_bytes.push_back(m.engine.device_peak_bytes);
   t.host_peak_bytes.push_back(m.engine.host_peak_bytes);

@@ -195,7 +195,7 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   if (eval_due()) m.eval_loss = evaluate();
   m.elapsed_s = seconds_since(*start);
   if (metrics) metrics->write(m);
-  if (profiled) profiler->end_step(m, m.times);
+  if (profiled) profiler->end_step(m);
   const auto& t = config.training;
   if (!t.save_dir.empty() && t.save_interval > 0 &&
       (step % t.save_interval == 0 || step == t.steps))

@@ -3,7 +3,7 @@
 // float64 on the CPU from its definition (explicit loops over the keys a query may see), forward
 // and backward, in fp32 and bf16.
 #include <cmath>
-#include <cstdlib>
+#include <string>
 
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
@@ -22,12 +22,12 @@ torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   std::vector<torch::Tensor> rows;
   for (int64_t i = 0; i < seq; ++i) {
-    auto qi = q.select(2, i).unsqueeze(2);                       // [B, H, 1, d]
-    auto kj = k.slice(2, 0, i + 1);                              // [B, H, i+1, d]
-    auto w = (qi * kj).sum(-1, /*keepdim=*/true) * scale;       // [B, H, i+1, 1]
+    auto qi = q.select(2, i).unsqueeze(2);                 // [B, H, 1, d]
+    auto kj = k.slice(2, 0, i + 1);                        // [B, H, i+1, d]
+    auto w = (qi * kj).sum(-1, /*keepdim=*/true) * scale;  // [B, H, i+1, 1]
     w = (w - std::get<0>(w.max(2, true))).exp();
     w = w / w.sum(2, true);
-    rows.push_back((w * v.slice(2, 0, i + 1)).sum(2));          // [B, H, d]
+    rows.push_back((w * v.slice(2, 0, i + 1)).sum(2));  // [B, H, d]
   }
   return torch::stack(rows, 2);
 }
@@ -40,13 +40,9 @@ class FusedAttentionGpu : public ::testing::TestWithParam<torch::ScalarType> {
  protected:
   void SetUp() override {
     if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device is usable here";
-#if !PSTAR_TORCH_VERSION_AT_LEAST(2, 0)
-    GTEST_SKIP() << "LibTorch " << compat::torch_version()
-                 << " has no scaled_dot_product_attention";
-#endif
-    const char* forced = std::getenv("PSTAR_ATTENTION");
-    if (forced != nullptr && std::string(forced) == "explicit")
-      GTEST_SKIP() << "PSTAR_ATTENTION=explicit turns the fused path off in this process";
+    if (!fused_attention_on_cuda())
+      GTEST_SKIP() << "no fused path in this process: LibTorch " << compat::torch_version()
+                   << " (scaled_dot_product_attention needs 2.0) or PSTAR_ATTENTION=explicit";
   }
 };
 
@@ -63,7 +59,6 @@ TEST_P(FusedAttentionGpu, MatchesCausalAttentionInFloat64ForwardAndBackward) {
     return t.to(torch::kCUDA).to(dtype).detach().requires_grad_(true);
   };
   auto q = on_gpu(q64), k = on_gpu(k64), v = on_gpu(v64);
-  ASSERT_TRUE(fused_attention_on_cuda());
   auto y = fused_causal_attention(q, k, v);
   ASSERT_TRUE(y.has_value()) << "the fused path must run for CUDA tensors with LibTorch 2.x";
   ASSERT_EQ(y->sizes(), q.sizes());

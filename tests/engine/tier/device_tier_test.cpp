@@ -946,7 +946,8 @@ TEST(DeviceArenaBytes, LeavesThePredictionAndTheUnfilledShareToLibTorch) {
 }
 
 // Note [library workspaces]: nothing to measure on the CPU; a build without the CUDA tier says so
-// when asked for a GPU's (the GPU side: CudaTraining.LibraryWorkspacesAreMeasuredOnceBeforeTheArena).
+// when asked for a GPU's (the GPU side:
+// CudaTraining.LibraryWorkspacesAreMeasuredOnceBeforeTheArena).
 TEST(LibraryWorkspaces, NoneOnTheCpuAndNoCudaWithoutTheTier) {
   EXPECT_EQ(library_workspace_bytes(c10::Device(c10::kCPU), c10::kFloat), 0);
   EXPECT_EQ(library_workspace_bytes(c10::Device(c10::kCPU), c10::kBFloat16), 0);

@@ -31,7 +31,7 @@ TEST(Profiler, MomentNamesComeOutPerRowThoughEachIsKeptOnce) {
     }
     StepMetrics m;
     m.step = step;
-    profiler.end_step(m, StepTimes{});
+    profiler.end_step(m);
     // Read between steps: the names so far, in row order.
     const formats::Profile& p = profiler.data();
     ASSERT_EQ(p.by_moment.size(), expected.size());

@@ -18,7 +18,6 @@ namespace pstar::train {
 
 using engine::MemorySample;
 
-
 // The chunk engine reports to it through engine::EngineObserver (ParamEngine::set_observer).
 class Profiler : public engine::EngineObserver {
  public:
@@ -35,7 +34,8 @@ class Profiler : public engine::EngineObserver {
 
   // Steps are recorded from begin_step to end_step; the clock starts at the first begin_step.
   void begin_step(int64_t step);
-  void end_step(const StepMetrics& metrics, const StepTimes& times);
+  // Its forward, backward and optimizer times are metrics.times (Note [step split]).
+  void end_step(const StepMetrics& metrics);
 
   // The engine, once a moment's chunks are in place: opens the moment's row.
   void begin_moment(const std::string& name, formats::ProfileStage stage,
