@@ -13,7 +13,6 @@
 // allocation. Rounds alternate the two; the figures are each case's best round (the machine may be
 // shared), with the median beside it. Target (issue 26): the store at 0.8 of the bound or more.
 #include <fcntl.h>
-#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,10 +31,13 @@
 #include "pstar/core/log.h"
 #include "pstar/nvme/aligned_buffer.h"
 #include "pstar/nvme/store.h"
+#include "raw_file.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using pstar::bench::fs_name;
+using pstar::bench::RawFile;
 using pstar::nvme::AlignedBuffer;
 using pstar::nvme::BackendKind;
 using pstar::nvme::NvmeStore;
@@ -55,74 +57,6 @@ double seconds_of(const std::function<void()>& run) {
   run();
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-std::string fs_name(const std::string& dir) {
-  struct statfs s {};
-  if (::statfs(dir.c_str(), &s) != 0) return "unknown";
-  switch (static_cast<unsigned long>(s.f_type)) {
-    case 0xEF53:
-      return "ext4";
-    case 0x58465342:
-      return "xfs";
-    case 0x9123683E:
-      return "btrfs";
-    case 0x01021994:
-      return "tmpfs";
-    case 0x794c7630:
-      return "overlayfs";
-    default: {
-      char hex[32];
-      std::snprintf(hex, sizeof hex, "0x%lx", static_cast<unsigned long>(s.f_type));
-      return hex;
-    }
-  }
-}
-
-// The bound: one O_DIRECT file, a plain loop of slot-sized pwrite/pread calls.
-class RawFile {
- public:
-  RawFile(const std::string& dir, int64_t bytes)
-      : path_(dir + "/pstar-bench-nvme-raw-" + std::to_string(::getpid())) {
-    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
-    PSTAR_CHECK(fd_ >= 0, IoError, "cannot open ", path_, " with O_DIRECT: ", std::strerror(errno));
-    PSTAR_CHECK(::fallocate(fd_, 0, 0, bytes) == 0, IoError, "cannot allocate ", bytes,
-                " bytes for ", path_, ": ", std::strerror(errno));
-  }
-  ~RawFile() {
-    ::close(fd_);
-    ::unlink(path_.c_str());
-  }
-  void write_all(const std::vector<AlignedBuffer>& bufs) const {
-    int64_t offset = 0;
-    for (const AlignedBuffer& b : bufs) {
-      transfer(true, b, offset);
-      offset += b.capacity();
-    }
-  }
-  void read_all(const std::vector<AlignedBuffer>& bufs) const {
-    int64_t offset = 0;
-    for (const AlignedBuffer& b : bufs) {
-      transfer(false, b, offset);
-      offset += b.capacity();
-    }
-  }
-
- private:
-  void transfer(bool write, const AlignedBuffer& b, int64_t offset) const {
-    int64_t done = 0;
-    while (done < b.capacity()) {
-      char* p = b.as<char>() + done;
-      const auto n = static_cast<size_t>(b.capacity() - done);
-      const ssize_t r =
-          write ? ::pwrite(fd_, p, n, offset + done) : ::pread(fd_, p, n, offset + done);
-      PSTAR_CHECK(r > 0, IoError, write ? "pwrite " : "pread ", path_, ": ",
-                  r == 0 ? "end of file" : std::strerror(errno));
-      done += r;
-    }
-  }
-  std::string path_;
-  int fd_ = -1;
-};
 
 }  // namespace
 

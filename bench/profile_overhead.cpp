@@ -25,13 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  if (n == 0) return 0;
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using pstar::bench::median;
 
 // The median step time after the warm-up iteration and the first planned step.
 double steady_step_s(const fs::path& metrics) {

@@ -361,9 +361,11 @@ void print_memory(const Tiers& t, const plan::Evaluation& e, const plan::Workloa
   row("working set: gathered chunks + comm buffers", t.gpu["working_set"], nullptr);
   row("pinned staging buffers", nullptr, t.host["staging"]);
   if (nvme) {
-    char label[64];
-    std::snprintf(label, sizeof label, "NVMe staging pool (%lld chunks' optimizer state)",
-                  static_cast<long long>(plan::kNvmeStagingChunks));
+    // The pool, and one compute payload per rank when some chunks on NVMe compute on the GPU.
+    char label[80];
+    std::snprintf(label, sizeof label, "NVMe staging pool (%lld chunks' optimizer state%s)",
+                  static_cast<long long>(plan::kNvmeStagingChunks),
+                  e.fit.nvme_device_chunks > 0 ? " + 1 param+grad" : "");
     row(label, nullptr, t.host["nvme_staging"]);
   }
   row("  of the chunks above, padding (fragmentation)", t.gpu["padding"], t.host["padding"],

@@ -72,6 +72,7 @@ enum Colour : PLINT {
   kDeviceLine,
   kHostLine,
   kBothPlaces,
+  kOnNvme,
   kColourCount,
 };
 
@@ -101,6 +102,7 @@ void set_palette() {
       {kDeviceLine, 31, 119, 180, 1.0},
       {kHostLine, 44, 160, 44, 1.0},
       {kBothPlaces, 150, 150, 205, 1.0},
+      {kOnNvme, 140, 86, 75, 1.0},
   };
   plscmap0n(kColourCount);
   for (const Entry& e : kPalette) plscol0a(e.index, e.r, e.g, e.b, e.alpha);
@@ -254,8 +256,8 @@ void check_profile(const std::string& path, const Profile& p) {
   memory("by_time", p.by_time, false);
   rows("/location", p.location.size(), n * p.chunks.size());
   for (const int8_t v : p.location)
-    PSTAR_CHECK(v >= 0 && v <= 2, FormatError, path, ": /location has the value ",
-                static_cast<int>(v), "; expected 0 (absent), 1 (host) or 2 (device)");
+    PSTAR_CHECK(v >= 0 && v <= 3, FormatError, path, ": /location has the value ",
+                static_cast<int>(v), "; expected 0 (absent), 1 (host), 2 (device) or 3 (nvme)");
   const auto& e = p.events;
   rows("/events/moment", e.moment.size(), e.size());
   rows("/events/kind", e.kind.size(), e.size());
@@ -665,8 +667,9 @@ std::vector<std::string> wrap(const std::string& words, size_t width) {
   return lines;
 }
 
-// Where a chunk's optimizer payloads are, from where its Adam ran in the recorded steps.
-enum class OptimizerPlace { kNone, kHost, kDevice, kBoth };
+// Where a chunk's optimizer payloads are, from where its Adam ran in the recorded steps (on the
+// host with them read from NVMe: kNvme).
+enum class OptimizerPlace { kNone, kHost, kDevice, kBoth, kNvme };
 
 std::vector<OptimizerPlace> optimizer_places(const Profile& p) {
   std::map<int64_t, size_t> row_of;
@@ -675,10 +678,12 @@ std::vector<OptimizerPlace> optimizer_places(const Profile& p) {
   const auto& e = p.events;
   for (size_t k = 0; k < e.size(); ++k) {
     const auto kind = static_cast<ChunkEventKind>(e.kind[k]);
-    if (kind != ChunkEventKind::kAdamDevice && kind != ChunkEventKind::kAdamHost) continue;
     auto it = row_of.find(e.chunk[k]);
     if (it == row_of.end()) continue;
     OptimizerPlace& place = places[it->second];
+    if (kind == ChunkEventKind::kNvmeRead) place = OptimizerPlace::kNvme;
+    if (place == OptimizerPlace::kNvme) continue;  // its host Adam's events say no more
+    if (kind != ChunkEventKind::kAdamDevice && kind != ChunkEventKind::kAdamHost) continue;
     const OptimizerPlace here =
         kind == ChunkEventKind::kAdamDevice ? OptimizerPlace::kDevice : OptimizerPlace::kHost;
     place = place == OptimizerPlace::kNone || place == here ? here : OptimizerPlace::kBoth;
@@ -698,6 +703,7 @@ void location_figure(const Profile& p) {
   plwind(0, right, 0, heat_ymax);
 
   // Runs of one place along each chunk's row, one rectangle each: far fewer than cells.
+  bool map_nvme = false;
   for (size_t c = 0; c < chunks; ++c) {
     size_t i = 0;
     while (i < n) {
@@ -713,6 +719,10 @@ void location_figure(const Profile& p) {
           break;
         case ChunkPlace::kDevice:
           plcol0(kOnDevice);
+          break;
+        case ChunkPlace::kNvme:
+          plcol0(kOnNvme);
+          map_nvme = true;
           break;
       }
       fill_rect(static_cast<double>(i), static_cast<double>(j), static_cast<double>(c),
@@ -748,7 +758,7 @@ void location_figure(const Profile& p) {
 
   // The optimizer strip.
   const std::vector<OptimizerPlace> opt = optimizer_places(p);
-  bool opt_none = false, opt_both = false;
+  bool opt_none = false, opt_both = false, opt_nvme = false;
   plvpor(strip_left, kRight, kBottom, heat_top);
   plwind(0, 1, 0, heat_ymax);
   for (size_t c = 0; c < chunks; ++c) {
@@ -766,6 +776,10 @@ void location_figure(const Profile& p) {
       case OptimizerPlace::kBoth:
         plcol0(kBothPlaces);
         opt_both = true;
+        break;
+      case OptimizerPlace::kNvme:
+        plcol0(kOnNvme);
+        opt_nvme = true;
         break;
     }
     fill_rect(0, 1, static_cast<double>(c), static_cast<double>(c + 1));
@@ -786,10 +800,12 @@ void location_figure(const Profile& p) {
   legend.push_back(box("absent", kAbsent));
   legend.push_back(box("on the host", kOnHost));
   legend.push_back(box("on the device", kOnDevice));
+  if (map_nvme) legend.push_back(box("on the host, optim. on NVMe", kOnNvme));
   if (!kinds.optimizer.empty()) {
     text("optim.: where its " + kinds.optimizer + " are (where its Adam ran)" +
          (kinds.patrickstar.empty() ? "" : "; PatrickStar's " + kinds.patrickstar));
     if (opt_both) legend.push_back(box("host or device, by step", kBothPlaces));
+    if (opt_nvme && !map_nvme) legend.push_back(box("on NVMe", kOnNvme));
     if (opt_none) legend.push_back(box("no Adam recorded", kAbsent));
   }
   if (!uniform) text("(payloads vary by chunk: see /chunks/payloads)");

@@ -238,6 +238,7 @@ Json to_json(const TrainConfig& c) {
   engine["chunk_size_search"] = c.engine.chunk_size_search;
   engine["prefetch"] = c.engine.prefetch;
   engine["overlap_adam"] = on_off_auto_json(c.engine.overlap_adam);
+  engine["nvme_path"] = c.engine.nvme_path;
 
   Json j = Json::object();
   j["train_micro_batch_size_per_gpu"] = c.train_micro_batch_size_per_gpu;
@@ -839,6 +840,7 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   engine.read_bool("chunk_size_search", &c.engine.chunk_size_search);
   engine.read_bool("prefetch", &c.engine.prefetch);
   engine.read_on_off_auto("overlap_adam", &c.engine.overlap_adam);
+  engine.read_string("nvme_path", &c.engine.nvme_path);
 
   // Checks across keys. train_batch_size is micro × accumulation × the world size, which a config
   // does not know: the run plan checks it (plan::resolve_run).

@@ -24,6 +24,8 @@ const char* to_string(ChunkPlace place) {
       return "host";
     case ChunkPlace::kDevice:
       return "device";
+    case ChunkPlace::kNvme:
+      return "nvme";
   }
   return "unknown";
 }
@@ -46,6 +48,10 @@ const char* to_string(ChunkEventKind kind) {
       return "gather";
     case ChunkEventKind::kReduce:
       return "reduce";
+    case ChunkEventKind::kNvmeRead:
+      return "nvme_read";
+    case ChunkEventKind::kNvmeWrite:
+      return "nvme_write";
   }
   return "unknown";
 }

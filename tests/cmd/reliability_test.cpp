@@ -156,6 +156,63 @@ TEST_F(ReliabilityTest, SigtermFinishesTheStepSavesAndResumesExactly) {
   expect_exact_resume(k, k + 3);
 }
 
+// A deep, narrow bf16 GPT of 31 chunks whose optimizer payloads mostly live on NVMe: the host
+// holds every compute payload (40000 B), the staging pool and one more payload, not whole chunks.
+json nvme_config() {
+  json c = {
+      {"model",
+       {{"hidden", 64}, {"layers", 10}, {"heads", 4}, {"vocab_size", 256}, {"seq_len", 16}}},
+      {"data", {{"text", "corpus.txt"}}},
+      {"train_micro_batch_size_per_gpu", 1},
+      {"default_chunk_size", 20000},
+      {"use_cpu_embedding", false},
+      {"bf16", {{"enabled", true}}},
+      {"training", {{"steps", 6}, {"log_interval", 1}, {"lr_schedule", {{"type", "constant"}}}}},
+      {"engine",
+       {{"mode", "chunked"},
+        {"activation_checkpointing", true},
+        {"device_memory", "2MB"},
+        {"host_memory", 31 * 40000 + 4 * 241664 + 40000},
+        {"nvme_path", "nvme"}}},
+  };
+  return c;
+}
+
+// The NVMe tier's directory goes with a graceful stop, and one a SIGKILL left behind is reported
+// and removed by the next run (Note [nvme run directory]).
+TEST_F(ReliabilityTest, TheNvmeDirectoryGoesOnSigtermAndAfterSigkillAtTheNextStart) {
+  write_config(nvme_config());
+  fs::create_directories(dir_.path() / "nvme");
+  const auto in_nvme = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_.path() / "nvme"))
+      names.push_back(e.path().filename().string());
+    return names;
+  };
+  Spawned child = spawn({"--set", "training.steps=100000", "--set", "training.save_dir=ck",
+                         "--metrics", "first.jsonl"});
+  ASSERT_TRUE(wait_for_lines(child, dir_.file("first.jsonl"), 2));
+  ASSERT_EQ(in_nvme().size(), 1u) << "no NVMe run directory while training";
+  kill(child.pid, SIGTERM);
+  RunResult r = wait_pstar(child, 120);
+  ASSERT_EQ(r.exit_code, 143) << r;
+  EXPECT_TRUE(contains(r.err, "with their optimizer payloads on NVMe")) << r;
+  EXPECT_TRUE(in_nvme().empty()) << in_nvme()[0];
+  EXPECT_EQ(checkpoint::checkpoint_problem(latest()), "");
+
+  Spawned killed = spawn({"--set", "training.steps=100000", "--metrics", "second.jsonl"});
+  ASSERT_TRUE(wait_for_lines(killed, dir_.file("second.jsonl"), 2));
+  kill(killed.pid, SIGKILL);
+  r = wait_pstar(killed, 120);
+  ASSERT_EQ(in_nvme().size(), 1u) << "SIGKILL runs no cleanup";
+  const std::string stale = in_nvme()[0];
+  r = train({"--set", "training.steps=1"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(contains(r.err, "removing the stale directory")) << r;
+  EXPECT_TRUE(contains(r.err, stale)) << r;
+  EXPECT_TRUE(in_nvme().empty()) << in_nvme()[0];
+}
+
 TEST_F(ReliabilityTest, SigintWithoutASaveDirSaysNoCheckpointWasWritten) {
   Spawned child = spawn({"--set", "training.steps=100000", "--metrics", "m.jsonl"});
   ASSERT_TRUE(wait_for_lines(child, dir_.file("m.jsonl"), 2));

@@ -273,6 +273,56 @@ TEST_F(DistTrainTest, ALlamaOnTwoRanksTracksOneRank) {
   EXPECT_GT(runs[2].back()["gathers"].get<int64_t>(), 0);
 }
 
+// The NVMe tier on two ranks (engine.nvme_path): each rank keeps the optimizer payloads of the
+// chunks it owns in a run directory of its own under one nvme_path, under its share of the host
+// budget, and the losses are those of the same two ranks with everything in memory, bit for bit.
+TEST_F(DistTrainTest, TwoRanksWithTheNvmeTierMatchTwoRanksInMemory) {
+  // A deep, narrow bf16 GPT of 31 chunks of 20000 elements (16 per rank): 40000 B of compute
+  // payloads and 240000 B of optimizer payloads (241664 in a 4 KiB-aligned staging buffer) each.
+  json cfg = config(1, 5);
+  cfg["model"] = {
+      {"hidden", 64}, {"layers", 10}, {"heads", 4}, {"vocab_size", 256}, {"seq_len", 16}};
+  cfg["bf16"]["enabled"] = true;
+  cfg["use_cpu_embedding"] = false;
+  cfg["engine"]["activation_checkpointing"] = true;
+  cfg["engine"]["device_memory"] = "64MB";
+  const auto probe = train(write_config(cfg, "probe.json"), {"--nproc", "2"});
+  ASSERT_EQ(probe.exit_code, 0) << probe;
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(probe.err, m, std::regex(R"(predicted non-model peak ([0-9.]+) KiB)")))
+      << probe.err;
+  const auto predicted = static_cast<int64_t>(std::stod(m[1]) * 1024);
+  // The device holds twice the predicted non-model peak and 8 compute payloads: the working set
+  // (two groups of two), not one whole chunk of 280000 B beside it.
+  cfg["engine"]["device_memory"] = 2 * predicted + 8 * 40000;
+  const std::string memory = write_config(cfg, "memory.json");
+  const auto in_memory_run = train(memory, {"--nproc", "2", "--metrics", "memory.jsonl"});
+  ASSERT_EQ(in_memory_run.exit_code, 0) << in_memory_run;
+  // Each rank's half of the host holds its 16 compute payloads, its pool and one more payload.
+  const int64_t per_rank = 16 * 40000 + 4 * 241664 + 40000;
+  cfg["engine"]["host_memory"] = 2 * per_rank;
+  cfg["engine"]["nvme_path"] = "nvme";
+  fs::create_directories(dir_.path() / "nvme");
+  const auto r = train(write_config(cfg, "nvme.json"), {"--nproc", "2", "--metrics", "nvme.jsonl"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_NE(r.err.find("with their optimizer payloads on NVMe"), std::string::npos) << r.err;
+  for (const std::string suffix : {"", ".rank1"}) {
+    const auto in_memory = read_metrics(dir_.file("memory.jsonl" + suffix));
+    const auto on_nvme = read_metrics(dir_.file("nvme.jsonl" + suffix));
+    ASSERT_EQ(on_nvme.size(), in_memory.size());
+    int64_t read = 0;
+    for (size_t i = 0; i < on_nvme.size(); ++i) {
+      EXPECT_EQ(on_nvme[i]["loss"].get<double>(), in_memory[i]["loss"].get<double>())
+          << "rank file " << suffix << ", step " << i + 1;
+      EXPECT_LE(on_nvme[i]["host_peak_bytes"].get<int64_t>(), per_rank) << on_nvme[i].dump();
+      read += on_nvme[i]["nvme_read_bytes"].get<int64_t>();
+    }
+    EXPECT_GT(read, 0) << "rank file " << suffix;
+  }
+  EXPECT_TRUE(fs::is_empty(dir_.path() / "nvme")) << "a rank's NVMe directory was left behind";
+}
+
 // `pstar estimate` models ranks: its per-rank chunks are what each rank of a run holds.
 TEST_F(DistTrainTest, EstimatePredictsEachRanksModelData) {
   for (int64_t n : {2, 4}) {

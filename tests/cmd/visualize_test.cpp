@@ -565,6 +565,43 @@ TEST_F(VisualizeTest, LocationFigureNamesThePayloadKindsOfItsRows) {
   EXPECT_GT(device, 50u);
 }
 
+// Chunks whose optimizer payloads are on NVMe (engine.nvme_path): their cells on the host are the
+// place "nvme", and their host Adam's nvme_read events put them on NVMe in the optimizer strip;
+// both are drawn in the NVMe colour (140, 86, 75), named in the legend.
+TEST_F(VisualizeTest, LocationFigureShowsChunksOnNvme) {
+  Profile p = synthetic_profile(2);
+  const size_t chunks = p.chunks.size();
+  const auto on_nvme = [](int64_t c) { return c >= 7 && c <= 10; };
+  for (size_t i = 0; i < p.location.size(); ++i)
+    if (on_nvme(static_cast<int64_t>(i % chunks)) &&
+        p.location[i] == static_cast<int8_t>(ChunkPlace::kHost))
+      p.location[i] = static_cast<int8_t>(ChunkPlace::kNvme);
+  int64_t reads = 0;
+  for (size_t e = 0; e < p.events.kind.size(); ++e) {
+    if (on_nvme(p.events.chunk[e]) &&
+        p.events.kind[e] == static_cast<int8_t>(ChunkEventKind::kAdamHost)) {
+      p.events.kind[e] = static_cast<int8_t>(ChunkEventKind::kNvmeRead);
+      ++reads;
+    }
+  }
+  ASSERT_GT(reads, 0);
+  formats::write_profile(dir_.file("nvme.h5"), p);
+  // The file keeps the new codes.
+  const Profile back = formats::read_profile(dir_.file("nvme.h5"));
+  EXPECT_EQ(back.location, p.location);
+  const RunResult r = visualize({"nvme.h5", "--fig", "location", "-o", "nvme.png"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const Image img = decode_png(pstar::testing::read_bytes(dir_.file("nvme.png")));
+  ASSERT_TRUE(img.error.empty()) << img.error;
+  EXPECT_GT(count_colour(img, 140, 86, 75), 2000u) << "no NVMe cells in the map";
+  size_t strip = 0;
+  for (uint32_t y = 100; y < 600; ++y) {
+    const uint8_t* px = img.at(static_cast<uint32_t>(0.67 * 1200), y);
+    strip += px[0] == 140 && px[1] == 86 && px[2] == 75;
+  }
+  EXPECT_GT(strip, 50u) << "no NVMe rows in the optimizer strip";
+}
+
 // Hundreds of chunks stay one row each, labelled every few rows.
 TEST_F(VisualizeTest, LocationFigureWithHundredsOfChunks) {
   Profile p = synthetic_profile(1);

@@ -390,7 +390,7 @@ TEST_F(ProfileTest, InconsistentColumnsAreAnInternalErrorAndKeepTheOldFile) {
   message_of<InternalError>([&] { write_profile(path("p.h5"), bad); });
 
   bad = full_profile();
-  bad.events.kind[3] = 8;
+  bad.events.kind[3] = 10;
   msg = message_of<InternalError>([&] { write_profile(path("p.h5"), bad); });
   EXPECT_NE(msg.find("/events/kind[3]"), std::string::npos) << msg;
 
@@ -507,11 +507,46 @@ TEST_F(ProfileTest, LocationShapeMustMatchTheTables) {
   EXPECT_NE(msg.find("/location has shape [4, 4], expected [4, 3]"), std::string::npos) << msg;
 }
 
+// Replaces the string attribute `name` of `object` (a variable-length string, as the writer makes).
+void set_string_attribute(const std::string& path, const std::string& object, const char* name,
+                          const std::string& value) {
+  {
+    H5::H5File file(path, H5F_ACC_RDWR);
+    H5::H5Object* target = nullptr;
+    H5::Group group;
+    H5::DataSet dataset;
+    if (object == "/events") {
+      group = file.openGroup(object);
+      target = &group;
+    } else {
+      dataset = file.openDataSet(object);
+      target = &dataset;
+    }
+    target->removeAttr(name);
+    const H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
+    target->createAttribute(name, type, H5::DataSpace(H5S_SCALAR)).write(type, value);
+  }
+  reseal_profile(path);
+}
+
+// Codes are only ever added at the end: a file written before the NVMe tier, whose attributes name
+// fewer places and event kinds, still reads; names that differ do not.
+TEST_F(ProfileTest, AFileFromBeforeTheNvmeCodesReadsAndDifferentNamesDoNot) {
+  write_profile(path("p.h5"), full_profile());
+  set_string_attribute(path("p.h5"), "/location", "places", "absent,host,device");
+  set_string_attribute(path("p.h5"), "/events", "kinds",
+                       "move_h2d,move_d2h,allocate,release,adam_device,adam_host,gather,reduce");
+  expect_same(read_profile(path("p.h5")), full_profile());
+  set_string_attribute(path("p.h5"), "/location", "places", "absent,device,host");
+  const std::string msg = message_of<FormatError>([&] { read_profile(path("p.h5")); });
+  EXPECT_NE(msg.find("codes differ"), std::string::npos) << msg;
+}
+
 TEST_F(ProfileTest, UnknownCodeIsAFormatError) {
   write_profile(path("p.h5"), full_profile());
-  replace_dataset<int8_t>(path("p.h5"), "/events/kind", H5::PredType::NATIVE_INT8, {8}, 9);
+  replace_dataset<int8_t>(path("p.h5"), "/events/kind", H5::PredType::NATIVE_INT8, {8}, 10);
   const std::string msg = message_of<FormatError>([&] { read_profile(path("p.h5")); });
-  EXPECT_NE(msg.find("/events/kind[0] is 9"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("/events/kind[0] is 10"), std::string::npos) << msg;
 }
 
 // A corrupt dataspace can claim any number of elements, and the reader allocates that many before
@@ -601,8 +636,9 @@ with h5py.File(sys.argv[1], "r") as f:
   const std::string expected = str_cat(
       "3 int64 int8\n", "str bf16 pstar-profile\n", "1 85899345920\n",
       "forward,backward,optimizer\n",
-      "move_h2d,move_d2h,allocate,release,adam_device,adam_host,gather,reduce\n",
-      "(4, 3) int8 absent,host,device\n", "[2, 1, 0] param+grad (gathered) ✓\n",
+      "move_h2d,move_d2h,allocate,release,adam_device,adam_host,gather,reduce,nvme_read,"
+      "nvme_write\n",
+      "(4, 3) int8 absent,host,device,nvme\n", "[2, 1, 0] param+grad (gathered) ✓\n",
       "[100, 200, 1125899906842624, 0]\n", "[-1, 0, 1, -1, 2, 2, -1, 3]\n",
       "['device_chunks', 'device_non_model', 'device_total', 'host_chunks', 'host_non_model', "
       "'host_total', 'stage', 'time_s']\n",

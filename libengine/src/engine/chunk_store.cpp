@@ -50,7 +50,8 @@ int64_t ChunkStore::gathered_device_bytes() const {
 
 int64_t ChunkStore::margin_bytes() const {
   int64_t bytes = 0;
-  for (const Chunk& c : chunks_) bytes += c.margin() ? compute_bytes() + optimizer_bytes() : 0;
+  for (const Chunk& c : chunks_)
+    bytes += c.margin() ? compute_bytes() + (c.nvme ? 0 : optimizer_bytes()) : 0;
   return bytes;
 }
 
@@ -98,6 +99,7 @@ std::vector<int8_t> ChunkStore::places() const {
     const Chunk& c = chunks_[k];
     const auto place = !c.param                            ? formats::ChunkPlace::kAbsent
                        : c.compute_place == Place::kDevice ? formats::ChunkPlace::kDevice
+                       : c.nvme                            ? formats::ChunkPlace::kNvme
                                                            : formats::ChunkPlace::kHost;
     places[k] = static_cast<int8_t>(place);
   }
@@ -111,7 +113,7 @@ void ChunkStore::synchronize() {
 
 // ---- chunks and tensors ------------------------------------------------------------------------
 
-void ChunkStore::new_chunk(Residence residence, Place place) {
+void ChunkStore::new_chunk(Residence residence, Place place, bool on_nvme) {
   Chunk c;
   const int64_t k = num_chunks();
   c.residence = residence;
@@ -127,6 +129,25 @@ void ChunkStore::new_chunk(Residence residence, Place place) {
                         "an embedding chunk was planned onto the device");
   c.compute_place = c.optimizer_place = place;
   const int64_t size = format_.chunk_size;
+  if (on_nvme) {
+    PSTAR_INTERNAL_ASSERT(
+        nvme_ != nullptr && ((residence == Residence::kMovable && place == Place::kHost) ||
+                             (residence == Residence::kMargin && place == Place::kDevice)),
+        "chunk ", k, " was planned onto NVMe without the tier");
+    c.optimizer_place = Place::kHost;  // host Adam, through the staging pool
+    c.param = allocate_payload(place, size * format_.elem_bytes, /*moves=*/true);
+    if (!format_.reuse) c.grad = allocate_payload(place, size * 4, /*moves=*/true);
+    c.nvme = true;
+    chunks_.push_back(std::move(c));
+    add_bytes(place, compute_bytes());
+    check_host();
+    // Filled by add_module now, written to its slot when the next chunk is made.
+    unstage_optimizer();
+    nvme_->add_chunk(k);
+    stage(k, NvmeOptimizer::Use::kFresh);
+    staged_dirty_ = true;
+    return;
+  }
   // Note [pinned what moves]: compute payloads move unless the chunk always computes on the
   // host; optimizer state moves at most once, if the plan promotes the chunk to the margin.
   const bool compute_moves = !c.host_only();
@@ -263,6 +284,54 @@ void ChunkStore::free_remote(int64_t k) {
   add_bytes(c.compute_place, -compute_bytes());
   repoint(k);
   record(k, formats::ChunkEventKind::kRelease, compute_bytes());
+}
+
+// ---- the NVMe tier -----------------------------------------------------------------------------
+
+void ChunkStore::attach_nvme(std::unique_ptr<NvmeOptimizer> nvme) {
+  PSTAR_INTERNAL_ASSERT(nvme_ == nullptr && chunks_.empty());
+  nvme_ = std::move(nvme);
+  add_bytes(Place::kHost, nvme_->pool_bytes());
+  check_host();
+}
+
+void ChunkStore::allocate_nvme_compute_buffers() {
+  nvme_param_ = tier_->allocate(Place::kHost, format_.chunk_size * format_.elem_bytes);
+  if (!format_.reuse) nvme_grad_ = tier_->allocate(Place::kHost, format_.chunk_size * 4);
+  add_bytes(Place::kHost, compute_bytes());
+  check_host();
+}
+
+void ChunkStore::stage(int64_t k, NvmeOptimizer::Use use) {
+  Chunk& c = chunks_[static_cast<size_t>(k)];
+  const StagedOptimizer s = nvme_->acquire(k, use);
+  const int64_t bytes = format_.chunk_size * 4;
+  // Views, not owners: the buffer stays the staging pool's.
+  if (s.master != nullptr) c.master = Block(s.master, bytes, Place::kHost, nullptr);
+  c.exp_avg = Block(s.exp_avg, bytes, Place::kHost, nullptr);
+  c.exp_avg_sq = Block(s.exp_avg_sq, bytes, Place::kHost, nullptr);
+  staged_ = k;
+  staged_dirty_ = false;
+}
+
+void ChunkStore::stage_optimizer(int64_t k, bool write) {
+  if (!chunks_[static_cast<size_t>(k)].nvme) return;
+  if (staged_ != k) {
+    unstage_optimizer();
+    stage(k, NvmeOptimizer::Use::kHostAccess);
+  }
+  staged_dirty_ = staged_dirty_ || write;
+}
+
+void ChunkStore::unstage_optimizer() {
+  if (staged_ < 0) return;
+  Chunk& c = chunks_[static_cast<size_t>(staged_)];
+  c.master.reset();
+  c.exp_avg.reset();
+  c.exp_avg_sq.reset();
+  const int64_t k = staged_;
+  staged_ = -1;
+  nvme_->release(k, staged_dirty_);
 }
 
 // ---- moves -------------------------------------------------------------------------------------

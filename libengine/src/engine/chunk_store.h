@@ -12,6 +12,7 @@
 
 #include <torch/torch.h>
 
+#include "nvme_optimizer.h"
 #include "pstar/chunk/sharding.h"
 #include "pstar/engine/observer.h"
 #include "pstar/memory/stat.h"
@@ -64,9 +65,11 @@ struct Chunk {
   // Compute payloads: they move together between places.
   Block param;  // compute dtype
   Block grad;   // fp32; only without param/grad reuse
-  // Optimizer payloads: they stay at optimizer_place.
+  // Optimizer payloads: they stay at optimizer_place. On NVMe (`nvme`), they are views of a
+  // staging buffer while host code works on them through the store (stage_optimizer), else empty.
   Block master;  // fp32; absent in fp32 training (the param is the master)
   Block exp_avg, exp_avg_sq;
+  bool nvme = false;  // optimizer payloads in an NVMe slot (Note [nvme tier])
   Place compute_place = Place::kHost;
   Place optimizer_place = Place::kHost;
   bool remote = false;  // owned by another rank: payloads only while gathered (Note [gathering])
@@ -162,8 +165,11 @@ class ChunkStore {
   void synchronize();
 
   // ---- chunks and tensors ----
-  // A new chunk at the end, its payloads on `place` (zeroed) unless another rank owns it.
-  void new_chunk(Residence residence, Place place);
+  // A new chunk at the end, its payloads on `place` (zeroed) unless another rank owns it. `on_nvme`
+  // (a movable chunk on the host, or a margin chunk on the device): its optimizer payloads get an
+  // NVMe slot instead, and stay staged (zeroed) until the next chunk is made or
+  // unstage_optimizer(); its Adam runs on the host (optimizer_place kHost).
+  void new_chunk(Residence residence, Place place, bool on_nvme = false);
   // Takes `module`'s own parameters into the last chunk (or a new one, through `new_chunk_for`,
   // when they do not fit or the residence differs); `on_grad` runs as each one's gradient arrives.
   void add_module(torch::nn::Module& module, const std::string& prefix, Residence residence,
@@ -189,6 +195,22 @@ class ChunkStore {
   void allocate_remote(int64_t k);
   void free_remote(int64_t k);
 
+  // ---- the NVMe tier (Note [nvme tier]) ----
+  // Takes the tier; its staging pool counts against the host budget from now on.
+  void attach_nvme(std::unique_ptr<NvmeOptimizer> nvme);
+  NvmeOptimizer* nvme() const { return nvme_.get(); }
+  // The host buffers through which NVMe chunks whose compute payloads stay on the device are
+  // updated (Note [nvme tier]): a param payload and, without param/grad reuse, a grad payload.
+  void allocate_nvme_compute_buffers();
+  Block& nvme_param_buffer() { return nvme_param_; }
+  Block& nvme_grad_buffer() { return nvme_grad_; }
+  // Host code is about to read (and with `write`, change) chunk k's optimizer payloads through its
+  // Blocks: an NVMe chunk is staged into them (the one staged before is given back). No-op for
+  // other chunks. Only while no Adam of an NVMe chunk is queued.
+  void stage_optimizer(int64_t k, bool write);
+  // Gives the staged chunk back (writing it behind when it was changed); its Blocks empty again.
+  void unstage_optimizer();
+
   // ---- moves ----
   // `ahead`: an upload for a later moment, which compute waits for only at its first use
   // (await_upload).
@@ -199,6 +221,7 @@ class ChunkStore {
 
  private:
   void add_bytes(Place place, int64_t bytes);
+  void stage(int64_t k, NvmeOptimizer::Use use);
   void moved_to(Block& block, Place to, bool ahead);
 
   std::unique_ptr<tier::DeviceTier> tier_;
@@ -212,6 +235,10 @@ class ChunkStore {
   int64_t device_budget_ = 0, host_budget_ = 0;
   Traffic traffic_;
   EngineObserver* observer_ = nullptr;
+  std::unique_ptr<NvmeOptimizer> nvme_;
+  Block nvme_param_, nvme_grad_;
+  int64_t staged_ = -1;  // the NVMe chunk staged for host code, or -1
+  bool staged_dirty_ = false;
 };
 
 }  // namespace pstar::engine

@@ -3,7 +3,12 @@
 #include "pstar/engine/chunked_engine.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <random>
 
 #include "chunked_engine_impl.h"
 #include "compute_dtype.h"
@@ -15,6 +20,8 @@
 #include "pstar/checkpoint/store.h"
 #include "pstar/chunk/access_trace.h"
 #include "pstar/core/log.h"
+#include "pstar/nvme/aligned_buffer.h"
+#include "pstar/nvme/store.h"
 #include "pstar/plan/run_plan.h"
 
 namespace pstar::engine {
@@ -94,6 +101,62 @@ std::unique_ptr<ChunkedEngine::Impl> make_impl(const plan::RunPlan& plan,
       settings, placement, adam_settings(plan), plan.overlap_adam);
 }
 
+// The free bytes the fit may plan on NVMe with (Note [nvme fit]): what the disk has free, or, where
+// its file system does not say, as much as asked (the store's preallocation is the check then).
+int64_t nvme_capacity(const std::string& nvme_path) {
+  if (nvme_path.empty()) return 0;
+  const int64_t free = nvme::free_space(nvme_path);
+  return free >= 0 ? free : std::numeric_limits<int64_t>::max() / 4;
+}
+
+// The NVMe store's options: the defaults, and two seams for tests and diagnosis through the
+// environment. PSTAR_NVME_BACKEND=threads|io_uring forces a backend; PSTAR_NVME_FAULT=OP:N:WHAT
+// (OP read or write, N the request counted from 0, WHAT ENOSPC, EIO or short) makes one request
+// fail at the I/O layer (nvme::FaultInjection).
+nvme::StoreOptions nvme_store_options() {
+  nvme::StoreOptions o;
+  if (const char* backend = std::getenv("PSTAR_NVME_BACKEND"); backend != nullptr) {
+    const std::string b = backend;
+    PSTAR_CHECK(b == "threads" || b == "io_uring" || b == "auto", ConfigError,
+                "PSTAR_NVME_BACKEND: expected threads, io_uring or auto, found '", b, "'");
+    o.backend = b == "threads"    ? nvme::BackendKind::kThreads
+                : b == "io_uring" ? nvme::BackendKind::kIoUring
+                                  : nvme::BackendKind::kAuto;
+  }
+  if (const char* fault = std::getenv("PSTAR_NVME_FAULT"); fault != nullptr && *fault != 0) {
+    char op[8] = {0}, what[8] = {0};
+    long long request = -1;
+    const bool parsed = std::sscanf(fault, "%7[a-z]:%lld:%7[A-Za-z]", op, &request, what) == 3;
+    const std::string o_text = op, w_text = what;
+    PSTAR_CHECK(parsed && (o_text == "read" || o_text == "write") && request >= 0 &&
+                    (w_text == "ENOSPC" || w_text == "EIO" || w_text == "short"),
+                ConfigError, "PSTAR_NVME_FAULT: expected OP:N:WHAT (e.g. write:3:ENOSPC; OP read ",
+                "or write, WHAT ENOSPC, EIO or short), found '", fault, "'");
+    o.fault.op =
+        o_text == "read" ? nvme::FaultInjection::Op::kRead : nvme::FaultInjection::Op::kWrite;
+    o.fault.request = request;
+    o.fault.error = w_text == "ENOSPC" ? ENOSPC : w_text == "EIO" ? EIO : 0;
+    o.fault.short_bytes = 4096;
+  }
+  return o;
+}
+
+// Note [nvme tier]: the store of this rank's NVMe chunks, under a run directory of its own.
+std::unique_ptr<NvmeOptimizer> open_nvme(const std::string& nvme_path, const plan::Fit& fit,
+                                         const ChunkStore& store) {
+  std::random_device random;
+  char id[24];
+  std::snprintf(id, sizeof id, "%08x%08x", random(), random());
+  const std::string run_id = str_cat(id, "-rank", store.sharding().rank);
+  auto slots = nvme::NvmeStore::open(nvme_path, run_id, store.optimizer_bytes(), fit.nvme_chunks,
+                                     nvme_store_options());
+  const int64_t buffers = std::min(fit.nvme_chunks, plan::kNvmeStagingChunks);
+  auto tier = std::make_unique<NvmeOptimizer>(std::move(slots), store.chunk_size(),
+                                              !store.format().fp32, buffers);
+  PSTAR_INTERNAL_ASSERT(tier->payload_bytes() == store.optimizer_bytes());
+  return tier;
+}
+
 }  // namespace
 
 ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafModule>& leaves,
@@ -127,6 +190,9 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
   in.device_budget = plan.budgets.device;
   in.host_budget = plan.budgets.host;
   in.non_model = predicted_non_model;
+  const std::string& nvme_path = plan.config.engine.nvme_path;
+  in.nvme_capacity = nvme_capacity(nvme_path);
+  in.nvme_block = nvme::kDefaultAlignment;
   s.fit = plan::check_fit(in);
   if (!s.fit.fits) {
     PSTAR_THROW(OutOfMemoryError, s.fit.reason, " (engine.device_memory ",
@@ -134,25 +200,48 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
                 format_bytes(store.host_budget()),
                 "; `pstar estimate --config` shows the breakdown)");
   }
-  s.first_device_chunk = s.fit.host_chunks;
+  // Note [nvme tier]: owned chunks in order: NVMe ones computing on the host, whole ones on the
+  // host, then on the device whole (static) ones and NVMe ones computing there.
+  s.making.first_device = s.fit.host_chunks + s.fit.nvme_host_chunks;
+  s.making.nvme_host_left = s.fit.nvme_host_chunks;
+  s.making.device_whole_left = s.fit.device_chunks;
+  s.making.nvme_device_left = s.fit.nvme_device_chunks;
+  if (s.fit.nvme_chunks > 0) {
+    store.attach_nvme(open_nvme(nvme_path, s.fit, store));
+    if (s.fit.nvme_device_chunks > 0) store.allocate_nvme_compute_buffers();
+  } else if (!nvme_path.empty()) {
+    log::info("engine.nvme_path ", nvme_path,
+              ": the model fits host and device memory, so nothing goes to NVMe");
+  }
   const int64_t capacity = store.tier().device_capacity_bytes();
   const int64_t whole = store.whole_bytes();
-  PSTAR_CHECK(s.fit.device_chunks <= capacity / whole, OutOfMemoryError, s.fit.device_chunks,
-              " chunks must start on the device tier (", format_bytes(s.fit.device_chunks * whole),
+  PSTAR_CHECK(s.fit.device_static <= capacity, OutOfMemoryError, s.fit.device_chunks, " chunks",
+              s.fit.nvme_device_chunks > 0
+                  ? str_cat(" and the compute payloads of ", s.fit.nvme_device_chunks, " more")
+                  : std::string(),
+              " must start on the device tier (", format_bytes(s.fit.device_static),
               ") but it holds ", format_bytes(capacity),
               " of chunks; raise engine.device_memory or engine.host_memory");
-  log::info("chunk plan: ", layout.num_chunks, " chunks of ", layout.chunk_size, " elements, ",
-            store.format().payload.whole(), " bytes per parameter (",
-            store.format().reuse ? "param/grad reuse" : "separate fp32 gradients", "), model data ",
-            format_bytes(layout.num_chunks * whole),
-            world > 1 ? str_cat(", ", s.fit.owned_chunks, " chunks (",
-                                format_bytes(s.fit.owned_chunks * whole), ") owned by each of ",
-                                world, " ranks")
-                      : std::string(),
-            "; ", s.fit.host_chunks, " chunks on the host tier (",
-            format_bytes(store.host_budget()), "), ", s.fit.device_chunks, " on the device tier (",
-            format_bytes(store.device_budget()), ", ", store.tier().describe(),
-            "); predicted non-model peak ", format_bytes(predicted_non_model));
+  log::info(
+      "chunk plan: ", layout.num_chunks, " chunks of ", layout.chunk_size, " elements, ",
+      store.format().payload.whole(), " bytes per parameter (",
+      store.format().reuse ? "param/grad reuse" : "separate fp32 gradients", "), model data ",
+      format_bytes(layout.num_chunks * whole),
+      world > 1
+          ? str_cat(", ", s.fit.owned_chunks, " chunks (", format_bytes(s.fit.owned_chunks * whole),
+                    ") owned by each of ", world, " ranks")
+          : std::string(),
+      "; ", s.fit.host_chunks, " chunks on the host tier (", format_bytes(store.host_budget()),
+      "), ", s.fit.device_chunks, " on the device tier (", format_bytes(store.device_budget()),
+      ", ", store.tier().describe(), ")",
+      s.fit.nvme_chunks > 0
+          ? str_cat(", ", s.fit.nvme_chunks, " with their optimizer payloads on NVMe (",
+                    format_bytes(s.fit.nvme_chunks * store.optimizer_bytes()), " in ", nvme_path,
+                    ", compute payloads of ", s.fit.nvme_host_chunks, " on the host and ",
+                    s.fit.nvme_device_chunks, " on the device, a staging pool of ",
+                    format_bytes(store.nvme()->pool_bytes()), ")")
+          : std::string(),
+      "; predicted non-model peak ", format_bytes(predicted_non_model));
 }
 
 ChunkedEngine::~ChunkedEngine() = default;
@@ -200,14 +289,25 @@ void ChunkedEngine::Impl::append_chunk(Residence residence) {
   const int64_t k = store.num_chunks();
   const chunk::Sharding& sharding = store.sharding();
   // The i-th chunk this rank owns is chunk i * N + rank.
-  if (sharding.owns(k) && k / sharding.world_size >= first_device_chunk) {
+  if (sharding.owns(k) && k / sharding.world_size >= making.first_device) {
     // Past the host's share (Note [fit]): the chunk lives on the device for good.
     PSTAR_INTERNAL_ASSERT(residence != Residence::kHostOnly,
                           "an embedding chunk was planned onto the device");
-    store.new_chunk(Residence::kMargin, Place::kDevice);
+    // Whole static chunks first, then those whose optimizer payloads are on NVMe (Note [nvme
+    // tier]).
+    const bool on_nvme = making.device_whole_left == 0 && making.nvme_device_left > 0;
+    if (on_nvme)
+      --making.nvme_device_left;
+    else if (making.device_whole_left > 0)
+      --making.device_whole_left;
+    store.new_chunk(Residence::kMargin, Place::kDevice, on_nvme);
     return;
   }
-  store.new_chunk(residence, Place::kHost);
+  // Note [nvme tier]: the first movable chunks this rank owns keep their optimizer payloads there.
+  const bool on_nvme =
+      sharding.owns(k) && residence == Residence::kMovable && making.nvme_host_left > 0;
+  if (on_nvme) --making.nvme_host_left;
+  store.new_chunk(residence, Place::kHost, on_nvme);
 }
 
 void ChunkedEngine::Impl::register_leaf(torch::nn::Module& module, const std::string& prefix,
@@ -261,6 +361,7 @@ void ChunkedEngine::load_parameter(const std::string& name, const at::Tensor& va
   const ManagedTensor& t = s.store.tensor(name);
   if (s.store.chunk(t.chunk).remote) return;  // its owner loads it
   s.adam.await_chunk(t.chunk);
+  s.store.stage_optimizer(t.chunk, /*write=*/true);
   torch::NoGradGuard no_grad;
   s.store.master_view(t).copy_(value);
   if (!s.store.format().fp32) s.store.param_view(t).copy_(value);
@@ -273,6 +374,11 @@ void ChunkedEngine::finish_registration() {
                         s.registered_leaves, " modules, planned ", s.expected_leaves);
   // Every group has one chunk per rank: empty chunks pad the last one.
   while (store.num_chunks() % store.sharding().world_size != 0) s.append_chunk(Residence::kMovable);
+  store.unstage_optimizer();  // the last chunk made goes to its NVMe slot
+  int64_t on_nvme = 0;
+  for (const Chunk& c : store.chunks()) on_nvme += c.nvme ? 1 : 0;
+  PSTAR_INTERNAL_ASSERT(on_nvme == s.fit.nvme_chunks, "made ", on_nvme, " chunks on NVMe, planned ",
+                        s.fit.nvme_chunks);
   s.sync.build_groups();
   // Remote chunks start released: their tensors hold nothing until gathered.
   for (int64_t k = 0; k < store.num_chunks(); ++k)
@@ -346,6 +452,7 @@ void ChunkedEngine::begin_step() {
   // What ran between steps (model set-up before the first, a checkpoint's copies) is not this
   // step's non-model memory: the first moment's window starts here.
   s.store.tier().reset_non_model_peak();
+  s.store.unstage_optimizer();  // a parameter load or a checkpoint staged it
   s.step = StepMemory{};
   s.store.traffic() = Traffic{};
   s.store.reset_host_peak();
@@ -407,6 +514,7 @@ void ChunkedEngine::state_dict(TensorList& out) {
   // Each rank writes the chunks it owns (Note [chunk layout]).
   for (const auto& t : store.tensors()) {
     if (!store.sharding().owns(t.chunk)) continue;
+    s.store.stage_optimizer(t.chunk, /*write=*/false);  // Note [nvme tier]: read through
     const Chunk& c = store.chunks()[static_cast<size_t>(t.chunk)];
     out.emplace_back(t.name, host_copy(store.master_view(t)));
     out.emplace_back(ckpt::exp_avg_of(t.name),
@@ -414,6 +522,7 @@ void ChunkedEngine::state_dict(TensorList& out) {
     out.emplace_back(ckpt::exp_avg_sq_of(t.name),
                      host_copy(store.view(c.exp_avg_sq, torch::kFloat32, t.offset, t.shape)));
   }
+  s.store.unstage_optimizer();
   out.emplace_back(ckpt::kAdamStep, torch::tensor(s.adam.steps(), torch::kInt64));
 }
 
@@ -423,9 +532,10 @@ void ChunkedEngine::load_state_dict(const TensorMap& in, const std::string& file
   s.store.synchronize();
   torch::NoGradGuard no_grad;
   s.adam.set_steps(checkpoint_tensor(in, ckpt::kAdamStep, file, {}, torch::kInt64).item<int64_t>());
-  const ChunkStore& store = s.store;
+  ChunkStore& store = s.store;
   for (const auto& t : store.tensors()) {
     if (!store.sharding().owns(t.chunk)) continue;
+    store.stage_optimizer(t.chunk, /*write=*/true);  // Note [nvme tier]: written through
     const Chunk& c = store.chunks()[static_cast<size_t>(t.chunk)];
     store.master_view(t).copy_(checkpoint_tensor(in, t.name, file, t.shape, torch::kFloat32));
     if (!store.format().fp32) store.param_view(t).copy_(store.master_view(t));
@@ -434,6 +544,7 @@ void ChunkedEngine::load_state_dict(const TensorMap& in, const std::string& file
     store.view(c.exp_avg_sq, torch::kFloat32, t.offset, t.shape)
         .copy_(checkpoint_tensor(in, ckpt::exp_avg_sq_of(t.name), file, t.shape, torch::kFloat32));
   }
+  store.unstage_optimizer();
 }
 
 void ChunkedEngine::fill_metrics(EngineMetrics& m) {

@@ -47,8 +47,13 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   Placement placement;
   GroupSync sync;
   Gradients grads;
-  plan::Fit fit;                   // the start-up plan (Note [fit])
-  int64_t first_device_chunk = 0;  // owned chunks from this ordinal on start in the margin
+  plan::Fit fit;  // the start-up plan (Note [fit])
+  // Where the chunks being made go (Note [fit], Note [nvme tier]): owned chunks from the ordinal
+  // first_device on start in the margin; how many of each kind are still to be made.
+  struct Making {
+    int64_t first_device = 0;
+    int64_t nvme_host_left = 0, device_whole_left = 0, nvme_device_left = 0;
+  } making;
   int64_t expected_leaves = 0, registered_leaves = 0;
   // Start-up is on the host whatever the tier: LibTorch's CPU allocations are what the model holds
   // before it is in chunks. Host bytes at start-up: chunk memory plus what LibTorch holds.

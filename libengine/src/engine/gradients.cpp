@@ -83,8 +83,12 @@ void Gradients::end_step(bool updated) {
     // parameters from the masters (Note [param/grad reuse]), with LibTorch on host payloads too.
     store_.synchronize();
     torch::NoGradGuard no_grad;
-    for (auto& t : store_.tensors())
-      if (!store_.chunk(t.chunk).remote) store_.param_view(t).copy_(store_.master_view(t));
+    for (auto& t : store_.tensors()) {
+      if (store_.chunk(t.chunk).remote) continue;
+      store_.stage_optimizer(t.chunk, /*write=*/false);  // an NVMe chunk's master is read through
+      store_.param_view(t).copy_(store_.master_view(t));
+    }
+    store_.unstage_optimizer();
   }
 }
 

@@ -57,8 +57,14 @@ void HybridAdam::record_finished() {
     const std::lock_guard<std::mutex> lock(done_mutex_);
     done.swap(done_);
   }
-  for (const Done& d : done)
-    store_.record(d.chunk, formats::ChunkEventKind::kAdamHost, store_.optimizer_bytes(), d.seconds);
+  for (const Done& d : done) record_host(d.chunk, d.seconds, d.nvme, d.read_wait_s);
+}
+
+void HybridAdam::record_host(int64_t k, double seconds, bool nvme, double read_wait_s) {
+  const int64_t bytes = store_.optimizer_bytes();
+  if (nvme) store_.record(k, formats::ChunkEventKind::kNvmeRead, bytes, read_wait_s);
+  store_.record(k, formats::ChunkEventKind::kAdamHost, bytes, seconds);
+  if (nvme) store_.record(k, formats::ChunkEventKind::kNvmeWrite, bytes);
 }
 
 optim::AdamHyper HybridAdam::hyper(double lr, int64_t step) const {
@@ -73,23 +79,91 @@ float HybridAdam::multiplier(double grad_multiplier) const {
   return static_cast<float>(grad_multiplier / static_cast<double>(world_size_));
 }
 
+optim::ParamOutType HybridAdam::param_out_type(const ChunkFormat& format) {
+  return format.fp32                        ? optim::ParamOutType::kNone
+         : format.dtype == torch::kBFloat16 ? optim::ParamOutType::kBF16
+                                            : optim::ParamOutType::kF16;
+}
+
+// Note [nvme tier]: an NVMe chunk whose compute payloads stay on the device. They are copied into
+// the store's host buffers, updated there by host Adam with the staged optimizer payloads, and
+// the parameters copied back, all on the training thread. Two synchronisations each (counted in
+// device_syncs): before the copy out, so that the previous chunk's copy back from the same buffer
+// has read it (the tier orders copies per direction, not across), and before host Adam reads what
+// the copies wrote.
+double HybridAdam::device_nvme_step(int64_t k, const optim::AdamHyper& hyper, float multiplier) {
+  Chunk& c = store_.chunk(k);
+  const ChunkFormat& f = store_.format();
+  tier::DeviceTier& tier = store_.tier();
+  Block& param = store_.nvme_param_buffer();
+  Block& grad = store_.nvme_grad_buffer();
+  const int64_t param_bytes = f.chunk_size * f.elem_bytes;
+  store_.synchronize();
+  tier.copy(param, c.param, param_bytes);
+  if (!f.reuse) tier.copy(grad, c.grad, f.chunk_size * 4);
+  store_.traffic().d2h += store_.compute_bytes();
+  store_.synchronize();
+  const StagedOptimizer staged = store_.nvme()->acquire(k, NvmeOptimizer::Use::kAdam);
+  optim::AdamSpan span;
+  span.master = f.fp32 ? static_cast<float*>(param.data()) : staged.master;
+  span.exp_avg = staged.exp_avg;
+  span.exp_avg_sq = staged.exp_avg_sq;
+  span.grad = f.reuse ? param.data() : grad.data();
+  span.grad_type = store_.grad_type();
+  span.param_out = f.fp32 ? nullptr : param.data();
+  span.param_out_type = param_out_type(f);
+  span.numel = c.used;
+  tier.adam_step(Place::kHost, hyper, multiplier, span);
+  store_.nvme()->release(k, /*dirty=*/true);
+  tier.copy(c.param, param, param_bytes);
+  store_.traffic().h2d += param_bytes;
+  return staged.wait_s;
+}
+
 optim::AdamSpan HybridAdam::span(int64_t k) {
   Chunk& c = store_.chunk(k);
   const ChunkFormat& format = store_.format();
   optim::AdamSpan span;
-  span.master = static_cast<float*>(format.fp32 ? c.param.data() : c.master.data());
-  span.exp_avg = static_cast<float*>(c.exp_avg.data());
-  span.exp_avg_sq = static_cast<float*>(c.exp_avg_sq.data());
+  // An NVMe chunk's optimizer payloads are filled in where its Adam runs (host_step).
+  span.master = format.fp32 ? static_cast<float*>(c.param.data())
+                : c.nvme    ? nullptr
+                            : static_cast<float*>(c.master.data());
+  span.exp_avg = c.nvme ? nullptr : static_cast<float*>(c.exp_avg.data());
+  span.exp_avg_sq = c.nvme ? nullptr : static_cast<float*>(c.exp_avg_sq.data());
   span.grad = store_.grad_data(c);
   span.grad_type = store_.grad_type();
   span.param_out = format.fp32 ? nullptr : c.param.data();
-  span.param_out_type = format.fp32                        ? optim::ParamOutType::kNone
-                        : format.dtype == torch::kBFloat16 ? optim::ParamOutType::kBF16
-                                                           : optim::ParamOutType::kF16;
+  span.param_out_type = param_out_type(format);
   span.numel = c.used;
   PSTAR_INTERNAL_ASSERT(c.compute_place == c.optimizer_place, "chunk ", k,
                         "'s compute payloads are not beside its optimizer state");
   return span;
+}
+
+// Host Adam of chunk k over `span`; an NVMe chunk's optimizer payloads are staged around it (Note
+// [nvme staging]): read (or found ahead), updated, written back behind.
+double HybridAdam::host_step(tier::DeviceTier& tier, NvmeOptimizer* nvme, int64_t k,
+                             const optim::AdamHyper& hyper, float multiplier,
+                             optim::AdamSpan span) {
+  if (nvme == nullptr) {
+    tier.adam_step(Place::kHost, hyper, multiplier, span);
+    return 0;
+  }
+  const StagedOptimizer staged = nvme->acquire(k, NvmeOptimizer::Use::kAdam);
+  if (staged.master != nullptr) span.master = staged.master;
+  span.exp_avg = staged.exp_avg;
+  span.exp_avg_sq = staged.exp_avg_sq;
+  tier.adam_step(Place::kHost, hyper, multiplier, span);
+  nvme->release(k, /*dirty=*/true);
+  return staged.wait_s;
+}
+
+// The NVMe tier of chunk k's Adam, announced for read-ahead; null when it is not on NVMe.
+NvmeOptimizer* HybridAdam::nvme_for(int64_t k) {
+  if (!store_.chunk(k).nvme) return nullptr;
+  store_.unstage_optimizer();  // what host code staged is written back before Adam stages
+  store_.nvme()->announce(k);
+  return store_.nvme();
 }
 
 // Queues host chunk k's Adam on the worker; `with_sq`: first its gradient's sum of squares, into
@@ -108,13 +182,14 @@ void HybridAdam::queue_host(int64_t k, const optim::AdamHyper& hyper, float mult
   }
   Block* grad = store_.format().reuse ? nullptr : &c.grad;
   HybridAdam* self = this;
-  c.adam.ticket = worker_->submit([self, tier, k, hyper, multiplier, span, grad] {
+  NvmeOptimizer* nvme = nvme_for(k);
+  c.adam.ticket = worker_->submit([self, tier, nvme, k, hyper, multiplier, span, grad] {
     const auto begin = std::chrono::steady_clock::now();
-    tier->adam_step(Place::kHost, hyper, multiplier, span);
+    const double read_wait_s = host_step(*tier, nvme, k, hyper, multiplier, span);
     if (grad != nullptr) tier->zero(*grad, span.numel * 4);
     const double seconds = seconds_since(begin);
     const std::lock_guard<std::mutex> lock(self->done_mutex_);
-    self->done_.push_back(Done{k, seconds});
+    self->done_.push_back(Done{k, seconds, nvme != nullptr, read_wait_s});
   });
   c.adam.stage = with_sq ? AdamStage::kEarlyQueued : AdamStage::kQueued;
   ++figures_.queued;
@@ -174,18 +249,35 @@ void HybridAdam::update(double lr, double grad_multiplier, bool planned) {
   std::vector<int64_t> in_chunk_order;
   if (!queue)
     for (int64_t k = 0; k < store_.num_chunks(); ++k) in_chunk_order.push_back(k);
+  std::vector<int64_t> host, device_nvme;
   for (int64_t k : queue ? order_ : in_chunk_order) {
     const Chunk& c = store_.chunk(k);
     if (c.remote || c.optimizer_place != Place::kHost || c.adam.early()) continue;
-    if (queue) {
-      queue_host(k, h, m, /*with_sq=*/false);
-      continue;
-    }
-    const auto begin = std::chrono::steady_clock::now();
-    store_.tier().adam_step(Place::kHost, h, m, span(k));
-    store_.record(k, formats::ChunkEventKind::kAdamHost, store_.optimizer_bytes(),
-                  seconds_since(begin));
+    (c.nvme && c.compute_place == Place::kDevice ? device_nvme : host).push_back(k);
   }
+  if (!device_nvme.empty()) {
+    // On this thread, before the rest is queued: early updates on the worker may hold the pool.
+    await_all();
+    for (int64_t k : device_nvme) nvme_for(k);
+    for (int64_t k : device_nvme) {
+      const auto begin = std::chrono::steady_clock::now();
+      const double read_wait_s = device_nvme_step(k, h, m);
+      record_host(k, seconds_since(begin), /*nvme=*/true, read_wait_s);
+    }
+  }
+  if (!queue) {
+    // Every NVMe chunk is announced first, so that reads run ahead of the updates.
+    std::vector<NvmeOptimizer*> nvme;
+    for (int64_t k : host) nvme.push_back(nvme_for(k));
+    for (size_t i = 0; i < host.size(); ++i) {
+      const int64_t k = host[i];
+      const auto begin = std::chrono::steady_clock::now();
+      const double read_wait_s = host_step(store_.tier(), nvme[i], k, h, m, span(k));
+      record_host(k, seconds_since(begin), nvme[i] != nullptr, read_wait_s);
+    }
+    return;
+  }
+  for (int64_t k : host) queue_host(k, h, m, /*with_sq=*/false);
 }
 
 void HybridAdam::end_step() {

@@ -78,6 +78,14 @@ class HybridAdam {
   optim::AdamHyper hyper(double lr, int64_t step) const;
   float multiplier(double grad_multiplier) const;
   optim::AdamSpan span(int64_t k);
+  static optim::ParamOutType param_out_type(const ChunkFormat& format);
+  double device_nvme_step(int64_t k, const optim::AdamHyper& hyper, float multiplier);
+  NvmeOptimizer* nvme_for(int64_t k);
+  // Returns the seconds an NVMe chunk waited for its read (0 otherwise).
+  static double host_step(tier::DeviceTier& tier, NvmeOptimizer* nvme, int64_t k,
+                          const optim::AdamHyper& hyper, float multiplier, optim::AdamSpan span);
+  // Chunk k's host Adam ran: its events (and its NVMe read and write-back).
+  void record_host(int64_t k, double seconds, bool nvme, double read_wait_s);
   void queue_host(int64_t k, const optim::AdamHyper& hyper, float multiplier, bool with_sq);
 
   ChunkStore& store_;
@@ -91,6 +99,8 @@ class HybridAdam {
   struct Done {
     int64_t chunk = 0;
     double seconds = 0;
+    bool nvme = false;
+    double read_wait_s = 0;
   };
   std::mutex done_mutex_;
   std::vector<Done> done_;  // guarded by done_mutex_: the worker appends

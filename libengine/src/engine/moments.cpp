@@ -245,7 +245,8 @@ void ChunkedEngine::Impl::plan_margin() {
   const int64_t fixed = given;
   for (int64_t k = 0; k < num && given < margin; ++k) {
     Chunk& c = store.chunk(k);
-    if (!c.movable()) continue;
+    // An NVMe chunk stays out: the fit sent its optimizer state there for want of room.
+    if (!c.movable() || c.nvme) continue;
     c.residence = Residence::kMargin;
     ++given;
     // The margin is permanent device memory: count it against the budget now.
@@ -306,6 +307,13 @@ void ChunkedEngine::Impl::finish_step_memory() {
     m.adam_queued_chunks = figures.queued;
     m.adam_early_chunks = figures.early;
     m.adam_wait_s = figures.wait_s;
+  }
+  if (NvmeOptimizer* nvme = store.nvme(); nvme != nullptr) {
+    // Completed since the last step's end: queued Adam and its I/O run on into the next step.
+    const NvmeFigures io = nvme->take_figures();
+    m.nvme.read_bytes = io.read_bytes;
+    m.nvme.write_bytes = io.write_bytes;
+    m.nvme.wait_s = io.wait_s;
   }
   // Every gathered copy is released by now: what is left is this rank's own model data.
   m.model_data_bytes = device_bytes + store.host_bytes().current;

@@ -66,11 +66,7 @@ std::vector<std::string> remove_stale_run_dirs(const std::string& nvme_path) {
   return removed;
 }
 
-RunDir::RunDir(const std::string& nvme_path, const std::string& run_id) {
-  PSTAR_CHECK(
-      !run_id.empty() && run_id.find('/') == std::string::npos && run_id != "." && run_id != "..",
-      ConfigError, "NVMe run id '", run_id,
-      "' is not a file name: give a non-empty name without '/'");
+void check_nvme_path(const std::string& nvme_path) {
   struct stat st {};
   if (::stat(nvme_path.c_str(), &st) != 0) {
     const int err = errno;
@@ -81,6 +77,14 @@ RunDir::RunDir(const std::string& nvme_path, const std::string& run_id) {
   }
   PSTAR_CHECK(S_ISDIR(st.st_mode), IoError, "nvme_path ", nvme_path,
               " is not a directory; give a directory on a fast local disk");
+}
+
+RunDir::RunDir(const std::string& nvme_path, const std::string& run_id) {
+  PSTAR_CHECK(
+      !run_id.empty() && run_id.find('/') == std::string::npos && run_id != "." && run_id != "..",
+      ConfigError, "NVMe run id '", run_id,
+      "' is not a file name: give a non-empty name without '/'");
+  check_nvme_path(nvme_path);
   remove_stale_run_dirs(nvme_path);
 
   path_ = nvme_path + "/" + kPrefix + run_id;

@@ -22,6 +22,9 @@
 
 namespace pstar::nvme::detail {
 
+// IoError naming `nvme_path` when it is missing or not a directory.
+void check_nvme_path(const std::string& nvme_path);
+
 class RunDir {
  public:
   // Checks nvme_path (IoError naming it when missing, not a directory or unwritable), removes

@@ -324,6 +324,11 @@ void StoreImpl::wait(const Ticket& ticket) {
 NvmeStore::NvmeStore(std::unique_ptr<detail::StoreImpl> impl) : impl_(std::move(impl)) {}
 NvmeStore::~NvmeStore() = default;
 
+int64_t free_space(const std::string& nvme_path) {
+  detail::check_nvme_path(nvme_path);
+  return detail::free_bytes(nvme_path);
+}
+
 std::unique_ptr<NvmeStore> NvmeStore::open(const std::string& nvme_path, const std::string& run_id,
                                            int64_t slot_bytes, int64_t num_slots,
                                            const StoreOptions& options) {

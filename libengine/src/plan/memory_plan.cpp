@@ -236,9 +236,11 @@ int64_t device_arena_bytes(int64_t device_budget, int64_t predicted_non_model) {
   return fill - predicted_non_model;
 }
 
-int64_t nvme_staging_per_rank(int64_t nvme_chunks, int64_t chunk_size,
-                              const PayloadBytes& payload) {
-  return std::min(nvme_chunks, kNvmeStagingChunks) * chunk_size * payload.optimizer();
+int64_t nvme_staging_per_rank(int64_t nvme_chunks, int64_t chunk_size, const PayloadBytes& payload,
+                              int64_t block) {
+  PSTAR_INTERNAL_ASSERT(block >= 1);
+  const int64_t buffer = (chunk_size * payload.optimizer() + block - 1) / block * block;
+  return std::min(nvme_chunks, kNvmeStagingChunks) * buffer;
 }
 
 namespace {
@@ -308,16 +310,25 @@ Fit check_fit(const FitInput& in) {
       auto place = [&](int64_t n) {
         NvmePlacement p;
         p.nvme = n;
-        p.staging = nvme_staging_per_rank(n, in.layout.chunk_size, in.payload);
+        p.staging = nvme_staging_per_rank(n, in.layout.chunk_size, in.payload, in.nvme_block);
         const int64_t host_free =
             std::max<int64_t>(0, in.host_budget - r * (in.staging_per_rank + p.staging)) / r -
             pinned_owned * whole;  // host-pinned chunks stay whole on the host
         if (host_free < 0) return p;
         p.nvme_host = std::min(n, host_free / compute);
+        int64_t room = host_free;
+        if (p.nvme_host < n) {
+          // Compute payloads kept on the device are updated on the host through one more buffer
+          // of a compute payload per rank (Note [nvme tier] in engine/chunked_engine.h).
+          room -= compute;
+          if (room < 0) return p;
+          p.staging += compute;
+          p.nvme_host = std::min(n, room / compute);
+        }
         p.nvme_device = n - p.nvme_host;
         if (p.nvme_device * compute > device_free) return p;
         p.feasible = true;
-        p.host_capacity = pinned_owned + (host_free - p.nvme_host * compute) / whole;
+        p.host_capacity = pinned_owned + (room - p.nvme_host * compute) / whole;
         p.device_capacity = (device_free - p.nvme_device * compute) / whole;
         return p;
       };

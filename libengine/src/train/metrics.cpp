@@ -48,6 +48,8 @@ void MetricsWriter::write(const StepMetrics& m) {
         {"pageable_bytes", m.engine.pageable.current},
         {"pageable_peak_bytes", m.engine.pageable.peak},
         {"comm_bytes", m.engine.comm_bytes},
+        {"nvme_read_bytes", m.engine.nvme.read_bytes},
+        {"nvme_write_bytes", m.engine.nvme.write_bytes},
         {"gathers", m.engine.gathers},
         {"reductions", m.engine.reductions}}) {
     if (value >= 0) line[key] = value;  // chunk engine / several ranks only
@@ -56,6 +58,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.engine.comm_s >= 0) line["comm_s"] = m.engine.comm_s;
   if (m.engine.adam_wait_s >= 0) line["adam_wait_s"] = m.engine.adam_wait_s;
   if (m.engine.move_s >= 0) line["move_s"] = m.engine.move_s;
+  if (m.engine.nvme.wait_s >= 0) line["nvme_wait_s"] = m.engine.nvme.wait_s;
   const std::string text = line.dump() + "\n";
   PSTAR_CHECK(std::fwrite(text.data(), 1, text.size(), file_.get()) == text.size() &&
                   std::fflush(file_.get()) == 0,

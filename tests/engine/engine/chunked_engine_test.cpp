@@ -8,6 +8,7 @@
 
 #include "engine/cpu_plan.h"
 #include "engine/small_gpt_config.h"
+#include "engine/step_losses.h"
 #include "pstar/base/error.h"
 #include "pstar/checkpoint/store.h"
 #include "pstar/chunk/access_trace.h"
@@ -58,11 +59,7 @@ class ChunkedEngineTest : public ::testing::Test {
   int64_t memory_in_use_before_ = memory::CpuAllocationCounter::instance().current_bytes();
 };
 
-std::vector<double> losses(const std::vector<StepMetrics>& m) {
-  std::vector<double> out;
-  for (const auto& s : m) out.push_back(s.loss);
-  return out;
-}
+using pstar::testing::losses;
 
 TEST_F(ChunkedEngineTest, Fp32MatchesTheTorchEngine) {
   auto c = small_config();

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "engine/cpu_plan.h"
+#include "engine/step_losses.h"
 #include "pstar/checkpoint/store.h"
 #include "pstar/chunk/access_trace.h"
 #include "pstar/engine/chunked_engine.h"
@@ -67,11 +68,7 @@ class LlamaTrainingTest : public ::testing::Test {
   std::string corpus_;
 };
 
-std::vector<double> losses(const std::vector<StepMetrics>& m) {
-  std::vector<double> out;
-  for (const auto& s : m) out.push_back(s.loss);
-  return out;
-}
+using pstar::testing::losses;
 
 TEST_F(LlamaTrainingTest, Fp32ChunkEngineMatchesTheTorchEngineAfterAdamSteps) {
   auto c = tiny();

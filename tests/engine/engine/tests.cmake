@@ -10,3 +10,7 @@ pstar_add_test(NAME engine_chunked_tests LABEL unit PCH
 pstar_add_test(NAME engine_llama_training_tests LABEL unit PCH
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/llama_training_test.cpp
   LIBS pstar::engine)
+# The chunk engine with its NVMe tier (engine.nvme_path), through the trainer.
+pstar_add_test(NAME engine_nvme_training_tests LABEL unit PCH
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/nvme_training_test.cpp
+  LIBS pstar::engine)

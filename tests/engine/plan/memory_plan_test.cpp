@@ -211,41 +211,53 @@ TEST(NvmeFitTest, FewestChunksMoveAndTheStagingPoolCountsAgainstTheHost) {
   EXPECT_EQ(nvme_staging_per_rank(9, 1000, payload_bytes(4, false)), kNvmeStagingChunks * 8000);
 }
 
-// All chunks on NVMe: the host's 88000 B hold the pool (48000) and 20 compute payloads (40000);
-// the device's 63000 B of room (72000 - 4000 working - 5000 non-model) hold 31 more (62000).
+// All chunks on NVMe: the host's 88000 B hold the pool (48000), the buffer through which the
+// device's compute payloads are updated (2000) and 19 compute payloads (38000); the device's
+// 63000 B of room (72000 - 4000 working - 5000 non-model) hold 31 more (62000).
 TEST(NvmeFitTest, ComputePayloadsFillTheHostThenTheDevice) {
-  FitInput in = small_fit(51, 80000, 88000);
+  FitInput in = small_fit(50, 80000, 88000);
   in.non_model = 5000;
   in.nvme_capacity = int64_t{1} << 30;
   Fit f = check_fit(in);
   ASSERT_TRUE(f.fits) << f.reason;
-  EXPECT_EQ(f.nvme_chunks, 51);
-  EXPECT_EQ(f.nvme_host_chunks, 20);
+  EXPECT_EQ(f.nvme_chunks, 50);
+  EXPECT_EQ(f.nvme_host_chunks, 19);
   EXPECT_EQ(f.nvme_device_chunks, 31);
   EXPECT_EQ(f.host_chunks + f.device_chunks, 0);
+  EXPECT_EQ(f.host_nvme_staging, 48000 + 2000);
   EXPECT_EQ(f.host_used, 88000);
   EXPECT_EQ(f.device_used, 31 * 2000 + 4000 + 5000);
   EXPECT_LE(f.device_used, f.device_limit);
   // One chunk more: its compute payload has no room anywhere.
-  in.layout.num_chunks = 52;
+  in.layout.num_chunks = 51;
   f = check_fit(in);
   EXPECT_FALSE(f.fits);
   EXPECT_NE(f.reason.find("compute payloads"), std::string::npos) << f.reason;
-  // One host byte less: 19 compute payloads on the host, 32 do not fit the device.
-  in.layout.num_chunks = 51;
+  // One host byte less: 18 compute payloads on the host, 32 do not fit the device.
+  in.layout.num_chunks = 50;
   in.host_budget = 87999;
   EXPECT_FALSE(check_fit(in).fits);
+  // With 90000 B the host holds the pool and all 21 compute payloads: no buffer is needed.
+  in.layout.num_chunks = 21;
+  in.host_budget = 48000 + 21 * 2000;
+  in.non_model = 72000 - 4000;  // no device room
+  f = check_fit(in);
+  ASSERT_TRUE(f.fits) << f.reason;
+  EXPECT_EQ(f.nvme_device_chunks, 0);
+  EXPECT_EQ(f.host_nvme_staging, 48000);
+  in.non_model = 5000;
 
-  // 40 chunks need 39 on NVMe: 20 compute payloads on the host, 19 on the device beside 1 whole
-  // chunk (14000 + 38000 <= 63000); with 38 the device has room for 1 whole chunk only: 39.
+  // 40 chunks need 39 on NVMe: 19 compute payloads on the host (beside the buffer), 20 on the
+  // device beside 1 whole chunk (14000 + 40000 <= 63000); with 38 the device has room for 1 whole
+  // chunk only: 39.
   in.host_budget = 88000;
   in.layout.num_chunks = 40;
   f = check_fit(in);
   ASSERT_TRUE(f.fits) << f.reason;
   EXPECT_EQ(f.nvme_chunks, 39);
-  EXPECT_EQ(f.nvme_device_chunks, 19);
+  EXPECT_EQ(f.nvme_device_chunks, 20);
   EXPECT_EQ(f.device_chunks, 1);
-  EXPECT_EQ(f.device_static, 14000 + 19 * 2000);
+  EXPECT_EQ(f.device_static, 14000 + 20 * 2000);
   EXPECT_EQ(f.nvme_used, 39 * 12000);
   // The NVMe may fill kNvmeFillRatio of its capacity: 468000 B fit 520000 B, not 519999.
   in.nvme_capacity = 520000;

@@ -129,6 +129,10 @@ struct EngineConfig {
   // Host Adam on a worker thread while the next step's forward starts (docs/engine.md): true,
   // false, or "auto" (on when the device tier is a GPU: plan::overlap_adam_on).
   OnOffAuto overlap_adam = OnOffAuto::kAuto;
+  // The NVMe tier (docs/engine.md, "A third tier"): a directory on a fast local disk where the
+  // optimizer payloads of chunks that fit neither host nor device memory live. Empty: no NVMe tier.
+  // Relative paths are relative to the working directory, like training.save_dir.
+  std::string nvme_path;
 };
 
 struct TrainConfig {

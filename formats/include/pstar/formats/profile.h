@@ -16,8 +16,9 @@ inline constexpr const char kProfileFormat[] = "pstar-profile";
 
 // Stages a moment or a time sample belongs to.
 enum class ProfileStage : int8_t { kForward = 0, kBackward = 1, kOptimizer = 2 };
-// Where a chunk's compute payload is at a moment (the location matrix).
-enum class ChunkPlace : int8_t { kAbsent = 0, kHost = 1, kDevice = 2 };
+// Where a chunk's compute payload is at a moment (the location matrix). kNvme: on the host, with
+// the chunk's optimizer payloads in the NVMe tier (engine.nvme_path).
+enum class ChunkPlace : int8_t { kAbsent = 0, kHost = 1, kDevice = 2, kNvme = 3 };
 // What happened to a chunk.
 enum class ChunkEventKind : int8_t {
   kMoveH2D = 0,     // compute payload host -> device
@@ -28,6 +29,8 @@ enum class ChunkEventKind : int8_t {
   kAdamHost = 5,    // Adam ran on the host
   kGather = 6,      // the chunk's group was all-gathered (one event per group, on its first chunk)
   kReduce = 7,      // the chunk's group was reduce-scattered (likewise)
+  kNvmeRead = 8,    // optimizer payloads read from NVMe for host Adam (seconds: waited for)
+  kNvmeWrite = 9,   // optimizer payloads written back to NVMe behind host Adam
 };
 const char* to_string(ProfileStage stage);
 const char* to_string(ChunkPlace place);

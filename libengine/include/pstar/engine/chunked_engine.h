@@ -74,6 +74,20 @@
 // device runs the rest of the backward. The optimizer step waits only for those sums (grad_norm
 // adds them in chunk order, as always); update() queues the chunks left.
 //
+// Note [nvme tier]
+// With engine.nvme_path, when the fit (Note [nvme fit] in plan/memory_plan.h) cannot place the
+// model in host and device memory, the optimizer payloads of the first fit.nvme_chunks movable
+// chunks a rank owns live in slots of an NVMe store, not in memory: their Blocks are empty, and
+// views of a staging buffer only while host code works on them (ChunkStore::stage_optimizer: the
+// start-up copy of the masters, parameter loads, checkpoints, a skipped step's restore), one chunk
+// at a time. Their host Adam stages them itself (HybridAdam::host_step): read ahead, updated,
+// written back behind (Note [nvme staging] in engine/nvme_optimizer.h). Their compute payloads
+// move like any movable chunk's; they are never promoted to the margin. The fit may also keep the
+// compute payloads of fit.nvme_device_chunks more on the device for good (margin chunks with their
+// optimizer payloads on NVMe): at the optimizer step, on the training thread, their param (and
+// grad) are copied into a host buffer, updated there by host Adam and copied back. Each update is
+// the same call on the same bytes as in memory, so the numbers do not change.
+//
 // Note [evaluation]
 // A held-out loss is forwards between steps (ParamEngine::begin_eval/end_eval), and must change
 // nothing of training: the trainer runs them with autograd off, and the engine runs them through

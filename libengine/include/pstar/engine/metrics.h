@@ -36,6 +36,14 @@ struct EngineMetrics {
   int64_t adam_queued_chunks = -1;
   int64_t adam_early_chunks = -1;
   double adam_wait_s = -1;
+  // With optimizer payloads on NVMe (engine.nvme_path): bytes the NVMe tier read and wrote, and the
+  // seconds the thread running host Adam waited for the disk, over the operations that completed
+  // since the previous step's end (queued Adam runs on into the next step).
+  struct NvmeIo {
+    int64_t read_bytes = -1;
+    int64_t write_bytes = -1;
+    double wait_s = -1;
+  } nvme;
   // Bytes of model data (chunk payloads) this rank holds between steps.
   int64_t model_data_bytes = -1;
   // The host memory the device tier holds for payloads at the step's end, blocks in use and free

@@ -30,6 +30,10 @@ enum class BackendKind {
 };
 const char* backend_name(BackendKind kind);
 
+// The bytes free for an unprivileged user in `nvme_path` (-1 where the file system does not say);
+// IoError naming it when it is missing or not a directory. The start-up fit plans with it.
+int64_t free_space(const std::string& nvme_path);
+
 // Whether io_uring works in this process (some container runtimes refuse io_uring_setup with
 // EPERM, older kernels with ENOSYS); `why` receives the reason when it does not.
 bool io_uring_available(std::string* why);

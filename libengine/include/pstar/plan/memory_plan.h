@@ -22,7 +22,9 @@
 // only if that fails does it move the fewest chunks' optimizer payloads to NVMe that make the model
 // fit, since every such chunk costs disk I/O each step. The compute payloads of those chunks live
 // on the host while it has room, then on the device (where they stay, like static chunks: the
-// device fill ratio applies). The NVMe tier may fill kNvmeFillRatio of its capacity.
+// device fill ratio applies); those on the device are updated on the host through one more buffer
+// of a compute payload per rank, counted in the pool. The NVMe tier may fill kNvmeFillRatio of its
+// capacity.
 #pragma once
 
 #include <cstdint>
@@ -188,6 +190,9 @@ struct FitInput {
   int64_t non_model = 0;         // predicted non-model peak per rank (0: unknown, measured later)
   int64_t staging_per_rank = 0;  // pinned host staging buffers (0 on the emulated device tier)
   int64_t nvme_capacity = 0;     // per host, bytes; 0: no NVMe tier (Note [nvme fit])
+  // The staging pool's buffers are whole blocks of this: the engine's are O_DIRECT's 4096 bytes
+  // (a chunk's optimizer payloads are a multiple of it unless the chunk size is odd).
+  int64_t nvme_block = 1;
 };
 
 struct Fit {
@@ -218,8 +223,10 @@ struct Fit {
   int64_t device_margin() const { return device_limit - device_used; }
 };
 
-// Bytes of the NVMe staging pool per rank for `nvme_chunks` chunks on NVMe (Note [nvme fit]).
-int64_t nvme_staging_per_rank(int64_t nvme_chunks, int64_t chunk_size, const PayloadBytes& payload);
+// Bytes of the NVMe staging pool per rank for `nvme_chunks` chunks on NVMe (Note [nvme fit]), each
+// buffer a whole number of `block` bytes.
+int64_t nvme_staging_per_rank(int64_t nvme_chunks, int64_t chunk_size, const PayloadBytes& payload,
+                              int64_t block = 1);
 
 Fit check_fit(const FitInput& in);
 
