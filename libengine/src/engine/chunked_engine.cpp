@@ -198,6 +198,9 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
     PSTAR_THROW(OutOfMemoryError, s.fit.reason, " (engine.device_memory ",
                 format_bytes(store.device_budget()), ", engine.host_memory ",
                 format_bytes(store.host_budget()),
+                nvme_path.empty() ? std::string()
+                                  : str_cat(", engine.nvme_path ", nvme_path, " with ",
+                                            format_bytes(in.nvme_capacity), " free"),
                 "; `pstar estimate --config` shows the breakdown)");
   }
   // Note [nvme tier]: owned chunks in order: NVMe ones computing on the host, whole ones on the
