@@ -156,32 +156,21 @@ TEST_F(ReliabilityTest, SigtermFinishesTheStepSavesAndResumesExactly) {
   expect_exact_resume(k, k + 3);
 }
 
-// A deep, narrow bf16 GPT of 31 chunks whose optimizer payloads mostly live on NVMe: the host
-// holds every compute payload (40000 B), the staging pool and one more payload, not whole chunks.
-json nvme_config() {
-  json c = {
-      {"model",
-       {{"hidden", 64}, {"layers", 10}, {"heads", 4}, {"vocab_size", 256}, {"seq_len", 16}}},
-      {"data", {{"text", "corpus.txt"}}},
-      {"train_micro_batch_size_per_gpu", 1},
-      {"default_chunk_size", 20000},
-      {"use_cpu_embedding", false},
-      {"bf16", {{"enabled", true}}},
-      {"training", {{"steps", 6}, {"log_interval", 1}, {"lr_schedule", {{"type", "constant"}}}}},
-      {"engine",
-       {{"mode", "chunked"},
-        {"activation_checkpointing", true},
-        {"device_memory", "2MB"},
-        {"host_memory", 31 * 40000 + 4 * 241664 + 40000},
-        {"nvme_path", "nvme"}}},
-  };
-  return c;
-}
-
 // The NVMe tier's directory goes with a graceful stop, and one a SIGKILL left behind is reported
 // and removed by the next run (Note [nvme run directory]).
 TEST_F(ReliabilityTest, TheNvmeDirectoryGoesOnSigtermAndAfterSigkillAtTheNextStart) {
-  write_config(nvme_config());
+  // A deep, narrow bf16 GPT of 31 chunks whose optimizer payloads mostly live on NVMe: the host
+  // holds every compute payload (40000 B), the staging pool and one more payload, not whole chunks.
+  json c = config();
+  c["model"] = {{"hidden", 64}, {"layers", 10}, {"heads", 4}, {"vocab_size", 256}, {"seq_len", 16}};
+  c["train_micro_batch_size_per_gpu"] = 1;
+  c["use_cpu_embedding"] = false;
+  c["bf16"]["enabled"] = true;
+  c["engine"]["activation_checkpointing"] = true;
+  c["engine"]["device_memory"] = "2MB";
+  c["engine"]["host_memory"] = 31 * 40000 + 4 * 241664 + 40000;
+  c["engine"]["nvme_path"] = "nvme";
+  write_config(c);
   fs::create_directories(dir_.path() / "nvme");
   const auto in_nvme = [&] {
     std::vector<std::string> names;

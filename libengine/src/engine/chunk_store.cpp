@@ -127,38 +127,34 @@ void ChunkStore::new_chunk(Residence residence, Place place, bool on_nvme) {
   }
   PSTAR_INTERNAL_ASSERT(!c.host_only() || place == Place::kHost,
                         "an embedding chunk was planned onto the device");
+  PSTAR_INTERNAL_ASSERT(!on_nvme || (nvme_ != nullptr && !c.host_only()), "chunk ", k,
+                        " was planned onto NVMe without the tier");
   c.compute_place = c.optimizer_place = place;
   const int64_t size = format_.chunk_size;
-  if (on_nvme) {
-    PSTAR_INTERNAL_ASSERT(
-        nvme_ != nullptr && ((residence == Residence::kMovable && place == Place::kHost) ||
-                             (residence == Residence::kMargin && place == Place::kDevice)),
-        "chunk ", k, " was planned onto NVMe without the tier");
-    c.optimizer_place = Place::kHost;  // host Adam, through the staging pool
-    c.param = allocate_payload(place, size * format_.elem_bytes, /*moves=*/true);
-    if (!format_.reuse) c.grad = allocate_payload(place, size * 4, /*moves=*/true);
-    c.nvme = true;
-    chunks_.push_back(std::move(c));
-    add_bytes(place, compute_bytes());
-    check_host();
-    // Filled by add_module now, written to its slot when the next chunk is made.
-    unstage_optimizer();
-    nvme_->add_chunk(k);
-    stage(k, NvmeOptimizer::Use::kFresh);
-    staged_dirty_ = true;
-    return;
-  }
   // Note [pinned what moves]: compute payloads move unless the chunk always computes on the
   // host; optimizer state moves at most once, if the plan promotes the chunk to the margin.
   const bool compute_moves = !c.host_only();
   c.param = allocate_payload(place, size * format_.elem_bytes, compute_moves);
   if (!format_.reuse) c.grad = allocate_payload(place, size * 4, compute_moves);
-  if (!format_.fp32) c.master = allocate_payload(place, size * 4, false);
-  c.exp_avg = allocate_payload(place, size * 4, false);
-  c.exp_avg_sq = allocate_payload(place, size * 4, false);
+  c.nvme = on_nvme;
+  if (on_nvme) {
+    c.optimizer_place = Place::kHost;  // host Adam, through the staging pool (Note [nvme tier])
+  } else {
+    if (!format_.fp32) c.master = allocate_payload(place, size * 4, false);
+    c.exp_avg = allocate_payload(place, size * 4, false);
+    c.exp_avg_sq = allocate_payload(place, size * 4, false);
+  }
   chunks_.push_back(std::move(c));
-  add_bytes(place, whole_bytes());
+  add_bytes(place, on_nvme ? compute_bytes() : whole_bytes());
   check_host();
+  if (on_nvme) {
+    // Filled by add_module now, written to its slot when the next NVMe chunk is made or
+    // registration ends.
+    unstage_optimizer();
+    nvme_->add_chunk(k);
+    stage(k, NvmeOptimizer::Use::kFresh);
+    staged_dirty_ = true;
+  }
 }
 
 void ChunkStore::add_module(torch::nn::Module& module, const std::string& prefix,

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
-#include <random>
 
 #include "chunked_engine_impl.h"
 #include "compute_dtype.h"
@@ -20,6 +19,7 @@
 #include "pstar/checkpoint/store.h"
 #include "pstar/chunk/access_trace.h"
 #include "pstar/core/log.h"
+#include "pstar/core/random_id.h"
 #include "pstar/nvme/aligned_buffer.h"
 #include "pstar/nvme/store.h"
 #include "pstar/plan/run_plan.h"
@@ -144,10 +144,7 @@ nvme::StoreOptions nvme_store_options() {
 // Note [nvme tier]: the store of this rank's NVMe chunks, under a run directory of its own.
 std::unique_ptr<NvmeOptimizer> open_nvme(const std::string& nvme_path, const plan::Fit& fit,
                                          const ChunkStore& store) {
-  std::random_device random;
-  char id[24];
-  std::snprintf(id, sizeof id, "%08x%08x", random(), random());
-  const std::string run_id = str_cat(id, "-rank", store.sharding().rank);
+  const std::string run_id = str_cat(core::random_id(), "-rank", store.sharding().rank);
   auto slots = nvme::NvmeStore::open(nvme_path, run_id, store.optimizer_bytes(), fit.nvme_chunks,
                                      nvme_store_options());
   const int64_t buffers = std::min(fit.nvme_chunks, plan::kNvmeStagingChunks);

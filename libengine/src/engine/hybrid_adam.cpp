@@ -79,12 +79,6 @@ float HybridAdam::multiplier(double grad_multiplier) const {
   return static_cast<float>(grad_multiplier / static_cast<double>(world_size_));
 }
 
-optim::ParamOutType HybridAdam::param_out_type(const ChunkFormat& format) {
-  return format.fp32                        ? optim::ParamOutType::kNone
-         : format.dtype == torch::kBFloat16 ? optim::ParamOutType::kBF16
-                                            : optim::ParamOutType::kF16;
-}
-
 // Note [nvme tier]: an NVMe chunk whose compute payloads stay on the device. They are copied into
 // the store's host buffers, updated there by host Adam with the staged optimizer payloads, and
 // the parameters copied back, all on the training thread. Two synchronisations each (counted in
@@ -103,40 +97,40 @@ double HybridAdam::device_nvme_step(int64_t k, const optim::AdamHyper& hyper, fl
   if (!f.reuse) tier.copy(grad, c.grad, f.chunk_size * 4);
   store_.traffic().d2h += store_.compute_bytes();
   store_.synchronize();
-  const StagedOptimizer staged = store_.nvme()->acquire(k, NvmeOptimizer::Use::kAdam);
-  optim::AdamSpan span;
-  span.master = f.fp32 ? static_cast<float*>(param.data()) : staged.master;
-  span.exp_avg = staged.exp_avg;
-  span.exp_avg_sq = staged.exp_avg_sq;
-  span.grad = f.reuse ? param.data() : grad.data();
-  span.grad_type = store_.grad_type();
-  span.param_out = f.fp32 ? nullptr : param.data();
-  span.param_out_type = param_out_type(f);
-  span.numel = c.used;
-  tier.adam_step(Place::kHost, hyper, multiplier, span);
-  store_.nvme()->release(k, /*dirty=*/true);
+  const double read_wait_s =
+      host_step(tier, store_.nvme(), k, hyper, multiplier,
+                compute_span(c, param.data(), f.reuse ? param.data() : grad.data()));
   tier.copy(c.param, param, param_bytes);
   store_.traffic().h2d += param_bytes;
-  return staged.wait_s;
+  return read_wait_s;
+}
+
+// The span's compute side over `param` and `grad` (chunk c's payloads or copies of them); its
+// optimizer payloads are left to the caller (the fp32 master is the param).
+optim::AdamSpan HybridAdam::compute_span(const Chunk& c, void* param, const void* grad) const {
+  const ChunkFormat& format = store_.format();
+  optim::AdamSpan span;
+  span.master = format.fp32 ? static_cast<float*>(param) : nullptr;
+  span.grad = grad;
+  span.grad_type = store_.grad_type();
+  span.param_out = format.fp32 ? nullptr : param;
+  span.param_out_type = format.fp32                        ? optim::ParamOutType::kNone
+                        : format.dtype == torch::kBFloat16 ? optim::ParamOutType::kBF16
+                                                           : optim::ParamOutType::kF16;
+  span.numel = c.used;
+  return span;
 }
 
 optim::AdamSpan HybridAdam::span(int64_t k) {
   Chunk& c = store_.chunk(k);
-  const ChunkFormat& format = store_.format();
-  optim::AdamSpan span;
-  // An NVMe chunk's optimizer payloads are filled in where its Adam runs (host_step).
-  span.master = format.fp32 ? static_cast<float*>(c.param.data())
-                : c.nvme    ? nullptr
-                            : static_cast<float*>(c.master.data());
-  span.exp_avg = c.nvme ? nullptr : static_cast<float*>(c.exp_avg.data());
-  span.exp_avg_sq = c.nvme ? nullptr : static_cast<float*>(c.exp_avg_sq.data());
-  span.grad = store_.grad_data(c);
-  span.grad_type = store_.grad_type();
-  span.param_out = format.fp32 ? nullptr : c.param.data();
-  span.param_out_type = param_out_type(format);
-  span.numel = c.used;
   PSTAR_INTERNAL_ASSERT(c.compute_place == c.optimizer_place, "chunk ", k,
                         "'s compute payloads are not beside its optimizer state");
+  optim::AdamSpan span = compute_span(c, c.param.data(), store_.grad_data(c));
+  // An NVMe chunk's optimizer payloads are filled in where its Adam runs (host_step).
+  if (c.nvme) return span;
+  if (!store_.format().fp32) span.master = static_cast<float*>(c.master.data());
+  span.exp_avg = static_cast<float*>(c.exp_avg.data());
+  span.exp_avg_sq = static_cast<float*>(c.exp_avg_sq.data());
   return span;
 }
 

@@ -78,7 +78,7 @@ class HybridAdam {
   optim::AdamHyper hyper(double lr, int64_t step) const;
   float multiplier(double grad_multiplier) const;
   optim::AdamSpan span(int64_t k);
-  static optim::ParamOutType param_out_type(const ChunkFormat& format);
+  optim::AdamSpan compute_span(const Chunk& c, void* param, const void* grad) const;
   double device_nvme_step(int64_t k, const optim::AdamHyper& hyper, float multiplier);
   NvmeOptimizer* nvme_for(int64_t k);
   // Returns the seconds an NVMe chunk waited for its read (0 otherwise).

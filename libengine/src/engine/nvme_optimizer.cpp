@@ -137,7 +137,7 @@ void NvmeOptimizer::note_update(int64_t k) {
   const auto it = std::find(announced_.begin(), announced_.end(), k);
   if (it != announced_.end()) announced_.erase(it);
   if (in_round_.count(k) != 0) return;  // a chunk updated twice in a round: not a round's order
-  in_round_[k] = true;
+  in_round_.insert(k);
   round_.push_back(k);
   if (static_cast<int64_t>(round_.size()) == num_chunks()) {
     last_round_.swap(round_);

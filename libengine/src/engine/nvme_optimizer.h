@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "pstar/nvme/aligned_buffer.h"
@@ -120,7 +121,7 @@ class NvmeOptimizer {
   mutable std::mutex order_mutex_;  // the announced order and the rounds
   std::deque<int64_t> announced_;
   std::vector<int64_t> round_, last_round_;
-  std::unordered_map<int64_t, bool> in_round_;
+  std::unordered_set<int64_t> in_round_;
   // Last member: destroyed first, so that every operation in flight ends before its buffer goes.
   std::unique_ptr<nvme::NvmeStore> store_;
 };

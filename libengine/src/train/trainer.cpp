@@ -16,6 +16,7 @@
 #include "pstar/checkpoint/run_checkpoint.h"
 #include "pstar/core/device.h"
 #include "pstar/core/log.h"
+#include "pstar/core/random_id.h"
 #include "pstar/core/torch_compat.h"
 #include "pstar/engine/chunked_engine.h"
 #include "pstar/engine/torch_engine.h"
@@ -40,13 +41,6 @@ void check_dtype_supported(c10::ScalarType dtype, c10::Device device) {
                 c10::toString(dtype), " matmul on ", device.str(),
                 dtype == torch::kFloat16 ? "; use bf16.enabled on CPU" : "; train in fp32");
   }
-}
-
-std::string new_run_id() {
-  std::random_device random;
-  char id[24];
-  std::snprintf(id, sizeof id, "%08x%08x", random(), random());
-  return id;
 }
 
 }  // namespace
@@ -121,7 +115,7 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   checkpoints.emplace(config, comm);
   checkpoints->check_save_dir(num_params);
   // Rank 0 names the run; checkpoint manifests record it.
-  checkpoints->set_run_id(new_run_id());
+  checkpoints->set_run_id(core::random_id());
   if (!options.resume_dir.empty()) resume(options.resume_dir);
 
   log::info("model: ", format_count(static_cast<double>(num_params)), " parameters (", num_params,
