@@ -9,13 +9,17 @@
 #   build    configure and build the cuda-release preset against the installed PyTorch's LibTorch
 #            (-j = cores), then check that the kernels carry sm_90 machine code (cuobjdump)
 #   gpu      ctest -L gpu: fails if any GPU test fails or is skipped (a skip means no usable GPU)
+#   trace    one step of the 1.3B size traced by LibTorch's profiler (PSTAR_TORCH_TRACE, Note
+#            [torch trace]) in pstar's chunk engine, in its torch engine and in plain PyTorch,
+#            summarised side by side by bench/gpu/trace_summary.py into OUT/trace-summary.txt
 #   suite    the whole test suite (every label but gpu and fuzz) against that LibTorch
 #   kernels  pstar-bench-adam-kernel: Adam and sum of squares against the device's bandwidth
 #   bench    bench/gpu/gpt_bench.sh: pstar beside FSDP2-offload (BENCH_ARGS adds arguments, e.g.
 #            BENCH_ARGS="--sizes 2048x24 --steps 3")
 #   variants the 7.46B size with engine.prefetch=false and with engine.overlap_adam=false; the
 #            1.3B size with engine.use_cpu_embedding=false and with engine.mode=torch (the model
-#            without the chunk engine), which split pstar's gap to plain PyTorch there
+#            without the chunk engine), which split pstar's gap to plain PyTorch there (VARIANTS
+#            names a subset: noprefetch nooverlap gpuembedding torchengine)
 #   largest  the largest GPT pstar trains (gpt_bench.sh --largest --skip-fsdp2)
 # OUT_DIR receives summary.json (every phase: status, seconds, and the benchmark rows), summary.md
 # (a short table) and each phase's log. Exit status: 0 when every phase run passed.
@@ -30,8 +34,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
-all_phases=(build gpu suite kernels bench variants largest)
+usage() { sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
+all_phases=(build gpu trace suite kernels bench variants largest)
 only="" skip="" deadline=0
 out=""
 while [ $# -gt 0 ]; do
@@ -162,11 +166,17 @@ variant() {
 }
 
 phase_variants() {
-  local rc=0
-  variant noprefetch 4096x36 engine.prefetch=false || rc=1
-  variant nooverlap 4096x36 engine.overlap_adam=false || rc=1
-  variant gpuembedding 2048x24 engine.use_cpu_embedding=false || rc=1
-  variant torchengine 2048x24 engine.mode=torch || rc=1
+  local rc=0 wanted_variants=" ${VARIANTS:-noprefetch nooverlap gpuembedding torchengine} "
+  local name size setting
+  while read -r name size setting; do
+    [[ "$wanted_variants" == *" $name "* ]] || continue
+    variant "$name" "$size" "$setting" || rc=1
+  done <<'LIST'
+noprefetch 4096x36 engine.prefetch=false
+nooverlap 4096x36 engine.overlap_adam=false
+gpuembedding 2048x24 engine.use_cpu_embedding=false
+torchengine 2048x24 engine.mode=torch
+LIST
   return "$rc"
 }
 
@@ -175,11 +185,35 @@ phase_largest() {
     --skip-fsdp2 --plain none ${LARGEST_ARGS:-} >"$out/largest.jsonl"
 }
 
+# One traced step per side at the 1.3B size: the last of 2 + 2 steps, so that the chunk engine has
+# planned and both have warmed up. The trace files stay in OUT/trace (tens of MB each).
+phase_trace() {
+  local dir=$out/trace rc=0
+  mkdir -p "$dir"
+  local side
+  for side in chunked torch; do
+    # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
+    PSTAR_TORCH_TRACE="$dir/pstar-$side.trace.json:4:1" bench/gpu/gpt_bench.sh \
+      "${bench_common[@]}" ${BENCH_ARGS:-} --out "$dir/$side" --sizes 2048x24 --skip-fsdp2 \
+      --plain none --steps 2 --warmup 2 --set engine.mode=$side >"$dir/pstar-$side.jsonl" || rc=1
+  done
+  "$python" bench/gpu/fsdp2_reference.py --mode plain --hidden 2048 --layers 24 --steps 2 \
+    --warmup 2 --trace "$dir/plain.trace.json" >"$dir/plain.jsonl" || rc=1
+  local traces=()
+  for f in "$dir/pstar-chunked.trace.json" "$dir/pstar-torch.trace.json" "$dir/plain.trace.json"; do
+    [ -f "$f" ] && traces+=("$f") || { echo "gpu-verify: no trace at $f"; rc=1; }
+  done
+  [ "${#traces[@]}" -gt 0 ] && "$python" bench/gpu/trace_summary.py "${traces[@]}" \
+    --json "$out/trace-summary.json" | tee "$out/trace-summary.txt"
+  return "$rc"
+}
+
 run_phase build phase_build
 if wanted build && ! grep -q '"phase": "build", "status": "passed"' "$phase_results"; then
   say "the build failed: nothing else can run"
 else
   run_phase gpu phase_gpu
+  run_phase trace phase_trace
   run_phase suite phase_suite
   run_phase kernels phase_kernels
   run_phase bench phase_bench

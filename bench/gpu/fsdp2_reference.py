@@ -53,6 +53,9 @@ def parse_args(argv):
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                    help="cpu: only to check this script on a machine without a GPU (--mode plain)")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--trace", metavar="PATH",
+                   help="after the timed steps, run one more under torch.profiler and write its "
+                        "Chrome trace here (bench/gpu/trace_summary.py reads it)")
     p.add_argument("--dry-run", action="store_true",
                    help="build on the meta device, print the parameter count, train nothing")
     a = p.parse_args(argv)
@@ -254,11 +257,8 @@ def train(a, record):
     gen.manual_seed(a.seed)
     times, losses = [], []
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    for step in range(a.warmup + a.steps):
-        if cuda and step == a.warmup:
-            torch.cuda.reset_peak_memory_stats()
-        sync()
-        start = time.perf_counter()
+
+    def one_step():
         ids = torch.randint(0, a.vocab, (a.micro_batch, a.seq + 1), device=device, generator=gen)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             logits = model(ids[:, :-1])
@@ -267,10 +267,26 @@ def train(a, record):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())  # synchronizes too
+        return loss.item()  # synchronizes too
+
+    for step in range(a.warmup + a.steps):
+        if cuda and step == a.warmup:
+            torch.cuda.reset_peak_memory_stats()
+        sync()
+        start = time.perf_counter()
+        losses.append(one_step())
         sync()
         if step >= a.warmup:
             times.append(time.perf_counter() - start)
+    if a.trace:
+        # One more step, untimed: the profiler's own cost stays out of the figures above.
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
+            one_step()
+            sync()
+        prof.export_chrome_trace(a.trace)
     tokens_per_step = a.micro_batch * a.seq
     mean = sum(times) / len(times)
     record.update({

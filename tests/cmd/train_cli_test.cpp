@@ -285,6 +285,36 @@ TEST_F(TrainCliTest, SameConfigGivesTheSameLosses) {
   }
 }
 
+// Note [torch trace]: LibTorch's profiler over chosen steps, as a Chrome trace. Debian's LibTorch
+// 1.13 has no Kineto; PyTorch's own LibTorch (the GPU machines') has.
+TEST_F(TrainCliTest, TorchTraceWritesAChromeTraceOfTheChosenStep) {
+  const std::string path = dir_.file("step2.trace.json");
+  const auto r = train({}, {"PSTAR_TORCH_TRACE=" + path + ":2:1"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(contains(r.err, "tracing 1 step(s) from step 2")) << r;
+  if (contains(r.err, "built without Kineto")) {
+    EXPECT_FALSE(fs::exists(path));
+    GTEST_SKIP() << "this LibTorch was built without Kineto: no trace to check (" << r.err << ")";
+  }
+  ASSERT_TRUE(fs::exists(path)) << r;
+  const json trace = json::parse(read_text(path));
+  ASSERT_TRUE(trace.contains("traceEvents")) << path;
+  bool matmul = false;
+  for (const auto& e : trace["traceEvents"])
+    matmul = matmul || (e.contains("name") && contains(e["name"].get<std::string>(), "aten::mm"));
+  EXPECT_TRUE(matmul) << "no aten::mm operator in " << path;
+}
+
+TEST_F(TrainCliTest, TorchTraceRefusesAMalformedValueNamingIt) {
+  auto r = train({}, {"PSTAR_TORCH_TRACE=" + dir_.file("t.json") + ":0"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err, "PSTAR_TORCH_TRACE")) << r;
+  EXPECT_TRUE(contains(r.err, "STEP and COUNT start at 1")) << r;
+  r = train({}, {"PSTAR_TORCH_TRACE=" + dir_.file("no/such/t.json")});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err, "does not exist")) << r;
+}
+
 }  // namespace
 
 TEST_F(TrainCliTest, ChunkedRunReportsChunkMetricsAndResumesExactly) {

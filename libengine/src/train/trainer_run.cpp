@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <torch/torch.h>
 
@@ -17,6 +18,7 @@
 #include "pstar/plan/run_plan.h"
 #include "pstar/train/run_facts.h"
 #include "same_config.h"
+#include "torch_trace.h"
 #include "trainer_impl.h"
 
 namespace pstar::train {
@@ -36,8 +38,16 @@ TrainSummary Trainer::run() {
   int64_t device_peak = -1, host_peak = -1, moved = 0, adam_device = -1;
   const auto run_start = Clock::now();
   const int64_t tokens_before = s.tokens;
+  // Note [torch trace]
+  std::optional<TorchTrace> trace;
+  if (std::optional<TorchTraceRequest> request = torch_trace_request_from_env()) {
+    request->path = s.rank_path(request->path);
+    trace.emplace(std::move(*request), s.device.is_cuda());
+  }
   while (s.step < total) {
+    if (trace) trace->before_step(s.step + 1);
     std::optional<StepMetrics> done = s.run_step(/*may_abandon=*/true);
+    if (trace && done) trace->after_step(done->step);
     if (!done) {
       s.stop_after(s.step);
       break;
