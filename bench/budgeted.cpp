@@ -241,7 +241,8 @@ int run(const Options& o) {
   config.data.text = corpus.path.string();
   config.train_micro_batch_size_per_gpu = 2;
   config.bf16.enabled = pstar::config::OnOffAuto::kOn;
-  config.use_cpu_embedding = false;  // embeddings live in chunks and count against the budget
+  config.use_cpu_embedding =
+      pstar::config::OnOffAuto::kOff;  // embeddings live in chunks and count against the budget
   // Small against the budget: the largest module (c_fc, 4h² + 4h = 1,050,624 parameters) rounded
   // up to a multiple of 64K elements, which is what the engine would raise 1 << 20 to anyway.
   config.default_chunk_size = 17 * (int64_t{1} << 16);

@@ -17,9 +17,9 @@
 #   bench    bench/gpu/gpt_bench.sh: pstar beside FSDP2-offload (BENCH_ARGS adds arguments, e.g.
 #            BENCH_ARGS="--sizes 2048x24 --steps 3")
 #   variants the 7.46B size with engine.prefetch=false and with engine.overlap_adam=false; the
-#            1.3B size with engine.use_cpu_embedding=false and with engine.mode=torch (the model
-#            without the chunk engine), which split pstar's gap to plain PyTorch there (VARIANTS
-#            names a subset: noprefetch nooverlap gpuembedding torchengine)
+#            1.3B size with use_cpu_embedding=true (PatrickStar's host embedding, off by default on
+#            a GPU: Note [cpu embedding]) and with engine.mode=torch (the model without the chunk
+#            engine) (VARIANTS names a subset: noprefetch nooverlap cpuembedding torchengine)
 #   largest  the largest GPT pstar trains (gpt_bench.sh --largest --skip-fsdp2)
 # OUT_DIR receives summary.json (every phase: status, seconds, and the benchmark rows), summary.md
 # (a short table) and each phase's log. Exit status: 0 when every phase run passed.
@@ -166,7 +166,7 @@ variant() {
 }
 
 phase_variants() {
-  local rc=0 wanted_variants=" ${VARIANTS:-noprefetch nooverlap gpuembedding torchengine} "
+  local rc=0 wanted_variants=" ${VARIANTS:-noprefetch nooverlap cpuembedding torchengine} "
   local name size setting
   while read -r name size setting; do
     [[ "$wanted_variants" == *" $name "* ]] || continue
@@ -174,7 +174,7 @@ phase_variants() {
   done <<'LIST'
 noprefetch 4096x36 engine.prefetch=false
 nooverlap 4096x36 engine.overlap_adam=false
-gpuembedding 2048x24 engine.use_cpu_embedding=false
+cpuembedding 2048x24 use_cpu_embedding=true
 torchengine 2048x24 engine.mode=torch
 LIST
   return "$rc"

@@ -155,20 +155,19 @@ def print_summary(s, out):
     out.write("kernel time by kind (ms, count):\n")
     for kind, v in sorted(s["kernel_kinds"].items(), key=lambda kv: -kv[1]["ms"]):
         out.write(f"  {kind:<12} {v['ms']:9.2f} {v['count']:7d}\n")
-    out.write("top kernels (ms, count):\n")
-    for k in s["top_kernels"]:
-        out.write(f"  {k['ms']:9.2f} {k['count']:6d}  {short(k['name'])}\n")
+    def rows(title, items):
+        out.write(f"{title} (ms, count):\n")
+        for r in items:
+            out.write(f"  {r['ms']:9.2f} {r['count']:6d}  {short(r['name'])}\n")
+
+    rows("top kernels", s["top_kernels"])
     out.write("copies (ms, count, MB, GB/s):\n")
     for c in s["copies"]:
         rate = f"{c['gb_per_s']:.1f}" if c["gb_per_s"] else "-"
         out.write(f"  {c['ms']:9.2f} {c['count']:6d} {c['bytes'] / 1e6:10.1f} {rate:>7}  "
                   f"{c['name']}\n")
-    out.write("CUDA runtime/driver calls on the host (ms, count):\n")
-    for c in s["host_calls"]:
-        out.write(f"  {c['ms']:9.2f} {c['count']:6d}  {c['name']}\n")
-    out.write("host operators, inclusive (ms, count):\n")
-    for c in s["host_ops"]:
-        out.write(f"  {c['ms']:9.2f} {c['count']:6d}  {short(c['name'])}\n")
+    rows("CUDA runtime/driver calls on the host", s["host_calls"])
+    rows("host operators, inclusive", s["host_ops"])
     out.write("longest GPU gaps (at ms into the span: length; what the host was in):\n")
     for g in s["gpu_gaps"]:
         host = ", ".join(f"{h['name']} {h['us'] / 1e3:.2f}" for h in g["host"]) or "-"

@@ -249,7 +249,7 @@ Json to_json(const TrainConfig& c) {
   j["bf16"] = std::move(bf16);
   j["gradient_clipping"] = c.gradient_clipping;
   j["default_chunk_size"] = c.default_chunk_size;
-  j["use_cpu_embedding"] = c.use_cpu_embedding;
+  j["use_cpu_embedding"] = on_off_auto_json(c.use_cpu_embedding);
   j["release_after_init"] = c.release_after_init;
   j["model"] = std::move(model);
   j["data"] = std::move(data);
@@ -787,7 +787,7 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   top.child("bf16").read_on_off_auto("enabled", &c.bf16.enabled);
   top.read_number("gradient_clipping", &c.gradient_clipping, kNonNegative);
   top.read_int("default_chunk_size", &c.default_chunk_size, 1, kInt64Max);
-  top.read_bool("use_cpu_embedding", &c.use_cpu_embedding);
+  top.read_on_off_auto("use_cpu_embedding", &c.use_cpu_embedding);
   top.read_bool("release_after_init", &c.release_after_init);
 
   const Level model = top.child("model");

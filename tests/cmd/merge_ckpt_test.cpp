@@ -545,7 +545,9 @@ TEST_F(MergeCkptTest, StreamingMergeHoldsOneFileNotTheModel) {
     fs::create_directories(step);
     const json cfg = {{"model", model},
                       {"data", {{"text", dir_.file("conf/corpus.txt")}}},
-                      {"default_chunk_size", 1 << 20}};
+                      {"default_chunk_size", 1 << 20},
+                      // A run's config.json holds the decided value (Note [cpu embedding]).
+                      {"use_cpu_embedding", true}};
     write_text((step / "config.json").string(), cfg.dump(2));
     const plan::ModelChunkMap map =
         plan::model_chunk_map(config::load_train_config((step / "config.json").string()));

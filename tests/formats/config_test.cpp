@@ -186,7 +186,7 @@ TEST(ConfigParse, FullConfigReadsEveryKey) {
   EXPECT_EQ(c.bf16.enabled, OnOffAuto::kOff);
   EXPECT_DOUBLE_EQ(c.gradient_clipping, 1.0);
   EXPECT_EQ(c.default_chunk_size, 1048576);
-  EXPECT_FALSE(c.use_cpu_embedding);
+  EXPECT_EQ(c.use_cpu_embedding, OnOffAuto::kOff);
   EXPECT_TRUE(c.release_after_init);
   EXPECT_EQ(c.model.type, "gpt");
   EXPECT_EQ(c.model.preset, "tiny");
@@ -308,8 +308,10 @@ TEST(ConfigType, FractionalNumberForInteger) {
 TEST(ConfigType, NumberForBool) {
   expect_contains(config_error(with_data(R"("fp16": {"enabled": 1})")),
                   {"fp16.enabled: expected true or false, found integer 1"});
+  expect_contains(config_error(with_data(R"("release_after_init": "yes")")),
+                  {R"(release_after_init: expected true or false, found string "yes")"});
   expect_contains(config_error(with_data(R"("use_cpu_embedding": "yes")")),
-                  {R"(use_cpu_embedding: expected true or false, found string "yes")"});
+                  {R"(use_cpu_embedding: expected true, false or "auto", found string "yes")"});
 }
 
 TEST(ConfigType, BoolForNumber) {

@@ -56,7 +56,7 @@ plan::ChunkLayout chosen_layout(const plan::RunPlan& plan, const std::vector<Lea
   const config::TrainConfig& config = plan.config;
   const plan::ChunkLayout layout = plan::plan_layout(
       leaves, plan::LayoutOptions{config.default_chunk_size, config.engine.chunk_size_search,
-                                  config.use_cpu_embedding});
+                                  plan::decided_cpu_embedding(config)});
   switch (layout.choice) {
     case plan::ChunkLayout::Choice::kConfigured:
       break;
@@ -89,7 +89,7 @@ std::unique_ptr<ChunkedEngine::Impl> make_impl(const plan::RunPlan& plan,
   EngineSettings settings;
   settings.accumulation = plan.accumulation;
   settings.warmup_iterations = plan.config.engine.warmup_iterations;
-  settings.use_cpu_embedding = plan.config.use_cpu_embedding;
+  settings.use_cpu_embedding = plan::decided_cpu_embedding(plan.config);
   PlacementSettings placement;
   placement.warmup_iterations = settings.warmup_iterations;
   placement.prefetch = plan.prefetch;

@@ -176,7 +176,7 @@ Workload workload_for(const RunPlan& run, const model::ModelShape& shape) {
   w.precision = precision_name(run.precision);
   w.chunk_size = config.default_chunk_size;
   w.chunk_size_search = config.engine.chunk_size_search;
-  w.use_cpu_embedding = config.use_cpu_embedding;
+  w.use_cpu_embedding = decided_cpu_embedding(config);
   w.gradient_accumulation = config.gradient_accumulation_steps > 1;
   return w;
 }

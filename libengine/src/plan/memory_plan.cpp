@@ -213,11 +213,10 @@ ModelChunkMap model_chunk_map(const config::TrainConfig& config) {
   const model::ModelShape shape = model::resolve_model_shape(config.model);
   const std::vector<LeafModule> leaves = model_leaf_modules(shape);
   ModelChunkMap map;
-  map.layout =
-      plan_layout(leaves, LayoutOptions{config.default_chunk_size, config.engine.chunk_size_search,
-                                        config.use_cpu_embedding});
-  const std::vector<int64_t> by_leaf =
-      leaf_chunks(leaves, map.layout.chunk_size, config.use_cpu_embedding);
+  const bool cpu_embedding = decided_cpu_embedding(config);
+  map.layout = plan_layout(leaves, LayoutOptions{config.default_chunk_size,
+                                                 config.engine.chunk_size_search, cpu_embedding});
+  const std::vector<int64_t> by_leaf = leaf_chunks(leaves, map.layout.chunk_size, cpu_embedding);
   map.params = shape.parameter_shapes();
   map.chunks.reserve(map.params.size());
   for (const auto& p : map.params) map.chunks.push_back(by_leaf[static_cast<size_t>(p.leaf)]);

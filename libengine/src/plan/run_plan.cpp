@@ -84,6 +84,39 @@ bool overlap_adam_on(config::OnOffAuto overlap_adam, DeviceKind device) {
   PSTAR_INTERNAL_ASSERT(false, "unknown engine.overlap_adam ", static_cast<int>(overlap_adam));
 }
 
+// Note [cpu embedding]
+// ~~~~~~~~~~~~~~~~~~~~
+// PatrickStar keeps the token embedding on the host (use_cpu_embedding): the lookup is cheap
+// there and the table stays out of GPU memory. A GPT's LM head is tied to that table, though, so
+// every forward copies the whole table to the GPU for the head's product and every backward copies
+// its gradient back, and the host then runs the lookup's backward over the whole table. On the
+// H200 at 1.31B (2026-11-27, PSTAR_TORCH_TRACE, Note [torch trace]) that was 244 MB each way per
+// step through pageable memory (the device-to-host side at 1.4 GB/s) and a 70 ms gap in the GPU's
+// work during the lookup's backward: 0.51 s per step against 0.26 s for the same model in
+// LibTorch alone, and 0.43 of plain PyTorch's throughput. With the table in an ordinary chunk,
+// which moves like any other, the same run reached 0.98 of plain PyTorch. So "auto" is off on a
+// GPU. On the emulated tier host and "device" are the same memory, and keeping the table out of
+// the emulated budget leaves it to the chunks that the tests make move: "auto" is on there.
+bool cpu_embedding_on(config::OnOffAuto use_cpu_embedding, DeviceKind device) {
+  switch (use_cpu_embedding) {
+    case config::OnOffAuto::kAuto:
+      return device != DeviceKind::kCuda;
+    case config::OnOffAuto::kOn:
+      return true;
+    case config::OnOffAuto::kOff:
+      return false;
+  }
+  PSTAR_INTERNAL_ASSERT(false, "unknown use_cpu_embedding ", static_cast<int>(use_cpu_embedding));
+}
+
+bool decided_cpu_embedding(const config::TrainConfig& config) {
+  PSTAR_CHECK(config.use_cpu_embedding != config::OnOffAuto::kAuto, ConfigError,
+              "use_cpu_embedding is \"auto\" in this config, and only a run decides it (off on a "
+              "GPU, on the emulated tier); the chunk layout depends on it, so give true or false: "
+              "what the run that uses this layout will have");
+  return config.use_cpu_embedding == config::OnOffAuto::kOn;
+}
+
 RunPlan resolve_run(const config::TrainConfig& config, const RunFacts& facts) {
   PSTAR_INTERNAL_ASSERT(facts.world_size >= 1 && facts.ranks_per_host >= 1 &&
                             facts.ranks_per_host <= facts.world_size,
@@ -135,6 +168,14 @@ RunPlan resolve_run(const config::TrainConfig& config, const RunFacts& facts) {
   const bool overlap = overlap_adam_on(c.engine.overlap_adam, plan.device);
   c.engine.overlap_adam = config::on_off(overlap);
   plan.overlap_adam = plan.chunked && overlap;
+  if (c.use_cpu_embedding == config::OnOffAuto::kAuto) {
+    const bool cpu_embedding = cpu_embedding_on(c.use_cpu_embedding, plan.device);
+    c.use_cpu_embedding = config::on_off(cpu_embedding);
+    if (plan.chunked && plan.device == DeviceKind::kCuda)
+      plan.decisions.push_back(
+          str_cat("use_cpu_embedding: ", cpu_embedding ? "on" : "off", " (\"auto\" on ",
+                  facts.device_name, ": the tied LM head needs the table on the GPU every step)"));
+  }
   // PatrickStar frees the other ranks' fp16 parameters after initialisation when it is set; pstar
   // builds each unit straight into chunks and keeps another rank's chunk only while gathered, so
   // there is never a copy to release. Said once rather than silently ignored.

@@ -147,8 +147,20 @@ PreparedRun prepare_run(const config::TrainConfig& config, const TrainOptions& o
 }
 
 TrainSummary train(const config::TrainConfig& config, const TrainOptions& options) {
+  const auto start = Clock::now();
   PreparedRun run = prepare_run(config, options);
-  return run.trainer->run();
+  // Building a model of billions of parameters into chunks takes a while: say how long, so that a
+  // slow start is seen as such and not as a slow step.
+  log::info("set-up took ", format_fixed(seconds_since(start), 1), " s");
+  const TrainSummary summary = run.trainer->run();
+  // Releasing the model data (pinned host memory in particular) can take long too. Measured here,
+  // not guessed: a run that lingers after "done" says where its time went.
+  const auto teardown = Clock::now();
+  run.trainer.reset();
+  const double released_s = seconds_since(teardown);
+  if (released_s >= 1.0)
+    log::info("released the engine's memory in ", format_fixed(released_s, 1), " s");
+  return summary;
 }
 
 }  // namespace pstar::train

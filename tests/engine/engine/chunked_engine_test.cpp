@@ -308,7 +308,7 @@ TEST_F(ChunkedEngineTest, LargeModuleRaisesTheChunkSize) {
 TEST_F(ChunkedEngineTest, EvictionIsWithinTenPercentOfOpt) {
   auto c = small_config();
   c.bf16.enabled = config::OnOffAuto::kOn;
-  c.use_cpu_embedding = false;
+  c.use_cpu_embedding = config::OnOffAuto::kOff;
   c.training.steps = 3;
   ChunkedEngine* engine = nullptr;
   std::unique_ptr<Trainer> keep;

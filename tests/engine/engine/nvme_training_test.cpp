@@ -78,7 +78,7 @@ class NvmeTrainingTest : public ::testing::Test {
     c.model.seq_len = 16;
     c.train_micro_batch_size_per_gpu = 1;
     c.training.steps = 6;
-    c.use_cpu_embedding = false;
+    c.use_cpu_embedding = config::OnOffAuto::kOff;
     c.engine.activation_checkpointing = true;
     c.bf16.enabled = config::on_off(bf16);
     return c;

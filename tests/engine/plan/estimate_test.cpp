@@ -68,6 +68,7 @@ TEST(LlamaEstimateTest, LayoutIsTheOneTrainingUses) {
   config::TrainConfig config;
   config.model.preset = "llama-3.2-1b";
   config.default_chunk_size = int64_t{64} << 20;
+  config.use_cpu_embedding = config::OnOffAuto::kOff;  // as a run on a GPU decides it
   const ModelChunkMap map = model_chunk_map(config);
   Workload w;
   w.chunk_size = config.default_chunk_size;

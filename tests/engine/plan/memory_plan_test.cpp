@@ -78,6 +78,7 @@ TEST(ChunkLayoutTest, ModelChunkMapPlacesEveryParameterByItsLeaf) {
   config::TrainConfig config;
   config.model.preset = "gpt-tiny";  // hidden 64, 2 layers, vocab 256, seq 64
   config.default_chunk_size = 20000;
+  config.use_cpu_embedding = config::OnOffAuto::kOn;
   const ModelChunkMap map = model_chunk_map(config);
   EXPECT_EQ(map.layout.chunk_size, 20000);
   ASSERT_EQ(map.params.size(), map.chunks.size());

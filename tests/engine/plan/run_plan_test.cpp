@@ -1,6 +1,7 @@
 // plan::resolve_run as a table: configs × facts → the decisions of Note [run plan].
 #include "pstar/plan/run_plan.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -150,6 +151,7 @@ TEST(RunPlan, DecidedPrecisionRefusesAuto) {
 
 TEST(RunPlan, BudgetsComeFromTheConfigOrTheMachine) {
   config::TrainConfig c;
+  c.use_cpu_embedding = config::OnOffAuto::kOff;  // decided: only the budgets are at stake here
   RunPlan p = resolve_run(c, cpu_facts(2, 2));
   const auto share = static_cast<int64_t>(kDefaultMemoryRatio * static_cast<double>(20 * kGiB));
   EXPECT_EQ(p.budgets.device, share);
@@ -226,6 +228,55 @@ TEST(RunPlan, OverlapAdamTable) {
   config::TrainConfig c;
   c.engine.prefetch = false;
   EXPECT_FALSE(resolve_run(c, gpu_facts()).prefetch);
+}
+
+// use_cpu_embedding × the device → the config's decided value (Note [cpu embedding]): "auto" is
+// off for a GPU and on for the emulated tier; a decided config resolves to itself anywhere, and
+// only a decided one says where the embedding lives.
+TEST(RunPlan, CpuEmbeddingTable) {
+  using config::OnOffAuto;
+  ASSERT_EQ(config::TrainConfig().use_cpu_embedding, OnOffAuto::kAuto) << "the default";
+  struct Row {
+    OnOffAuto setting;
+    DeviceKind device;
+    OnOffAuto decided;
+  };
+  const Row rows[] = {
+      {OnOffAuto::kAuto, DeviceKind::kCpu, OnOffAuto::kOn},
+      {OnOffAuto::kAuto, DeviceKind::kCuda, OnOffAuto::kOff},
+      {OnOffAuto::kOn, DeviceKind::kCpu, OnOffAuto::kOn},
+      {OnOffAuto::kOn, DeviceKind::kCuda, OnOffAuto::kOn},
+      {OnOffAuto::kOff, DeviceKind::kCpu, OnOffAuto::kOff},
+      {OnOffAuto::kOff, DeviceKind::kCuda, OnOffAuto::kOff},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(str_cat("use_cpu_embedding ", config::on_off_auto_name(row.setting), ", ",
+                         row.device == DeviceKind::kCuda ? "cuda" : "cpu"));
+    config::TrainConfig c;
+    c.use_cpu_embedding = row.setting;
+    const RunPlan p = resolve_run(c, row.device == DeviceKind::kCuda ? gpu_facts() : cpu_facts());
+    EXPECT_EQ(p.config.use_cpu_embedding, row.decided);
+    EXPECT_EQ(cpu_embedding_on(row.setting, row.device), row.decided == OnOffAuto::kOn);
+    EXPECT_EQ(decided_cpu_embedding(p.config), row.decided == OnOffAuto::kOn);
+    const bool said = std::any_of(p.decisions.begin(), p.decisions.end(), [](const auto& d) {
+      return d.find("use_cpu_embedding") != std::string::npos;
+    });
+    EXPECT_EQ(said, row.setting == OnOffAuto::kAuto && row.device == DeviceKind::kCuda);
+    const DeviceKind other = row.device == DeviceKind::kCuda ? DeviceKind::kCpu : DeviceKind::kCuda;
+    EXPECT_EQ(resolve_run(p.config, other == DeviceKind::kCuda ? gpu_facts() : cpu_facts())
+                  .config.use_cpu_embedding,
+              row.decided);
+  }
+  EXPECT_THROW(
+      {
+        try {
+          decided_cpu_embedding(config::TrainConfig());
+        } catch (const ConfigError& e) {
+          EXPECT_NE(std::string(e.what()).find("only a run decides it"), std::string::npos);
+          throw;
+        }
+      },
+      ConfigError);
 }
 
 TEST(RunPlan, SeveralRanksNeedTheChunkEngine) {

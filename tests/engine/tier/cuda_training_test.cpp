@@ -16,6 +16,10 @@
 #include "pstar/core/torch_compat.h"
 #include "pstar/engine/chunked_engine.h"
 #include "pstar/formats/config.h"
+#include "pstar/model/model_shape.h"
+#include "pstar/plan/activations.h"
+#include "pstar/plan/memory_plan.h"
+#include "pstar/plan/run_plan.h"
 #include "pstar/tier/device_tier.h"
 #include "pstar/train/trainer.h"
 #include "test_util.h"
@@ -41,6 +45,7 @@ class CudaTraining : public ::testing::Test {
 
   struct Plan {
     int64_t non_model_peak = 0;
+    int64_t predicted_non_model = 0;  // what build_model_and_engine sized the arena with
     int64_t compute_chunk_bytes = 0;
     std::string describe;
   };
@@ -51,7 +56,8 @@ class CudaTraining : public ::testing::Test {
     o.device = "cuda";
     o.progress = false;
     o.resume_dir = resume;
-    auto built = build_model_and_engine(pstar::testing::device_plan(c, "cuda"));
+    const plan::RunPlan run_plan = pstar::testing::device_plan(c, "cuda");
+    auto built = build_model_and_engine(run_plan);
     auto* engine = dynamic_cast<engine::ChunkedEngine*>(built.engine.get());
     Trainer trainer(c, std::move(built), o);
     std::vector<StepMetrics> out;
@@ -61,14 +67,27 @@ class CudaTraining : public ::testing::Test {
       plan->describe = engine->describe();
       for (int64_t b : engine->trace().non_model_bytes)
         plan->non_model_peak = std::max(plan->non_model_peak, b);
+      // The same prediction as build_model_and_engine's: activations and the libraries'
+      // workspaces (Note [library workspaces]).
+      const c10::ScalarType dtype = run_plan.precision == plan::Precision::kBf16 ? torch::kBFloat16
+                                    : run_plan.precision == plan::Precision::kFp16
+                                        ? torch::kHalf
+                                        : torch::kFloat32;
+      plan->predicted_non_model =
+          plan::estimate_model_activations(model::resolve_model_shape(c.model), run_plan.config)
+              .peak +
+          tier::library_workspace_bytes(c10::Device(c10::kCUDA, 0), dtype);
     }
     return out;
   }
 
-  // Room for three and a half compute chunks beside the measured activations: chunks must move.
+  // An arena of three and a half compute chunks, so that chunks must move. The arena is the share
+  // of the budget the plans fill less the predicted non-model bytes (plan::device_arena_bytes), and
+  // the budget must also hold what the run really keeps beside the chunks (the traced peak).
   static int64_t tight_budget(const Plan& plan) {
-    return plan.non_model_peak + 3 * plan.compute_chunk_bytes + plan.compute_chunk_bytes / 2 +
-           (int64_t{8} << 20);
+    const int64_t beside = std::max(plan.predicted_non_model, plan.non_model_peak);
+    const int64_t fill = beside + 3 * plan.compute_chunk_bytes + plan.compute_chunk_bytes / 2;
+    return static_cast<int64_t>(std::ceil(static_cast<double>(fill) / plan::kDeviceFillRatio)) + 1;
   }
 
   pstar::testing::ScratchDir dir_;

@@ -148,7 +148,9 @@ struct TrainConfig {
   // Chunk-engine keys (PatrickStar names). Accepted and validated in every mode; only the
   // chunked engine uses them.
   int64_t default_chunk_size = 64LL * 1024 * 1024;
-  bool use_cpu_embedding = true;
+  // Keep the token embedding's chunk on the host (PatrickStar's use_cpu_embedding): true, false,
+  // or "auto" (off on a GPU, on with the emulated tier: plan::cpu_embedding_on).
+  OnOffAuto use_cpu_embedding = OnOffAuto::kAuto;
   bool release_after_init = false;
 
   ModelConfig model;

@@ -86,6 +86,14 @@ inline constexpr double kCudaFreeMemoryRatio = 0.9;
 // adam overlap]). resolve_run decides with it; engines read the plan's decision.
 bool overlap_adam_on(config::OnOffAuto overlap_adam, DeviceKind device);
 
+// use_cpu_embedding on `device`: its "auto" is off for a GPU and on for the emulated tier (Note
+// [cpu embedding]). resolve_run decides with it; every later reader sees true or false.
+bool cpu_embedding_on(config::OnOffAuto use_cpu_embedding, DeviceKind device);
+
+// A use_cpu_embedding that resolve_run has decided (a run's config, a checkpoint's); "auto" here
+// is a ConfigError saying that only a run decides it.
+bool decided_cpu_embedding(const config::TrainConfig& config);
+
 // Resolves `config` for `facts` (Note [run plan]). Pure. Throws ConfigError for what no machine
 // could run: train_batch_size unequal to micro × accumulation × world size, several ranks with
 // the torch engine; a missing fact the config needs is an InternalError.
