@@ -6,6 +6,7 @@
 #include "pstar/plan/run_plan.h"
 
 #include <cmath>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -84,12 +85,17 @@ class TorchEngine : public ParamEngine {
 
   double grad_norm(double loss_scale) override {
     torch::NoGradGuard no_grad;
+    // Every tensor's norm where its gradient is, then one copy to the host: a wait per tensor
+    // was 293 waits per step at 1.31B on a GPU (99 ms of the host's time, Note [torch trace]). The
+    // same norms are summed in the same order as before, so the result keeps its bits.
+    std::vector<torch::Tensor> norms;
+    for (auto& p : optimized())
+      if (p.grad().defined()) norms.push_back(p.grad().norm().to(torch::kFloat64).reshape({1}));
+    if (norms.empty()) return 0.0;
+    const torch::Tensor host = torch::cat(norms).to(torch::kCPU);
+    const double* n = host.data_ptr<double>();
     double sq = 0;
-    for (auto& p : optimized()) {
-      if (!p.grad().defined()) continue;
-      const double n = p.grad().norm().item<double>();
-      sq += n * n;
-    }
+    for (int64_t i = 0; i < host.numel(); ++i) sq += n[i] * n[i];
     return std::sqrt(sq) / loss_scale;
   }
 
