@@ -70,18 +70,15 @@ void check_global_batch(const config::TrainConfig& c, int64_t world) {
               "; set train_batch_size to that product or leave it out");
 }
 
+// A true/false/"auto" setting, with what "auto" means where the run is.
+bool decide(config::OnOffAuto setting, bool when_auto) {
+  return setting == config::OnOffAuto::kAuto ? when_auto : setting == config::OnOffAuto::kOn;
+}
+
 }  // namespace
 
 bool overlap_adam_on(config::OnOffAuto overlap_adam, DeviceKind device) {
-  switch (overlap_adam) {
-    case config::OnOffAuto::kAuto:
-      return device == DeviceKind::kCuda;
-    case config::OnOffAuto::kOn:
-      return true;
-    case config::OnOffAuto::kOff:
-      return false;
-  }
-  PSTAR_INTERNAL_ASSERT(false, "unknown engine.overlap_adam ", static_cast<int>(overlap_adam));
+  return decide(overlap_adam, /*when_auto=*/device == DeviceKind::kCuda);
 }
 
 // Note [cpu embedding]
@@ -98,15 +95,7 @@ bool overlap_adam_on(config::OnOffAuto overlap_adam, DeviceKind device) {
 // GPU. On the emulated tier host and "device" are the same memory, and keeping the table out of
 // the emulated budget leaves it to the chunks that the tests make move: "auto" is on there.
 bool cpu_embedding_on(config::OnOffAuto use_cpu_embedding, DeviceKind device) {
-  switch (use_cpu_embedding) {
-    case config::OnOffAuto::kAuto:
-      return device != DeviceKind::kCuda;
-    case config::OnOffAuto::kOn:
-      return true;
-    case config::OnOffAuto::kOff:
-      return false;
-  }
-  PSTAR_INTERNAL_ASSERT(false, "unknown use_cpu_embedding ", static_cast<int>(use_cpu_embedding));
+  return decide(use_cpu_embedding, /*when_auto=*/device != DeviceKind::kCuda);
 }
 
 bool decided_cpu_embedding(const config::TrainConfig& config) {
@@ -168,14 +157,12 @@ RunPlan resolve_run(const config::TrainConfig& config, const RunFacts& facts) {
   const bool overlap = overlap_adam_on(c.engine.overlap_adam, plan.device);
   c.engine.overlap_adam = config::on_off(overlap);
   plan.overlap_adam = plan.chunked && overlap;
-  if (c.use_cpu_embedding == config::OnOffAuto::kAuto) {
-    const bool cpu_embedding = cpu_embedding_on(c.use_cpu_embedding, plan.device);
-    c.use_cpu_embedding = config::on_off(cpu_embedding);
-    if (plan.chunked && plan.device == DeviceKind::kCuda)
-      plan.decisions.push_back(
-          str_cat("use_cpu_embedding: ", cpu_embedding ? "on" : "off", " (\"auto\" on ",
-                  facts.device_name, ": the tied LM head needs the table on the GPU every step)"));
-  }
+  const bool cpu_embedding = cpu_embedding_on(c.use_cpu_embedding, plan.device);
+  if (c.use_cpu_embedding == config::OnOffAuto::kAuto && plan.chunked &&
+      plan.device == DeviceKind::kCuda)
+    plan.decisions.push_back(str_cat("use_cpu_embedding: off (\"auto\" on ", facts.device_name,
+                                     ": the tied LM head needs the table on the GPU every step)"));
+  c.use_cpu_embedding = config::on_off(cpu_embedding);
   // PatrickStar frees the other ranks' fp16 parameters after initialisation when it is set; pstar
   // builds each unit straight into chunks and keeps another rank's chunk only while gathered, so
   // there is never a copy to release. Said once rather than silently ignored.

@@ -54,17 +54,24 @@ std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config) 
   return model;
 }
 
+NonModelPrediction predict_non_model(const plan::RunPlan& plan) {
+  const model::ModelShape shape = model::resolve_model_shape(plan.config.model);
+  NonModelPrediction p;
+  p.activations = plan::estimate_model_activations(shape, plan.config).peak;
+  // Note [library workspaces]: measured on the device before the arena is sized from this.
+  p.library_workspaces = tier::library_workspace_bytes(plan_device(plan), plan_dtype(plan));
+  return p;
+}
+
 ModelAndEngine build_model_and_engine(const plan::RunPlan& plan, dist::Communicator* comm) {
   const config::TrainConfig& config = plan.config;
   if (config.engine.mode != config::EngineMode::kChunked)
     return ModelAndEngine{build_model(config), nullptr};
   const model::ModelShape shape = model::resolve_model_shape(config.model);
-  // Note [library workspaces]: measured on the device before the arena is sized from this.
-  const int64_t activations = plan::estimate_model_activations(shape, config).peak;
-  const int64_t non_model =
-      activations + tier::library_workspace_bytes(plan_device(plan), plan_dtype(plan));
-  if (non_model > activations)
-    log::info("CUDA libraries' workspaces: ", format_bytes(non_model - activations),
+  const NonModelPrediction predicted = predict_non_model(plan);
+  const int64_t non_model = predicted.total();
+  if (predicted.library_workspaces > 0)
+    log::info("CUDA libraries' workspaces: ", format_bytes(predicted.library_workspaces),
               " on the device, counted as non-model memory from the start");
   auto engine = std::make_unique<ChunkedEngine>(plan, plan::model_leaf_modules(shape), non_model,
                                                 comm, make_tier(plan, non_model));

@@ -42,7 +42,6 @@ class TorchTrace {
 
   void before_step(int64_t step);
   void after_step(int64_t step);
-  bool running() const { return running_; }
 
  private:
   void stop();

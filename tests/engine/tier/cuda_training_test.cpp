@@ -16,8 +16,6 @@
 #include "pstar/core/torch_compat.h"
 #include "pstar/engine/chunked_engine.h"
 #include "pstar/formats/config.h"
-#include "pstar/model/model_shape.h"
-#include "pstar/plan/activations.h"
 #include "pstar/plan/memory_plan.h"
 #include "pstar/plan/run_plan.h"
 #include "pstar/tier/device_tier.h"
@@ -67,16 +65,7 @@ class CudaTraining : public ::testing::Test {
       plan->describe = engine->describe();
       for (int64_t b : engine->trace().non_model_bytes)
         plan->non_model_peak = std::max(plan->non_model_peak, b);
-      // The same prediction as build_model_and_engine's: activations and the libraries'
-      // workspaces (Note [library workspaces]).
-      const c10::ScalarType dtype = run_plan.precision == plan::Precision::kBf16 ? torch::kBFloat16
-                                    : run_plan.precision == plan::Precision::kFp16
-                                        ? torch::kHalf
-                                        : torch::kFloat32;
-      plan->predicted_non_model =
-          plan::estimate_model_activations(model::resolve_model_shape(c.model), run_plan.config)
-              .peak +
-          tier::library_workspace_bytes(c10::Device(c10::kCUDA, 0), dtype);
+      plan->predicted_non_model = predict_non_model(run_plan).total();
     }
     return out;
   }

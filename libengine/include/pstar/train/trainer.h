@@ -118,6 +118,15 @@ c10::Device compute_device(const config::TrainConfig& config, const std::string&
 // The configured model (GPT), initialised from training.seed, then from model.init_from if set.
 std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config);
 
+// What the chunk engine's device tier is sized beside (Note [library workspaces]): the model's
+// predicted activations for the plan, and the libraries' workspaces measured on its device.
+struct NonModelPrediction {
+  int64_t activations = 0;
+  int64_t library_workspaces = 0;
+  int64_t total() const { return activations + library_workspaces; }
+};
+NonModelPrediction predict_non_model(const plan::RunPlan& plan);
+
 // The same, and for engine.mode "chunked" the chunk engine, which takes each unit of the model
 // into chunks as it is built (start-up never holds a second full copy of the model). Everything
 // is read from `plan` (plan::resolve_run, e.g. through train::plan_run): the config, the
