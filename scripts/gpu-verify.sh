@@ -5,10 +5,22 @@
 #   scripts/gpu-deps.sh            # here, where Debian's packages can be downloaded: .gpu-deps/
 #   scripts/gpu-verify.sh OUT_DIR  # there, with .gpu-deps/ carried beside the tree
 #
-# Phases, each timed (--only/--skip take comma lists of their names):
-#   build    configure and build the cuda-release preset against the installed PyTorch's LibTorch
-#            (-j = cores), then check that the kernels carry sm_90 machine code (cuobjdump)
-#   gpu      ctest -L gpu: fails if any GPU test fails or is skipped (a skip means no usable GPU)
+# Phases, each timed, in the GPU ledger's order of priority (--only/--skip take comma lists of
+# their names):
+#   build    configure (the cuda-release preset's settings, into BUILD_DIR) and build against the
+#            installed PyTorch's LibTorch (-j = cores) the targets the chosen phases need, then
+#            check that the kernels carry sm_90 machine code (cuobjdump); a second call on the
+#            same machine finds the build there and only brings it up to date
+#   gpu      ctest -L '^gpu$': fails if any GPU test fails or is skipped (a skip means no usable
+#            GPU)
+#   gpt7b    the 7.46B GPT (4096x36) beside FSDP2-offload: gpt_bench.sh --steps 3 --warmup 2
+#   gpt7bclip  the same size, pstar alone, with gradient_clipping 1.0
+#   llama8b  Llama-3.1-8B from random initialisation (llama_bench.sh: seq 2048, micro-batch 4,
+#            clipping 1.0)
+#   llama8bfolder  the same from a Hugging Face folder written to local disk first (LLAMA_FOLDER,
+#            default /tmp/pstar-llama-3.1-8b-hf, kept for a later call)
+#   llama3b  Llama-3.2-3B, pstar beside FSDP2-offload (the largest Llama preset FSDP2-offload
+#            holds in 128 GB at about 17 bytes per parameter)
 #   trace    one step of the 1.3B size traced by LibTorch's profiler (PSTAR_TORCH_TRACE, Note
 #            [torch trace]) in pstar's chunk engine, in its torch engine and in plain PyTorch,
 #            summarised side by side by bench/gpu/trace_summary.py into OUT/trace-summary.txt
@@ -22,26 +34,58 @@
 #            engine) (VARIANTS names a subset: noprefetch nooverlap cpuembedding torchengine)
 #   largest  the largest GPT pstar trains (gpt_bench.sh --largest --skip-fsdp2)
 # OUT_DIR receives summary.json (every phase: status, seconds, and the benchmark rows), summary.md
-# (a short table) and each phase's log. Exit status: 0 when every phase run passed.
+# (a short table), result.json (the record for bench/results/: commit, card, versions, figures,
+# and the changes against the last record of the same card) and tails.txt (the end of each
+# phase's log), rewritten after every phase, so that a call stopped at its limit still returns
+# them. Whole logs, configs and traces go to --work DIR (default OUT_DIR itself). Exit status: 0
+# when every phase run passed.
 #
-# --deadline S: a phase that would start S seconds or more after the script began is not started
-# and is recorded as skipped (the exit status is then 1), so that a lease-limited call still ends
-# with its summary: give the call's limit less the longest phase.
+# --deadline S: a phase starts only if it is expected to end within S seconds of the script's
+# start (the expected seconds per phase, measured on an H100, are in phase_seconds below;
+# PHASE_SECONDS="gpt7b=200,llama8b=90" overrides them); one that would not is recorded as skipped
+# (the exit status is then 1), and later, shorter phases may still run.
 #
 # Environment: PYTHON (python3 with torch), PSTAR_DEPS_DIR (default .gpu-deps), BUILD_DIR
-# (build/cuda-release), JOBS (nproc), CUDA_ARCHS (90).
+# (build/cuda-release; give one outside a carried folder, e.g. /tmp/pstar-cuda, so that a second
+# call finds it), JOBS (nproc), CUDA_ARCHS (90), PSTAR_COMMIT (the commit tested, for
+# result.json: the device gets no .git), LLAMA_FOLDER.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 usage() { sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
-all_phases=(build gpu trace suite kernels bench variants largest)
+all_phases=(build gpu gpt7b gpt7bclip llama8b llama8bfolder llama3b trace suite kernels bench
+            variants largest)
+# Expected seconds of each phase on an H100 (16 cores), from the runs of 2026-11-24 to 27 with a
+# margin; --deadline uses them. bench depends on BENCH_ARGS: its figure is the 7.46B size's.
+phase_seconds() {
+  local name=$1 pair
+  for pair in ${PHASE_SECONDS//,/ }; do
+    [ "${pair%%=*}" != "$name" ] || { echo "${pair#*=}"; return; }
+  done
+  case "$name" in
+    build) [ -f "$build/build.ninja" ] && echo 60 || echo 170 ;;
+    gpu) echo 80 ;;
+    gpt7b) echo 300 ;;
+    gpt7bclip) echo 180 ;;
+    llama8b) echo 170 ;;
+    llama8bfolder) echo 230 ;;
+    llama3b) echo 170 ;;
+    trace) echo 100 ;;
+    suite) echo 60 ;;
+    kernels) echo 20 ;;
+    bench) echo 300 ;;
+    variants) echo 500 ;;
+    largest) echo 300 ;;
+  esac
+}
 only="" skip="" deadline=0
-out=""
+out="" work=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --only) only=$2; shift ;;
     --skip) skip=$2; shift ;;
+    --work) work=$2; shift ;;
     --deadline) deadline=$2; shift
       [[ "$deadline" =~ ^[0-9]+$ ]] ||
         { echo "gpu-verify: --deadline takes whole seconds, got '$deadline'" >&2; exit 2; } ;;
@@ -59,7 +103,12 @@ for p in ${only//,/ } ${skip//,/ }; do
 done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+work=${work:-$out}
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
 build=${BUILD_DIR:-build/cuda-release}
+mkdir -p "$build"
+build=$(cd "$build" && pwd)
 jobs=${JOBS:-$(nproc)}
 deps=${PSTAR_DEPS_DIR:-$repo/.gpu-deps}
 python=${PYTHON:-python3}
@@ -74,31 +123,43 @@ wanted() {
 }
 say() { echo "[gpu-verify $(date +%H:%M:%S)] $*" >&2; }
 
-# run_phase NAME COMMAND...: runs it with its output in OUT/NAME.log (and on stderr), records
-# status and seconds.
+# run_phase NAME COMMAND...: runs it with its output in WORK/NAME.log (and on stderr), records
+# status and seconds, and rewrites the summaries in OUT.
 run_phase() {
   local name=$1 start rc
   shift
   wanted "$name" || return 0
-  local elapsed=$(($(date +%s) - t_all))
-  if [ "$deadline" -gt 0 ] && [ "$elapsed" -ge "$deadline" ]; then
+  local elapsed=$(($(date +%s) - t_all)) expected
+  expected=$(phase_seconds "$name")
+  if [ "$deadline" -gt 0 ] && [ $((elapsed + expected)) -gt "$deadline" ]; then
     failed=1
-    printf '{"phase": "%s", "status": "skipped", "exit_code": null, "seconds": 0}\n' \
-      "$name" >>"$phase_results"
-    say "phase $name: skipped: ${elapsed} s have passed, --deadline is ${deadline} s"
+    printf '{"phase": "%s", "status": "skipped", "exit_code": null, "seconds": 0, "expected_seconds": %d}\n' \
+      "$name" "$expected" >>"$phase_results"
+    say "phase $name: skipped: ${elapsed} s have passed and it takes about ${expected} s; --deadline is ${deadline} s"
+    write_summary
     return 0
   fi
-  say "phase $name: start"
+  say "phase $name: start (about ${expected} s)"
   start=$(date +%s)
-  "$@" > >(tee "$out/$name.log") 2>&1
+  "$@" > >(tee "$work/$name.log") 2>&1
   rc=$?
   local secs=$(($(date +%s) - start))
   local status=passed
   [ "$rc" = 0 ] || { status=failed; failed=1; }
-  printf '{"phase": "%s", "status": "%s", "exit_code": %d, "seconds": %d}\n' \
-    "$name" "$status" "$rc" "$secs" >>"$phase_results"
+  printf '{"phase": "%s", "status": "%s", "exit_code": %d, "seconds": %d, "expected_seconds": %d}\n' \
+    "$name" "$status" "$rc" "$secs" "$expected" >>"$phase_results"
   say "phase $name: $status in ${secs} s"
+  write_summary
   return 0
+}
+
+# The targets the chosen phases run: the suite needs everything.
+build_targets() {
+  if wanted suite; then echo all; return; fi
+  local targets=(pstar)
+  wanted gpu && targets+=(engine_cuda_tests engine_tier_gpu_tests engine_model_gpu_tests)
+  wanted kernels && targets+=(pstar-bench-adam-kernel)
+  echo "${targets[*]}"
 }
 
 phase_build() {
@@ -109,7 +170,10 @@ phase_build() {
   torch_prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)') || {
     echo "gpu-verify: $python cannot import torch (set PYTHON)"; return 1; }
   echo "torch: $("$python" -c 'import torch; print(torch.__version__, torch.version.cuda)') at $torch_prefix"
-  local args=(--preset cuda-release -DCMAKE_PREFIX_PATH="$torch_prefix"
+  # The cuda-release preset's settings with an explicit -B: --preset alone writes to the preset's
+  # binaryDir whatever BUILD_DIR says.
+  local args=(-S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPSTAR_WITH_CUDA=ON
+              -DCMAKE_PREFIX_PATH="$torch_prefix"
               -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}"
               -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
               -DCMAKE_POLICY_VERSION_MINIMUM=3.5)
@@ -122,7 +186,10 @@ phase_build() {
   grep -q '^PSTAR_WITH_CUDA:BOOL=ON' "$build/CMakeCache.txt" || {
     echo "gpu-verify: the build has no CUDA device tier (PSTAR_WITH_CUDA is not ON)"; return 1; }
   # -k 0: every error of the build in one go, not only the first target's.
-  cmake --build "$build" -j "$jobs" -- -k 0 || return 1
+  local targets
+  read -r -a targets <<<"$(build_targets)"
+  echo "targets: ${targets[*]}"
+  cmake --build "$build" -j "$jobs" --target "${targets[@]}" -- -k 0 || return 1
   # pstar's kernels must carry machine code for the chip (sm_90 on Hopper), not only PTX.
   local elf
   elf=$(cuobjdump --list-elf "$build/libpstar_cuda.a" 2>&1) || { echo "$elf"; return 1; }
@@ -134,7 +201,9 @@ phase_build() {
 
 phase_gpu() {
   local log=$out/gpu-ctest.txt
-  ctest --test-dir "$build" -L gpu -j 1 --output-on-failure 2>&1 | tee "$log"
+  # ctest's -L is a regular expression: anchored, so that another label containing "gpu" is not
+  # selected too.
+  ctest --test-dir "$build" -L '^gpu$' -j 1 --output-on-failure 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   grep -q "tests passed" "$log" || { echo "gpu-verify: ctest ran no gpu test"; return 1; }
   if grep -q "(Skipped)\|\*\*\*Skipped" "$log"; then
@@ -145,24 +214,55 @@ phase_gpu() {
 }
 
 phase_suite() {
-  ctest --test-dir "$build" -LE "gpu|fuzz" -j "$jobs" --output-on-failure --timeout 900
+  ctest --test-dir "$build" -LE '^(gpu|fuzz)$' -j "$jobs" --output-on-failure --timeout 900
 }
 
 phase_kernels() { "$build/pstar-bench-adam-kernel"; }
 
+# The ledger's model runs (issue 34): steady state is 3 timed steps after pstar's tracing step
+# and its first planned one. Each training run is capped (--timeout) so that one hung run cannot
+# eat the lease.
+phase_gpt7b() {
+  bench/gpu/gpt_bench.sh "${bench_common[@]}" --out "$work/gpt7b" --sizes 4096x36 --steps 3 \
+    --warmup 2 --timeout 200 >"$work/gpt7b.jsonl"
+}
+
+phase_gpt7bclip() {
+  bench/gpu/gpt_bench.sh "${bench_common[@]}" --out "$work/gpt7bclip" --sizes 4096x36 --steps 3 \
+    --warmup 2 --timeout 200 --skip-fsdp2 --plain none --set gradient_clipping=1.0 \
+    >"$work/gpt7bclip.jsonl"
+}
+
+llama_common=(--pstar "$build/pstar" --python "$python" --steps 3 --warmup 2 --timeout 200)
+phase_llama8b() {
+  bench/gpu/llama_bench.sh "${llama_common[@]}" --preset llama-3.1-8b --out "$work/llama8b" \
+    >"$work/llama8b.jsonl"
+}
+
+phase_llama8bfolder() {
+  bench/gpu/llama_bench.sh "${llama_common[@]}" --preset llama-3.1-8b --from-folder \
+    --folder "${LLAMA_FOLDER:-/tmp/pstar-llama-3.1-8b-hf}" --out "$work/llama8bfolder" \
+    >"$work/llama8bfolder.jsonl"
+}
+
+phase_llama3b() {
+  bench/gpu/llama_bench.sh "${llama_common[@]}" --preset llama-3.2-3b --fsdp2 \
+    --out "$work/llama3b" >"$work/llama3b.jsonl"
+}
+
 bench_common=(--pstar "$build/pstar" --python "$python")
 phase_bench() {
   # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
-  bench/gpu/gpt_bench.sh "${bench_common[@]}" --out "$out/bench" ${BENCH_ARGS:-} \
-    >"$out/bench.jsonl"
+  bench/gpu/gpt_bench.sh "${bench_common[@]}" --out "$work/bench" ${BENCH_ARGS:-} \
+    >"$work/bench.jsonl"
 }
 
 # variant NAME SIZE KEY=VALUE: pstar alone at SIZE with one config override, into OUT/variant-NAME.
 # BENCH_ARGS come first so that the variant's own size wins over a --sizes in them.
 variant() {
   # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
-  bench/gpu/gpt_bench.sh "${bench_common[@]}" ${BENCH_ARGS:-} --out "$out/variant-$1" \
-    --sizes "$2" --skip-fsdp2 --plain none --set "$3" >"$out/variant-$1.jsonl"
+  bench/gpu/gpt_bench.sh "${bench_common[@]}" ${BENCH_ARGS:-} --out "$work/variant-$1" \
+    --sizes "$2" --skip-fsdp2 --plain none --set "$3" >"$work/variant-$1.jsonl"
 }
 
 phase_variants() {
@@ -181,14 +281,14 @@ LIST
 }
 
 phase_largest() {
-  bench/gpu/gpt_bench.sh "${bench_common[@]}" --out "$out/largest" --sizes "" --largest \
-    --skip-fsdp2 --plain none ${LARGEST_ARGS:-} >"$out/largest.jsonl"
+  bench/gpu/gpt_bench.sh "${bench_common[@]}" --out "$work/largest" --sizes "" --largest \
+    --skip-fsdp2 --plain none ${LARGEST_ARGS:-} >"$work/largest.jsonl"
 }
 
 # One traced step per side at the 1.3B size: the last of 2 + 2 steps, so that the chunk engine has
 # planned and both have warmed up. The trace files stay in OUT/trace (tens of MB each).
 phase_trace() {
-  local dir=$out/trace rc=0
+  local dir=$work/trace rc=0
   mkdir -p "$dir"
   local side
   for side in chunked torch; do
@@ -204,8 +304,14 @@ phase_trace() {
     [ -f "$f" ] && traces+=("$f") || { echo "gpu-verify: no trace at $f"; rc=1; }
   done
   [ "${#traces[@]}" -gt 0 ] && "$python" bench/gpu/trace_summary.py "${traces[@]}" \
-    --json "$out/trace-summary.json" | tee "$out/trace-summary.txt"
+    --json "$work/trace-summary.json" | tee "$work/trace-summary.txt"
   return "$rc"
+}
+
+write_summary() {
+  "$python" bench/gpu/ledger_summary.py --out "$out" --work "$work" --repo "$repo" \
+    --seconds "$(($(date +%s) - t_all))" --build "$build" ||
+    say "the summary could not be written (bench/gpu/ledger_summary.py failed)"
 }
 
 run_phase build phase_build
@@ -213,6 +319,11 @@ if wanted build && ! grep -q '"phase": "build", "status": "passed"' "$phase_resu
   say "the build failed: nothing else can run"
 else
   run_phase gpu phase_gpu
+  run_phase gpt7b phase_gpt7b
+  run_phase gpt7bclip phase_gpt7bclip
+  run_phase llama8b phase_llama8b
+  run_phase llama8bfolder phase_llama8bfolder
+  run_phase llama3b phase_llama3b
   run_phase trace phase_trace
   run_phase suite phase_suite
   run_phase kernels phase_kernels
@@ -220,38 +331,7 @@ else
   run_phase variants phase_variants
   run_phase largest phase_largest
 fi
-
-"$python" - "$out" "$(($(date +%s) - t_all))" <<'EOF'
-import glob, json, os, sys
-out, total = sys.argv[1], int(sys.argv[2])
-phases = [json.loads(l) for l in open(os.path.join(out, "phases.jsonl")) if l.strip()]
-rows = {}
-for path in sorted(glob.glob(os.path.join(out, "*.jsonl"))):
-    name = os.path.basename(path)[:-len(".jsonl")]
-    if name == "phases":
-        continue
-    rows[name] = [json.loads(l) for l in open(path) if l.strip().startswith("{")]
-summary = {"total_seconds": total, "phases": phases, "benchmarks": rows}
-json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
-
-def num(x, fmt):
-    return "-" if x is None else format(x, fmt)
-
-lines = ["| phase | status | seconds |", "|---|---|---|"]
-lines += [f"| {p['phase']} | {p['status']} | {p['seconds']} |" for p in phases]
-lines += ["", f"total: {total} s", "",
-          "| run | model | params | pstar TFLOPS | pstar tok/s | pstar host B/param | "
-          "FSDP2 TFLOPS | pstar/FSDP2 | plain TFLOPS |", "|---|---|---|---|---|---|---|---|---|"]
-for name, rs in rows.items():
-    for r in rs:
-        p, f, pl = r.get("pstar") or {}, r.get("fsdp2") or {}, r.get("plain") or {}
-        lines.append("| {} | {}x{} | {} | {} | {} | {} | {} | {} | {} |".format(
-            name, r.get("hidden"), r.get("layers"), num(r.get("params"), ".3e"),
-            num(p.get("tflops"), ".1f"), num(p.get("tokens_per_s"), ".0f"),
-            num(p.get("host_bytes_per_param"), ".1f"), num(f.get("tflops"), ".1f"),
-            num(r.get("ratio_vs_fsdp2"), ".2f"), num(pl.get("tflops"), ".1f")))
-open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
-print("\n".join(lines))
-EOF
-say "done in $(($(date +%s) - t_all)) s; summary in $out/summary.json and $out/summary.md"
+write_summary
+cat "$out/summary.md" 2>/dev/null
+say "done in $(($(date +%s) - t_all)) s; summaries in $out"
 exit "$failed"

@@ -10,6 +10,11 @@ synthetic tokens in bf16, and prints one JSON line with its throughput and memor
                         gradients and AdamW state live in pinned host memory, as pstar's do.
   --mode plain          The whole model on the GPU: fp32 parameters under bf16 autocast.
 
+--model llama --hf-config CONFIG.json trains a Llama-family decoder of that Hugging Face shape
+instead (LlamaForCausalLM's parameter names and maths: RMSNorm in fp32, rotary embeddings with
+llama3 scaling, grouped-query attention, SwiGLU, an untied head unless tie_word_embeddings), as
+pstar's Llama does; initialised N(0, initializer_range), norms at 1.
+
 --dry-run builds the model on the meta device only (any PyTorch >= 1.13, no GPU) and prints the
 parameter count and FLOPs per token with null timings. Needs only the standard library and torch.
 """
@@ -35,6 +40,12 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=["fsdp2-offload", "plain"], default="fsdp2-offload")
+    p.add_argument("--model", choices=["gpt", "llama"], default="gpt",
+                   help="gpt: pstar's GPT of --hidden/--layers/--vocab; llama: the shape of "
+                        "--hf-config")
+    p.add_argument("--hf-config", metavar="CONFIG.json",
+                   help="--model llama: a Hugging Face config.json (model_type llama, mistral or "
+                        "qwen2 without sliding window); it sets hidden, layers, heads and vocab")
     p.add_argument("--optimizer", choices=["fused", "foreach"], default="fused",
                    help="torch.optim.AdamW implementation (default fused)")
     p.add_argument("--hidden", type=int, default=2048)
@@ -52,6 +63,9 @@ def parse_args(argv):
                    help="keep every block's activations (default: recompute them per block)")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                    help="cpu: only to check this script on a machine without a GPU (--mode plain)")
+    p.add_argument("--clip", type=float, default=0.0,
+                   help="clip the global gradient norm to this (default 0: off), as pstar's "
+                        "gradient_clipping")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--trace", metavar="PATH",
                    help="after the timed steps, run one more under torch.profiler and write its "
@@ -59,9 +73,22 @@ def parse_args(argv):
     p.add_argument("--dry-run", action="store_true",
                    help="build on the meta device, print the parameter count, train nothing")
     a = p.parse_args(argv)
+    a.hf = None
+    if a.model == "llama":
+        if not a.hf_config:
+            p.error("--model llama needs --hf-config CONFIG.json")
+        import llama_reference
+        try:
+            a.hf = llama_reference.read_config(a.hf_config)
+        except (OSError, ValueError, KeyError) as e:
+            p.error(f"--hf-config {a.hf_config}: {e}")
+        a.hidden, a.layers = a.hf["hidden_size"], a.hf["num_hidden_layers"]
+        a.heads, a.vocab = a.hf["num_attention_heads"], a.hf["vocab_size"]
+    elif a.hf_config:
+        p.error("--hf-config goes with --model llama")
     if a.heads is None:
         a.heads = max(1, a.hidden // HEAD_SIZE)
-    if a.hidden % a.heads:
+    if a.model == "gpt" and a.hidden % a.heads:
         p.error(f"--hidden {a.hidden} is not a multiple of --heads {a.heads}")
     if a.device == "cpu" and a.mode != "plain" and not a.dry_run:
         p.error("--device cpu works only with --mode plain (FSDP2 offload needs a GPU)")
@@ -122,6 +149,7 @@ class Block(nn.Module):
 class Gpt(nn.Module):
     def __init__(self, a, device):
         super().__init__()
+        self.n_layers = a.layers
         self.wte = nn.Embedding(a.vocab, a.hidden, device=device)
         self.wpe = nn.Embedding(a.seq, a.hidden, device=device)
         self.h = nn.ModuleList(Block(a.hidden, a.heads, a.attention, a.checkpointing, device)
@@ -135,27 +163,47 @@ class Gpt(nn.Module):
             x = block(x)
         return F.linear(self.ln_f(x), self.wte.weight)  # tied LM head
 
+    # The interface build_fsdp2/build_plain use (llama_reference.Llama has it too): the repeated
+    # blocks, the modules outside them, and the initialisation of each.
+    def blocks(self):
+        return self.h
 
-@torch.no_grad()
-def init_block(block, layers):
-    # GPT-2's init, as pstar's: N(0, 0.02), residual projections scaled by 1/sqrt(2L).
-    for lin in (block.c_attn, block.c_fc):
-        lin.weight.normal_(0.0, 0.02)
-    for lin in (block.c_proj, block.mlp_proj):
-        lin.weight.normal_(0.0, 0.02 / math.sqrt(2.0 * layers))
-    for lin in (block.c_attn, block.c_proj, block.c_fc, block.mlp_proj):
-        lin.bias.zero_()
-    for ln in (block.ln_1, block.ln_2):
-        ln.weight.fill_(1.0)
-        ln.bias.zero_()
+    def root_modules(self):
+        return [self.wte, self.wpe, self.ln_f]
+
+    @torch.no_grad()
+    def init_block(self, block):
+        # GPT-2's init, as pstar's: N(0, 0.02), residual projections scaled by 1/sqrt(2L).
+        for lin in (block.c_attn, block.c_fc):
+            lin.weight.normal_(0.0, 0.02)
+        for lin in (block.c_proj, block.mlp_proj):
+            lin.weight.normal_(0.0, 0.02 / math.sqrt(2.0 * self.n_layers))
+        for lin in (block.c_attn, block.c_proj, block.c_fc, block.mlp_proj):
+            lin.bias.zero_()
+        for ln in (block.ln_1, block.ln_2):
+            ln.weight.fill_(1.0)
+            ln.bias.zero_()
+
+    @torch.no_grad()
+    def init_root(self):
+        self.wte.weight.normal_(0.0, 0.02)
+        self.wpe.weight.normal_(0.0, 0.02)
+        self.ln_f.weight.fill_(1.0)
+        self.ln_f.bias.zero_()
 
 
-@torch.no_grad()
-def init_root(model):
-    model.wte.weight.normal_(0.0, 0.02)
-    model.wpe.weight.normal_(0.0, 0.02)
-    model.ln_f.weight.fill_(1.0)
-    model.ln_f.bias.zero_()
+def make_model(a, device):
+    if a.model == "llama":
+        import llama_reference
+        return llama_reference.Llama(a.hf, a.attention, a.checkpointing, device)
+    return Gpt(a, device)
+
+
+def model_flops_per_token(a, params):
+    if a.model == "llama":
+        import llama_reference
+        return llama_reference.flops_per_token(a.hf, params, a.seq)
+    return flops_per_token(params, a.layers, a.hidden, a.seq)
 
 
 def count_params(model):
@@ -181,14 +229,14 @@ def peak_host_bytes():
 
 def base_record(a, params):
     return {
-        "bench": "gpt", "impl": impl_name(a), "mode": a.mode, "optimizer": a.optimizer,
+        "bench": "gpt", "model": a.model, "impl": impl_name(a), "mode": a.mode, "optimizer": a.optimizer,
         "attention": a.attention, "activation_checkpointing": a.checkpointing,
         "params": params, "hidden": a.hidden, "layers": a.layers, "heads": a.heads,
         "seq": a.seq, "micro_batch": a.micro_batch, "vocab": a.vocab,
-        "steps": a.steps, "warmup": a.warmup,
-        "flops_per_token": flops_per_token(params, a.layers, a.hidden, a.seq),
+        "steps": a.steps, "warmup": a.warmup, "clip": a.clip,
+        "flops_per_token": model_flops_per_token(a, params),
         "tokens_per_s": None, "tflops": None, "s_per_step": None, "s_per_step_median": None,
-        "s_per_step_min": None, "host_peak_bytes": None, "host_bytes_per_param": None,
+        "s_per_step_min": None, "s_per_step_max": None, "host_peak_bytes": None, "host_bytes_per_param": None,
         "gpu_peak_bytes": None, "gpu_reserved_peak_bytes": None,
         "loss_first": None, "loss_last": None,
         "torch_version": torch.__version__, "device_name": None, "dry_run": a.dry_run,
@@ -213,25 +261,25 @@ def build_fsdp2(a, device):
     dist.init_process_group("nccl", init_method=f"file://{store_dir}/store", rank=0, world_size=1)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     offload = CPUOffloadPolicy(pin_memory=True)
-    model = Gpt(a, device="meta")
+    model = make_model(a, device="meta")
     # Materialize and shard one block at a time: fully_shard moves each shard to pinned host
     # memory, so the GPU never holds more than one block in fp32 during set-up.
-    for block in model.h:
+    for block in model.blocks():
         block.to_empty(device=device)
-        init_block(block, a.layers)
+        model.init_block(block)
         fully_shard(block, mp_policy=mp, offload_policy=offload)
-    for m in (model.wte, model.wpe, model.ln_f):
+    for m in model.root_modules():
         m.to_empty(device=device)
-    init_root(model)
+    model.init_root()
     fully_shard(model, mp_policy=mp, offload_policy=offload)
     return model, (lambda: (dist.destroy_process_group(), shutil.rmtree(store_dir, True)))
 
 
 def build_plain(a, device):
-    model = Gpt(a, device="meta").to_empty(device=device)
-    for block in model.h:
-        init_block(block, a.layers)
-    init_root(model)
+    model = make_model(a, device="meta").to_empty(device=device)
+    for block in model.blocks():
+        model.init_block(block)
+    model.init_root()
     return model, (lambda: None)
 
 
@@ -246,7 +294,7 @@ def train(a, record):
     torch.manual_seed(a.seed)
     model, finish = (build_fsdp2 if a.mode == "fsdp2-offload" else build_plain)(a, device)
     record["params"] = count_params(model)
-    record["flops_per_token"] = flops_per_token(record["params"], a.layers, a.hidden, a.seq)
+    record["flops_per_token"] = model_flops_per_token(a, record["params"])
     # One group, weight decay on every parameter, as pstar's AdamW.
     kind = {"fused": True} if a.optimizer == "fused" else {"foreach": True}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-8,
@@ -265,6 +313,8 @@ def train(a, record):
         # The loss from fp32 logits, as pstar computes it.
         loss = F.cross_entropy(logits.float().reshape(-1, a.vocab), ids[:, 1:].reshape(-1))
         loss.backward()
+        if a.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss.item()  # synchronizes too
@@ -291,7 +341,7 @@ def train(a, record):
     mean = sum(times) / len(times)
     record.update({
         "s_per_step": mean, "s_per_step_median": statistics.median(times),
-        "s_per_step_min": min(times), "tokens_per_s": tokens_per_step / mean,
+        "s_per_step_min": min(times), "s_per_step_max": max(times), "tokens_per_s": tokens_per_step / mean,
         "loss_first": losses[0], "loss_last": losses[-1],
     })
     record["tflops"] = record["flops_per_token"] * record["tokens_per_s"] / 1e12
@@ -304,11 +354,15 @@ def train(a, record):
 
 def main(argv):
     a = parse_args(argv)
-    model = Gpt(a, device="meta")
+    model = make_model(a, device="meta")
     params = count_params(model)
-    want = expected_params(a.hidden, a.layers, a.vocab, a.seq)
+    if a.model == "llama":
+        import llama_reference
+        want, whose = llama_reference.expected_params(a.hf), "its config.json implies"
+    else:
+        want, whose = expected_params(a.hidden, a.layers, a.vocab, a.seq), "pstar's GPT has"
     if params != want:
-        sys.exit(f"fsdp2_reference: the model has {params} parameters, pstar's GPT {want}; the "
+        sys.exit(f"fsdp2_reference: the model has {params} parameters, {whose} {want}; the "
                  "layouts differ")
     del model
     record = base_record(a, params)

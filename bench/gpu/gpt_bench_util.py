@@ -4,10 +4,16 @@ command with its memory peaks measured, and the JSON line of one model size.
 
   tokens PATH --count N --vocab V [--seed S]
   config PATH --hidden H --layers L --heads A --vocab V --seq S --micro-batch B --steps N
-         --tokens PATH --device-memory SIZE [--host-memory SIZE]
+         --tokens PATH --device-memory SIZE [--host-memory SIZE] [--clip C] [--model JSON]
   measure RESULT.json [--timeout S] -- COMMAND ...
   estimate-layers ESTIMATE.json
   row DIR --hidden H --layers L --vocab V --seq S --micro-batch B --skip K [--largest JSON]
+      [--hf-config CONFIG.json]
+
+Token files hold uint16 ids for vocabularies up to 65536 and uint32 above (config follows).
+--model replaces the config's GPT model section with a JSON object (a Llama preset or a Hugging
+Face folder, {"preset": ..., "seq_len": ...}); row --hf-config counts that model's parameters
+and FLOPs from its Hugging Face shape (llama_reference.py) instead of the GPT formula.
 """
 
 import argparse
@@ -36,11 +42,16 @@ def flops_per_token(params, layers, hidden, seq):
     return 6 * params + 12 * layers * hidden * seq
 
 
+def token_dtype(vocab):
+    return "uint16" if vocab <= 65536 else "uint32"
+
+
 def cmd_tokens(a):
     # Uniform random ids: the loss stays near ln(vocab), and the work per step is the same as
     # for real text. Modulo bias does not matter here.
     rng = random.Random(a.seed)
-    ids = array.array("H", (rng.randrange(a.vocab) for _ in range(a.count)))
+    code = "H" if token_dtype(a.vocab) == "uint16" else "I"
+    ids = array.array(code, (rng.randrange(a.vocab) for _ in range(a.count)))
     if sys.byteorder != "little":
         ids.byteswap()
     with open(a.path, "wb") as f:
@@ -61,10 +72,12 @@ def cmd_config(a):
                       "params": {"lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8,
                                  "weight_decay": 0.01}},
         "bf16": {"enabled": True},
-        "gradient_clipping": 0,
-        "model": {"type": "gpt", "hidden": a.hidden, "layers": a.layers, "heads": a.heads,
+        "gradient_clipping": a.clip,
+        "model": json.loads(a.model) if a.model else
+                 {"type": "gpt", "hidden": a.hidden, "layers": a.layers, "heads": a.heads,
                   "vocab_size": a.vocab, "seq_len": a.seq},
-        "data": {"path": os.path.abspath(a.tokens), "dtype": "uint16", "sampling": "random"},
+        "data": {"path": os.path.abspath(a.tokens), "dtype": token_dtype(a.vocab),
+                 "sampling": "random"},
         "training": {"steps": a.steps, "log_interval": 1, "save_interval": 0,
                      "lr_schedule": {"type": "constant", "warmup_steps": 0}},
         "engine": engine,
@@ -190,23 +203,39 @@ def pstar_params_from_log(log_path):
     return int(m.group(1)) if m else None
 
 
-def pstar_figures(d, a, params):
+def setup_seconds_from_log(log_path):
+    """pstar train's "set-up took X s" line (trainer_run.cpp)."""
+    try:
+        with open(log_path, errors="replace") as f:
+            m = re.search(r"set-up took ([0-9.]+) s", f.read())
+    except OSError:
+        return None
+    return float(m.group(1)) if m else None
+
+
+def pstar_figures(d, a, params, fpt):
     measure = read_json(os.path.join(d, "pstar.measure.json"))
     if measure is None:
         return None
-    steps = []
+    records = []
     try:
         with open(os.path.join(d, "pstar.metrics.jsonl")) as f:
-            steps = [json.loads(l) for l in f if l.strip()]
+            records = [json.loads(l) for l in f if l.strip()]
     except (OSError, ValueError):
         pass
+    # Step records have a step time; anything else (a start-up record) is kept aside whole.
+    steps = [r for r in records if "step_time_s" in r]
+    startup = [r for r in records if "step_time_s" not in r]
     log = os.path.join(d, "pstar.log")
     logged = pstar_params_from_log(log)
     out = {"exit_code": measure["exit_code"], "timed_out": measure["timed_out"],
            "error": None if measure["exit_code"] == 0 else last_error_line(log),
            "params_logged": logged, "steps_done": len(steps), "steps_timed": 0,
            "tokens_per_s": None, "tflops": None, "s_per_step": None, "s_per_step_median": None,
-           "s_per_step_min": None, "loss_first": None, "loss_last": None,
+           "s_per_step_min": None, "s_per_step_max": None, "loss_first": None,
+           "loss_last": None, "setup_s": setup_seconds_from_log(log),
+           "step1_s": steps[0]["step_time_s"] if steps else None,
+           "startup": startup[0] if startup else None,
            "host_peak_bytes": measure["host_peak_bytes"],
            "host_bytes_per_param": measure["host_peak_bytes"] / params,
            "gpu_used_peak_bytes": measure["gpu_used_peak_bytes"],
@@ -237,6 +266,7 @@ def pstar_figures(d, a, params):
         out.update({
             "steps_timed": len(timed), "s_per_step": mean,
             "s_per_step_median": statistics.median(times), "s_per_step_min": min(times),
+            "s_per_step_max": max(times),
             "tokens_per_s": tokens_per_step / mean,
             "moved_h2d_bytes_per_step": sum(s.get("moved_h2d_bytes", 0) for s in timed) / len(timed),
             "moved_d2h_bytes_per_step": sum(s.get("moved_d2h_bytes", 0) for s in timed) / len(timed),
@@ -255,12 +285,12 @@ def pstar_figures(d, a, params):
             if vals:
                 split[key] = sum(vals) / len(vals)
         out["split_s_per_step"] = split or None
-        out["tflops"] = flops_per_token(params, a.layers, a.hidden, a.seq) * out["tokens_per_s"] / 1e12
+        out["tflops"] = fpt * out["tokens_per_s"] / 1e12
     return out
 
 
 REFERENCE_KEYS = ("impl", "exit_code", "error", "tokens_per_s", "tflops", "s_per_step",
-                  "s_per_step_median", "s_per_step_min", "host_peak_bytes",
+                  "s_per_step_median", "s_per_step_min", "s_per_step_max", "host_peak_bytes",
                   "host_bytes_per_param", "gpu_peak_bytes", "gpu_reserved_peak_bytes",
                   "gpu_used_peak_bytes", "loss_first", "loss_last", "params", "attention",
                   "torch_version", "device_name", "dry_run")
@@ -287,7 +317,7 @@ def reference_figures(d, name, params):
     return out
 
 
-def estimate_figures(d, a, params):
+def estimate_figures(d, a, params, fpt):
     est = read_json(os.path.join(d, "estimate.json"))
     if est is None:
         return None
@@ -299,8 +329,7 @@ def estimate_figures(d, a, params):
         "tokens_per_s": tokens, "s_per_step": t.get("step_s"),
         # The issue's formula, so that it reads beside the measured figure (estimate's own
         # tflops_per_gpu counts 8·P FLOPs per token with checkpointing).
-        "tflops": None if tokens is None
-        else flops_per_token(params, a.layers, a.hidden, a.seq) * tokens / 1e12,
+        "tflops": None if tokens is None else fpt * tokens / 1e12,
         "host_used_bytes": (mem.get("host") or {}).get("used"),
         "gpu_used_bytes": (mem.get("gpu") or {}).get("used"),
         "chunks": est.get("chunks"),
@@ -315,18 +344,28 @@ def ratio(x, y):
 
 def cmd_row(a):
     d = a.dir
-    params = expected_params(a.hidden, a.layers, a.vocab, a.seq)
-    row = {"bench": "gpt_offload", "hidden": a.hidden, "layers": a.layers,
+    model = "gpt"
+    if a.hf_config:
+        import llama_shape
+        c = llama_shape.read_config(a.hf_config)
+        model = c["model_type"]
+        a.hidden, a.layers, a.heads = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
+        a.vocab = c["vocab_size"]
+        params = llama_shape.expected_params(c)
+        fpt = llama_shape.flops_per_token(c, params, a.seq)
+    else:
+        params = expected_params(a.hidden, a.layers, a.vocab, a.seq)
+        fpt = flops_per_token(params, a.layers, a.hidden, a.seq)
+    row = {"bench": "gpt_offload", "model": model, "hidden": a.hidden, "layers": a.layers,
            "heads": max(1, a.hidden // 128) if a.heads is None else a.heads, "params": params,
            "seq": a.seq, "micro_batch": a.micro_batch, "vocab": a.vocab,
-           "flops_per_token": flops_per_token(params, a.layers, a.hidden, a.seq),
-           "dry_run": a.dry_run}
-    row["pstar"] = pstar_figures(d, a, params)
+           "flops_per_token": fpt, "dry_run": a.dry_run}
+    row["pstar"] = pstar_figures(d, a, params, fpt)
     row["fsdp2"] = reference_figures(d, "fsdp2", params)
     row["plain"] = reference_figures(d, "plain", params)
     row["ratio_vs_fsdp2"] = ratio(row["pstar"], row["fsdp2"])
     row["ratio_vs_plain"] = ratio(row["pstar"], row["plain"])
-    row["estimate"] = estimate_figures(d, a, params)
+    row["estimate"] = estimate_figures(d, a, params, fpt)
     counts = {"formula": params}
     if row["pstar"] and row["pstar"]["params_logged"] is not None:
         counts["pstar"] = row["pstar"]["params_logged"]
@@ -353,8 +392,12 @@ def summary(row):
             return f"{name} dry run ({r['params']} parameters)"
         if r.get("tokens_per_s") is None:
             return f"{name} failed (exit {r.get('exit_code')}): {r.get('error')}"
+        spread = ""
+        if r.get("s_per_step_min") is not None and r.get("s_per_step_max") is not None:
+            spread = (f" (median {r['s_per_step_median']:.3f}, {r['s_per_step_min']:.3f}-"
+                      f"{r['s_per_step_max']:.3f})")
         return (f"{name} {r['tokens_per_s']:.0f} tok/s {r['tflops']:.1f} TFLOPS "
-                f"{r['s_per_step']:.3f} s/step, host {r['host_bytes_per_param']:.1f} B/param")
+                f"{r['s_per_step']:.3f} s/step{spread}, host {r['host_bytes_per_param']:.1f} B/param")
     parts = [p for p in map(side, ("pstar", "fsdp2", "plain")) if p]
     for key in ("ratio_vs_fsdp2", "ratio_vs_plain"):
         if row[key] is not None:
@@ -362,6 +405,11 @@ def summary(row):
     split = (row["pstar"] or {}).get("split_s_per_step")
     if split:
         parts.append("pstar split " + " ".join(f"{k[:-2]} {v:.3f}" for k, v in split.items()))
+    p = row["pstar"] or {}
+    if p.get("setup_s") is not None:
+        step1 = p.get("step1_s")
+        parts.append(f"pstar set-up {p['setup_s']:.1f} s" +
+                     (f", step 1 {step1:.1f} s" if step1 is not None else ""))
     est = row["estimate"]
     if est and est.get("tokens_per_s") is not None:
         parts.append(f"estimate {'fits' if est['fits'] else 'does not fit'}, "
@@ -387,6 +435,8 @@ def main(argv):
     c.add_argument("--tokens", required=True)
     c.add_argument("--device-memory", required=True)
     c.add_argument("--host-memory", default="")
+    c.add_argument("--clip", type=float, default=0.0, help="gradient_clipping (default 0: off)")
+    c.add_argument("--model", default="", help="the config's model section, as a JSON object")
 
     m = sub.add_parser("measure")
     m.add_argument("result")
@@ -402,6 +452,7 @@ def main(argv):
     r.add_argument("--heads", type=int, default=None)
     r.add_argument("--dry-run", action="store_true")
     r.add_argument("--largest", default="", help="a JSON object for the row's 'largest' key")
+    r.add_argument("--hf-config", default="", help="a Llama-family model's config.json")
 
     # measure's command follows "--" and keeps all its options.
     command = []
@@ -411,8 +462,6 @@ def main(argv):
     a = p.parse_args(argv)
     a.command = command
     if a.cmd == "tokens":
-        if a.vocab > 65536:
-            sys.exit("gpt_bench_util tokens: a uint16 file holds ids below 65536")
         return cmd_tokens(a)
     return {"config": cmd_config, "measure": cmd_measure, "estimate-layers": cmd_estimate_layers,
             "row": cmd_row}[a.cmd](a)
