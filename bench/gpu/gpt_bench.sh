@@ -93,26 +93,10 @@ case "$optimizer" in fused|foreach) ;; *) echo "gpt_bench: --optimizer fused|for
 log() { echo "[gpt_bench] $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-if [ -z "$pstar" ]; then
-  pstar=$repo/build/cpu-release/pstar
-  [ -x "$repo/build/cuda-release/pstar" ] && pstar=$repo/build/cuda-release/pstar
-fi
-[ -x "$pstar" ] || die "no pstar binary at $pstar (--pstar PATH or PSTAR=...)"
-# A build without the CUDA device tier would fail every run at start-up and leave empty rows: stop
-# now. `pstar --version` names the build's features.
-if [ "$dry_run" = 0 ] && ! "$pstar" --version 2>/dev/null | grep -q "CUDA device tier: built"; then
-  die "$pstar has no CUDA device tier ($("$pstar" --version 2>&1 | tr '\n' ' ')); build the cuda-release preset (scripts/gpu-verify.sh --only build)"
-fi
-if [ -z "$python" ]; then
-  for candidate in python3 /usr/bin/python3; do
-    if command -v "$candidate" >/dev/null && "$candidate" -c 'import torch' 2>/dev/null; then
-      python=$candidate
-      break
-    fi
-  done
-fi
-[ -n "$python" ] || die "no python3 with torch found (--python PATH or PYTHON=...)"
-"$python" -c 'import torch' 2>/dev/null || die "$python cannot import torch"
+# shellcheck source=bench/gpu/bench_common.sh
+. "$here/bench_common.sh"
+find_pstar "$([ "$dry_run" = 0 ] && echo 1 || echo 0)"
+find_python
 util() { "$python" "$here/gpt_bench_util.py" "$@"; }
 
 [ -n "$out" ] || out=$(mktemp -d /tmp/pstar-gpt-bench.XXXXXX)

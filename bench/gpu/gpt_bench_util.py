@@ -64,7 +64,7 @@ def cmd_config(a):
     if a.host_memory:
         engine["host_memory"] = a.host_memory
     config = {
-        "_comment": "Written by bench/gpu/gpt_bench.sh: GPT throughput on synthetic tokens.",
+        "_comment": "Written by bench/gpu/gpt_bench.sh or llama_bench.sh: training throughput on synthetic tokens.",
         "train_micro_batch_size_per_gpu": a.micro_batch,
         "gradient_accumulation_steps": 1,
         # fsdp2_reference.py's AdamW: one group, weight decay 0.01 on every parameter.

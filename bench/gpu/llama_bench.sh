@@ -72,24 +72,10 @@ log() { echo "[llama_bench] $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 [ -n "$preset" ] || die "--preset NAME is required (see --help)"
-if [ -z "$pstar" ]; then
-  pstar=$repo/build/cpu-release/pstar
-  [ -x "$repo/build/cuda-release/pstar" ] && pstar=$repo/build/cuda-release/pstar
-fi
-[ -x "$pstar" ] || die "no pstar binary at $pstar (--pstar PATH or PSTAR=...)"
-if [ "$dry_run" = 0 ] && [ "$skip_pstar" = 0 ] &&
-   ! "$pstar" --version 2>/dev/null | grep -q "CUDA device tier: built"; then
-  die "$pstar has no CUDA device tier; build the cuda-release preset (scripts/gpu-verify.sh --only build)"
-fi
-if [ -z "$python" ]; then
-  for candidate in python3 /usr/bin/python3; do
-    if command -v "$candidate" >/dev/null && "$candidate" -c 'import torch' 2>/dev/null; then
-      python=$candidate
-      break
-    fi
-  done
-fi
-[ -n "$python" ] || die "no python3 with torch found (--python PATH or PYTHON=...)"
+# shellcheck source=bench/gpu/bench_common.sh
+. "$here/bench_common.sh"
+find_pstar "$([ "$dry_run" = 0 ] && [ "$skip_pstar" = 0 ] && echo 1 || echo 0)"
+find_python
 util() { "$python" "$here/gpt_bench_util.py" "$@"; }
 
 [ -n "$out" ] || out=$(mktemp -d /tmp/pstar-llama-bench.XXXXXX)
@@ -102,7 +88,8 @@ log "pstar $pstar; python $python; $preset, seq $seq, micro-batch $micro_batch, 
 
 # The shape as a Hugging Face config.json (and, with --from-folder, the weights beside it).
 if [ "$from_folder" = 1 ] && [ "$dry_run" = 0 ]; then
-  if [ -f "$folder/model.safetensors.index.json" ] && [ -f "$folder/config.json" ]; then
+  if [ -f "$folder/config.json" ] &&
+     { [ -f "$folder/model.safetensors.index.json" ] || [ -f "$folder/model.safetensors" ]; }; then
     log "$folder holds a folder already; using it"
   else
     log "writing $preset to $folder (values drawn on $folder_device)"
@@ -121,7 +108,8 @@ vocab=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["voca
 tokens=$out/tokens-$vocab.bin
 [ -f "$tokens" ] || util tokens "$tokens" --count 1048576 --vocab "$vocab"
 
-if [ "$from_folder" = 1 ]; then
+# A dry run wrote no weights, so it checks the preset's config instead of the folder's.
+if [ "$from_folder" = 1 ] && [ "$dry_run" = 0 ]; then
   model="{\"init_from\": \"$folder\", \"seq_len\": $seq}"
 else
   model="{\"preset\": \"$preset\", \"seq_len\": $seq}"

@@ -7,7 +7,7 @@
 
 DIR receives config.json (the preset's published Hugging Face fields) and, unless --config-only,
 bf16 weights in shards of at most --shard-gb GB named as save_pretrained names them
-(model-0000i-of-0000N.safetensors with model.safetensors.index.json), in Hugging Face's tensor
+(model.safetensors, or model-0000i-of-0000N.safetensors with model.safetensors.index.json), in Hugging Face's tensor
 order: N(0, initializer_range) for matrices, 1 for norms. The values are drawn on --device (a GPU
 draws 8B values in a second; the CPU takes minutes) and streamed to disk one tensor at a time, so
 the host holds one tensor beyond the page cache. Prints one JSON line: bytes, seconds, GB/s.
@@ -150,12 +150,15 @@ def main(argv):
     shards = plan_shards(tensor_specs(c), int(a.shard_gb * 1e9))
     weight_map, total = {}, 0
     for i, specs in enumerate(shards):
-        file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        # save_pretrained's names: one file is model.safetensors, several are numbered.
+        file = ("model.safetensors" if len(shards) == 1
+                else f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors")
         total += write_shard(os.path.join(a.out, file), specs, c, device, generator)
         weight_map.update({name: file for name, _, _ in specs})
         print(f"write_hf_llama: {file} ({i + 1}/{len(shards)})", file=sys.stderr, flush=True)
-    with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    if len(shards) > 1:
+        with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
     seconds = time.monotonic() - start
     print(json.dumps({"preset": a.preset, "out": a.out, "bytes": total, "shards": len(shards),
                       "seconds": seconds, "gb_per_s": total / seconds / 1e9}))
