@@ -60,7 +60,8 @@ all_phases=(build gpu gpt7b gpt7bclip llama8b llama8bfolder llama3b trace suite 
 # margin; --deadline uses them. bench depends on BENCH_ARGS: its figure is the 7.46B size's.
 phase_seconds() {
   local name=$1 pair
-  for pair in ${PHASE_SECONDS//,/ }; do
+  local overrides=${PHASE_SECONDS:-}
+  for pair in ${overrides//,/ }; do
     [ "${pair%%=*}" != "$name" ] || { echo "${pair#*=}"; return; }
   done
   case "$name" in
