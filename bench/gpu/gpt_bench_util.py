@@ -203,11 +203,11 @@ def pstar_params_from_log(log_path):
     return int(m.group(1)) if m else None
 
 
-def setup_seconds_from_log(log_path):
-    """pstar train's "set-up took X s" line (trainer_run.cpp)."""
+def seconds_from_log(log_path, pattern):
+    """The seconds in pstar train's log line matching PATTERN (one group), or None."""
     try:
         with open(log_path, errors="replace") as f:
-            m = re.search(r"set-up took ([0-9.]+) s", f.read())
+            m = re.search(pattern, f.read())
     except OSError:
         return None
     return float(m.group(1)) if m else None
@@ -233,7 +233,11 @@ def pstar_figures(d, a, params, fpt):
            "params_logged": logged, "steps_done": len(steps), "steps_timed": 0,
            "tokens_per_s": None, "tflops": None, "s_per_step": None, "s_per_step_median": None,
            "s_per_step_min": None, "s_per_step_max": None, "loss_first": None,
-           "loss_last": None, "setup_s": setup_seconds_from_log(log),
+           "loss_last": None,
+           # trainer_run.cpp's lines: everything before step 1, and releasing the engine's
+           # memory after the last (logged only from 1 s on: null with exit code 0 means less).
+           "setup_s": seconds_from_log(log, r"set-up took ([0-9.]+) s"),
+           "release_s": seconds_from_log(log, r"released the engine's memory in ([0-9.]+) s"),
            "step1_s": steps[0]["step_time_s"] if steps else None,
            "startup": startup[0] if startup else None,
            "host_peak_bytes": measure["host_peak_bytes"],

@@ -95,9 +95,9 @@ def figures(row):
     """The figures of one benchmark row that the record keeps and compares."""
     p, f, pl = row.get("pstar") or {}, row.get("fsdp2") or {}, row.get("plain") or {}
     keep = ("tokens_per_s", "tflops", "s_per_step_median", "s_per_step_min", "s_per_step_max",
-            "setup_s", "step1_s", "host_bytes_per_param", "split_s_per_step", "device_peak_bytes",
-            "moved_h2d_bytes_per_step", "moved_d2h_bytes_per_step", "exit_code", "error",
-            "startup")
+            "setup_s", "step1_s", "release_s", "host_bytes_per_param", "split_s_per_step",
+            "device_peak_bytes", "moved_h2d_bytes_per_step", "moved_d2h_bytes_per_step",
+            "exit_code", "error", "startup")
     out = {"model": row.get("model", "gpt"), "hidden": row.get("hidden"),
            "layers": row.get("layers"), "params": row.get("params"), "seq": row.get("seq"),
            "micro_batch": row.get("micro_batch"),
