@@ -2,7 +2,7 @@
 // docs/config.md is the user-facing reference; keep it in step with read_config() here and
 // to_json() in config/schema.cpp. The parts: config/messages (message pieces, typo suggestions),
 // config/schema (serialization, Note [schema]), config/level (typed reads of one object),
-// config/json_input (JSON text, --set).
+// config/json_input (JSON text, --set), config/data_checks (the checks across data keys).
 #include "pstar/formats/config.h"
 
 #include <cerrno>
@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "config/context.h"
+#include "config/data_checks.h"
 #include "config/json_input.h"
 #include "config/level.h"
 #include "config/messages.h"
@@ -48,34 +49,6 @@ std::string resolve_path(const Context& ctx, const std::string& key, const std::
   } catch (const fs::filesystem_error& e) {
     PSTAR_THROW(IoError, ctx.source(), ": ", key, ": cannot make '", value,
                 "' an absolute path: ", e.what());
-  }
-}
-
-// Held-out data (data.eval, data.eval_fraction) and when it is evaluated.
-void check_eval(const Context& ctx, const TrainConfig& c) {
-  const EvalDataConfig& eval = c.data.eval;
-  if (eval.set() && c.data.eval_fraction) {
-    ctx.fail_about({"data.eval", "data.eval_fraction"},
-                   str_cat("data.eval and data.eval_fraction (", number_text(*c.data.eval_fraction),
-                           ") are both set; hold out data one way: a second source in data.eval, "
-                           "or the last fraction of the training source in data.eval_fraction"));
-  }
-  if (!eval.path.empty() && !eval.text.empty()) {
-    ctx.fail_about({"data.eval.path", "data.eval.text"},
-                   "data.eval.path and data.eval.text are both set; set exactly one of them "
-                   "(data.eval.path for binary token ids, data.eval.text for a UTF-8 text file)");
-  }
-  if (!eval.text.empty() && c.data.text.empty()) {
-    ctx.fail_about({"data.eval.text", "data.path"},
-                   str_cat("data.eval.text (", eval.text,
-                           ") needs training text in data.text, so that both are tokenized the "
-                           "same way; with data.path give the held-out tokens in data.eval.path"));
-  }
-  if (c.training.eval_interval > 0 && !c.data.has_eval()) {
-    ctx.fail_about({"training.eval_interval", "data.eval", "data.eval_fraction"},
-                   str_cat("training.eval_interval is ", c.training.eval_interval,
-                           " but there is no held-out data; set data.eval (a second source) or "
-                           "data.eval_fraction (e.g. 0.05), or training.eval_interval 0"));
   }
 }
 
@@ -124,12 +97,25 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   data.read_string("path", &c.data.path);
   data.read_choice("dtype", &c.data.dtype, {"uint16", "uint32"});
   data.read_string("text", &c.data.text);
+  data.read_string("jsonl", &c.data.jsonl);
   data.read_string("tokenizer", &c.data.tokenizer);
+  data.read_string("chat_template", &c.data.chat_template);
+  data.read_string("chat_date", &c.data.chat_date);
+  std::string loss_on = loss_on_name(c.data.loss_on);
+  data.read_choice("loss_on", &loss_on, {"assistant", "last_assistant", "all"},
+                   "the assistant turns, the last assistant turn, or every token");
+  c.data.loss_on = loss_on == "all"              ? LossOn::kAll
+                   : loss_on == "last_assistant" ? LossOn::kLastAssistant
+                                                 : LossOn::kAssistant;
+  data.read_bool("packing", &c.data.packing);
+  data.read_bool("truncate", &c.data.truncate);
+  data.read_bool("skip_bad_records", &c.data.skip_bad_records);
   data.read_choice("sampling", &c.data.sampling, {"random", "sequential"});
   const Level eval = data.child("eval");
   eval.read_string("path", &c.data.eval.path);
   eval.read_choice("dtype", &c.data.eval.dtype, {"uint16", "uint32"});
   eval.read_string("text", &c.data.eval.text);
+  eval.read_string("jsonl", &c.data.eval.jsonl);
   data.read_optional_number("eval_fraction", &c.data.eval_fraction, kOpenUnit,
                             "the share of the training source held out, e.g. 0.05");
 
@@ -175,22 +161,7 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
         str_cat("model.hidden: expected a multiple of model.heads (", *c.model.heads, "), found ",
                 *c.model.hidden, "; each attention head takes hidden / heads channels"));
   }
-  if (!c.data.path.empty() && !c.data.text.empty()) {
-    ctx.fail_about({"data.path", "data.text"},
-                   "data.path and data.text are both set; set exactly one of them (data.path for "
-                   "binary token ids, data.text for a UTF-8 text file)");
-  }
-  if (!c.data.tokenizer.empty() && c.data.text.empty()) {
-    ctx.fail_about({"data.tokenizer", "data.text"},
-                   "data.tokenizer is set without data.text; the tokenizer turns data.text into "
-                   "tokens at start-up (a data.path file already holds token ids)");
-  }
-  if (c.data.path.empty() && c.data.text.empty()) {
-    ctx.fail_about({"data.path", "data.text"},
-                   "no training data: set data.path (a flat binary file of token ids) or "
-                   "data.text (a UTF-8 text file, tokenized as bytes)");
-  }
-  check_eval(ctx, c);
+  detail::check_data(ctx, c);
   if (c.training.lr_schedule.min_lr > c.optimizer.lr) {
     ctx.fail_about({"training.lr_schedule.min_lr", "optimizer.params.lr"},
                    str_cat("training.lr_schedule.min_lr: expected a number in [0, "
@@ -203,9 +174,12 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   c.model.init_from = resolve_path(ctx, "model.init_from", c.model.init_from, base_dir);
   c.data.path = resolve_path(ctx, "data.path", c.data.path, base_dir);
   c.data.text = resolve_path(ctx, "data.text", c.data.text, base_dir);
+  c.data.jsonl = resolve_path(ctx, "data.jsonl", c.data.jsonl, base_dir);
   c.data.tokenizer = resolve_path(ctx, "data.tokenizer", c.data.tokenizer, base_dir);
+  c.data.chat_template = resolve_path(ctx, "data.chat_template", c.data.chat_template, base_dir);
   c.data.eval.path = resolve_path(ctx, "data.eval.path", c.data.eval.path, base_dir);
   c.data.eval.text = resolve_path(ctx, "data.eval.text", c.data.eval.text, base_dir);
+  c.data.eval.jsonl = resolve_path(ctx, "data.eval.jsonl", c.data.eval.jsonl, base_dir);
   return c;
 }
 

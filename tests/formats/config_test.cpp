@@ -594,7 +594,7 @@ TEST(ConfigCross, ExactlyOneDataSource) {
   expect_contains(config_error(R"({"data": {"path": "a.bin", "text": "a.txt"}})"),
                   {"config.json: data.path and data.text are both set; set exactly one"});
   expect_contains(config_error("{}"),
-                  {"config.json: no training data: set data.path", "or data.text"});
+                  {"config.json: no training data: set data.path", ", data.text", "or data.jsonl"});
   expect_contains(config_error(R"({"data": {"path": ""}})"), {"no training data"});
   expect_contains(config_error(R"({"data": {"path": "a.bin", "tokenizer": "tok.json"}})"),
                   {"data.tokenizer is set without data.text"});

@@ -56,12 +56,20 @@ Json to_json(const TrainConfig& c) {
   data["path"] = c.data.path;
   data["dtype"] = c.data.dtype;
   data["text"] = c.data.text;
+  data["jsonl"] = c.data.jsonl;
   data["tokenizer"] = c.data.tokenizer;
+  data["chat_template"] = c.data.chat_template;
+  data["chat_date"] = c.data.chat_date;
+  data["loss_on"] = loss_on_name(c.data.loss_on);
+  data["packing"] = c.data.packing;
+  data["truncate"] = c.data.truncate;
+  data["skip_bad_records"] = c.data.skip_bad_records;
   data["sampling"] = c.data.sampling;
   Json eval = Json::object();
   eval["path"] = c.data.eval.path;
   eval["dtype"] = c.data.eval.dtype;
   eval["text"] = c.data.eval.text;
+  eval["jsonl"] = c.data.eval.jsonl;
   data["eval"] = std::move(eval);
   data["eval_fraction"] = c.data.eval_fraction ? Json(*c.data.eval_fraction) : Json(nullptr);
 
@@ -152,6 +160,18 @@ const char* on_off_auto_name(OnOffAuto value) {
       return "false";
     case OnOffAuto::kOn:
       return "true";
+  }
+  return "?";
+}
+
+const char* loss_on_name(LossOn value) {
+  switch (value) {
+    case LossOn::kAssistant:
+      return "assistant";
+    case LossOn::kLastAssistant:
+      return "last_assistant";
+    case LossOn::kAll:
+      return "all";
   }
   return "?";
 }

@@ -62,25 +62,47 @@ struct ModelConfig {
   std::string init_from;
 };
 
-// A held-out source for evaluation (data.eval): a token file or a text file, read like the
-// training source's keys; `text` goes through data.tokenizer when that is set.
+// A held-out source for evaluation (data.eval): a token file, a text file or a JSON Lines file of
+// records, read like the training source's keys; `text` goes through data.tokenizer when that is
+// set, `jsonl` like data.jsonl (and only beside it).
 struct EvalDataConfig {
   std::string path;              // flat binary token ids (resolved path), or empty
   std::string dtype = "uint16";  // "uint16" or "uint32", for `path`
   std::string text;              // UTF-8 text (resolved path), or empty
-  bool set() const { return !path.empty() || !text.empty(); }
+  std::string jsonl;             // JSON Lines records (resolved path), or empty
+  bool set() const { return !path.empty() || !text.empty() || !jsonl.empty(); }
 };
 
+// Which tokens of a conversation count in the loss (data.loss_on, docs/data.md#records).
+enum class LossOn : uint8_t { kAssistant, kLastAssistant, kAll };
+const char* loss_on_name(LossOn value);  // the config's spelling: "assistant", ...
+
 struct DataConfig {
+  // The training source: exactly one of path, text and jsonl.
   std::string path;              // flat binary token ids (resolved path), or empty
   std::string dtype = "uint16";  // "uint16" or "uint32", for `path`
   std::string text;              // UTF-8 text (resolved path), or empty
-  // For `text`: a Hugging Face tokenizer.json, a folder holding one, or a folder with GPT-2's
-  // vocab.json and merges.txt (resolved path); empty: the text's bytes are its tokens.
+  // JSON Lines records (resolved path), or empty: one {"messages": [...]}, {"prompt",
+  // "completion"} or {"text"} object a line, tokenized through `tokenizer` into records whose
+  // tokens say whether they count in the loss (docs/data.md#records).
+  std::string jsonl;
+  // For `text` (optional) and `jsonl` (required): a Hugging Face tokenizer.json, a folder holding
+  // one, or a folder with GPT-2's vocab.json and merges.txt (resolved path); empty: the text's
+  // bytes are its tokens.
   std::string tokenizer;
+  // For `jsonl`'s conversations: the tokenizer_config.json whose chat_template renders them
+  // (resolved path); empty: the one beside `tokenizer`.
+  std::string chat_template;
+  std::string chat_date;  // "" or YYYY-MM-DD: what the template's strftime_now() gives
+  LossOn loss_on = LossOn::kAssistant;
+  bool packing = true;  // several records to a seq_len window (else one, padded)
+  // A record longer than seq_len + 1 tokens: cut (and counted in the log), or an error.
+  bool truncate = true;
+  bool skip_bad_records = false;  // a malformed record: skipped and counted, or an error
   std::string sampling = "random";  // "random" or "sequential"
   // Held-out data (docs/data.md#held-out-data): a second source, or the last `eval_fraction`
-  // (0 < f < 1) of the training source, which training then never samples. At most one.
+  // (0 < f < 1) of the training source (of its tokens, or of its records for `jsonl`), which
+  // training then never samples. At most one.
   EvalDataConfig eval;
   std::optional<double> eval_fraction;
   bool has_eval() const { return eval.set() || eval_fraction.has_value(); }
