@@ -127,6 +127,7 @@ ChatTemplate ChatTemplate::parse(const std::string& source, const std::string& o
   ChatTemplate t;
   t.program_ = jinja::parse(source, origin);
   t.origin_ = origin;
+  t.source_ = source;
   t.bos_ = bos_token;
   t.eos_ = eos_token;
   return t;

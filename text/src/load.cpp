@@ -139,6 +139,12 @@ class Builder {
 
   void hash(std::string_view bytes) { fnv1a_field(hash_, bytes); }
 
+  std::optional<uint32_t> id_of_text(const std::string& text) const {
+    const auto it = impl_->token_ids.find(text);
+    if (it == impl_->token_ids.end()) return std::nullopt;
+    return it->second;
+  }
+
   std::shared_ptr<TokenizerImpl> finish(const std::string& form, const std::string& path,
                                         const std::string& config_text) {
     impl_->vocab_size = max_id_ + 1;
@@ -158,6 +164,11 @@ class Builder {
         if (!impl_->eos && special(eos)) impl_->eos = special(eos);
       }
     }
+    impl_->texts.assign(static_cast<size_t>(impl_->vocab_size), std::string());
+    impl_->special.assign(static_cast<size_t>(impl_->vocab_size), false);
+    for (auto& [id, text] : impl_->id_texts) impl_->texts[id] = std::move(text);
+    impl_->id_texts.clear();
+    for (const auto& t : impl_->added) impl_->special[t.id] = impl_->special[t.id] || t.special;
     impl_->fingerprint = hex64(hash_);
     std::string pipeline = impl_->nfc ? "NFC" : "no normalizer";
     for (const auto& p : impl_->pre) {
@@ -397,6 +408,28 @@ void read_added_tokens(const Json& list, Builder& b) {
   }
 }
 
+// The special token a TemplateProcessing post-processor (alone or in a Sequence) puts first in
+// its "single" template, by its id in the tokenizer; anything else adds no prefix. Only read for
+// prefix_id(): encode() itself is add_special_tokens=False and runs no post-processor.
+std::optional<uint32_t> template_prefix(const Json& p, Builder& b) {
+  if (!p.is_object()) return std::nullopt;
+  const std::string type = p.value("type", "");
+  if (type == "Sequence" && p.contains("processors") && p["processors"].is_array()) {
+    for (const Json& inner : p["processors"])
+      if (auto id = template_prefix(inner, b)) return id;
+    return std::nullopt;
+  }
+  if (type != "TemplateProcessing" || !p.contains("single") || !p["single"].is_array() ||
+      p["single"].empty())
+    return std::nullopt;
+  const Json& first = p["single"][0];
+  if (!first.is_object() || !first.contains("SpecialToken")) return std::nullopt;
+  const Json& special = first["SpecialToken"];
+  if (!special.is_object() || !special.contains("id") || !special["id"].is_string())
+    return std::nullopt;
+  return b.id_of_text(special["id"].get<std::string>());
+}
+
 void check_byte_level(const Builder& b, const std::string& origin) {
   const auto& pre = const_cast<Builder&>(b).impl().pre;
   const bool byte_level = std::any_of(pre.begin(), pre.end(), [](const PreTokenizer& t) {
@@ -420,6 +453,7 @@ std::shared_ptr<TokenizerImpl> from_tokenizer_json(const std::string& text,
   if (j.contains("added_tokens")) read_added_tokens(j["added_tokens"], b);
   if (j.contains("normalizer")) read_normalizer(j["normalizer"], "normalizer", b);
   if (j.contains("pre_tokenizer")) read_pre_tokenizer(j["pre_tokenizer"], "pre_tokenizer", b);
+  if (j.contains("post_processor")) b.impl().prefix = template_prefix(j["post_processor"], b);
   check_byte_level(b, origin);
   return b.finish("tokenizer.json", origin, config_text);
 }
@@ -499,9 +533,15 @@ std::optional<uint32_t> Tokenizer::token_id(std::string_view token) const {
   return it->second;
 }
 
-std::string Tokenizer::token_text(uint32_t id) const {
-  const auto it = impl_->id_texts.find(id);
-  return it == impl_->id_texts.end() ? std::string() : it->second;
+std::optional<uint32_t> Tokenizer::prefix_id() const { return impl_->prefix; }
+
+bool Tokenizer::is_special(uint32_t id) const {
+  return id < impl_->special.size() && impl_->special[id];
+}
+
+const std::string& Tokenizer::token_text(uint32_t id) const {
+  static const std::string kNone;
+  return id < impl_->texts.size() ? impl_->texts[id] : kNone;
 }
 
 }  // namespace pstar::text

@@ -1,6 +1,7 @@
 // Running a tokenizer over text fed in pieces (Note [whole-text equivalence] in tokenizer.h).
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "pstar/base/error.h"
@@ -62,6 +63,21 @@ class AddedTokenStage final : public Stage {
   std::string pending_;
 };
 
+// `n` bytes of `text` composed (NFC), as Hugging Face's NFC normalizer composes them.
+std::string nfc(const char* text, size_t n) {
+  // ASCII is NFC already and composes with nothing after it here: most text skips utf8proc.
+  if (std::all_of(text, text + n, [](char c) { return static_cast<unsigned char>(c) < 0x80; }))
+    return std::string(text, n);
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t len = utf8proc_map(
+      reinterpret_cast<const utf8proc_uint8_t*>(text), static_cast<utf8proc_ssize_t>(n), &out,
+      static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  PSTAR_CHECK(len >= 0, FormatError, "NFC normalization failed: ", utf8proc_errmsg(len));
+  std::string result(reinterpret_cast<const char*>(out), static_cast<size_t>(len));
+  std::free(out);
+  return result;
+}
+
 // NFC. Text up to the last ASCII byte can be normalized on its own: an ASCII character is a
 // starter that never composes with what precedes it.
 class NfcStage final : public Stage {
@@ -87,14 +103,7 @@ class NfcStage final : public Stage {
  private:
   void flush(size_t n) {
     if (n == 0) return;
-    utf8proc_uint8_t* out = nullptr;
-    const utf8proc_ssize_t len =
-        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(pending_.data()),
-                     static_cast<utf8proc_ssize_t>(n), &out,
-                     static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-    PSTAR_CHECK(len >= 0, FormatError, "NFC normalization failed: ", utf8proc_errmsg(len));
-    next_.text(std::string_view(reinterpret_cast<const char*>(out), static_cast<size_t>(len)));
-    std::free(out);
+    next_.text(nfc(pending_.data(), n));
     pending_.erase(0, n);
   }
 
@@ -273,6 +282,29 @@ void StreamEncoder::feed(std::string_view piece, std::vector<uint32_t>& out) {
 }
 void StreamEncoder::finish(std::vector<uint32_t>& out) { pipeline_->finish(out); }
 size_t StreamEncoder::pending_bytes() const { return pipeline_->pending(); }
+
+std::string Tokenizer::normalize(std::string_view text) const {
+  const TokenizerImpl& impl = *impl_;
+  if (!impl.nfc) return std::string(text);
+  const Utf8Check check = check_utf8(text);
+  PSTAR_CHECK(!check.invalid && check.valid == text.size(), FormatError,
+              "the text is not valid UTF-8 at byte ", check.valid,
+              " (Hugging Face tokenizers take UTF-8 text only)");
+  // The pipeline's order (StreamEncoder::Pipeline): added tokens matched on the raw text first,
+  // NFC on the stretches between them.
+  std::string out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const AddedTokenMatcher::Found f =
+        impl.raw_added.empty() ? AddedTokenMatcher::Found{} : impl.raw_added.find(text, pos, true);
+    const size_t stop = f.found ? f.begin : text.size();
+    out += nfc(text.data() + pos, stop - pos);
+    if (!f.found) break;
+    out.append(text.substr(f.begin, f.end - f.begin));
+    pos = f.end;
+  }
+  return out;
+}
 
 std::vector<uint32_t> Tokenizer::encode(std::string_view text) const {
   StreamEncoder encoder(*this);

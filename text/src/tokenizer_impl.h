@@ -109,9 +109,14 @@ class TokenizerImpl {
   Bpe bpe;
   // Every entry by its text in the file (the byte-level alphabet) and added tokens by content.
   std::unordered_map<std::string, uint32_t> token_ids;
-  std::unordered_map<uint32_t, std::string> id_texts;  // raw bytes or content, by id
+  std::unordered_map<uint32_t, std::string> id_texts;  // raw bytes or content, by id (loading)
+  // The same as a table by id, made when loading ends (token_text is on the path of every token
+  // of a record: Note [token offsets]), and whether each id is a special added token.
+  std::vector<std::string> texts;
+  std::vector<bool> special;
   int64_t vocab_size = 0;
   std::optional<uint32_t> bos, eos;
+  std::optional<uint32_t> prefix;  // what the post-processor puts before the text
   std::string fingerprint, description;
 };
 

@@ -72,12 +72,14 @@ class ChatTemplate {
   RenderedChat render(const std::vector<ChatMessage>& messages, const ChatOptions& options) const;
 
   const std::string& origin() const { return origin_; }
+  // The template's Jinja source (what a cache of rendered records is keyed by).
+  const std::string& source() const { return source_; }
   const std::string& bos_token() const { return bos_; }
   const std::string& eos_token() const { return eos_; }
 
  private:
   std::shared_ptr<const jinja::Program> program_;
-  std::string origin_, bos_, eos_;
+  std::string origin_, source_, bos_, eos_;
 };
 
 }  // namespace pstar::text

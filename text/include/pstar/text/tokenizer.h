@@ -15,6 +15,16 @@
 //   - a first pre-tokenizer without a regex keeps the whole segment (nothing can be cut).
 // The text between two added tokens, or a document, is a "segment": HF pre-tokenizes each on its
 // own, so StreamEncoder::finish() (end of document) and an added token end one.
+//
+// Note [token offsets]
+// Byte-level BPE loses nothing: the token texts of encode(text) (token_text: bytes for entries,
+// content for added tokens), one after another, spell normalize(text) exactly, so token i covers
+// the bytes [sum of the lengths before it, that + its length) of normalize(text). Without a
+// normalizer that is the text itself; with NFC, a position in the text maps to one in
+// normalize(text) by normalizing the pieces on either side apart, which is exact when no
+// character composes across the cut (text/records.h checks that the pieces spell the token texts
+// and refuses the record otherwise). What breaks the spelling (a ByteLevel add_prefix_space, an
+// unknown byte fused into an unk token) is found by that check, never silently mis-aligned.
 #pragma once
 
 #include <cstdint>
@@ -54,8 +64,18 @@ class Tokenizer {
   // when absent.
   std::optional<uint32_t> token_id(std::string_view token) const;
   // The token's text (its bytes for BPE entries, the content for added tokens); "" for an id
-  // without one.
-  std::string token_text(uint32_t id) const;
+  // without one. Valid as long as the tokenizer.
+  const std::string& token_text(uint32_t id) const;
+  // Whether the id is an added token marked special (<|eot_id|>, <|im_end|>, ...).
+  bool is_special(uint32_t id) const;
+  // The token Hugging Face's encode(text, add_special_tokens=True) puts before the text: the
+  // special token that begins the post_processor's TemplateProcessing "single" template (Llama
+  // 3.1's <|begin_of_text|>); nullopt when the post-processor adds none (GPT-2, Qwen2).
+  std::optional<uint32_t> prefix_id() const;
+  // The text as the tokenizer's normalizer leaves it, which is what the ids' token texts spell
+  // (Note [token offsets]): the same text without a normalizer; with NFC, each stretch between
+  // added tokens matched on the raw text composed, as encode() composes it. `text` must be UTF-8.
+  std::string normalize(std::string_view text) const;
   // A 64-bit FNV-1a checksum (16 hex digits) of the files the tokenizer was loaded from, in a fixed
   // order: the key a token cache of a text file needs besides the text's own checksum.
   const std::string& fingerprint() const;
