@@ -42,8 +42,9 @@ struct SmallOptions {
   bool post_processor = true;  // a TemplateProcessing that puts <s> first
 };
 
-// Ids: bytes 0-255, words 256..., <s> 300, </s> 301, <|start|> 302, <|end|> 303.
-inline Tokenizer small_tokenizer(const SmallOptions& o = {}) {
+// Ids: bytes 0-255, words 256..., <s> 300, </s> 301, <|start|> 302, <|end|> 303; as the text of
+// a tokenizer.json.
+inline std::string small_tokenizer_json(const SmallOptions& o = {}) {
   using Json = nlohmann::json;
   Json vocab = Json::object();
   for (unsigned b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
@@ -67,14 +68,27 @@ inline Tokenizer small_tokenizer(const SmallOptions& o = {}) {
                             {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
                              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}};
   }
-  return Tokenizer::from_json(j.dump(), "small.json");
+  return j.dump();
+}
+
+inline Tokenizer small_tokenizer(const SmallOptions& o = {}) {
+  return Tokenizer::from_json(small_tokenizer_json(o), "small.json");
+}
+
+inline const char* small_template_source() {
+  return "{{ bos_token }}{% for m in messages %}<|start|>{{ m.role }}\n{{ m.content | trim }}"
+         "<|end|>\n{% endfor %}";
 }
 
 inline ChatTemplate small_template() {
-  return ChatTemplate::parse(
-      "{{ bos_token }}{% for m in messages %}<|start|>{{ m.role }}\n{{ m.content | trim }}"
-      "<|end|>\n{% endfor %}",
-      "small template", "<s>", "</s>");
+  return ChatTemplate::parse(small_template_source(), "small template", "<s>", "</s>");
+}
+
+// A tokenizer_config.json with the small template and <s>, </s>.
+inline std::string small_tokenizer_config() {
+  return nlohmann::json{
+      {"chat_template", small_template_source()}, {"bos_token", "<s>"}, {"eos_token", "</s>"}}
+      .dump();
 }
 
 // The text of the tokens that count, and of all tokens, spelled by their token texts.

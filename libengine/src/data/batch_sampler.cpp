@@ -75,7 +75,10 @@ Batch BatchSampler::batch(int64_t step, int64_t micro) const {
   int64_t* data = window.data_ptr<int64_t>();
   for (int64_t j = 0; j < micro_batch_; ++j)
     source_.read(starts[j], seq_len_ + 1, data + j * (seq_len_ + 1));
-  return Batch{window.slice(1, 0, seq_len_).contiguous(), window.slice(1, 1).contiguous()};
+  Batch b;
+  b.inputs = window.slice(1, 0, seq_len_).contiguous();
+  b.targets = window.slice(1, 1).contiguous();
+  return b;
 }
 
 }  // namespace pstar::data

@@ -45,7 +45,10 @@ Batch EvalWindows::read(const std::vector<int64_t>& starts) const {
   int64_t* data = window.data_ptr<int64_t>();
   for (int64_t j = 0; j < rows; ++j)
     source_.read(starts[static_cast<size_t>(j)], seq_len_ + 1, data + j * (seq_len_ + 1));
-  return Batch{window.slice(1, 0, seq_len_).contiguous(), window.slice(1, 1).contiguous()};
+  Batch b;
+  b.inputs = window.slice(1, 0, seq_len_).contiguous();
+  b.targets = window.slice(1, 1).contiguous();
+  return b;
 }
 
 }  // namespace pstar::data

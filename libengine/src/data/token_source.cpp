@@ -15,6 +15,7 @@
 #include "pstar/formats/token_file.h"
 #include "pstar/text/token_cache.h"
 #include "pstar/text/tokenizer.h"
+#include "rank0_first.h"
 
 namespace pstar::data {
 namespace {
@@ -102,22 +103,8 @@ class SliceSource : public TokenSource {
 // written atomically).
 text::TokenCache token_cache_rank0_first(const text::Tokenizer& tokenizer, const std::string& text,
                                          dist::Communicator* comm) {
-  if (comm == nullptr || comm->world_size() == 1) return text::ensure_token_cache(tokenizer, text);
-  std::exception_ptr failure;
-  text::TokenCache cache;
-  if (comm->rank() == 0) {
-    try {
-      cache = text::ensure_token_cache(tokenizer, text);
-    } catch (...) {
-      failure = std::current_exception();
-    }
-  }
-  const bool failed = comm->all_reduce_sum(failure != nullptr ? 1.0 : 0.0) > 0;
-  if (failure != nullptr) std::rethrow_exception(failure);
-  PSTAR_CHECK(!failed, DistError, "data.text ", text,
-              ": rank 0 could not make its token cache (its error says why)");
-  if (comm->rank() == 0) return cache;
-  return text::ensure_token_cache(tokenizer, text);
+  return rank0_first(comm, "data.text " + text + ": rank 0 could not make its token cache",
+                     [&] { return text::ensure_token_cache(tokenizer, text); });
 }
 
 template <typename Source>
@@ -171,6 +158,9 @@ std::unique_ptr<TokenSource> open_source(const config::DataConfig& data, int64_t
 
 std::unique_ptr<TokenSource> open_token_source(const config::DataConfig& data, int64_t vocab_size,
                                                int64_t seq_len, dist::Communicator* comm) {
+  PSTAR_CHECK(data.jsonl.empty(), ConfigError, "data.jsonl (", data.jsonl,
+              ") holds records, which are sampled and packed as records "
+              "(data::open_training_data), not read as token windows");
   return open_source(data, vocab_size, seq_len, comm, "data");
 }
 

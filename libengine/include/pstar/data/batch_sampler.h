@@ -17,6 +17,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "pstar/data/batches.h"
 #include "pstar/data/token_source.h"
 
 namespace pstar::data {
@@ -26,19 +27,15 @@ enum class Sampling { kRandom, kSequential };
 // "random" / "sequential"; ConfigError naming data.sampling otherwise.
 Sampling parse_sampling(const std::string& name);
 
-struct Batch {
-  at::Tensor inputs;   // [B, S] int64, on CPU
-  at::Tensor targets;  // [B, S] int64, on CPU
-};
-
-class BatchSampler {
+// Token windows: positions and segments undefined, every target counts (Note [packed batches]).
+class BatchSampler : public TrainBatches {
  public:
   BatchSampler(const TokenSource& source, Sampling sampling, int64_t micro_batch, int64_t seq_len,
                int64_t accumulation_steps, uint64_t seed, int64_t rank = 0, int64_t world_size = 1);
 
   // Start offsets of the micro-batch's samples; step and micro are 1-based.
   std::vector<int64_t> offsets(int64_t step, int64_t micro) const;
-  Batch batch(int64_t step, int64_t micro) const;
+  Batch batch(int64_t step, int64_t micro) const override;
 
  private:
   const TokenSource& source_;

@@ -19,20 +19,20 @@
 
 namespace pstar::data {
 
-class EvalWindows {
+class EvalWindows : public EvalBatches {
  public:
   EvalWindows(const TokenSource& source, int64_t seq_len, int64_t micro_batch, int64_t batches,
               int64_t rank = 0, int64_t world_size = 1);
 
-  int64_t windows() const { return count_; }             // N, over all ranks
-  int64_t batches_per_rank() const { return batches_; }  // the same on every rank
+  int64_t windows() const override { return count_; }             // N, over all ranks
+  int64_t batches_per_rank() const override { return batches_; }  // the same on every rank
   // Start offsets of this rank's micro-batch b (0-based, < batches_per_rank()); may be empty.
   std::vector<int64_t> offsets(int64_t b) const;
   // Its inputs and targets, [rows, S] int64 on the CPU (rows = offsets(b).size()).
-  Batch batch(int64_t b) const;
+  Batch batch(int64_t b) const override;
   // One window (the source's first) for a forward whose loss is not counted: a rank with an
   // empty micro-batch runs it to take part in the others' collectives.
-  Batch filler() const;
+  Batch filler() const override;
 
  private:
   Batch read(const std::vector<int64_t>& starts) const;
