@@ -91,8 +91,10 @@ int main(int argc, char** argv) {
     Result r;
     r.ranks = n;
     std::vector<json> lines;
-    for (const std::string& line : pstar::bench::read_lines(metrics))
-      lines.push_back(json::parse(line));
+    for (const std::string& line : pstar::bench::read_lines(metrics)) {
+      json m = json::parse(line);
+      if (!m.contains("record")) lines.push_back(std::move(m));  // steps, not the start-up record
+    }
     r.first_loss = lines.front()["loss"].get<double>();
     r.last_loss = lines.back()["loss"].get<double>();
     double time = 0, comm = 0, bytes = 0;

@@ -51,6 +51,7 @@ RunFigures steady(const fs::path& metrics) {
   RunFigures f;
   for (const std::string& line : pstar::bench::read_lines(metrics)) {
     const json m = json::parse(line);
+    if (m.contains("record")) continue;  // the start-up record: not a step
     host.push_back(m.value("host_peak_bytes", 0.0));
     f.model_data_bytes = m.value("model_data_bytes", 0.0);
     if (m["step"].get<int64_t>() <= 2) continue;

@@ -32,6 +32,7 @@ double steady_step_s(const fs::path& metrics) {
   std::vector<double> seconds;
   for (const std::string& line : pstar::bench::read_lines(metrics)) {
     const json m = json::parse(line);
+    if (m.contains("record")) continue;  // the start-up record: not a step
     if (m["step"].get<int64_t>() <= 2) continue;
     seconds.push_back(m["step_time_s"].get<double>());
   }

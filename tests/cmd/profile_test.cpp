@@ -33,6 +33,7 @@ std::map<int64_t, json> metrics_by_step(const std::string& path) {
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     json m = json::parse(line);
+    if (m.contains("record")) continue;  // the start-up record: not a step
     out[m["step"].get<int64_t>()] = m;
   }
   return out;

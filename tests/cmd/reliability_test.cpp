@@ -34,11 +34,15 @@ using pstar::testing::write_text;
 
 using Clock = std::chrono::steady_clock;
 
-// Complete lines of a file another process is appending to.
+// Complete step lines of a metrics file another process is appending to (not its start-up
+// record, the one line with a "record" key).
 int64_t count_lines(const std::string& path) {
   if (!fs::exists(path)) return 0;
   const std::string text = read_text(path);
-  return static_cast<int64_t>(std::count(text.begin(), text.end(), '\n'));
+  int64_t n = 0;
+  for (size_t at = 0, end; (end = text.find('\n', at)) != std::string::npos; at = end + 1)
+    n += text.compare(at, 1, "{") == 0 && text.substr(at, end - at).find("\"record\"") == std::string::npos;
+  return n;
 }
 
 // Every `.tmp.` file under `dir` (temporaries of atomic writes).

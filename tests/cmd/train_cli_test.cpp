@@ -103,6 +103,36 @@ TEST_F(TrainCliTest, RunWritesSummaryAndMetrics) {
   EXPECT_NEAR(std::stod(match[2]), metrics.back()["loss"].get<double>(), 1e-3) << r;
 }
 
+// Note [set-up phases]: the split is logged in one line beside "set-up took", and the metrics file
+// starts with one start-up record (no "step" key) whose phases and "other" add up to the total.
+TEST_F(TrainCliTest, SetUpSplitIsLoggedAndWrittenAsAStartupRecord) {
+  const auto r = train({"--metrics", "metrics.jsonl", "--set", "engine.mode=chunked"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  static const std::regex kSetup(R"(\[pstar\] set-up took [0-9.]+ s: [^\n]*\n)");
+  EXPECT_TRUE(std::regex_search(r.err, kSetup)) << r;
+  const auto all = read_metrics(dir_.file("metrics.jsonl"), /*all=*/true);
+  ASSERT_EQ(all.size(), 4u) << read_text(dir_.file("metrics.jsonl"));
+  const json& startup = all.front();
+  EXPECT_EQ(startup.value("record", ""), "startup") << startup.dump();
+  EXPECT_FALSE(startup.contains("step")) << startup.dump();
+  EXPECT_FALSE(startup.contains("loss")) << startup.dump();
+  double sum = 0;
+  for (const char* phase : {"ranks", "plan", "tier", "model", "init", "weights", "chunks", "alloc",
+                            "engine", "data", "checkpoint", "resume", "other"}) {
+    const std::string key = std::string(phase) + "_s";
+    ASSERT_TRUE(startup.contains(key)) << key << ": " << startup.dump();
+    EXPECT_GE(startup[key].get<double>(), 0.0) << key;
+    sum += startup[key].get<double>();
+  }
+  EXPECT_NEAR(sum, startup["setup_s"].get<double>(), 1e-6 + 1e-9 * sum) << startup.dump();
+  // The chunk engine allocated its payloads and wrote the initial values into them (Note
+  // [counter-based init]); nothing came from a weights file.
+  EXPECT_GT(startup["alloc_bytes"].get<int64_t>(), 0) << startup.dump();
+  EXPECT_GT(startup["init_bytes"].get<int64_t>(), 0) << startup.dump();
+  EXPECT_EQ(startup["weights_bytes"].get<int64_t>(), 0) << startup.dump();
+  for (size_t i = 1; i < all.size(); ++i) EXPECT_FALSE(all[i].contains("record")) << all[i].dump();
+}
+
 size_t count(const std::string& text, const std::string& part) {
   size_t n = 0;
   for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;

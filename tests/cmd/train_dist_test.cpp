@@ -404,10 +404,14 @@ TEST_F(DistTrainTest, SigtermStopsEveryRankAtTheSameStepWithACheckpoint) {
   Spawned launcher = spawn_pstar(
       {"train", cfg, "--device", "cpu", "--nproc", "2", "--metrics", "first.jsonl"}, dir_.path());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  // Complete step lines (the start-up record, with its "record" key, is not a step).
   auto lines = [&](const std::string& f) {
     if (!fs::exists(dir_.file(f))) return 0L;
     const std::string t = read_text(dir_.file(f));
-    return static_cast<long>(std::count(t.begin(), t.end(), '\n'));
+    long n = 0;
+    for (size_t at = 0, end; (end = t.find('\n', at)) != std::string::npos; at = end + 1)
+      n += t.substr(at, end - at).find("\"record\"") == std::string::npos ? 1 : 0;
+    return n;
   };
   while (lines("first.jsonl") < 3 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -130,21 +130,27 @@ void ChunkStore::new_chunk(Residence residence, Place place, bool on_nvme) {
   PSTAR_INTERNAL_ASSERT(!on_nvme || (nvme_ != nullptr && !c.host_only()), "chunk ", k,
                         " was planned onto NVMe without the tier");
   c.compute_place = c.optimizer_place = place;
+  core::PhaseTimer timer(&setup_, core::SetupPhase::kAlloc);
+  timer.set_bytes(on_nvme ? compute_bytes() : whole_bytes());
   const int64_t size = format_.chunk_size;
   // Note [pinned what moves]: compute payloads move unless the chunk always computes on the
   // host; optimizer state moves at most once, if the plan promotes the chunk to the margin.
   const bool compute_moves = !c.host_only();
-  c.param = allocate_payload(place, size * format_.elem_bytes, compute_moves);
+  // Note [parallel first touch]: the parameters and master weights are written whole before they
+  // are read (their values as the leaves come, their padding by zero_padding), so they are not
+  // zeroed first; the gradient and the moments start at zero.
+  c.param = allocate_payload(place, size * format_.elem_bytes, compute_moves, /*zeroed=*/false);
   if (!format_.reuse) c.grad = allocate_payload(place, size * 4, compute_moves);
   c.nvme = on_nvme;
   if (on_nvme) {
     c.optimizer_place = Place::kHost;  // host Adam, through the staging pool (Note [nvme tier])
   } else {
-    if (!format_.fp32) c.master = allocate_payload(place, size * 4, false);
+    if (!format_.fp32) c.master = allocate_payload(place, size * 4, false, /*zeroed=*/false);
     c.exp_avg = allocate_payload(place, size * 4, false);
     c.exp_avg_sq = allocate_payload(place, size * 4, false);
   }
   chunks_.push_back(std::move(c));
+  timer.stop();
   add_bytes(place, on_nvme ? compute_bytes() : whole_bytes());
   check_host();
   if (on_nvme) {
@@ -160,7 +166,7 @@ void ChunkStore::new_chunk(Residence residence, Place place, bool on_nvme) {
 void ChunkStore::add_module(torch::nn::Module& module, const std::string& prefix,
                             Residence residence,
                             const std::function<void(Residence)>& new_chunk_for,
-                            const std::function<void(int64_t)>& on_grad) {
+                            const std::function<void(int64_t)>& on_grad, bool copy_values) {
   const bool host_only = residence == Residence::kHostOnly;
   auto params = module.named_parameters(/*recurse=*/false);
   int64_t numel = 0;
@@ -189,7 +195,7 @@ void ChunkStore::add_module(torch::nn::Module& module, const std::string& prefix
     PSTAR_CHECK(tensor_by_name_.count(t.name) == 0, ConfigError, "parameter ", t.name,
                 " is registered twice (tied weights must be one parameter used twice)");
     c.used += t.numel;
-    if (!c.remote) {
+    if (!c.remote && copy_values) {
       // Every rank builds the same initial model; only the owner keeps a chunk's values.
       master_view(t).copy_(t.param.detach());
       if (!format_.fp32) param_view(t).copy_(t.param.detach());
@@ -257,9 +263,20 @@ void ChunkStore::repoint(int64_t k) {
   }
 }
 
-Block ChunkStore::allocate_payload(Place place, int64_t bytes, bool moves) {
-  return place == Place::kHost && !moves ? tier_->allocate_host_only(bytes)
-                                         : tier_->allocate(place, bytes);
+Block ChunkStore::allocate_payload(Place place, int64_t bytes, bool moves, bool zeroed) {
+  const bool host_only = place == Place::kHost && !moves;
+  if (!zeroed) return tier_->allocate_unfilled(place, bytes, host_only);
+  return host_only ? tier_->allocate_host_only(bytes) : tier_->allocate(place, bytes);
+}
+
+void ChunkStore::zero_padding(int64_t k) {
+  Chunk& c = chunks_[static_cast<size_t>(k)];
+  if (c.remote || c.used == format_.chunk_size) return;
+  torch::NoGradGuard no_grad;
+  const std::vector<int64_t> rest = {format_.chunk_size - c.used};
+  view(c.param, format_.dtype, c.used, rest).zero_();
+  // An NVMe chunk's master weights were staged zeroed (NvmeOptimizer::Use::kFresh).
+  if (c.master && !c.nvme) view(c.master, torch::kFloat32, c.used, rest).zero_();
 }
 
 void ChunkStore::allocate_remote(int64_t k) {
@@ -292,6 +309,8 @@ void ChunkStore::attach_nvme(std::unique_ptr<NvmeOptimizer> nvme) {
 }
 
 void ChunkStore::allocate_nvme_compute_buffers() {
+  core::PhaseTimer timer(&setup_, core::SetupPhase::kAlloc);
+  timer.set_bytes(compute_bytes());
   nvme_param_ = tier_->allocate(Place::kHost, format_.chunk_size * format_.elem_bytes);
   if (!format_.reuse) nvme_grad_ = tier_->allocate(Place::kHost, format_.chunk_size * 4);
   add_bytes(Place::kHost, compute_bytes());

@@ -14,6 +14,7 @@
 
 #include "nvme_optimizer.h"
 #include "pstar/chunk/sharding.h"
+#include "pstar/core/setup_phases.h"
 #include "pstar/engine/observer.h"
 #include "pstar/memory/stat.h"
 #include "pstar/optim/host_adam.h"
@@ -139,6 +140,9 @@ class ChunkStore {
   const std::vector<int64_t>& tensors_of(torch::nn::Module& module) const;
   const ManagedTensor& tensor(const std::string& name) const;
 
+  // Set-up phases timed inside the store (Note [set-up phases]): payload allocation (kAlloc).
+  const core::SetupPhases& setup_phases() const { return setup_; }
+
   // ---- bytes per place ----
   const memory::Stat& device_bytes() const { return device_; }
   const memory::Stat& host_bytes() const { return host_; }
@@ -172,9 +176,10 @@ class ChunkStore {
   void new_chunk(Residence residence, Place place, bool on_nvme = false);
   // Takes `module`'s own parameters into the last chunk (or a new one, through `new_chunk_for`,
   // when they do not fit or the residence differs); `on_grad` runs as each one's gradient arrives.
+  // `copy_values`: their values are copied in; otherwise the caller writes them into the chunk.
   void add_module(torch::nn::Module& module, const std::string& prefix, Residence residence,
                   const std::function<void(Residence)>& new_chunk_for,
-                  const std::function<void(int64_t)>& on_grad);
+                  const std::function<void(int64_t)>& on_grad, bool copy_values = true);
   void set_state(ManagedTensor& t, TensorState state);
 
   // ---- views and payloads ----
@@ -188,9 +193,13 @@ class ChunkStore {
   // Points every tensor of chunk k at the chunk's current payloads: the parameter's data, and its
   // .grad at the gradient slot so autograd accumulates straight into the chunk.
   void repoint(int64_t k);
-  // A zeroed payload on `place`; `moves`: copies between the places will take it back and forth
-  // (Note [pinned what moves]).
-  Block allocate_payload(Place place, int64_t bytes, bool moves);
+  // A payload on `place`, zeroed unless `zeroed` is false (then its owner writes all of it before
+  // it is read); `moves`: copies between the places will take it back and forth (Note [pinned
+  // what moves]).
+  Block allocate_payload(Place place, int64_t bytes, bool moves, bool zeroed = true);
+  // Zeroes the padding of chunk k's parameters and master weights (the elements past `used`), which
+  // new_chunk leaves unfilled; once its last leaf has come.
+  void zero_padding(int64_t k);
   // Gives remote chunk k compute payloads (to be filled by a gather), or takes them away.
   void allocate_remote(int64_t k);
   void free_remote(int64_t k);
@@ -239,6 +248,7 @@ class ChunkStore {
   Block nvme_param_, nvme_grad_;
   int64_t staged_ = -1;  // the NVMe chunk staged for host code, or -1
   bool staged_dirty_ = false;
+  core::SetupPhases setup_;
 };
 
 }  // namespace pstar::engine

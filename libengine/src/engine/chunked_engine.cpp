@@ -170,7 +170,8 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
               store.tier().describe(),
               " needs NCCL collectives, which this build of pstar does not have; train on one rank "
               "or with --device cpu");
-  s.expected_leaves = static_cast<int64_t>(leaves.size());
+  s.registering.expected_leaves = static_cast<int64_t>(leaves.size());
+  s.registering.total_bytes = layout.params * store.format().payload.whole();
   const int64_t world = store.sharding().world_size;
   PSTAR_CHECK(layout.num_chunks >= world, ConfigError, "the model fits in ", layout.num_chunks,
               " chunk(s) of ", layout.chunk_size, " elements, fewer than the ", world,
@@ -277,127 +278,6 @@ int64_t ChunkedEngine::margin_chunks() const {
 int64_t ChunkedEngine::chunk_size() const { return impl_->store.chunk_size(); }
 int64_t ChunkedEngine::num_chunks() const { return impl_->store.num_chunks(); }
 int64_t ChunkedEngine::startup_peak_bytes() const { return impl_->startup_peak; }
-
-// ---- registration ------------------------------------------------------------------------------
-
-void ChunkedEngine::Impl::sample_startup() {
-  startup_peak = std::max(startup_peak, store.host_bytes().current + store.device_bytes().current +
-                                            host_counter.current_bytes());
-}
-
-void ChunkedEngine::Impl::append_chunk(Residence residence) {
-  const int64_t k = store.num_chunks();
-  const chunk::Sharding& sharding = store.sharding();
-  // The i-th chunk this rank owns is chunk i * N + rank.
-  if (sharding.owns(k) && k / sharding.world_size >= making.first_device) {
-    // Past the host's share (Note [fit]): the chunk lives on the device for good.
-    PSTAR_INTERNAL_ASSERT(residence != Residence::kHostOnly,
-                          "an embedding chunk was planned onto the device");
-    // Whole static chunks first, then those whose optimizer payloads are on NVMe (Note [nvme
-    // tier]).
-    const bool on_nvme = making.device_whole_left == 0 && making.nvme_device_left > 0;
-    if (on_nvme)
-      --making.nvme_device_left;
-    else if (making.device_whole_left > 0)
-      --making.device_whole_left;
-    store.new_chunk(Residence::kMargin, Place::kDevice, on_nvme);
-    return;
-  }
-  // Note [nvme tier]: the first movable chunks this rank owns keep their optimizer payloads there.
-  const bool on_nvme =
-      sharding.owns(k) && residence == Residence::kMovable && making.nvme_host_left > 0;
-  if (on_nvme) --making.nvme_host_left;
-  store.new_chunk(residence, Place::kHost, on_nvme);
-}
-
-void ChunkedEngine::Impl::register_leaf(torch::nn::Module& module, const std::string& prefix,
-                                        bool host_only) {
-  store.add_module(
-      module, prefix, host_only ? Residence::kHostOnly : Residence::kMovable,
-      [this](Residence residence) { append_chunk(residence); },
-      [this](int64_t id) { on_grad(id); });
-  ++registered_leaves;
-}
-
-namespace {
-
-// The leaf modules that own parameters, with their names relative to `unit`: one walk serves
-// both the chunk plan and the registration, so the two always agree.
-template <typename Fn>
-void for_each_leaf(torch::nn::Module& unit, Fn&& fn) {
-  for (const auto& item : unit.named_modules("", /*include_self=*/true)) {
-    torch::nn::Module& leaf = *item.value();
-    const auto params = leaf.named_parameters(/*recurse=*/false);
-    if (params.is_empty()) continue;
-    int64_t numel = 0;
-    for (const auto& p : params) numel += p.value().numel();
-    fn(leaf, item.key(), LeafModule{numel, model::is_embedding_leaf(leaf)});
-  }
-}
-
-}  // namespace
-
-std::vector<LeafModule> ChunkedEngine::leaf_modules(torch::nn::Module& unit) {
-  std::vector<LeafModule> leaves;
-  for_each_leaf(unit, [&](torch::nn::Module&, const std::string&, const LeafModule& leaf) {
-    leaves.push_back(leaf);
-  });
-  return leaves;
-}
-
-void ChunkedEngine::register_unit(torch::nn::Module& unit, const std::string& prefix) {
-  Impl& s = *impl_;
-  s.sample_startup();
-  for_each_leaf(unit,
-                [&](torch::nn::Module& leaf, const std::string& name, const LeafModule& spec) {
-                  s.register_leaf(leaf, name.empty() ? prefix : prefix + name + ".",
-                                  spec.embedding && s.settings.use_cpu_embedding);
-                  s.sample_startup();
-                });
-}
-
-void ChunkedEngine::load_parameter(const std::string& name, const at::Tensor& value) {
-  Impl& s = *impl_;
-  const ManagedTensor& t = s.store.tensor(name);
-  if (s.store.chunk(t.chunk).remote) return;  // its owner loads it
-  s.adam.await_chunk(t.chunk);
-  s.store.stage_optimizer(t.chunk, /*write=*/true);
-  torch::NoGradGuard no_grad;
-  s.store.master_view(t).copy_(value);
-  if (!s.store.format().fp32) s.store.param_view(t).copy_(value);
-}
-
-void ChunkedEngine::finish_registration() {
-  Impl& s = *impl_;
-  ChunkStore& store = s.store;
-  PSTAR_INTERNAL_ASSERT(s.registered_leaves == s.expected_leaves, "registered ",
-                        s.registered_leaves, " modules, planned ", s.expected_leaves);
-  // Every group has one chunk per rank: empty chunks pad the last one.
-  while (store.num_chunks() % store.sharding().world_size != 0) s.append_chunk(Residence::kMovable);
-  store.unstage_optimizer();  // the last chunk made goes to its NVMe slot
-  int64_t on_nvme = 0;
-  for (const Chunk& c : store.chunks()) on_nvme += c.nvme ? 1 : 0;
-  PSTAR_INTERNAL_ASSERT(on_nvme == s.fit.nvme_chunks, "made ", on_nvme, " chunks on NVMe, planned ",
-                        s.fit.nvme_chunks);
-  s.sync.build_groups();
-  // Remote chunks start released: their tensors hold nothing until gathered.
-  for (int64_t k = 0; k < store.num_chunks(); ++k)
-    if (store.chunk(k).remote) store.repoint(k);
-  int64_t used = 0;
-  for (const Chunk& c : store.chunks()) used += c.used;
-  const ChunkFormat& f = store.format();
-  const int64_t n = store.num_chunks();
-  const int64_t capacity = n * f.chunk_size;
-  const int64_t per_chunk = store.compute_bytes() + store.optimizer_bytes();
-  log::info("chunks: ", n, " x {param ", f.fp32 ? "fp32" : c10::toString(f.dtype),
-            f.reuse ? "+grad" : "", f.reuse ? "" : ", grad fp32", f.fp32 ? "" : ", master fp32",
-            ", momentum fp32, variance fp32} = ", n * (f.reuse ? 4 : 5) - (f.fp32 ? n : 0),
-            " payloads holding ", used, " parameters; ", capacity - used, " elements (",
-            format_bytes((capacity - used) * per_chunk / f.chunk_size), ") of padding");
-  log::info("start-up peak: ", format_bytes(s.startup_peak), " of host memory for ",
-            format_bytes(n * per_chunk),
-            " of model data (units taken into chunks as they are built)");
-}
 
 bool ChunkedEngine::set_observer(EngineObserver* observer) {
   Impl& s = *impl_;

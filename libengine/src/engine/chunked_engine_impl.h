@@ -54,7 +54,17 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     int64_t first_device = 0;
     int64_t nvme_host_left = 0, device_whole_left = 0, nvme_device_left = 0;
   } making;
-  int64_t expected_leaves = 0, registered_leaves = 0;
+  // Registration (registration.cpp): the leaves planned and taken so far; Note [set-up phases]:
+  // the time spent in register_unit and finish_registration (the store's payload allocation and
+  // the initial values are part of it), the initial values' own time (kInit), and the progress line
+  // (the parameters taken so far, in bytes of model data).
+  struct Registering {
+    int64_t expected_leaves = 0, registered_leaves = 0;
+    double seconds = 0;
+    int64_t total_bytes = 0;
+    core::SetupPhases values;
+    std::unique_ptr<core::SetupProgress> progress;
+  } registering;
   // Start-up is on the host whatever the tier: LibTorch's CPU allocations are what the model holds
   // before it is in chunks. Host bytes at start-up: chunk memory plus what LibTorch holds.
   memory::CpuAllocationCounter& host_counter = memory::CpuAllocationCounter::instance();
@@ -78,7 +88,11 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   // A chunk at the end for a module of `residence`: another rank's, one past the host's share
   // (Note [fit]: in the margin, on the device), or one on the host.
   void append_chunk(Residence residence);
-  void register_leaf(torch::nn::Module& module, const std::string& prefix, bool host_only);
+  void register_leaf(torch::nn::Module& module, const std::string& prefix, bool host_only,
+                     const UnitValues& values);
+  // Note [counter-based init]: writes the initial values of tensors `ids` into the chunks this
+  // rank owns, over every thread.
+  void write_initial_values(const std::vector<int64_t>& ids, const UnitValues& values);
 
   // ---- moments (moments.cpp) ----
   void pre_forward(torch::nn::Module& module) override;

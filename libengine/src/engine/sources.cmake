@@ -11,4 +11,5 @@ target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gradients.cpp
   ${CMAKE_CURRENT_LIST_DIR}/moments.cpp
   ${CMAKE_CURRENT_LIST_DIR}/evaluation.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/chunked_engine.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/chunked_engine.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/registration.cpp)

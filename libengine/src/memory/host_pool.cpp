@@ -23,6 +23,9 @@ void* MappedPages::allocate(int64_t bytes, int64_t reserved_bytes) {
   PSTAR_CHECK(p != MAP_FAILED, OutOfMemoryError, "cannot allocate ", format_bytes(bytes),
               " of host memory for a chunk payload (the pool holds ", format_bytes(reserved_bytes),
               " already); lower engine.host_memory or free memory");
+  // Note [huge pages for payloads]. Only advice: without transparent huge pages (or with them
+  // off) the mapping stays as it is.
+  if (bytes >= kHugePageBytes) (void)madvise(p, mapped_size(bytes), MADV_HUGEPAGE);
   return p;
 }
 

@@ -3,16 +3,36 @@
 #include "pstar/base/error.h"
 #include "pstar/formats/hf_folder.h"
 #include "pstar/model/hf_weights.h"
+#include "pstar/model/init.h"
 #include "pstar/model/llama.h"
 
 #include <torch/torch.h>
 
 namespace pstar::model {
 
-std::shared_ptr<CausalLM> build_causal_lm(const ModelShape& shape, const UnitBuilt& on_unit_built) {
-  if (shape.family == ModelFamily::kLlama)
-    return std::make_shared<Llama>(shape.llama, on_unit_built);
-  return std::make_shared<Gpt>(shape.gpt, on_unit_built);
+std::shared_ptr<CausalLM> build_causal_lm(const ModelShape& shape, const BuildOptions& options) {
+  if (shape.family == ModelFamily::kLlama) return std::make_shared<Llama>(shape.llama, options);
+  return std::make_shared<Gpt>(shape.gpt, options);
+}
+
+void initialise_unit(torch::nn::Module& unit, const std::string& prefix, const ModelShape& shape,
+                     uint64_t seed) {
+  std::vector<InitWrite> writes;
+  for (const auto& item : unit.named_parameters()) {
+    const at::Tensor& p = item.value();
+    PSTAR_INTERNAL_ASSERT(p.is_cpu() && p.scalar_type() == torch::kFloat32 && p.is_contiguous(),
+                          "initialising ", prefix, item.key(),
+                          ", which is not a contiguous fp32 "
+                          "tensor on the CPU");
+    const std::string name = prefix + item.key();
+    InitWrite w;
+    w.init = parameter_init(shape, name);
+    w.stream = init_stream(name);
+    w.end = p.numel();
+    w.f32 = p.data_ptr<float>();
+    writes.push_back(w);
+  }
+  write_init(seed, writes);
 }
 
 int64_t load_pretrained(const ModelShape& shape, const std::string& init_from, CausalLM& model,

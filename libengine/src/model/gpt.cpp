@@ -4,6 +4,7 @@
 
 #include "pstar/base/error.h"
 #include "pstar/formats/config.h"
+#include "pstar/model/factory.h"  // initialise_unit
 #include "pstar/model/hooks.h"
 #include "pstar/model/ops.h"
 
@@ -12,8 +13,9 @@
 namespace pstar::model {
 
 Conv1D::Conv1D(int64_t in_features, int64_t out_features) {
+  // Values come from the builder (Note [counter-based init]).
   weight = register_parameter("weight", torch::empty({in_features, out_features}));
-  bias = register_parameter("bias", torch::zeros({out_features}));
+  bias = register_parameter("bias", torch::empty({out_features}));
 }
 
 torch::Tensor Conv1D::forward(const torch::Tensor& x) {
@@ -25,8 +27,8 @@ torch::Tensor Conv1D::forward(const torch::Tensor& x) {
 }
 
 GptLayerNorm::GptLayerNorm(int64_t hidden, double eps_) : eps(eps_) {
-  weight = register_parameter("weight", torch::ones({hidden}));
-  bias = register_parameter("bias", torch::zeros({hidden}));
+  weight = register_parameter("weight", torch::empty({hidden}));
+  bias = register_parameter("bias", torch::empty({hidden}));
 }
 
 torch::Tensor GptLayerNorm::forward(const torch::Tensor& x) {
@@ -98,29 +100,26 @@ torch::Tensor GptBlock::forward(const torch::Tensor& x) {
   return h + mlp->forward(ln_2->forward(h));
 }
 
-// Each unit is built, initialised and handed to on_unit_built before the next is built. The
-// normal_ calls run in the same order as building everything first would, so the init does not
-// depend on whether an engine takes the units as they come.
-GptTransformer::GptTransformer(const GptConfig& config, const UnitBuilt& on_unit_built) {
+// Each unit is built and handed over (or given its values, Note [counter-based init]) before the
+// next is built; its values depend on its parameters' names alone, not on the order.
+GptTransformer::GptTransformer(const GptConfig& config, const BuildOptions& options) {
   torch::NoGradGuard no_grad;
-  const double std = 0.02;
-  const double residual_std = std / std::sqrt(2.0 * static_cast<double>(config.layers));
+  ModelShape shape;
+  shape.family = ModelFamily::kGpt;
+  shape.gpt = config;
   auto built = [&](torch::nn::Module& unit, const std::string& prefix) {
-    if (on_unit_built) on_unit_built(unit, prefix);
+    if (options.on_unit_built)
+      options.on_unit_built(unit, prefix);
+    else if (options.initialise)
+      initialise_unit(unit, prefix, shape, options.seed);
   };
   wte = register_module("wte", std::make_shared<GptEmbedding>(config.vocab_size, config.hidden));
-  wte->weight.normal_(0.0, std);
   built(*wte, "transformer.wte.");
   wpe = register_module("wpe", std::make_shared<GptEmbedding>(config.seq_len, config.hidden));
-  wpe->weight.normal_(0.0, std);
   built(*wpe, "transformer.wpe.");
   auto blocks = register_module("h", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.layers; ++i) {
     auto block = std::make_shared<GptBlock>(config);
-    block->attn->c_attn->weight.normal_(0.0, std);
-    block->attn->c_proj->weight.normal_(0.0, residual_std);
-    block->mlp->c_fc->weight.normal_(0.0, std);
-    block->mlp->c_proj->weight.normal_(0.0, residual_std);
     h.push_back(block);
     blocks->push_back(block);
     built(*block, "transformer.h." + std::to_string(i) + ".");
@@ -130,9 +129,8 @@ GptTransformer::GptTransformer(const GptConfig& config, const UnitBuilt& on_unit
   built(*ln_f, "transformer.ln_f.");
 }
 
-Gpt::Gpt(const GptConfig& config, const UnitBuilt& on_unit_built) : config_(config) {
-  transformer_ =
-      register_module("transformer", std::make_shared<GptTransformer>(config, on_unit_built));
+Gpt::Gpt(const GptConfig& config, const BuildOptions& options) : config_(config) {
+  transformer_ = register_module("transformer", std::make_shared<GptTransformer>(config, options));
   for (auto& block : transformer_->h) {
     block_fns_.emplace_back([block](const torch::Tensor& x) { return block->forward(x); });
   }

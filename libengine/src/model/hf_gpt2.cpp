@@ -6,6 +6,7 @@
 #include "pstar/base/error.h"
 #include "pstar/base/strings.h"
 #include "pstar/core/log.h"
+#include "pstar/core/setup_phases.h"
 #include "pstar/formats/safetensors.h"
 #include "pstar/model/gpt.h"
 #include "pstar/model/hf_weights.h"
@@ -30,6 +31,9 @@ int64_t load_hf_gpt2_safetensors(Gpt& model, const std::string& path,
   std::set<std::string> used;
   int64_t loaded = 0;
   torch::NoGradGuard no_grad;
+  int64_t total_bytes = 0;  // of fp32 values, whatever the file holds
+  for (const auto& item : model.named_parameters()) total_bytes += 4 * item.value().numel();
+  core::SetupProgress progress(str_cat("loading weights from ", path), total_bytes);
   for (auto& item : model.named_parameters()) {
     const std::string& name = item.key();
     const formats::TensorInfo* info = reader.find(name);
@@ -48,14 +52,13 @@ int64_t load_hf_gpt2_safetensors(Gpt& model, const std::string& path,
     const auto scalar = float_scalar_type(info->dtype);
     PSTAR_CHECK(scalar.has_value(), FormatError, path, ": tensor '", info->name, "' has dtype ",
                 formats::dtype_name(info->dtype), "; expected F32, F16, BF16 or F64");
-    // The format packs tensors without alignment: copy the bytes out before viewing them as floats.
-    auto source = torch::empty(shape, torch::dtype(*scalar));
-    std::memcpy(source.data_ptr(), reader.data(*info), info->size_bytes);
+    const at::Tensor source = mapped_tensor(reader, *info, *scalar);
     if (write) {
       write(name, source);
     } else {
       param.copy_(source);
     }
+    progress.advance(4 * source.numel());
     used.insert(info->name);
     ++loaded;
   }

@@ -9,6 +9,7 @@
 
 #include "pstar/base/error.h"
 #include "pstar/core/log.h"
+#include "pstar/core/setup_phases.h"
 #include "pstar/formats/hf_folder.h"
 #include "pstar/formats/safetensors.h"
 
@@ -27,6 +28,16 @@ std::optional<c10::ScalarType> float_scalar_type(formats::DType dtype) {
     default:
       return std::nullopt;
   }
+}
+
+at::Tensor mapped_tensor(const formats::SafetensorsReader& reader, const formats::TensorInfo& info,
+                         c10::ScalarType scalar) {
+  const uint8_t* bytes = reader.data(info);
+  if (reinterpret_cast<uintptr_t>(bytes) % c10::elementSize(scalar) == 0)
+    return torch::from_blob(const_cast<uint8_t*>(bytes), info.shape, torch::dtype(scalar));
+  auto value = torch::empty(info.shape, torch::dtype(scalar));
+  std::memcpy(value.data_ptr(), bytes, info.size_bytes);
+  return value;
 }
 
 int64_t load_hf_weights(const formats::HfFolder& folder,
@@ -49,6 +60,13 @@ int64_t load_hf_weights(const formats::HfFolder& folder,
   int64_t loaded = 0, unused = 0;
   std::string unused_examples;
   torch::NoGradGuard no_grad;
+  int64_t total_bytes = 0;  // of fp32 values, whatever the files hold
+  for (const auto& t : expected) {
+    int64_t numel = 1;
+    for (const int64_t d : t.shape) numel *= d;
+    total_bytes += 4 * numel;
+  }
+  core::SetupProgress progress(str_cat("loading weights from ", folder.dir), total_bytes);
   for (const std::string& shard : folder.shards) {
     formats::SafetensorsReader reader(shard);
     std::set<std::string> used;
@@ -62,10 +80,9 @@ int64_t load_hf_weights(const formats::HfFolder& folder,
       const auto scalar = float_scalar_type(info->dtype);
       PSTAR_CHECK(scalar.has_value(), FormatError, shard, ": tensor \"", t->name, "\" has dtype ",
                   formats::dtype_name(info->dtype), "; expected F32, F16, BF16 or F64");
-      // Tensors are packed without alignment: copy the bytes out before viewing them as floats.
-      auto value = torch::empty(info->shape, torch::dtype(*scalar));
-      std::memcpy(value.data_ptr(), reader.data(*info), info->size_bytes);
+      const at::Tensor value = mapped_tensor(reader, *info, *scalar);
       write(t->name, value);
+      progress.advance(4 * value.numel());
       used.insert(t->name);
       ++loaded;
     }

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "pstar/base/error.h"
+#include "pstar/model/factory.h"  // initialise_unit
 #include "pstar/model/hooks.h"
 #include "pstar/model/ops.h"
 
@@ -12,8 +13,9 @@
 namespace pstar::model {
 
 LlamaLinear::LlamaLinear(int64_t in_features, int64_t out_features, bool with_bias) {
+  // Values come from the builder (Note [counter-based init]).
   weight = register_parameter("weight", torch::empty({out_features, in_features}));
-  if (with_bias) bias = register_parameter("bias", torch::zeros({out_features}));
+  if (with_bias) bias = register_parameter("bias", torch::empty({out_features}));
 }
 
 torch::Tensor LlamaLinear::forward(const torch::Tensor& x) {
@@ -21,7 +23,7 @@ torch::Tensor LlamaLinear::forward(const torch::Tensor& x) {
 }
 
 RmsNorm::RmsNorm(int64_t hidden, double eps_) : eps(eps_) {
-  weight = register_parameter("weight", torch::ones({hidden}));
+  weight = register_parameter("weight", torch::empty({hidden}));
 }
 
 torch::Tensor RmsNorm::forward(const torch::Tensor& x) {
@@ -152,31 +154,34 @@ torch::Tensor LlamaDecoderLayer::forward(const torch::Tensor& x, const RotaryTab
 
 namespace {
 
-constexpr double kInitStd = 0.02;  // Hugging Face's initializer_range for this family
-
-void init_linear(LlamaLinear& linear) { linear.weight.normal_(0.0, kInitStd); }
+// A unit goes to options.on_unit_built, or is given its values here (Note [counter-based init]).
+void unit_built(const LlamaConfig& c, const BuildOptions& options, torch::nn::Module& unit,
+                const std::string& prefix) {
+  if (options.on_unit_built) {
+    options.on_unit_built(unit, prefix);
+  } else if (options.initialise) {
+    ModelShape shape;
+    shape.family = ModelFamily::kLlama;
+    shape.llama = c;
+    initialise_unit(unit, prefix, shape, options.seed);
+  }
+}
 
 }  // namespace
 
-// As GptTransformer: each unit is built, initialised and handed over before the next is built, and
-// the normal_ calls run in construction order, so the init does not depend on an engine.
-LlamaModel::LlamaModel(const LlamaConfig& c, const UnitBuilt& on_unit_built) {
+// As GptTransformer: each unit is built and handed over before the next is built; its values
+// depend on its parameters' names alone.
+LlamaModel::LlamaModel(const LlamaConfig& c, const BuildOptions& options) {
   torch::NoGradGuard no_grad;
   auto built = [&](torch::nn::Module& unit, const std::string& prefix) {
-    if (on_unit_built) on_unit_built(unit, prefix);
+    unit_built(c, options, unit, prefix);
   };
   embed_tokens =
       register_module("embed_tokens", std::make_shared<GptEmbedding>(c.vocab_size, c.hidden));
-  embed_tokens->weight.normal_(0.0, kInitStd);
   built(*embed_tokens, "model.embed_tokens.");
   auto list = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
     auto layer = std::make_shared<LlamaDecoderLayer>(c);
-    for (auto* linear :
-         {layer->self_attn->q_proj.get(), layer->self_attn->k_proj.get(),
-          layer->self_attn->v_proj.get(), layer->self_attn->o_proj.get(),
-          layer->mlp->gate_proj.get(), layer->mlp->up_proj.get(), layer->mlp->down_proj.get()})
-      init_linear(*linear);
     layers.push_back(layer);
     list->push_back(layer);
     built(*layer, "model.layers." + std::to_string(i) + ".");
@@ -185,15 +190,14 @@ LlamaModel::LlamaModel(const LlamaConfig& c, const UnitBuilt& on_unit_built) {
   built(*norm, "model.norm.");
 }
 
-Llama::Llama(const LlamaConfig& config, const UnitBuilt& on_unit_built) : config_(config) {
+Llama::Llama(const LlamaConfig& config, const BuildOptions& options) : config_(config) {
   validate_llama_config(config_, "model");
-  model_ = register_module("model", std::make_shared<LlamaModel>(config_, on_unit_built));
+  model_ = register_module("model", std::make_shared<LlamaModel>(config_, options));
   if (!config_.tie_word_embeddings) {
     torch::NoGradGuard no_grad;
     lm_head_ = register_module(
         "lm_head", std::make_shared<LlamaLinear>(config_.hidden, config_.vocab_size, false));
-    init_linear(*lm_head_);
-    if (on_unit_built) on_unit_built(*lm_head_, "lm_head.");
+    unit_built(config_, options, *lm_head_, "lm_head.");
   }
   rope_fp32_ = rotary_tables(config_, config_.seq_len);
   for (auto& layer : model_->layers)

@@ -8,4 +8,17 @@ target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/hooks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ops.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hf_gpt2.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/hf_weights.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/hf_weights.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/init.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/init_kernel.cpp)
+# Note [counter-based init]: the generator's bits must not depend on the vector width the compiler
+# picks, so no contracted multiply-adds; it includes no LibTorch, hence no precompiled header.
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/init_kernel.cpp PROPERTIES
+  SKIP_PRECOMPILE_HEADERS ON
+  COMPILE_OPTIONS "-ffp-contract=off;-fno-math-errno")
+# at::parallel_for is a template whose `#pragma omp parallel` is compiled where it is called: a
+# file without -fopenmp runs it on one thread (Note [parallel first touch]). Other flags than the
+# precompiled header's, so none.
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/init.cpp PROPERTIES
+  SKIP_PRECOMPILE_HEADERS ON
+  COMPILE_OPTIONS "-fopenmp")

@@ -92,7 +92,11 @@ bool overlap_adam_on(config::OnOffAuto overlap_adam, DeviceKind device) {
 // work during the lookup's backward: 0.51 s per step against 0.26 s for the same model in
 // LibTorch alone, and 0.43 of plain PyTorch's throughput. With the table in an ordinary chunk,
 // which moves like any other, the same run reached 0.98 of plain PyTorch. So "auto" is off on a
-// GPU. On the emulated tier host and "device" are the same memory, and keeping the table out of
+// GPU. An untied head (Llama-3, Qwen2) does not read the table, but a table on the host still makes
+// the host write a gradient the size of the whole table in every backward (the lookup's backward
+// runs where the table is) and run the table's Adam, while the GPU waits for the lookup's
+// backward: "auto" is off on a GPU for those too, and the log names that cause, not the tied head.
+// On the emulated tier host and "device" are the same memory, and keeping the table out of
 // the emulated budget leaves it to the chunks that the tests make move: "auto" is on there.
 bool cpu_embedding_on(config::OnOffAuto use_cpu_embedding, DeviceKind device) {
   return decide(use_cpu_embedding, /*when_auto=*/device != DeviceKind::kCuda);
@@ -160,8 +164,12 @@ RunPlan resolve_run(const config::TrainConfig& config, const RunFacts& facts) {
   const bool cpu_embedding = cpu_embedding_on(c.use_cpu_embedding, plan.device);
   if (c.use_cpu_embedding == config::OnOffAuto::kAuto && plan.chunked &&
       plan.device == DeviceKind::kCuda)
-    plan.decisions.push_back(str_cat("use_cpu_embedding: off (\"auto\" on ", facts.device_name,
-                                     ": the tied LM head needs the table on the GPU every step)"));
+    plan.decisions.push_back(str_cat(
+        "use_cpu_embedding: off (\"auto\" on ", facts.device_name, ": ",
+        facts.tied_head
+            ? "the tied LM head needs the table on the GPU every step)"
+            : "with the table on the host, the host would write its whole gradient in every "
+              "backward, while the GPU waits, and run its Adam; the LM head is untied)"));
   c.use_cpu_embedding = config::on_off(cpu_embedding);
   // PatrickStar frees the other ranks' fp16 parameters after initialisation when it is set; pstar
   // builds each unit straight into chunks and keeps another rank's chunk only while gathered, so

@@ -23,6 +23,7 @@
 
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
+#include "pstar/core/parallel_fill.h"
 #include "pstar/cuda/adam.h"
 #include "pstar/cuda/device.h"
 #include "pstar/cuda/sq_sum.h"
@@ -102,7 +103,7 @@ class CudaTier final : public DeviceTier {
             "cudaMemsetAsync zeroing a new device block");
     } else {
       // No copy can still touch it: a pinned block is reused only after its retirement.
-      std::memset(block.data(), 0, static_cast<size_t>(bytes));
+      core::parallel_zero(block.data(), bytes);  // Note [parallel first touch]
     }
     return block;
   }
@@ -127,10 +128,21 @@ class CudaTier final : public DeviceTier {
 
   // A pageable block is reused only after its retirement too, so nothing can still touch it.
   Block allocate_host_only(int64_t bytes) override {
+    Block block = allocate_pageable(bytes);
+    core::parallel_zero(block.data(), bytes);  // Note [parallel first touch]
+    return block;
+  }
+
+  Block allocate_unfilled(Side side, int64_t bytes, bool host_only) override {
+    PSTAR_INTERNAL_ASSERT(!host_only || side == Side::kHost, "a host-only block on the device");
+    return host_only ? allocate_pageable(bytes) : allocate_uninitialized(side, bytes);
+  }
+
+  // A pageable block, reused only after its retirement (so nothing can still touch it), unzeroed.
+  Block allocate_pageable(int64_t bytes) {
     PSTAR_INTERNAL_ASSERT(bytes > 0, "allocate_host_only(", bytes, ")");
     reap();
     memory::HostBlock block = state_->pageable.acquire(bytes);
-    std::memset(block.data(), 0, static_cast<size_t>(bytes));
     void* data = block.data();
     return Block(data, bytes, Side::kHost,
                  std::make_unique<PageableOwner>(state_, std::move(block)));

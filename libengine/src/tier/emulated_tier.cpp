@@ -4,6 +4,7 @@
 #include <limits>
 #include <utility>
 
+#include "pstar/core/parallel_fill.h"
 #include "pstar/memory/cpu_counter.h"
 #include "pstar/memory/host_pool.h"
 #include "pstar/tier/device_tier.h"
@@ -23,9 +24,10 @@ class EmulatedTier final : public DeviceTier {
   c10::Device device_of(Side) const override { return c10::Device(c10::kCPU); }
   int64_t device_capacity_bytes() const override { return std::numeric_limits<int64_t>::max(); }
 
+  // Note [parallel first touch]: both sides are host memory.
   Block allocate(Side side, int64_t bytes) override {
     Block block = allocate_uninitialized(side, bytes);
-    std::memset(block.data(), 0, static_cast<size_t>(bytes));
+    core::parallel_zero(block.data(), bytes);
     return block;
   }
   // Note [exact-size host pool]: a move's destination is a block freed before, as it is.
@@ -34,8 +36,11 @@ class EmulatedTier final : public DeviceTier {
   }
   Block allocate_host_only(int64_t bytes) override {
     Block block = from(pageable_, Side::kHost, bytes);
-    std::memset(block.data(), 0, static_cast<size_t>(bytes));
+    core::parallel_zero(block.data(), bytes);
     return block;
+  }
+  Block allocate_unfilled(Side side, int64_t bytes, bool host_only) override {
+    return host_only ? from(pageable_, Side::kHost, bytes) : allocate_uninitialized(side, bytes);
   }
   void copy(Block& dst, const Block& src, int64_t bytes) override {
     std::memcpy(dst.data(), src.data(), static_cast<size_t>(bytes));

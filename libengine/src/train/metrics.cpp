@@ -1,5 +1,6 @@
 #include "pstar/train/metrics.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -59,7 +60,24 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.engine.adam_wait_s >= 0) line["adam_wait_s"] = m.engine.adam_wait_s;
   if (m.engine.move_s >= 0) line["move_s"] = m.engine.move_s;
   if (m.engine.nvme.wait_s >= 0) line["nvme_wait_s"] = m.engine.nvme.wait_s;
-  const std::string text = line.dump() + "\n";
+  write_line(line.dump() + "\n");
+}
+
+void MetricsWriter::write_startup(const core::SetupPhases& phases, double setup_s) {
+  nlohmann::json line = {{"record", "startup"}, {"setup_s", setup_s}};
+  for (size_t i = 0; i < core::kNumSetupPhases; ++i) {
+    const auto phase = static_cast<core::SetupPhase>(i);
+    const std::string name = core::setup_phase_name(phase);
+    line[name + "_s"] = phases.seconds(phase);
+    if (phase == core::SetupPhase::kAlloc || phase == core::SetupPhase::kInit ||
+        phase == core::SetupPhase::kWeights)
+      line[name + "_bytes"] = phases.bytes(phase);
+  }
+  line["other_s"] = std::max(0.0, setup_s - phases.total_seconds());
+  write_line(line.dump() + "\n");
+}
+
+void MetricsWriter::write_line(const std::string& text) {
   PSTAR_CHECK(std::fwrite(text.data(), 1, text.size(), file_.get()) == text.size() &&
                   std::fflush(file_.get()) == 0,
               IoError, "--metrics: cannot write ", path_, ": ", std::strerror(errno));

@@ -4,6 +4,7 @@
 
 #include "pstar/dist/communicator.h"
 #include "pstar/dist/world.h"
+#include "pstar/model/model_shape.h"
 #include "pstar/tier/device_tier.h"
 #include "pstar/train/precision.h"
 #include "pstar/train/trainer.h"
@@ -38,6 +39,13 @@ plan::RunFacts gather_run_facts(const config::TrainConfig& config, const std::st
       !config.engine.device_memory)
     facts.free_device_bytes = tier::cuda_free_bytes(device.has_index() ? device.index() : 0);
   facts.physical_memory_bytes = plan::physical_memory_bytes();
+  // Only where the decision's reason needs it (Note [cpu embedding]): a caller's own model may
+  // leave model.* to the defaults.
+  if (config.engine.mode == config::EngineMode::kChunked && device.is_cuda() &&
+      config.use_cpu_embedding == config::OnOffAuto::kAuto) {
+    const model::ModelShape shape = model::resolve_model_shape(config.model);
+    facts.tied_head = shape.family == model::ModelFamily::kGpt || shape.llama.tie_word_embeddings;
+  }
   return facts;
 }
 

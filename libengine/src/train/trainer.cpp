@@ -72,7 +72,9 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   core::configure_runtime(comm != nullptr ? comm->world().local_world_size : 1);
   // `pstar train` passes a config its plan resolved already (train()); a Trainer made directly
   // (tests, programs over the library) is resolved here, by the same function (Note [run plan]).
+  core::PhaseTimer plan_timer(&setup, core::SetupPhase::kPlan);
   const plan::RunPlan plan = plan_run(config, options.device, comm);
+  plan_timer.stop();
   for (const std::string& line : plan.decisions) log::info(line);
   config = plan.config;
   device = plan_device(plan);
@@ -81,6 +83,7 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   check_dtype_supported(dtype, device);
 
   const int64_t seq_len = model->max_seq_len();
+  core::PhaseTimer data_timer(&setup, core::SetupPhase::kData);
   data::DataSources sources =
       data::open_data_sources(config.data, model->vocab_size(), seq_len, comm);
   data.source = std::move(sources.train);
@@ -88,6 +91,7 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
       *data.source, data::parse_sampling(config.data.sampling),
       config.train_micro_batch_size_per_gpu, seq_len, config.gradient_accumulation_steps,
       config.training.seed, rank(), world());
+  data_timer.stop();
 
   if (!model->set_activation_checkpointing(config.engine.activation_checkpointing) &&
       config.engine.activation_checkpointing) {
@@ -100,23 +104,35 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
     engine = std::move(prebuilt);
   } else if (chunked) {
     // A model built outside the engine is taken into chunks module by module after the fact.
-    auto chunk_engine = std::make_unique<engine::ChunkedEngine>(
-        plan, engine::ChunkedEngine::leaf_modules(*model), /*predicted_non_model=*/0, comm,
-        make_tier(plan, 0));
+    core::PhaseTimer tier_timer(&setup, core::SetupPhase::kTier);
+    std::unique_ptr<tier::DeviceTier> tier = make_tier(plan, 0);
+    tier_timer.stop();
+    core::PhaseTimer layout_timer(&setup, core::SetupPhase::kPlan);
+    auto chunk_engine =
+        std::make_unique<engine::ChunkedEngine>(plan, engine::ChunkedEngine::leaf_modules(*model),
+                                                /*predicted_non_model=*/0, comm, std::move(tier));
+    layout_timer.stop();
     chunk_engine->register_unit(*model, "");
     chunk_engine->finish_registration();
+    setup.merge(chunk_engine->setup_phases());
     engine = std::move(chunk_engine);
   } else {
+    core::PhaseTimer engine_timer(&setup, core::SetupPhase::kEngine);
     engine = engine::make_torch_engine(plan, *model);
   }
   if (engine->num_parameters() >= 0) num_params = engine->num_parameters();
   if (!options.metrics_path.empty()) metrics.emplace(rank_path(options.metrics_path));
   if (!options.profile_path.empty()) start_profile();
+  core::PhaseTimer checkpoint_timer(&setup, core::SetupPhase::kCheckpoint);
   checkpoints.emplace(config, comm);
   checkpoints->check_save_dir(num_params);
   // Rank 0 names the run; checkpoint manifests record it.
   checkpoints->set_run_id(core::random_id());
-  if (!options.resume_dir.empty()) resume(options.resume_dir);
+  checkpoint_timer.stop();
+  if (!options.resume_dir.empty()) {
+    core::PhaseTimer resume_timer(&setup, core::SetupPhase::kResume);
+    resume(options.resume_dir);
+  }
 
   log::info("model: ", format_count(static_cast<double>(num_params)), " parameters (", num_params,
             "), vocab ", model->vocab_size(), ", seq_len ", seq_len);
@@ -142,10 +158,21 @@ Trainer::Trainer(const config::TrainConfig& config, std::shared_ptr<model::Causa
 Trainer::Trainer(const config::TrainConfig& config, ModelAndEngine built,
                  const TrainOptions& options)
     : impl_(std::make_unique<Impl>(config, std::move(built.model), options)) {
+  impl_->setup = built.setup;
   impl_->init(std::move(built.engine));
 }
 
 Trainer::~Trainer() = default;
+
+const core::SetupPhases& Trainer::setup_phases() const { return impl_->setup; }
+
+void Trainer::finish_setup(double setup_s) {
+  Impl& s = *impl_;
+  // Building a model of billions of parameters into chunks takes a while: say how long and where
+  // it went, so that a slow start is seen as such (and which part of it), not as a slow step.
+  log::info("set-up took ", format_fixed(setup_s, 1), " s: ", s.setup.summary(setup_s));
+  if (s.metrics) s.metrics->write_startup(s.setup, setup_s);
+}
 
 int64_t Trainer::steps_done() const { return impl_->step; }
 

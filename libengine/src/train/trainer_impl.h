@@ -13,6 +13,7 @@
 #include "pstar/base/error.h"
 #include "pstar/checkpoint/run_checkpoint.h"
 #include "pstar/core/clock.h"
+#include "pstar/core/setup_phases.h"
 #include "pstar/data/batch_sampler.h"
 #include "pstar/data/eval_windows.h"
 #include "pstar/data/token_source.h"
@@ -54,6 +55,8 @@ struct Trainer::Impl {
   std::unique_ptr<Profiler> profiler;
   // Made once the config is resolved (init).
   std::optional<checkpoint::RunCheckpoints> checkpoints;
+  // Note [set-up phases]: what building the model and engine took, and init()'s own phases.
+  core::SetupPhases setup;
 
   int64_t step = 0;
   int64_t tokens = 0;

@@ -13,6 +13,7 @@
 #include "pstar/core/clock.h"
 #include "pstar/core/device.h"
 #include "pstar/core/log.h"
+#include "pstar/core/setup_phases.h"
 #include "pstar/dist/communicator.h"
 #include "pstar/dist/world.h"
 #include "pstar/plan/run_plan.h"
@@ -121,6 +122,8 @@ PreparedRun prepare_run(const config::TrainConfig& config, const TrainOptions& o
   const dist::WorldInfo world = dist::detect_world();
   PreparedRun run;
   TrainOptions run_options = options;
+  core::SetupPhases phases;  // Note [set-up phases]
+  core::PhaseTimer ranks_timer(&phases, core::SetupPhase::kRanks);
   if (world.distributed()) {
     log::set_rank(static_cast<int>(world.rank), static_cast<int>(world.world_size));
     // One rank speaks for the run; the others report only warnings and errors.
@@ -132,13 +135,17 @@ PreparedRun prepare_run(const config::TrainConfig& config, const TrainOptions& o
     check_same_config(*run.comm, config);
     run_options.comm = run.comm.get();
   }
+  ranks_timer.stop();
   log::info("config: ", config.source);
+  core::PhaseTimer plan_timer(&phases, core::SetupPhase::kPlan);
   core::configure_runtime(world.local_world_size);  // before the precision probe, which it times
   // The run's shape, decided once (Note [run plan]); the Trainer finds nothing left to decide.
   const plan::RunPlan plan = plan_run(config, options.device, run.comm.get());
   for (const std::string& line : plan.decisions) log::info(line);
+  plan_timer.stop();
   const config::TrainConfig& resolved = plan.config;
   ModelAndEngine built = build_model_and_engine(plan, run.comm.get());
+  built.setup.merge(phases);
   // Every rank built the same initial model from training.seed; from here on (dropout) each
   // rank draws its own numbers. Rank 0 keeps the stream a single-rank run would.
   if (world.rank > 0) torch::manual_seed(config.training.seed + 7919 * world.rank);
@@ -149,17 +156,14 @@ PreparedRun prepare_run(const config::TrainConfig& config, const TrainOptions& o
 TrainSummary train(const config::TrainConfig& config, const TrainOptions& options) {
   const auto start = Clock::now();
   PreparedRun run = prepare_run(config, options);
-  // Building a model of billions of parameters into chunks takes a while: say how long, so that a
-  // slow start is seen as such and not as a slow step.
-  log::info("set-up took ", format_fixed(seconds_since(start), 1), " s");
+  run.trainer->finish_setup(seconds_since(start));
   const TrainSummary summary = run.trainer->run();
   // Releasing the model data (pinned host memory in particular) can take long too. Measured here,
   // not guessed: a run that lingers after "done" says where its time went.
   const auto teardown = Clock::now();
   run.trainer.reset();
-  const double released_s = seconds_since(teardown);
-  if (released_s >= 1.0)
-    log::info("released the engine's memory in ", format_fixed(released_s, 1), " s");
+  // Logged whatever it took: beside "set-up took" it closes the account of time outside the steps.
+  log::info("released the engine's memory in ", format_fixed(seconds_since(teardown), 2), " s");
   return summary;
 }
 

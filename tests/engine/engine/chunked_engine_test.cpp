@@ -77,11 +77,13 @@ TEST_F(ChunkedEngineTest, Fp32MatchesTheTorchEngine) {
 
 // Clipped for the reason TrainerTest.Bf16TracksFp32 gives: unclipped, both engines are at the edge
 // of stability at this learning rate, and a one-step spike that either may or may not take hides
-// the comparison.
+// the comparison. At 1.0, the initial values of Note [counter-based init] gave such a spike at step
+// 12 to the chunk engine alone on ATen's AVX2 kernels (grad norm 10.0 against 5.7); at 0.5 both
+// engines take every spike together and stay within 0.1% of each other on either kernel set.
 TEST_F(ChunkedEngineTest, Bf16MatchesTheTorchEngineAndConverges) {
   auto c = small_config();
   c.bf16.enabled = config::OnOffAuto::kOn;
-  c.gradient_clipping = 1.0;
+  c.gradient_clipping = 0.5;
   auto chunked = run(c);
   c.engine.mode = config::EngineMode::kTorch;
   auto reference = run(c);
@@ -261,7 +263,7 @@ TEST_F(ChunkedEngineTest, DeviceTooSmallForActivationsFailsClearlyMidRun) {
   o.device = "cpu";
   o.progress = false;
   try {
-    Trainer trainer(c, ModelAndEngine{build_model(c), nullptr}, o);
+    Trainer trainer(c, ModelAndEngine{build_model(c), nullptr, {}}, o);
     trainer.step();
     FAIL() << "expected OutOfMemoryError";
   } catch (const OutOfMemoryError& e) {

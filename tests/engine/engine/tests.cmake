@@ -14,3 +14,11 @@ pstar_add_test(NAME engine_llama_training_tests LABEL unit PCH
 pstar_add_test(NAME engine_nvme_training_tests LABEL unit PCH
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/nvme_training_test.cpp
   LIBS pstar::engine)
+# Note [counter-based init]: the initial values through both engines, budgets and thread counts,
+# and on two forked ranks.
+pstar_add_test(NAME engine_init_tests LABEL unit PCH
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/init_parity_test.cpp
+  LIBS pstar::engine)
+pstar_add_test(NAME engine_init_ranks_tests LABEL multiprocess PCH
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/init_ranks_test.cpp
+  LIBS pstar::engine)

@@ -3,8 +3,11 @@
 // source is checked, not only what it reports.
 #include "pstar/memory/exact_size_pool.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <map>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -224,6 +227,65 @@ TEST_F(ExactSizePoolTest, BlocksOutliveThePoolAndEverythingGoesBackAtTheEnd) {
   static_cast<unsigned char*>(survivor.data())[63] = 1;
   survivor.reset();
   EXPECT_EQ(RecordingSource::releases, RecordingSource::allocations);
+}
+
+// Note [parallel release]: a source that hands out addresses it never maps (the pool never touches
+// a block's memory), records each release and the thread that made it, and refuses one.
+struct SharedSource {
+  static inline std::mutex mutex;
+  static inline uintptr_t next = 0x10000;
+  static inline std::map<void*, int64_t> released;
+  static inline std::set<std::thread::id> threads;
+  static inline void* refuse = nullptr;
+
+  static void* allocate(int64_t bytes, int64_t) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    void* p = reinterpret_cast<void*>(next);
+    next += static_cast<uintptr_t>(bytes) + 4096;
+    return p;
+  }
+  static void release(void* p, int64_t bytes) {
+    // Long enough that the other threads take blocks meanwhile.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (p == refuse) PSTAR_THROW(IoError, "refused");
+    EXPECT_EQ(released.count(p), 0u) << "released twice";
+    released[p] = bytes;
+    threads.insert(std::this_thread::get_id());
+  }
+};
+
+TEST(ExactSizePoolParallelRelease, ALargePoolGoesBackOverSeveralThreadsEachBlockOnce) {
+  if (std::thread::hardware_concurrency() < 2)
+    GTEST_SKIP() << "one core: the release runs on one thread by design";
+  SharedSource::released.clear();
+  SharedSource::threads.clear();
+  std::map<void*, int64_t> handed_out;
+  {
+    ExactSizePool<SharedSource> pool;
+    std::vector<PoolBlock<SharedSource>> blocks;
+    for (int i = 0; i < 8; ++i) {
+      blocks.push_back(pool.acquire(i % 2 == 0 ? (int64_t{64} << 20) : (int64_t{48} << 20)));
+      handed_out[blocks.back().data()] = blocks.back().bytes();
+    }
+    SharedSource::refuse = blocks[3].data();  // skipped, and the others still go back
+    handed_out.erase(blocks[3].data());
+  }  // blocks first, then the pool: its state gives everything back
+  EXPECT_EQ(SharedSource::released, handed_out);
+  EXPECT_GT(SharedSource::threads.size(), 1u) << "448 MiB went back on one thread";
+  SharedSource::refuse = nullptr;
+}
+
+TEST(ExactSizePoolParallelRelease, ASmallPoolGoesBackOnTheCallingThread) {
+  SharedSource::released.clear();
+  SharedSource::threads.clear();
+  {
+    ExactSizePool<SharedSource> pool;
+    auto a = pool.acquire(1 << 20), b = pool.acquire(2 << 20);
+  }
+  EXPECT_EQ(SharedSource::released.size(), 2u);
+  ASSERT_EQ(SharedSource::threads.size(), 1u);
+  EXPECT_EQ(*SharedSource::threads.begin(), std::this_thread::get_id());
 }
 
 }  // namespace

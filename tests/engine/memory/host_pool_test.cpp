@@ -1,6 +1,10 @@
 // The exact-size host pool (Note [exact-size host pool]) and the counter shape it reports with.
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -109,6 +113,40 @@ TEST(HostPool, ReleaseFreeGivesBackOnlyFreeBlocks) {
 
 // The free list's threads and lifetimes are tested over a recording source
 // (exact_size_pool_test.cpp); here, that mapped memory stays usable once the pool object is gone.
+// Note [huge pages for payloads]: a large block's mapping is eligible for transparent huge pages
+// (the kernel's "THPeligible" for its mapping in /proc/self/smaps), a small one's is not advised.
+std::string smaps_field_of(const void* address, const std::string& field) {
+  std::ifstream in("/proc/self/smaps");
+  const auto where = reinterpret_cast<uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    uintptr_t begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2) {  // a mapping's first line
+      inside = where >= begin && where < end;
+    } else if (inside && line.rfind(field + ":", 0) == 0) {
+      return line.substr(field.size() + 1);
+    }
+  }
+  return "";
+}
+
+TEST(HostPool, LargeBlocksAreAdvisedIntoHugePages) {
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string setting((std::istreambuf_iterator<char>(thp)), std::istreambuf_iterator<char>());
+  if (setting.find("[never]") != std::string::npos || setting.empty())
+    GTEST_SKIP() << "transparent huge pages are off here (" << setting << "): nothing to advise";
+  HostPool pool;
+  HostBlock large = pool.acquire(kHugePageBytes * 4);
+  const std::string eligible = smaps_field_of(large.data(), "THPeligible");
+  if (eligible.empty()) GTEST_SKIP() << "this kernel's smaps has no THPeligible field";
+  EXPECT_NE(eligible.find('1'), std::string::npos) << "THPeligible:" << eligible;
+  if (setting.find("[madvise]") != std::string::npos) {
+    // Under "madvise" only advised mappings are eligible: a small block is left alone.
+    HostBlock small = pool.acquire(64 << 10);
+    EXPECT_NE(smaps_field_of(small.data(), "THPeligible").find('0'), std::string::npos);
+  }
+}
+
 TEST(HostPool, MappedBlocksOutliveThePool) {
   HostBlock survivor;
   {

@@ -16,6 +16,13 @@
 namespace pstar::model {
 namespace {
 
+// Built with the counter-based init from `seed` (Note [counter-based init]).
+BuildOptions seeded(uint64_t seed) {
+  BuildOptions options;
+  options.seed = seed;
+  return options;
+}
+
 // Grouped-query attention (4 query heads, 2 key/value heads), rope_theta 500000, llama3 scaling
 // whose band falls inside head_dim 16's wavelengths, an untied head.
 LlamaConfig tiny() {
@@ -155,8 +162,8 @@ TEST(LlamaTest, LogitsLossAndGradientsMatchAFloat64Reference) {
     SCOPED_TRACE(qwen_biases ? "q/k/v biases" : "no biases");
     LlamaConfig c = tiny();
     c.qkv_bias = qwen_biases;
-    torch::manual_seed(3);
-    Llama model(c);
+    torch::manual_seed(3);  // the ids, targets and the biases' noise
+    Llama model(c, seeded(3));
     {
       torch::NoGradGuard no_grad;  // non-zero biases and norms, so that they are exercised
       for (auto& item : model.named_parameters())
@@ -186,8 +193,8 @@ TEST(LlamaTest, LogitsLossAndGradientsMatchAFloat64Reference) {
 TEST(LlamaTest, TiedHeadAndCheckpointingGiveTheSameNumbers) {
   LlamaConfig c = tiny();
   c.tie_word_embeddings = true;
-  torch::manual_seed(5);
-  Llama model(c);
+  torch::manual_seed(5);  // the ids
+  Llama model(c, seeded(5));
   EXPECT_EQ(model.named_parameters().find("lm_head.weight"), nullptr);
   const auto ids = torch::randint(c.vocab_size, {2, c.seq_len}, torch::kInt64);
   Params p = double_params(model);
@@ -209,7 +216,6 @@ TEST(LlamaTest, TiedHeadAndCheckpointingGiveTheSameNumbers) {
 TEST(LlamaTest, ParameterNamesShapesAndCountsFollowHuggingFace) {
   LlamaConfig c = tiny();
   c.qkv_bias = true;  // Qwen2's layout
-  torch::manual_seed(0);
   Llama model(c);
   const auto shapes = llama_parameter_shapes(c);
   auto params = model.named_parameters();

@@ -267,6 +267,21 @@ TEST(RunPlan, CpuEmbeddingTable) {
                   .config.use_cpu_embedding,
               row.decided);
   }
+  // The reason names the cause: the tied head, or for an untied one the host's work on the table.
+  const auto reason = [](bool tied) {
+    RunFacts f = gpu_facts();
+    f.tied_head = tied;
+    for (const std::string& d : resolve_run(config::TrainConfig(), f).decisions)
+      if (d.find("use_cpu_embedding") != std::string::npos) return d;
+    return std::string();
+  };
+  EXPECT_NE(reason(true).find("the tied LM head needs the table on the GPU"), std::string::npos)
+      << reason(true);
+  EXPECT_EQ(reason(false).find("tied LM head needs"), std::string::npos) << reason(false);
+  EXPECT_NE(reason(false).find("the host would write its whole gradient in every backward"),
+            std::string::npos)
+      << reason(false);
+  EXPECT_NE(reason(false).find("the LM head is untied"), std::string::npos) << reason(false);
   EXPECT_THROW(
       {
         try {

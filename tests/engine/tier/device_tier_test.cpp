@@ -22,6 +22,8 @@
 #include "pstar/formats/config.h"
 #include "pstar/memory/cpu_counter.h"
 #include "pstar/model/gpt.h"
+#include "pstar/model/init.h"
+#include "pstar/model/model_shape.h"
 #include "pstar/plan/memory_plan.h"
 #include "pstar/tier/device_tier.h"
 #include "pstar/train/trainer.h"
@@ -236,7 +238,8 @@ struct Ledger {
   // The largest reserved non-model peak the tier reported since the test last cleared it.
   int64_t reported_reserved_peak = 0;
   int64_t host_only_allocations = 0;
-  int64_t host_only_copied = 0;  // bytes copied from or into allocate_host_only blocks
+  int64_t unfilled_allocations = 0;  // start-up payloads written whole by the engine
+  int64_t host_only_copied = 0;      // bytes copied from or into allocate_host_only blocks
 
   int64_t live_host_only_bytes() const {
     int64_t bytes = 0;
@@ -344,6 +347,19 @@ class CheckingTier final : public DeviceTier {
       ++ledger_->host_only_allocations;
     }
     return track(inner_->allocate_host_only(bytes), Side::kHost, bytes, /*host_only=*/true);
+  }
+
+  // Filled with the NaN pattern too: a start-up payload the engine does not write whole (values
+  // and padding) would show in the losses.
+  Block allocate_unfilled(Side side, int64_t bytes, bool host_only) override {
+    Block block = inner_->allocate_unfilled(side, bytes, host_only);
+    std::memset(block.data(), 0xFF, static_cast<size_t>(bytes));
+    {
+      const std::lock_guard<std::mutex> lock(ledger_->mutex);
+      ++ledger_->unfilled_allocations;
+      if (host_only) ++ledger_->host_only_allocations;
+    }
+    return track(std::move(block), side, bytes, host_only);
   }
 
   // The ledger's record of a block from the inner tier, kept until the block is released.
@@ -538,17 +554,24 @@ class ChunkedEngineOnATier : public ::testing::Test {
     auto engine = std::make_unique<engine::ChunkedEngine>(pstar::testing::cpu_plan(c),
                                                           plan::gpt_leaf_modules(shape), predicted,
                                                           nullptr, std::move(tier));
-    torch::manual_seed(c.training.seed);
-    auto gpt = std::make_shared<model::Gpt>(
-        shape, [&](torch::nn::Module& unit, const std::string& prefix) {
-          engine->register_unit(unit, prefix);
-        });
+    engine::UnitValues values;
+    values.from = engine::UnitValues::From::kInit;
+    values.seed = c.training.seed;
+    model::ModelShape model_shape;
+    model_shape.family = model::ModelFamily::kGpt;
+    model_shape.gpt = shape;
+    values.init = [&](const std::string& name) { return model::parameter_init(model_shape, name); };
+    model::BuildOptions options;
+    options.on_unit_built = [&](torch::nn::Module& unit, const std::string& prefix) {
+      engine->register_unit(unit, prefix, values);
+    };
+    auto gpt = std::make_shared<model::Gpt>(shape, options);
     engine->finish_registration();
     engine::ChunkedEngine* raw = engine.get();
     train::TrainOptions o;
     o.device = "cpu";
     o.progress = false;
-    train::Trainer trainer(c, train::ModelAndEngine{gpt, std::move(engine)}, o);
+    train::Trainer trainer(c, train::ModelAndEngine{gpt, std::move(engine), {}}, o);
     std::vector<train::StepMetrics> out;
     while (trainer.steps_done() < c.training.steps) {
       out.push_back(trainer.step());
@@ -626,6 +649,7 @@ TEST_F(ChunkedEngineOnATier, KernelsSeeTheirSideAndReportsMatchTheTiersLedger) {
     // Every move lands in memory that was never zeroed (issue 20, item 4), and the losses above
     // show that nothing read it before the copy wrote it.
     EXPECT_GT(ledger->uninitialized_allocations, 0) << "moves allocated zeroed memory";
+    EXPECT_GT(ledger->unfilled_allocations, 0) << "start-up zeroed the parameters it wrote next";
     EXPECT_GT(ledger->adam_calls[1], 0) << "no Adam ran on the host side";
     EXPECT_LE(ledger->peak_device_bytes, *c.engine.device_memory);
     EXPECT_EQ(ledger->copied[0][0] + ledger->copied[1][1], 0) << "copies within one side";

@@ -103,13 +103,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
+#include "pstar/core/setup_phases.h"
 #include "pstar/engine/param_engine.h"
+#include "pstar/model/init.h"
 #include "pstar/plan/memory_plan.h"
 
 namespace torch::nn {
@@ -135,6 +138,21 @@ namespace pstar::engine {
 
 using plan::LeafModule;
 class EvalHooks;
+
+// Where the values of the parameters register_unit takes come from.
+struct UnitValues {
+  enum class From : uint8_t {
+    kModule,  // the module's own values, copied into the chunks (a caller's model)
+    kInit,    // the counter-based initial values (Note [counter-based init] in
+              // pstar/model/init.h), written straight into the chunks: the module's parameters
+              // hold none (model::BuildOptions::on_unit_built)
+    kLoad,    // none yet: load_parameter writes every parameter before training
+  };
+  From from = From::kModule;
+  // kInit: how each parameter (by name) starts, and the seed.
+  std::function<model::ParameterInit(const std::string& name)> init;
+  uint64_t seed = 0;
+};
 
 class ChunkedEngine : public ParamEngine {
  public:
@@ -162,9 +180,10 @@ class ChunkedEngine : public ParamEngine {
   // use_cpu_embedding).
   static std::vector<LeafModule> leaf_modules(torch::nn::Module& unit);
 
-  // Takes the parameters of every leaf module of `unit` into chunks: their values move into chunk
-  // memory and the original storage is freed. `prefix` prefixes parameter names.
-  void register_unit(torch::nn::Module& unit, const std::string& prefix);
+  // Takes the parameters of every leaf module of `unit` into chunks, their values as `values` say,
+  // and frees the original storage. `prefix` prefixes parameter names.
+  void register_unit(torch::nn::Module& unit, const std::string& prefix,
+                     const UnitValues& values = {});
   // Writes a parameter's full-precision value (e.g. from a checkpoint) into its chunks.
   void load_parameter(const std::string& name, const at::Tensor& value);
   // After the last register_unit: checks every expected parameter arrived.
@@ -185,6 +204,9 @@ class ChunkedEngine : public ParamEngine {
   // The most host memory held while the model was taken into chunks: chunk payloads plus the
   // tensors LibTorch held at the time.
   int64_t startup_peak_bytes() const;
+  // Note [set-up phases]: where registration's time went so far: payload memory (kAlloc), initial
+  // values written into the chunks (kInit) and the rest of taking parameters into chunks (kChunks).
+  core::SetupPhases setup_phases() const;
 
   std::string describe() const override;
   // Every rank's count, though another rank's parameters hold no values here between uses.

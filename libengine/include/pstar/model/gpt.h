@@ -16,10 +16,22 @@
 
 namespace pstar::model {
 
-// Called as each unit of the model (wte, wpe, each block, ln_f) is built and initialised, with the
-// unit and its parameter-name prefix (e.g. "transformer.h.3."). The chunk engine moves the unit's
-// parameters into chunks here, so start-up never holds a second full copy of the model.
+// Called as each unit of the model (wte, wpe, each block, ln_f) is built, with the unit and its
+// parameter-name prefix (e.g. "transformer.h.3."). The unit's parameters hold no values yet: the
+// callee gives them theirs. The chunk engine takes the unit into chunks here and writes the
+// counter-based initial values (Note [counter-based init] in pstar/model/init.h) straight into
+// them, or leaves them to a weights load, so start-up never holds a second full copy of the model
+// and writes each value once.
 using UnitBuilt = std::function<void(torch::nn::Module& unit, const std::string& prefix)>;
+
+// How a built-in model (Gpt, Llama) is built.
+struct BuildOptions {
+  uint64_t seed = 0;        // of the initial values (training.seed; Note [counter-based init])
+  UnitBuilt on_unit_built;  // null: the constructor gives the parameters their values itself
+  // Without on_unit_built: false leaves the parameters without values, for a caller that loads
+  // weights into every one of them next.
+  bool initialise = true;
+};
 
 // A Conv1D-layout linear layer: y = x @ weight + bias, weight [in, out].
 class Conv1D : public torch::nn::Module {
@@ -72,7 +84,7 @@ class GptBlock : public torch::nn::Module {
 // HF's `transformer` submodule.
 class GptTransformer : public torch::nn::Module {
  public:
-  GptTransformer(const GptConfig& config, const UnitBuilt& on_unit_built);
+  GptTransformer(const GptConfig& config, const BuildOptions& options);
   std::shared_ptr<GptEmbedding> wte, wpe;
   std::vector<std::shared_ptr<GptBlock>> h;
   std::shared_ptr<GptLayerNorm> ln_f;
@@ -81,9 +93,9 @@ class GptTransformer : public torch::nn::Module {
 class Gpt : public CausalLM {
  public:
   // Parameters are initialised as GPT-2 does: normal(0, 0.02), residual projections
-  // (attn.c_proj, mlp.c_proj weights) normal(0, 0.02 / sqrt(2·layers)), biases 0, LayerNorm 1/0.
-  // Seed with torch::manual_seed first for a reproducible init.
-  explicit Gpt(const GptConfig& config, const UnitBuilt& on_unit_built = nullptr);
+  // (attn.c_proj, mlp.c_proj weights) normal(0, 0.02 / sqrt(2·layers)), biases 0, LayerNorm 1/0,
+  // with the counter-based generator from options.seed (Note [counter-based init]).
+  explicit Gpt(const GptConfig& config, const BuildOptions& options = {});
 
   torch::Tensor forward(const torch::Tensor& input_ids) override;
   // Recompute each block's activations in backward instead of keeping them.

@@ -8,12 +8,15 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
 #include "pstar/model/hf_gpt2.h"  // ParameterWriter
 
 namespace pstar::formats {
 struct HfFolder;
+struct TensorInfo;
+class SafetensorsReader;
 enum class DType;
 }  // namespace pstar::formats
 
@@ -22,6 +25,13 @@ namespace pstar::model {
 // The LibTorch dtype of a safetensors floating-point dtype (F64, F32, F16, BF16); nullopt for the
 // others.
 std::optional<c10::ScalarType> float_scalar_type(formats::DType dtype);
+
+// A tensor's values as `scalar`: a view of the bytes in the reader's mapping where they are aligned
+// for it (nothing is copied: a writer converts straight from the shard into the parameters, over
+// LibTorch's threads), else a copy (the format packs tensors without padding). Valid while the
+// reader lives; read it, never write it.
+at::Tensor mapped_tensor(const formats::SafetensorsReader& reader, const formats::TensorInfo& info,
+                         c10::ScalarType scalar);
 
 struct ExpectedTensor {
   std::string name;

@@ -71,7 +71,7 @@ class LlamaDecoderLayer : public torch::nn::Module {
 // Hugging Face's `model` submodule.
 class LlamaModel : public torch::nn::Module {
  public:
-  LlamaModel(const LlamaConfig& config, const UnitBuilt& on_unit_built);
+  LlamaModel(const LlamaConfig& config, const BuildOptions& options);
   std::shared_ptr<GptEmbedding> embed_tokens;
   std::vector<std::shared_ptr<LlamaDecoderLayer>> layers;
   std::shared_ptr<RmsNorm> norm;
@@ -80,10 +80,11 @@ class LlamaModel : public torch::nn::Module {
 class Llama : public CausalLM {
  public:
   // Parameters are initialised as Hugging Face does: normal(0, 0.02) for linear weights and the
-  // embedding, biases 0, RMSNorm weights 1. Seed with torch::manual_seed for a reproducible init.
-  // Units (embed_tokens, each layer, norm, lm_head) are handed to `on_unit_built` as they are
-  // built, so the chunk engine can take each before the next exists.
-  explicit Llama(const LlamaConfig& config, const UnitBuilt& on_unit_built = nullptr);
+  // embedding, biases 0, RMSNorm weights 1, with the counter-based generator from options.seed
+  // (Note [counter-based init]). Units (embed_tokens, each layer, norm, lm_head) are handed to
+  // options.on_unit_built as they are built, so the chunk engine can take each before the next
+  // exists.
+  explicit Llama(const LlamaConfig& config, const BuildOptions& options = {});
 
   torch::Tensor forward(const torch::Tensor& input_ids) override;
   bool set_activation_checkpointing(bool on) override {

@@ -51,6 +51,9 @@ struct RunFacts {
   // engine.device_memory.
   std::optional<int64_t> free_device_bytes;
   int64_t physical_memory_bytes = 0;  // the defaults of the budgets are a share of it
+  // The model's LM head is the token embedding's table (GPT; a Llama with tie_word_embeddings):
+  // the reason use_cpu_embedding's "auto" gives on a GPU depends on it (Note [cpu embedding]).
+  bool tied_head = true;
 };
 
 // Everything the rest of a run reads about its shape.

@@ -113,8 +113,9 @@ class DeviceTier {
   // for the emulated tier, no limit of its own (INT64_MAX): the budget decides.
   virtual int64_t device_capacity_bytes() const = 0;
 
-  // Zeroed memory of `bytes` (> 0) on `side`. Throws OutOfMemoryError naming the side and the
-  // size when there is not enough.
+  // Zeroed memory of `bytes` (> 0) on `side`; host memory is zeroed over every intra-op thread
+  // (Note [parallel first touch]). Throws OutOfMemoryError naming the side and the size when there
+  // is not enough.
   virtual Block allocate(Side side, int64_t bytes) = 0;
   // Memory like allocate()'s whose contents are undefined: for the destination of a copy that
   // writes all of it before anything reads it (a chunk's move). Zeroing it first would cost a
@@ -126,6 +127,11 @@ class DeviceTier {
   // correct, but may be slow (on the CUDA tier it is pageable memory, which a copy stages through
   // a driver buffer while the host waits).
   virtual Block allocate_host_only(int64_t bytes) = 0;
+  // Memory like allocate(side, bytes)'s, or with `host_only` (side kHost) like
+  // allocate_host_only(bytes)'s, whose contents are undefined: for a payload its owner fills whole
+  // before anything reads it (a new chunk's parameters and master weights, whose values are written
+  // next and whose padding is zeroed: Note [parallel first touch] in pstar/core/parallel_fill.h).
+  virtual Block allocate_unfilled(Side side, int64_t bytes, bool host_only) = 0;
   // Copies the first `bytes` of src into dst (either side to either side).
   virtual void copy(Block& dst, const Block& src, int64_t bytes) = 0;
   // A copy into a kDevice block ahead of its use (a prefetch): LibTorch's compute queued after it

@@ -1,6 +1,7 @@
 // What one optimizer step reports (StepMetrics: the trainer's figures and the engine's, filled by
 // engine::ParamEngine::fill_metrics), and the --metrics file that writes it: JSON Lines, one object
-// per step, flushed as it is written so a crashed run keeps every finished step.
+// per step, flushed as it is written so a crashed run keeps every finished step, after one start-up
+// record (`"record": "startup"`) when `pstar train` ran the set-up.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "pstar/core/setup_phases.h"
 #include "pstar/engine/metrics.h"
 
 namespace pstar::train {
@@ -42,8 +44,13 @@ class MetricsWriter {
   // Truncates `path`; IoError naming it if it cannot be created.
   explicit MetricsWriter(const std::string& path);
   void write(const StepMetrics& metrics);
+  // The start-up record (Note [set-up phases]): {"record": "startup", "setup_s": total, and per
+  // phase "<name>_s" and, for the phases that write payloads, "<name>_bytes"; "other_s"}. It has
+  // no "step" key; step lines have no "record" key.
+  void write_startup(const core::SetupPhases& phases, double setup_s);
 
  private:
+  void write_line(const std::string& text);
   struct Closer {
     void operator()(std::FILE* f) const { std::fclose(f); }
   };

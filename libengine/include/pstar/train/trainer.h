@@ -12,6 +12,7 @@
 
 #include <c10/core/Device.h>
 
+#include "pstar/core/setup_phases.h"
 #include "pstar/train/metrics.h"
 
 namespace pstar::config {
@@ -78,6 +79,8 @@ struct EvalSummary {
 struct ModelAndEngine {
   std::shared_ptr<model::CausalLM> model;
   std::unique_ptr<engine::ParamEngine> engine;  // null: the trainer makes one for engine.mode
+  // The set-up phases building them took (Note [set-up phases]); the trainer adds its own.
+  core::SetupPhases setup;
 };
 
 class Trainer {
@@ -92,6 +95,12 @@ class Trainer {
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
+
+  // Set-up is over, `setup_s` after it began (Note [set-up phases]): logs "set-up took" with the
+  // split of its phases in one line, and writes the start-up record to the metrics file.
+  void finish_setup(double setup_s);
+  // The set-up phases timed so far: building the model and engine, the data, checkpoints.
+  const core::SetupPhases& setup_phases() const;
 
   // One optimizer step (all its micro-batches); appends to the metrics file.
   StepMetrics step();
@@ -115,8 +124,10 @@ class Trainer {
 // otherwise its device tier is emulated on the CPU.
 c10::Device compute_device(const config::TrainConfig& config, const std::string& device_option);
 
-// The configured model (GPT), initialised from training.seed, then from model.init_from if set.
-std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config);
+// The configured model (GPT), initialised from training.seed, then from model.init_from if set;
+// the time it took is added to `phases` when given (Note [set-up phases]).
+std::shared_ptr<model::CausalLM> build_model(const config::TrainConfig& config,
+                                             core::SetupPhases* phases = nullptr);
 
 // What the chunk engine's device tier is sized beside (Note [library workspaces]): the model's
 // predicted activations for the plan, and the libraries' workspaces measured on its device.
