@@ -269,6 +269,18 @@ Block ChunkStore::allocate_payload(Place place, int64_t bytes, bool moves, bool 
   return host_only ? tier_->allocate_host_only(bytes) : tier_->allocate(place, bytes);
 }
 
+void ChunkStore::reserve_host_compute(int64_t chunks) {
+  if (chunks <= 0) return;
+  core::PhaseTimer timer(&setup_, core::SetupPhase::kAlloc);
+  const int64_t param = format_.chunk_size * format_.elem_bytes, grad = format_.chunk_size * 4;
+  if (!format_.reuse && grad == param) {
+    tier_->reserve_host(param, 2 * chunks);
+  } else {
+    tier_->reserve_host(param, chunks);
+    if (!format_.reuse) tier_->reserve_host(grad, chunks);
+  }
+}
+
 void ChunkStore::zero_padding(int64_t k) {
   Chunk& c = chunks_[static_cast<size_t>(k)];
   if (c.remote || c.used == format_.chunk_size) return;

@@ -197,6 +197,9 @@ class ChunkStore {
   // it is read); `moves`: copies between the places will take it back and forth (Note [pinned
   // what moves]).
   Block allocate_payload(Place place, int64_t bytes, bool moves, bool zeroed = true);
+  // Note [reserved blocks]: sets aside the copyable host memory of the compute payloads of
+  // `chunks` chunks that will start on the host and move (pinned on the CUDA tier), made at once.
+  void reserve_host_compute(int64_t chunks);
   // Zeroes the padding of chunk k's parameters and master weights (the elements past `used`), which
   // new_chunk leaves unfilled; once its last leaf has come.
   void zero_padding(int64_t k);

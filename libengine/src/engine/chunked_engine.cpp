@@ -214,6 +214,10 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
     log::info("engine.nvme_path ", nvme_path,
               ": the model fits host and device memory, so nothing goes to NVMe");
   }
+  // Note [reserved blocks]: the owned chunks before first_device start on the host and move, so
+  // their compute payloads come from the tier's copyable (pinned) pool. With use_cpu_embedding
+  // some of them are host-only instead, which pinned blocks set aside would waste.
+  if (!s.settings.use_cpu_embedding) store.reserve_host_compute(s.making.first_device);
   const int64_t capacity = store.tier().device_capacity_bytes();
   const int64_t whole = store.whole_bytes();
   PSTAR_CHECK(s.fit.device_static <= capacity, OutOfMemoryError, s.fit.device_chunks, " chunks",

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -131,6 +132,20 @@ class CudaTier final : public DeviceTier {
     Block block = allocate_pageable(bytes);
     core::parallel_zero(block.data(), bytes);  // Note [parallel first touch]
     return block;
+  }
+
+  // Note [reserved blocks]: cudaHostAlloc on several threads, each on this tier's device.
+  void reserve_host(int64_t bytes, int64_t count) override {
+    const auto device = device_index();
+    try {
+      state_->pinned.reserve(bytes, count, memory::reserve_threads(),
+                             [device](const std::function<void()>& work) {
+                               const c10::cuda::CUDAGuard guard(device);
+                               work();
+                             });
+    } catch (const OutOfMemoryError& e) {
+      PSTAR_THROW(OutOfMemoryError, "the CUDA tier's host side: ", e.what());
+    }
   }
 
   Block allocate_unfilled(Side side, int64_t bytes, bool host_only) override {

@@ -39,6 +39,10 @@ class EmulatedTier final : public DeviceTier {
     core::parallel_zero(block.data(), bytes);
     return block;
   }
+  // What the CUDA tier would pin: the same pool, reserved the same way.
+  void reserve_host(int64_t bytes, int64_t count) override {
+    pinned_.reserve(bytes, count, memory::reserve_threads());
+  }
   Block allocate_unfilled(Side side, int64_t bytes, bool host_only) override {
     return host_only ? from(pageable_, Side::kHost, bytes) : allocate_uninitialized(side, bytes);
   }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -237,9 +238,16 @@ struct SharedSource {
   static inline std::map<void*, int64_t> released;
   static inline std::set<std::thread::id> threads;
   static inline void* refuse = nullptr;
+  static inline int64_t allocations = 0;
+  static inline int64_t allocations_left = -1;  // then allocation fails; -1: never
+  static inline std::set<std::thread::id> allocating_threads;
 
   static void* allocate(int64_t bytes, int64_t) {
     const std::lock_guard<std::mutex> lock(mutex);
+    PSTAR_CHECK(allocations_left != 0, OutOfMemoryError, "no more blocks of ", bytes);
+    if (allocations_left > 0) --allocations_left;
+    ++allocations;
+    allocating_threads.insert(std::this_thread::get_id());
     void* p = reinterpret_cast<void*>(next);
     next += static_cast<uintptr_t>(bytes) + 4096;
     return p;
@@ -286,6 +294,48 @@ TEST(ExactSizePoolParallelRelease, ASmallPoolGoesBackOnTheCallingThread) {
   EXPECT_EQ(SharedSource::released.size(), 2u);
   ASSERT_EQ(SharedSource::threads.size(), 1u);
   EXPECT_EQ(*SharedSource::threads.begin(), std::this_thread::get_id());
+}
+
+// Note [reserved blocks]: count blocks made at once over several threads, each then taken by a
+// request of its size without asking the source again.
+TEST(ExactSizePoolReserve, MakesTheBlocksOverThreadsAndKeepsThemForRequestsOfTheirSize) {
+  SharedSource::allocations = 0;
+  SharedSource::allocating_threads.clear();
+  ExactSizePool<SharedSource> pool;
+  int wrapped = 0;
+  std::mutex wrapped_mutex;
+  pool.reserve(1 << 20, 6, 3, [&](const std::function<void()>& work) {
+    {
+      const std::lock_guard<std::mutex> lock(wrapped_mutex);
+      ++wrapped;
+    }
+    work();
+  });
+  EXPECT_EQ(wrapped, 3) << "every thread's work goes through the wrapper";
+  EXPECT_EQ(SharedSource::allocations, 6);
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.reserved.current, 6 << 20);
+  EXPECT_EQ(s.blocks, 6);
+  EXPECT_EQ(s.free_blocks, 6);
+  EXPECT_EQ(s.in_use.current, 0);
+  std::vector<PoolBlock<SharedSource>> taken;
+  for (int i = 0; i < 6; ++i) taken.push_back(pool.acquire(1 << 20));
+  EXPECT_EQ(SharedSource::allocations, 6) << "a request did not take a reserved block";
+  EXPECT_EQ(pool.stats().free_blocks, 0);
+  auto other = pool.acquire(2 << 20);  // another size: fresh
+  EXPECT_EQ(SharedSource::allocations, 7);
+}
+
+TEST(ExactSizePoolReserve, AFailureKeepsTheBlocksMadeAndSaysWhy) {
+  SharedSource::allocations = 0;
+  SharedSource::allocations_left = 2;
+  ExactSizePool<SharedSource> pool;
+  EXPECT_THROW(pool.reserve(4096, 5, 2), OutOfMemoryError);
+  SharedSource::allocations_left = -1;
+  EXPECT_EQ(pool.stats().free_blocks, 2);
+  EXPECT_EQ(pool.stats().reserved.current, 2 * 4096);
+  pool.reserve(4096, 0, 4);  // nothing asked, nothing made
+  EXPECT_EQ(SharedSource::allocations, 2);
 }
 
 }  // namespace

@@ -190,6 +190,26 @@ TEST(EmulatedTier, HostMemoryCountsWhatWouldBePinnedApartFromThePageableRest) {
   EXPECT_EQ(held.pageable.current, 3000);
 }
 
+// Note [reserved blocks]: blocks set aside ahead are what the copyable host allocations of their
+// size take next (nothing more is allocated until they are used up), and they are held meanwhile.
+TEST(EmulatedTier, ReservedHostBlocksServeTheAllocationsOfTheirSize) {
+  auto tier = make_emulated_tier();
+  tier->reserve_host(4096, 3);
+  EXPECT_EQ(tier->host_memory().pinned.current, 3 * 4096);
+  std::vector<Block> taken;
+  taken.push_back(tier->allocate(Side::kHost, 4096));
+  taken.push_back(tier->allocate_unfilled(Side::kHost, 4096, /*host_only=*/false));
+  taken.push_back(tier->allocate_uninitialized(Side::kHost, 4096));
+  EXPECT_EQ(tier->host_memory().pinned.allocated, 3 * 4096) << "a reserved block went unused";
+  EXPECT_TRUE(torch::equal(tier->view(taken[0], torch::kUInt8, 0, {4096}),
+                           torch::zeros({4096}, torch::kUInt8)));
+  taken.push_back(tier->allocate(Side::kHost, 4096));  // past the reserve: fresh memory
+  EXPECT_EQ(tier->host_memory().pinned.current, 4 * 4096);
+  // Other sizes and host-only memory are not drawn from it.
+  Block other = tier->allocate_unfilled(Side::kHost, 4096, /*host_only=*/true);
+  EXPECT_EQ(tier->host_memory().pageable.current, 4096);
+}
+
 TEST(EmulatedTier, NonModelMemoryIsLibTorchsAndNotTheTiers) {
   auto tier = make_emulated_tier();
   tier->reset_non_model_peak();
@@ -239,6 +259,7 @@ struct Ledger {
   int64_t reported_reserved_peak = 0;
   int64_t host_only_allocations = 0;
   int64_t unfilled_allocations = 0;  // start-up payloads written whole by the engine
+  int64_t reserved_host_blocks = 0;  // asked for ahead of the chunks (reserve_host)
   int64_t host_only_copied = 0;      // bytes copied from or into allocate_host_only blocks
 
   int64_t live_host_only_bytes() const {
@@ -347,6 +368,14 @@ class CheckingTier final : public DeviceTier {
       ++ledger_->host_only_allocations;
     }
     return track(inner_->allocate_host_only(bytes), Side::kHost, bytes, /*host_only=*/true);
+  }
+
+  void reserve_host(int64_t bytes, int64_t count) override {
+    {
+      const std::lock_guard<std::mutex> lock(ledger_->mutex);
+      ledger_->reserved_host_blocks += count;
+    }
+    inner_->reserve_host(bytes, count);
   }
 
   // Filled with the NaN pattern too: a start-up payload the engine does not write whole (values
@@ -819,6 +848,27 @@ TEST_F(ChunkedEngineOnATier, HostPoolsHoldExactlyTheHostPayloadsAndStopGrowing) 
     EXPECT_GT(ledger->adam_calls[0], 0) << "the budget left no margin";
     EXPECT_GT(copied_at_plan, 0) << "the margin's optimizer state was not pageable";
     EXPECT_GT(ledger->host_only_allocations, 0);
+    for (const auto& v : ledger->violations) ADD_FAILURE() << v;
+  }
+}
+
+// Note [reserved blocks]: without use_cpu_embedding every chunk that starts on the host moves, so
+// the engine sets its compute payloads aside before making them (one block per chunk with bf16's
+// param/grad reuse, a param and a grad block in fp32); the losses stay the default tier's.
+TEST_F(ChunkedEngineOnATier, HostComputePayloadsAreReservedAheadAndChangeNoLoss) {
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    auto c = small_config(bf16);
+    c.use_cpu_embedding = config::OnOffAuto::kOff;
+    c.training.steps = 3;
+    Plan plan;
+    const auto reference = run(c, nullptr, nullptr, &plan);
+    auto ledger = std::make_shared<Ledger>();
+    const auto checked =
+        run(c, std::make_unique<CheckingTier>(ledger, std::numeric_limits<int64_t>::max()));
+    EXPECT_EQ(losses(checked), losses(reference));
+    // Unconstrained: every chunk starts on the host.
+    EXPECT_EQ(ledger->reserved_host_blocks, (bf16 ? 1 : 2) * plan.num_chunks);
     for (const auto& v : ledger->violations) ADD_FAILURE() << v;
   }
 }

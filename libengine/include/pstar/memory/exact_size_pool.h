@@ -23,6 +23,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -105,6 +107,14 @@ class ExactSizeFreeList {
     return released;
   }
 
+  // A block of `bytes` fresh from the source, free for the next request of its size.
+  void add_free(void* p, int64_t bytes) {
+    free_[bytes].push_back(p);
+    stats_.reserved.increase(bytes);
+    ++stats_.blocks;
+    ++stats_.free_blocks;
+  }
+
   // Removes every free block from the lists and the counts at once and returns them (p, bytes),
   // for the caller to give back.
   std::vector<std::pair<void*, int64_t>> take_all() {
@@ -131,6 +141,11 @@ class ExactSizeFreeList {
   std::unordered_map<int64_t, std::vector<void*>> free_;
   PoolStats stats_;
 };
+
+// The threads ExactSizePool::reserve is given by the tiers: the cores, at most 16.
+inline unsigned reserve_threads() {
+  return std::min(16u, std::max(1u, std::thread::hardware_concurrency()));
+}
 
 // Source is where the memory comes from, a type with two static functions:
 //   void* allocate(int64_t bytes, int64_t reserved_bytes): fresh memory of `bytes`, or throws
@@ -281,6 +296,57 @@ class ExactSizePool {
     block.data_ = data;
     block.bytes_ = bytes;
     return block;
+  }
+
+  // Note [reserved blocks]
+  // Takes `count` fresh blocks of exactly `bytes` from the source at once, over up to `threads`
+  // threads, and keeps them free for the requests of that size to come. A source whose allocation
+  // does the work itself (cudaHostAlloc pins every page inside the call) otherwise runs once per
+  // chunk payload, one after another, as the engine makes its chunks: at 8B parameters that is
+  // tens of GiB pinned on one thread (issue 35). `run` wraps each thread's work (the CUDA tier
+  // selects its device there); null runs it as it is. On an allocation failure the blocks made
+  // stay free in the pool and the first error is thrown.
+  void reserve(int64_t bytes, int64_t count, unsigned threads,
+               const std::function<void(const std::function<void()>&)>& run = nullptr) {
+    PSTAR_INTERNAL_ASSERT(bytes > 0 && count >= 0, "reserving ", count, " blocks of ", bytes);
+    if (count == 0) return;
+    std::vector<void*> made(static_cast<size_t>(count), nullptr);
+    std::atomic<int64_t> next{0};
+    std::exception_ptr failure;
+    std::mutex failure_mutex;
+    const int64_t held = stats().reserved.current;
+    const auto work = [&] {
+      for (int64_t i = next++; i < count; i = next++) {
+        try {
+          made[static_cast<size_t>(i)] = Source::allocate(bytes, held + i * bytes);
+        } catch (...) {
+          const std::lock_guard<std::mutex> lock(failure_mutex);
+          if (!failure) failure = std::current_exception();
+          next = count;  // no point in asking for more
+        }
+      }
+    };
+    const auto in_thread = [&] {
+      if (run)
+        run(work);
+      else
+        work();
+    };
+    const size_t helpers = std::min<size_t>(std::max(threads, 1u), static_cast<size_t>(count)) - 1;
+    std::vector<std::thread> pool;
+    try {
+      for (size_t t = 0; t < helpers; ++t) pool.emplace_back(in_thread);
+    } catch (...) {
+      // No thread to spare: the ones started and this one do it all.
+    }
+    in_thread();
+    for (auto& t : pool) t.join();
+    {
+      const std::lock_guard<std::mutex> lock(state_->mutex);
+      for (void* p : made)
+        if (p != nullptr) state_->list.add_free(p, bytes);
+    }
+    if (failure) std::rethrow_exception(failure);
   }
 
   // Gives every free block back to the source; returns the bytes given back.

@@ -132,6 +132,13 @@ class DeviceTier {
   // before anything reads it (a new chunk's parameters and master weights, whose values are written
   // next and whose padding is zeroed: Note [parallel first touch] in pstar/core/parallel_fill.h).
   virtual Block allocate_unfilled(Side side, int64_t bytes, bool host_only) = 0;
+  // Sets aside `count` blocks of `bytes` of host memory fit for copies, for the allocate(kHost,
+  // bytes) and allocate_unfilled(kHost, bytes, false) calls to come, made at once over several
+  // threads (Note [reserved blocks] in pstar/memory/exact_size_pool.h: the CUDA tier pins them side
+  // by side instead of one cudaHostAlloc per chunk payload). They count as held host memory
+  // (host_memory()) until used or trimmed. Throws OutOfMemoryError as allocate() does; the blocks
+  // made before stay reserved.
+  virtual void reserve_host(int64_t bytes, int64_t count) = 0;
   // Copies the first `bytes` of src into dst (either side to either side).
   virtual void copy(Block& dst, const Block& src, int64_t bytes) = 0;
   // A copy into a kDevice block ahead of its use (a prefetch): LibTorch's compute queued after it
