@@ -20,6 +20,7 @@
 #include "pstar/checkpoint/store.h"
 #include "pstar/formats/config.h"
 #include "pstar/formats/profile.h"
+#include "pstar/formats/record_file.h"
 #include "pstar/formats/safetensors.h"
 #include "pstar/formats/token_file.h"
 
@@ -140,6 +141,42 @@ void token_seeds() {
   fs::remove(u32);
   write_seed("token_file", "empty.bin", "");
   write_seed("token_file", "odd.bin", "abc");
+}
+
+void record_seeds() {
+  using formats::record_token;
+  const fs::path file = scratch("r.records");
+  {
+    formats::RecordFileWriter w(file.string());
+    w.add({record_token(300, false), record_token(72, false), record_token(257, true),
+           record_token(303, true)},
+          1);
+    w.add({}, 3);
+    w.add({record_token(16777215, true)}, 4);
+    w.commit(R"({"lines": 4})");
+  }
+  const std::string bytes = read_file(file);
+  write_seed("record_file", "records.records", bytes);
+  {
+    formats::RecordFileWriter w(file.string());
+    w.commit("");
+  }
+  write_seed("record_file", "empty.records", read_file(file));
+  fs::remove(file);
+  write_seed("record_file", "header_only.records", bytes.substr(0, 64));
+  write_seed("record_file", "short.records", "PSTARREC");
+
+  // JSON Lines records (records_fuzz.cpp): every shape, and some bad ones.
+  write_seed("records", "conversation.jsonl",
+             R"({"messages": [{"role": "system", "content": "Be brief."}, )"
+             R"({"role": "user", "content": "Capital?"}, )"
+             R"({"role": "assistant", "content": " Paris "}, )"
+             R"({"role": "user", "content": "Café?"}, )"
+             R"({"role": "assistant", "content": ""}]})");
+  write_seed("records", "pair.jsonl", R"({"prompt": "The capital?", "completion": " Paris"})");
+  write_seed("records", "text.jsonl", R"({"text": "café <|end|> the", "id": 3})");
+  write_seed("records", "bad_role.jsonl", R"({"messages": [{"role": "tool", "content": "x"}]})");
+  write_seed("records", "invalid_utf8.jsonl", "{\"text\": \"caf\xe9\"}");
 }
 
 void profile_seeds() {
@@ -277,6 +314,7 @@ int main(int argc, char** argv) {
     config_seeds();
     safetensors_seeds();
     token_seeds();
+    record_seeds();
     profile_seeds();
     checkpoint_seeds();
   } catch (const std::exception& e) {

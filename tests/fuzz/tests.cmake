@@ -2,7 +2,8 @@
 # configures and builds the `fuzz` preset's own tree (build/fuzz: clang, ASan + UBSan, only formats
 # and the targets); then each fuzz.<target> fuzzes a fresh copy of its seed corpus for a bounded
 # time. Without clang, its fuzzer runtime or HDF5 they are skipped with the reason, never passed.
-set(PSTAR_FUZZ_TARGETS config safetensors token_file profile checkpoint tokenizer)
+set(PSTAR_FUZZ_TARGETS config safetensors token_file record_file profile checkpoint tokenizer
+    records)
 set(PSTAR_FUZZ_SECONDS 25 CACHE STRING "Seconds that each fuzz.<target> test fuzzes")
 set(PSTAR_FUZZ_BINARY_DIR ${PROJECT_SOURCE_DIR}/build/fuzz)  # binaryDir of the fuzz preset
 set(PSTAR_FUZZ_WORK_DIR ${CMAKE_CURRENT_BINARY_DIR}/fuzz)    # corpus copies and crash inputs

@@ -40,6 +40,7 @@ struct BadLine {
 const std::vector<BadLine>& bad_lines() {
   static const std::vector<BadLine> lines = {
       {R"({"messages": [)", "not JSON", "not JSON: column"},
+      {R"({"text": 1e999})", "not JSON", "not JSON: number overflow"},  // found by records_fuzz
       {R"(["a", "b"])", "not an object", "the line is a list, expected an object"},
       {R"({"conversation": []})", "unknown shape", "has none of \"messages\""},
       {R"({"text": "a", "prompt": "b", "completion": "c"})", "unknown shape",

@@ -75,7 +75,7 @@ TEST(RecordMasks, LastAssistantOnlyAndAll) {
   EXPECT_EQ(counted_text(t, last.tokens), "Hello user<|end|>");
   const Result all = run(kConversation, LossOn::kAll);
   ASSERT_FALSE(all.bad);
-  EXPECT_EQ(all.stats.counted, all.stats.tokens);
+  EXPECT_EQ(all.stats.counted, all.stats.tokens - 1);  // every target
   EXPECT_EQ(counted_text(t, all.tokens), all_text(t, all.tokens));
 }
 
@@ -144,8 +144,9 @@ TEST(RecordMasks, TextCountsEverything) {
   const Result r = run(R"({"text": "Paris is the capital.", "source": "wiki"})");
   ASSERT_FALSE(r.bad);
   EXPECT_EQ(all_text(t, r.tokens), "<s>Paris is the capital.</s>");
-  // Every token is flagged (the first is never a target, so its flag does not matter).
-  EXPECT_EQ(r.stats.counted, r.stats.tokens);
+  // Every token is flagged; the first is never a target, so every target counts.
+  EXPECT_EQ(counted_text(t, r.tokens), all_text(t, r.tokens));
+  EXPECT_EQ(r.stats.counted, r.stats.tokens - 1);
   EXPECT_EQ(r.stats.texts, 1);
   const Result empty = run(R"({"text": ""})");
   EXPECT_EQ(all_text(t, empty.tokens), "<s></s>");

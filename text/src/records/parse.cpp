@@ -63,6 +63,12 @@ std::optional<Json> parse_json(std::string_view line, std::string* error) {
     const size_t at = what.find("column ");
     *error = at == std::string::npos ? what : what.substr(at);
     return std::nullopt;
+  } catch (const Json::exception& e) {
+    // E.g. out_of_range.406, a number too large for a double (1e999; found by records_fuzz).
+    std::string what = e.what();
+    const size_t at = what.find("] ");
+    *error = at == std::string::npos ? what : what.substr(at + 2);
+    return std::nullopt;
   } catch (const TooDeep&) {
     *error = "nested deeper than " + std::to_string(kMaxDepth) + " levels";
     return std::nullopt;

@@ -55,7 +55,9 @@ class RecordTokenizer::Impl {
         break;
     }
     stats.tokens += static_cast<int64_t>(out.size());
-    stats.counted += std::count_if(out.begin(), out.end(), formats::record_token_counts);
+    // Targets are tokens 1 .. n-1: the first token's flag never reaches the loss.
+    if (!out.empty())
+      stats.counted += std::count_if(out.begin() + 1, out.end(), formats::record_token_counts);
     return std::nullopt;
   }
 

@@ -63,8 +63,9 @@ struct RecordStats {
   int64_t conversations = 0, pairs = 0, texts = 0;  // records kept, by shape
   int64_t no_assistant = 0;           // conversations without an assistant turn (nothing counts)
   int64_t empty_turns_uncounted = 0;  // assistant turns with no bytes and no end-of-turn found
-  int64_t tokens = 0, counted = 0;    // over the records kept
-  int64_t bytes = 0;                  // of the file
+  int64_t tokens = 0;                 // over the records kept
+  int64_t counted = 0;  // targets that count (tokens 1 .. n-1 of each record with the loss bit)
+  int64_t bytes = 0;    // of the file
   std::map<std::string, int64_t> skipped;  // bad records skipped, by kind ("not JSON", ...)
 
   int64_t records() const { return conversations + pairs + texts; }
