@@ -172,7 +172,8 @@ TEST(RecordFile, SkippingCountsBadRecordsByKind) {
   EXPECT_EQ(file.line(1), static_cast<int64_t>(bad_lines().size()) + 2);
   const std::string summary = cache.stats.summary();
   EXPECT_NE(summary.find("2 records (2 conversations)"), std::string::npos) << summary;
-  EXPECT_NE(summary.find(std::to_string(bad_lines().size()) + " bad records (3 content not a string, 1 invalid UTF-8"),
+  EXPECT_NE(summary.find(std::to_string(bad_lines().size()) +
+                         " bad records (3 content not a string, 1 invalid UTF-8"),
             std::string::npos)
       << summary;
   EXPECT_NE(summary.find("1 conversations without an assistant turn"), std::string::npos)
