@@ -31,6 +31,14 @@ std::array<uint32_t, 4> init_philox_block(uint64_t seed, uint64_t stream, uint64
   return c;
 }
 
+const char* init_isa() { return init_kernel::isa_in_use(); }
+
+namespace detail {
+optim::detail::Isa set_init_isa_for_testing(const optim::detail::Isa* isa) {
+  return init_kernel::set_isa_for_testing(isa);
+}
+}  // namespace detail
+
 void init_standard_normals(uint64_t seed, uint64_t stream, int64_t begin, int64_t end, float* out) {
   InitWrite w;
   w.init = ParameterInit{ParameterInit::Kind::kNormal, 1.0};

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "pstar/model/init.h"
+#include "pstar/optim/host_adam.h"  // optim::detail::Isa
 
 namespace pstar::model::init_kernel {
 
@@ -13,7 +14,14 @@ namespace pstar::model::init_kernel {
 void philox(uint32_t& c0, uint32_t& c1, uint32_t& c2, uint32_t& c3, uint32_t k0, uint32_t k1);
 
 // Elements [begin, end) of one write's parameter (relative to the parameter, so write.begin <=
-// begin <= end <= write.end) into its outputs.
+// begin <= end <= write.end) into its outputs, with the instruction set in use (the same bits with
+// any: init_kernel_impl.h).
 void write_range(uint64_t seed, const InitWrite& write, int64_t begin, int64_t end);
+
+// The instruction set write_range uses, and the tests' way to pick another (clamped to what the
+// CPU has; null: the default again). Not thread-safe against running kernels.
+optim::detail::Isa active_isa();
+optim::detail::Isa set_isa_for_testing(const optim::detail::Isa* isa);
+const char* isa_in_use();
 
 }  // namespace pstar::model::init_kernel

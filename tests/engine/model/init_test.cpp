@@ -6,6 +6,7 @@
 #include <ATen/core/PhiloxRNGEngine.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -188,6 +189,35 @@ TEST(InitTest, OneTwoAndManyThreadsWriteTheSameBits) {
   EXPECT_EQ(std::memcmp(bf16.data_ptr(), one.bf16.data(), one.bf16.size() * 2), 0);
   const auto f16 = f32.narrow(0, 0, n).to(torch::kFloat16);
   EXPECT_EQ(std::memcmp(f16.data_ptr(), one.f16.data(), one.f16.size() * 2), 0);
+}
+
+// Note [counter-based init]: the kernel of every instruction set this CPU has writes the scalar
+// kernel's bits (fp32, bf16 and fp16 outputs, ragged ranges).
+TEST(InitTest, EveryInstructionSetWritesTheSameBits) {
+  using optim::detail::Isa;
+  const Isa scalar = Isa::kScalar;
+  detail::set_init_isa_for_testing(&scalar);
+  const int64_t n = 2 * kInitPiece + 77;
+  const Written reference = write_with_threads(2, n);
+  std::vector<float> part_reference(1000);
+  init_standard_normals(3, init_stream("q"), 5, 1005, part_reference.data());
+  for (const Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    if (detail::set_init_isa_for_testing(&isa) != isa) {
+      std::printf("this CPU has no %s: not compared\n", optim::detail::isa_name(isa));
+      continue;
+    }
+    SCOPED_TRACE(init_isa());
+    const Written other = write_with_threads(2, n);
+    EXPECT_TRUE(other.f32 == reference.f32);
+    EXPECT_TRUE(other.bf16 == reference.bf16);
+    EXPECT_TRUE(other.f16 == reference.f16);
+    std::vector<float> part(1000);
+    init_standard_normals(3, init_stream("q"), 5, 1005, part.data());
+    EXPECT_EQ(std::memcmp(part.data(), part_reference.data(), part.size() * 4), 0);
+  }
+  detail::set_init_isa_for_testing(nullptr);
+  if (optim::detail::detected_isa() == Isa::kScalar)
+    GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512: only the scalar kernel ran";
 }
 
 TEST(InitTest, ParametersStartAsHuggingFacesInitWeightsSays) {

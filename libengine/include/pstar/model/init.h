@@ -13,14 +13,14 @@
 // times the parameter's standard deviation: one Philox block (four 32-bit words) gives two pairs of
 // uniforms, and each pair two normals (radius sqrt(-2 ln u1), angle 2 pi u2; u1 = (v + 1/2) / 2^31
 // from the first word's top 31 bits v, u2 from the second word's top 24 bits). The logarithm, sine
-// and cosine are computed here, in fp32, from +, -,
-// *, / and sqrt alone (no libm, no fused multiply-adds: init_kernel.cpp is compiled with
-// -ffp-contract=off), so the bits are the same on every x86-64 CPU, whichever vector width the
-// compiler chose for which element. A value is then the same whatever thread count writes it,
-// whichever engine holds it (chunks or plain tensors), whatever the budget, the device or the
-// number of ranks (each rank writes only the chunks it owns, with the numbers every rank would
-// write), and whether the model was built unit by unit or at once. The numbers for a given seed
-// changed once, with this note (docs/training.md#determinism).
+// and cosine are computed here, in fp32, from +, -, *, / and sqrt alone (no libm, no fused
+// multiply-adds: the kernel is compiled with -ffp-contract=off, once per instruction set, the
+// best the CPU has chosen at run time), so the bits are the same on every x86-64 CPU, whichever
+// instruction set and vector width computed which element. A value is then the same whatever thread
+// count writes it, whichever engine holds it (chunks or plain tensors), whatever the budget, the
+// device or the number of ranks (each rank writes only the chunks it owns, with the numbers every
+// rank would write), and whether the model was built unit by unit or at once. The numbers for a
+// given seed changed once, with this note (docs/training.md#determinism).
 //
 // Accuracy: within 1e-6 (1 + |z|) of the same formula in float64 (ln u1 from 1 - u1 where u1 is
 // near 1, so small radii keep their precision); the largest |z| is sqrt(-2 ln 2^-32) = 6.66 (a
@@ -82,6 +82,17 @@ struct InitWrite {
 // the bytes written as pieces finish (from any of the threads). Returns how many threads took part
 // (tests).
 inline constexpr int64_t kInitPiece = int64_t{1} << 18;
+
+// "avx512", "avx2" or "scalar": the kernel the generator runs, the best this CPU has unless the
+// environment variable PSTAR_INIT_ISA (scalar|avx2|avx512, read once) asks for a lower one. Every
+// one writes the same bits (Note [counter-based init]); they differ in speed.
+const char* init_isa();
+
+namespace detail {
+// Tests only: makes later writes use `isa` (clamped to the CPU's), or the default again for null.
+// Returns the instruction set now in use. Not thread-safe against running writes.
+optim::detail::Isa set_init_isa_for_testing(const optim::detail::Isa* isa);
+}  // namespace detail
 int write_init(uint64_t seed, const std::vector<InitWrite>& writes,
                const std::function<void(int64_t bytes)>& on_done = nullptr);
 
