@@ -23,6 +23,7 @@
 #include "cli_util.h"
 #include "metrics_util.h"
 #include "test_util.h"
+#include "text/record_fixtures.h"
 
 namespace pstar::cmd {
 namespace {
@@ -248,6 +249,51 @@ TEST_F(DistTrainTest, AccumulationAndBf16TrackOneRank) {
     // The loss falls: the reduced gradients drive a working update.
     EXPECT_LT(runs[2].back()["loss"].get<double>(), runs[2].front()["loss"].get<double>())
         << c.name;
+  }
+}
+
+// Records (data.jsonl) packed into windows, with answers of uneven length, so that the ranks'
+// micro-batches count different numbers of targets: two ranks train what one does, the loss being
+// the mean over the global batch's counted targets on both (Note [loss over counted targets]).
+TEST_F(DistTrainTest, RecordsOnTwoRanksTrackOneRank) {
+  fs::create_directories(dir_.path() / "conf" / "tok");
+  write_text(dir_.file("conf/tok/tokenizer.json"), text::testing::small_tokenizer_json());
+  write_text(dir_.file("conf/tok/tokenizer_config.json"), text::testing::small_tokenizer_config());
+  std::string records;
+  for (int i = 0; i < 30; ++i) {
+    std::string answer = "Paris";
+    for (int w = 0; w < (i * 5) % 23; ++w) answer += " is the capital";
+    records += json{{"messages",
+                     {{{"role", "user"}, {"content", "question " + std::to_string(i)}},
+                      {{"role", "assistant"}, {"content", answer}}}}}
+                   .dump() +
+               "\n";
+  }
+  write_text(dir_.file("conf/conv.jsonl"), records);
+  std::map<int64_t, std::vector<json>> runs;
+  for (int64_t n : {1, 2}) {
+    json cfg = config(4 / n, 5);
+    cfg["model"] = {{"preset", "gpt-tiny"}, {"vocab_size", 304}, {"seq_len", 48}};
+    cfg["data"] = {{"jsonl", "conv.jsonl"}, {"tokenizer", "tok"}};
+    cfg["gradient_accumulation_steps"] = 2;
+    cfg["engine"]["device_memory"] = "6MB";
+    const std::string path = write_config(cfg);
+    const std::string metrics = "records" + std::to_string(n) + ".jsonl";
+    const auto r = train(path, {"--nproc", std::to_string(n), "--metrics", metrics});
+    ASSERT_EQ(r.exit_code, 0) << r;
+    runs[n] = read_metrics(dir_.file(metrics));
+    ASSERT_EQ(runs[n].size(), 5u) << r;
+    if (n == 2) {
+      const auto other = read_metrics(dir_.file(metrics + ".rank1"));
+      ASSERT_EQ(other.size(), 5u);
+      for (size_t i = 0; i < 5; ++i)
+        EXPECT_EQ(other[i]["counted_targets"], runs[2][i]["counted_targets"]) << "step " << i + 1;
+    }
+  }
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(runs[2][i]["counted_targets"], runs[1][i]["counted_targets"]) << "step " << i + 1;
+    const double one = runs[1][i]["loss"].get<double>(), two = runs[2][i]["loss"].get<double>();
+    EXPECT_NEAR(two, one, 1e-5 * one) << "step " << i + 1;
   }
 }
 

@@ -55,7 +55,7 @@ GptAttention::GptAttention(const GptConfig& config) : heads(config.heads) {
   c_proj = register_module("c_proj", std::make_shared<Conv1D>(config.hidden, config.hidden));
 }
 
-torch::Tensor GptAttention::forward(const torch::Tensor& x) {
+torch::Tensor GptAttention::forward(const torch::Tensor& x, const torch::Tensor& allowed) {
   const int64_t batch = x.size(0), seq = x.size(1), hidden = x.size(2);
   const int64_t head_dim = hidden / heads;
   auto qkv = c_attn->forward(x).split(hidden, /*dim=*/2);
@@ -64,15 +64,12 @@ torch::Tensor GptAttention::forward(const torch::Tensor& x) {
   };
   auto q = heads_view(qkv[0]), k = heads_view(qkv[1]), v = heads_view(qkv[2]);
   // Note [fused attention]
-  if (auto fused = fused_causal_attention(q, k, v))
+  if (auto fused = fused_causal_attention(q, k, v, allowed))
     return c_proj->forward(fused->transpose(1, 2).reshape({batch, seq, hidden}));
   auto scores = torch::matmul(q, k.transpose(-2, -1)).to(torch::kFloat32) *
                 (1.0 / std::sqrt(static_cast<double>(head_dim)));
-  auto future = torch::ones({seq, seq}, torch::dtype(torch::kBool).device(x.device())).triu(1);
   // Softmax in fp32 whatever the compute dtype, for bf16/fp16 stability.
-  auto probs = scores.masked_fill(future, -std::numeric_limits<float>::infinity())
-                   .softmax(-1)
-                   .to(x.scalar_type());
+  auto probs = mask_scores(scores, allowed).softmax(-1).to(x.scalar_type());
   auto y = torch::matmul(probs, v).transpose(1, 2).reshape({batch, seq, hidden});
   return c_proj->forward(y);
 }
@@ -95,8 +92,8 @@ GptBlock::GptBlock(const GptConfig& config) {
   mlp = register_module("mlp", std::make_shared<GptMlp>(config));
 }
 
-torch::Tensor GptBlock::forward(const torch::Tensor& x) {
-  auto h = x + attn->forward(ln_1->forward(x));
+torch::Tensor GptBlock::forward(const torch::Tensor& x, const torch::Tensor& allowed) {
+  auto h = x + attn->forward(ln_1->forward(x), allowed);
   return h + mlp->forward(ln_2->forward(h));
 }
 
@@ -132,24 +129,47 @@ GptTransformer::GptTransformer(const GptConfig& config, const BuildOptions& opti
 Gpt::Gpt(const GptConfig& config, const BuildOptions& options) : config_(config) {
   transformer_ = register_module("transformer", std::make_shared<GptTransformer>(config, options));
   for (auto& block : transformer_->h) {
-    block_fns_.emplace_back([block](const torch::Tensor& x) { return block->forward(x); });
+    block_fns_.emplace_back(
+        [this, block](const torch::Tensor& x) { return block->forward(x, allowed_); });
   }
 }
 
-torch::Tensor Gpt::forward(const torch::Tensor& input_ids) {
+torch::Tensor Gpt::hidden(const torch::Tensor& input_ids, const torch::Tensor& positions) {
   PSTAR_CHECK(input_ids.dim() == 2, ConfigError, "GPT input must be [batch, seq] token ids, got ",
               input_ids.sizes());
   const int64_t seq = input_ids.size(1);
   PSTAR_CHECK(seq <= config_.seq_len, ConfigError, "sequence of ", seq,
               " tokens is longer than model.seq_len ", config_.seq_len);
   auto& t = *transformer_;
-  auto positions = torch::arange(seq, torch::dtype(torch::kLong).device(input_ids.device()));
-  auto x = t.wte->forward(input_ids) + t.wpe->forward(positions).unsqueeze(0);
+  torch::Tensor x;
+  if (positions.defined()) {
+    x = t.wte->forward(input_ids) + t.wpe->forward(positions);  // [B, S, hidden] rows per token
+  } else {
+    const auto arange = torch::arange(seq, torch::dtype(torch::kLong).device(input_ids.device()));
+    x = t.wte->forward(input_ids) + t.wpe->forward(arange).unsqueeze(0);
+  }
   for (size_t i = 0; i < t.h.size(); ++i)
-    x = checkpointing_ ? checkpoint(&block_fns_[i], x) : t.h[i]->forward(x);
-  x = t.ln_f->forward(x);
+    x = checkpointing_ ? checkpoint(&block_fns_[i], x) : t.h[i]->forward(x, allowed_);
+  return t.ln_f->forward(x);
+}
+
+torch::Tensor Gpt::head(const torch::Tensor& x) {
+  auto& t = *transformer_;
   // LM head tied to the token embedding: a second use of wte, with its own hooks.
   return run_module(*t.wte, [&] { return pstar::model::linear(x, t.wte->weight.to(x.device())); });
+}
+
+torch::Tensor Gpt::forward(const torch::Tensor& input_ids) {
+  allowed_ = torch::Tensor();
+  return head(hidden(input_ids, torch::Tensor()));
+}
+
+torch::Tensor Gpt::forward_records(const torch::Tensor& input_ids, const RecordInputs& records) {
+  allowed_ = segment_causal_mask(records.segments);  // Note [packed attention]
+  const torch::Tensor x = hidden(input_ids, records.positions);
+  // Only the positions whose targets count reach the head (the vocabulary-wide product is most of
+  // a small model's work there).
+  return head(x.reshape({-1, x.size(-1)}).index_select(0, records.rows));
 }
 
 }  // namespace pstar::model

@@ -91,7 +91,8 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c)
       register_module("o_proj", std::make_shared<LlamaLinear>(c.q_width(), c.hidden, c.o_bias));
 }
 
-torch::Tensor LlamaAttention::forward(const torch::Tensor& x, const RotaryTables& rope) {
+torch::Tensor LlamaAttention::forward(const torch::Tensor& x, const RotaryTables& rope,
+                                      const torch::Tensor& allowed) {
   const int64_t batch = x.size(0), seq = x.size(1);
   auto split_heads = [&](const torch::Tensor& t, int64_t n) {
     return t.view({batch, seq, n, head_dim}).transpose(1, 2);  // [B, n, S, hd]
@@ -110,17 +111,13 @@ torch::Tensor LlamaAttention::forward(const torch::Tensor& x, const RotaryTables
             .reshape({batch, heads, seq, head_dim});
   }
   // Note [fused attention] (Hugging Face's "sdpa" implementation, its default on GPUs).
-  if (auto fused = fused_causal_attention(q, k, v))
+  if (auto fused = fused_causal_attention(q, k, v, allowed))
     return o_proj->forward(fused->transpose(1, 2).reshape({batch, seq, heads * head_dim}));
   // As Hugging Face's eager attention: scores in the compute dtype, softmax in fp32.
   const auto scores =
       torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
-  const auto future =
-      torch::ones({seq, seq}, torch::dtype(torch::kBool).device(x.device())).triu(1);
-  const auto probs = scores.to(torch::kFloat32)
-                         .masked_fill(future, -std::numeric_limits<float>::infinity())
-                         .softmax(-1)
-                         .to(x.scalar_type());
+  const auto probs =
+      mask_scores(scores.to(torch::kFloat32), allowed).softmax(-1).to(x.scalar_type());
   const auto y = torch::matmul(probs, v).transpose(1, 2).reshape({batch, seq, heads * head_dim});
   return o_proj->forward(y);
 }
@@ -147,8 +144,9 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c) {
   mlp = register_module("mlp", std::make_shared<LlamaMlp>(c));
 }
 
-torch::Tensor LlamaDecoderLayer::forward(const torch::Tensor& x, const RotaryTables& rope) {
-  auto h = x + self_attn->forward(input_layernorm->forward(x), rope);
+torch::Tensor LlamaDecoderLayer::forward(const torch::Tensor& x, const RotaryTables& rope,
+                                         const torch::Tensor& allowed) {
+  auto h = x + self_attn->forward(input_layernorm->forward(x), rope, allowed);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
@@ -202,28 +200,56 @@ Llama::Llama(const LlamaConfig& config, const BuildOptions& options) : config_(c
   rope_fp32_ = rotary_tables(config_, config_.seq_len);
   for (auto& layer : model_->layers)
     layer_fns_.emplace_back(
-        [this, layer](const torch::Tensor& x) { return layer->forward(x, rope_); });
+        [this, layer](const torch::Tensor& x) { return layer->forward(x, rope_, allowed_); });
 }
 
-torch::Tensor Llama::forward(const torch::Tensor& input_ids) {
+torch::Tensor Llama::hidden(const torch::Tensor& input_ids, const torch::Tensor& positions) {
   PSTAR_CHECK(input_ids.dim() == 2, ConfigError, "Llama input must be [batch, seq] token ids, got ",
               input_ids.sizes());
-  const int64_t seq = input_ids.size(1);
+  const int64_t batch = input_ids.size(0), seq = input_ids.size(1);
   PSTAR_CHECK(seq <= config_.seq_len, ConfigError, "sequence of ", seq,
               " tokens is longer than model.seq_len ", config_.seq_len);
   auto& m = *model_;
   auto x = m.embed_tokens->forward(input_ids);
   // Hugging Face casts the fp32 tables to the activations' dtype before rotating.
   const auto options = torch::dtype(x.scalar_type()).device(x.device());
-  rope_ = {rope_fp32_.cos.narrow(0, 0, seq).to(options),
-           rope_fp32_.sin.narrow(0, 0, seq).to(options)};
+  if (positions.defined()) {
+    // Each token's own angles: rows of the tables by position, [batch, 1, seq, head_dim].
+    const auto flat = positions.reshape({-1});
+    auto rows = [&](const torch::Tensor& table) {
+      return table.to(x.device())
+          .index_select(0, flat)
+          .view({batch, seq, -1})
+          .unsqueeze(1)
+          .to(options);
+    };
+    rope_ = {rows(rope_fp32_.cos), rows(rope_fp32_.sin)};
+  } else {
+    rope_ = {rope_fp32_.cos.narrow(0, 0, seq).to(options),
+             rope_fp32_.sin.narrow(0, 0, seq).to(options)};
+  }
   for (size_t i = 0; i < m.layers.size(); ++i)
-    x = checkpointing_ ? checkpoint(&layer_fns_[i], x) : m.layers[i]->forward(x, rope_);
-  x = m.norm->forward(x);
+    x = checkpointing_ ? checkpoint(&layer_fns_[i], x) : m.layers[i]->forward(x, rope_, allowed_);
+  return m.norm->forward(x);
+}
+
+torch::Tensor Llama::head(const torch::Tensor& x) {
   if (lm_head_) return lm_head_->forward(x);
   // Tied head: a second use of embed_tokens, with its own hooks.
+  auto& m = *model_;
   return run_module(*m.embed_tokens,
                     [&] { return pstar::model::linear(x, m.embed_tokens->weight.to(x.device())); });
+}
+
+torch::Tensor Llama::forward(const torch::Tensor& input_ids) {
+  allowed_ = torch::Tensor();
+  return head(hidden(input_ids, torch::Tensor()));
+}
+
+torch::Tensor Llama::forward_records(const torch::Tensor& input_ids, const RecordInputs& records) {
+  allowed_ = segment_causal_mask(records.segments);  // Note [packed attention]
+  const torch::Tensor x = hidden(input_ids, records.positions);
+  return head(x.reshape({-1, x.size(-1)}).index_select(0, records.rows));
 }
 
 }  // namespace pstar::model

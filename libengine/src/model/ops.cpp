@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include <torch/autograd.h>
 #include <torch/torch.h>
@@ -52,17 +53,39 @@ bool fused_attention_on_cuda() {
 }
 
 std::optional<at::Tensor> fused_causal_attention(const at::Tensor& q, const at::Tensor& k,
-                                                 const at::Tensor& v) {
+                                                 const at::Tensor& v, const at::Tensor& allowed) {
   if (!q.is_cuda() || !fused_attention_on_cuda()) return std::nullopt;
 #if PSTAR_TORCH_VERSION_AT_LEAST(2, 0)
-  // The default scale is 1/sqrt(head_dim), as both models' explicit paths use.
+  // The default scale is 1/sqrt(head_dim), as both models' explicit paths use. With a mask the
+  // flash kernel is out; the memory-efficient one takes a boolean mask.
+  if (allowed.defined())
+    return at::scaled_dot_product_attention(q, k, v, allowed, /*dropout_p=*/0.0,
+                                            /*is_causal=*/false);
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                           /*is_causal=*/true);
 #else
   (void)k;
   (void)v;
+  (void)allowed;
   return std::nullopt;
 #endif
+}
+
+at::Tensor segment_causal_mask(const at::Tensor& segments) {
+  const int64_t seq = segments.size(1);
+  const auto same = segments.unsqueeze(2).eq(segments.unsqueeze(1));  // [B, S, S]
+  const auto causal =
+      torch::ones({seq, seq}, torch::dtype(torch::kBool).device(segments.device())).tril();
+  return same.logical_and(causal).unsqueeze(1);
+}
+
+at::Tensor mask_scores(const at::Tensor& scores, const at::Tensor& allowed) {
+  const auto minus_inf = -std::numeric_limits<float>::infinity();
+  if (allowed.defined()) return scores.masked_fill(allowed.logical_not(), minus_inf);
+  const int64_t seq = scores.size(-1);
+  const auto future =
+      torch::ones({seq, seq}, torch::dtype(torch::kBool).device(scores.device())).triu(1);
+  return scores.masked_fill(future, minus_inf);
 }
 
 }  // namespace pstar::model

@@ -1,5 +1,7 @@
 // The held-out loss (docs/training.md#held-out-loss): its windows, the evaluation between steps
 // and `pstar eval`.
+#include <algorithm>
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
@@ -15,23 +17,16 @@ namespace pstar::train {
 using core::Clock;
 using core::seconds_since;
 
-void Trainer::Impl::init_eval(std::unique_ptr<data::TokenSource> eval_source) {
-  data.eval_source = std::move(eval_source);
-  data.eval_windows = std::make_unique<data::EvalWindows>(
-      *data.eval_source, model->max_seq_len(), config.train_micro_batch_size_per_gpu,
-      config.training.eval_batches, rank(), world());
+void Trainer::Impl::init_eval() {
   const int64_t interval = config.training.eval_interval;
-  log::info("held-out: ", data.eval_source->describe(), " (",
-            format_count(static_cast<double>(data.eval_source->size())), " tokens), ",
-            data.eval_windows->windows(), " windows of ", model->max_seq_len(), " tokens (",
-            config.training.eval_batches, " x ", config.train_micro_batch_size_per_gpu,
-            " asked), evaluated ",
+  log::info("held-out: ", data.describe_eval(), " (", config.training.eval_batches, " x ",
+            config.train_micro_batch_size_per_gpu, " asked), evaluated ",
             interval > 0 ? str_cat("every ", interval, " steps and ") : std::string(),
             "after the last step");
 }
 
 bool Trainer::Impl::eval_due() const {
-  if (!data.eval_windows) return false;
+  if (!data.eval) return false;
   const int64_t interval = config.training.eval_interval;
   return step == config.training.steps || (interval > 0 && step % interval == 0);
 }
@@ -40,9 +35,11 @@ bool Trainer::Impl::eval_due() const {
 // part: autograd off (no graph, no gradient hooks), the model in eval mode, and the CPU generator
 // put back afterwards, so that even a model that draws random numbers in eval mode leaves
 // training's stream (dropout) where it was. The data is not the training sampler's: the windows
-// are a pure function of the held-out source (Note [evaluation windows]).
+// are a pure function of the held-out source (Note [evaluation windows]). Token windows average
+// the windows' mean losses; records the losses of every target that counts over all windows
+// (Note [loss over counted targets]).
 double Trainer::Impl::evaluate() {
-  const data::EvalWindows& windows = *data.eval_windows;
+  const data::EvalBatches& windows = *data.eval;
   const int64_t vocab = model->vocab_size();
   const int64_t seq_len = model->max_seq_len();
   torch::NoGradGuard no_grad;
@@ -60,6 +57,11 @@ double Trainer::Impl::evaluate() {
       // An empty share still runs a forward with the others: the chunk engine gathers in it.
       if (rows == 0 && comm == nullptr) continue;
       if (rows == 0) batch = windows.filler();
+      if (batch.packed()) {
+        const MicroLoss loss = micro_loss(batch);
+        if (rows > 0) sum += loss.value.to(torch::kFloat64).item<double>();
+        continue;
+      }
       auto logits = model->forward(batch.inputs.to(device));
       auto losses = torch::nn::functional::cross_entropy(
           logits.reshape({-1, vocab}).to(torch::kFloat32), batch.targets.to(device).reshape({-1}),
@@ -73,19 +75,19 @@ double Trainer::Impl::evaluate() {
   engine->end_eval();
   generator.set_state(rng);
   model->train(was_training);
+  if (data.has_records())
+    return sum / static_cast<double>(std::max<int64_t>(1, data.eval_counted_targets()));
   return sum / static_cast<double>(windows.windows());
 }
 
 double Trainer::evaluate() {
-  PSTAR_CHECK(impl_->data.eval_windows != nullptr, ConfigError,
+  PSTAR_CHECK(impl_->data.eval != nullptr, ConfigError,
               "no held-out data to evaluate: set data.eval (a second source: path or text) or "
               "data.eval_fraction (e.g. --set data.eval_fraction=0.05)");
   return impl_->evaluate();
 }
 
-int64_t Trainer::eval_windows() const {
-  return impl_->data.eval_windows ? impl_->data.eval_windows->windows() : 0;
-}
+int64_t Trainer::eval_windows() const { return impl_->data.eval ? impl_->data.eval->windows() : 0; }
 
 EvalSummary evaluate(const config::TrainConfig& config, const TrainOptions& options) {
   // Nothing is saved: the config's save_dir is neither created nor checked for room.

@@ -20,6 +20,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   nlohmann::json line = {
       {"step", m.step},
       {"loss", m.loss},
+      {"counted_targets", m.counted_targets},
       {"lr", m.lr},
       {"grad_norm", m.grad_norm},
       {"loss_scale", m.loss_scale},

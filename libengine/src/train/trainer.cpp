@@ -84,14 +84,12 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
 
   const int64_t seq_len = model->max_seq_len();
   core::PhaseTimer data_timer(&setup, core::SetupPhase::kData);
-  data::DataSources sources =
-      data::open_data_sources(config.data, model->vocab_size(), seq_len, comm);
-  data.source = std::move(sources.train);
-  data.sampler = std::make_unique<data::BatchSampler>(
-      *data.source, data::parse_sampling(config.data.sampling),
-      config.train_micro_batch_size_per_gpu, seq_len, config.gradient_accumulation_steps,
-      config.training.seed, rank(), world());
+  data = data::open_training_data(config, model->vocab_size(), seq_len, rank(), world(), comm);
   data_timer.stop();
+  PSTAR_CHECK(!data.packing || model->takes_packed_records(), ConfigError,
+              "data.packing: this model does not take packed records (CausalLM::forward_records "
+              "with segments and positions, Note [packed batches]); set data.packing false to "
+              "train on one record a row");
 
   if (!model->set_activation_checkpointing(config.engine.activation_checkpointing) &&
       config.engine.activation_checkpointing) {
@@ -140,13 +138,12 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
             torch::get_num_threads(), " threads), precision ",
             dtype == torch::kFloat32 ? "fp32" : c10::toString(dtype), ", LibTorch ",
             compat::torch_version());
-  log::info("data: ", data.source->describe(), " (",
-            format_count(static_cast<double>(data.source->size())), " tokens, ",
-            config.data.sampling, " sampling), ", tokens_per_step(), " tokens per step (",
+  log::info("data: ", data.describe(), ", ", tokens_per_step(),
+            data.has_records() ? " positions per step (" : " tokens per step (",
             world() > 1 ? str_cat(world(), " ranks x ") : std::string(),
             config.train_micro_batch_size_per_gpu, " x ", seq_len, " x ",
             config.gradient_accumulation_steps, " accumulation)");
-  if (sources.eval) init_eval(std::move(sources.eval));
+  if (data.eval) init_eval();
 }
 
 Trainer::Trainer(const config::TrainConfig& config, std::shared_ptr<model::CausalLM> model,

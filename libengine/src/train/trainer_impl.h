@@ -14,9 +14,7 @@
 #include "pstar/checkpoint/run_checkpoint.h"
 #include "pstar/core/clock.h"
 #include "pstar/core/setup_phases.h"
-#include "pstar/data/batch_sampler.h"
-#include "pstar/data/eval_windows.h"
-#include "pstar/data/token_source.h"
+#include "pstar/data/training_data.h"
 #include "pstar/dist/communicator.h"
 #include "pstar/engine/param_engine.h"
 #include "pstar/formats/config.h"
@@ -32,14 +30,6 @@ namespace pstar::train {
 
 using engine::ParamEngine;
 
-// The run's data: what training samples, and the held-out windows evaluation reads.
-struct TrainData {
-  std::unique_ptr<data::TokenSource> source;
-  std::unique_ptr<data::BatchSampler> sampler;
-  std::unique_ptr<data::TokenSource> eval_source;  // null: no held-out data
-  std::unique_ptr<data::EvalWindows> eval_windows;
-};
-
 struct Trainer::Impl {
   config::TrainConfig config;
   std::shared_ptr<model::CausalLM> model;
@@ -47,7 +37,8 @@ struct Trainer::Impl {
   c10::Device device{c10::kCPU};
   c10::ScalarType dtype = torch::kFloat32;
 
-  TrainData data;
+  // What training samples and the held-out batches evaluation reads (token windows or records).
+  data::TrainingData data;
   std::unique_ptr<ParamEngine> engine;
   LrSchedule schedule;
   LossScaler scaler;
@@ -90,8 +81,18 @@ struct Trainer::Impl {
   void stop_after(int64_t completed_step);
   void save_checkpoint();
   void resume(const std::string& where);
-  // Opens the held-out source's windows and logs them (evaluate.cpp).
-  void init_eval(std::unique_ptr<data::TokenSource> eval_source);
+  // Logs the held-out batches and when they are evaluated (evaluate.cpp).
+  void init_eval();
+  // One micro-batch's cross-entropy, a scalar fp32 tensor on the device in the graph (Note [loss
+  // over counted targets] in trainer_step.cpp): the mean over its targets for token windows, the
+  // sum over the targets that count for records.
+  struct MicroLoss {
+    torch::Tensor value;
+    int64_t counted = 0;  // the targets it covers
+  };
+  MicroLoss micro_loss(const data::Batch& batch);
+  // A step whose global batch counts no target: no update, a warning, `skipped` counted.
+  StepMetrics skip_empty_step(core::Clock::time_point step_start);
   // Whether the step that just ended is evaluated (training.eval_interval, the last step).
   bool eval_due() const;
   // The held-out loss now (Note [evaluation] in engine/chunked_engine.h; evaluate.cpp).

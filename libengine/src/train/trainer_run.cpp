@@ -1,5 +1,6 @@
 // The run loop (progress, the summary) and `pstar train`.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -37,6 +38,7 @@ TrainSummary Trainer::run() {
   }
   log::info("training ", total - s.step, " steps");
   int64_t device_peak = -1, host_peak = -1, moved = 0, adam_device = -1;
+  bool loss_seen = false;
   const auto run_start = Clock::now();
   const int64_t tokens_before = s.tokens;
   // Note [torch trace]
@@ -59,8 +61,12 @@ TrainSummary Trainer::run() {
     moved += std::max<int64_t>(0, m.engine.moved_h2d_bytes) +
              std::max<int64_t>(0, m.engine.moved_d2h_bytes);
     adam_device = m.engine.adam_device_chunks;
-    if (summary.steps == 0) summary.first_loss = m.loss;
-    summary.last_loss = m.loss;
+    // A step skipped for want of counted targets has no loss (NaN).
+    if (std::isfinite(m.loss)) {
+      if (!loss_seen) summary.first_loss = m.loss;
+      loss_seen = true;
+      summary.last_loss = m.loss;
+    }
     if (m.eval_loss) summary.last_eval_loss = m.eval_loss;
     ++summary.steps;
     if (s.options.progress) {

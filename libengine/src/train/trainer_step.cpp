@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -40,6 +41,83 @@ using core::seconds_since;
 // over micro-batches. On a GPU the backward's last kernels may still run when backward_s ends: the
 // gradient norm's sums wait for them, inside optimizer_s. The engine's move_s and adam_wait_s (the
 // training thread's time in moves and waiting for queued host Adam) fall inside these parts.
+
+// Note [loss over counted targets]
+// The loss of a step is the mean cross-entropy over the targets that count in its global batch
+// (every micro-batch of every rank), N of them, and the logged loss is that quantity. Token
+// windows count every target; records (data.jsonl) only the answers' (Note [record masks]), so
+// micro-batches and ranks hold different numbers of them, and a mean per micro-batch would weigh a
+// short answer's tokens more than a long one's. So each micro-batch contributes the SUM of its
+// counted targets' losses, scaled by R / N before the backward: R because the engines average
+// gradients over the R ranks (group_sync.h), N because the sampler knows it for every rank
+// without a collective (data::TrainingData::global_counted_targets). Token windows keep the mean
+// per micro-batch over the accumulation steps, the same quantity with their rounding of old. A
+// global batch in which nothing counts is skipped with a warning and counted; a micro-batch in
+// which nothing counts still runs its forward and backward with a zero loss, since the engine's
+// hooks and the other ranks' collectives expect every module's.
+
+Trainer::Impl::MicroLoss Trainer::Impl::micro_loss(const data::Batch& batch) {
+  const int64_t vocab = model->vocab_size();
+  const auto inputs = batch.inputs.to(device);
+  auto check_logits = [&](const torch::Tensor& logits, std::vector<int64_t> want) {
+    PSTAR_CHECK(logits.sizes().vec() == want, ConfigError,
+                "the model's forward returned logits of shape ", logits.sizes(), "; expected ",
+                c10::IntArrayRef(want));
+  };
+  MicroLoss out;
+  if (!batch.packed()) {
+    const auto logits = model->forward(inputs);
+    check_logits(logits, {inputs.size(0), inputs.size(1), vocab});
+    out.counted = batch.targets.numel();
+    out.value = torch::nn::functional::cross_entropy(
+        logits.reshape({-1, vocab}).to(torch::kFloat32), batch.targets.to(device).reshape({-1}));
+    return out;
+  }
+  // Only the positions whose targets count reach the head (Note [packed batches]).
+  const auto targets = batch.targets.reshape({-1});
+  auto rows = torch::nonzero(targets.ne(data::kIgnoreIndex)).reshape({-1});
+  out.counted = rows.size(0);
+  if (out.counted == 0) rows = torch::zeros({1}, torch::kLong);
+  model::RecordInputs records{batch.positions.to(device), batch.segments.to(device),
+                              rows.to(device)};
+  const auto logits = model->forward_records(inputs, records);
+  check_logits(logits, {rows.size(0), vocab});
+  const auto picked =
+      out.counted > 0 ? targets.index_select(0, rows) : torch::zeros({1}, torch::kLong);
+  out.value = torch::nn::functional::cross_entropy(
+      logits.to(torch::kFloat32), picked.to(device),
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  if (out.counted == 0) out.value = out.value * 0.0;
+  return out;
+}
+
+StepMetrics Trainer::Impl::skip_empty_step(Clock::time_point step_start) {
+  ++skipped;
+  log::end_status();
+  log::warn("step ", step, ": no target of the global batch counts in the loss (data.loss_on \"",
+            config::loss_on_name(config.data.loss_on),
+            "\" selects no token of its records); step skipped without an "
+            "update (",
+            skipped, skipped == 1 ? " step" : " steps", " skipped so far)");
+  StepMetrics m;
+  m.step = step;
+  m.loss = std::numeric_limits<double>::quiet_NaN();  // written as null
+  m.skipped = true;
+  m.loss_scale = config.fp16.enabled ? scaler.scale() : 1.0;
+  engine->fill_metrics(m.engine);
+  tokens += tokens_per_step();
+  m.tokens = tokens;
+  m.step_time_s = seconds_since(step_start);
+  m.tokens_per_s = static_cast<double>(tokens_per_step()) / std::max(m.step_time_s, 1e-9);
+  if (eval_due()) m.eval_loss = evaluate();
+  m.elapsed_s = seconds_since(*start);
+  if (metrics) metrics->write(m);
+  const auto& t = config.training;
+  if (!t.save_dir.empty() && t.save_interval > 0 &&
+      (step % t.save_interval == 0 || step == t.steps))
+    save_checkpoint();
+  return m;
+}
 
 bool Trainer::Impl::agree_to_stop() {
   int local = core::stop_signal();
@@ -105,7 +183,9 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   ++step;
   const int64_t accumulation = config.gradient_accumulation_steps;
   const double loss_scale = config.fp16.enabled ? scaler.scale() : 1.0;
-  const int64_t vocab = model->vocab_size();
+  // Note [loss over counted targets]: the same N on every rank.
+  const int64_t counted = data.global_counted_targets(step);
+  if (counted == 0) return skip_empty_step(step_start);
 
   model->train();
   const bool profiled = profiler != nullptr && step >= options.profile_from_step;
@@ -120,20 +200,16 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   {
     model::ScopedModuleHooks hooks(engine->hooks());
     for (int64_t micro = 1; micro <= accumulation; ++micro) {
-      auto batch = data.sampler->batch(step, micro);
-      auto inputs = batch.inputs.to(device), targets = batch.targets.to(device);
+      const data::Batch batch = data.train->batch(step, micro);
       const auto forward_start = Clock::now();
-      auto logits = model->forward(inputs);
-      PSTAR_CHECK(logits.dim() == 3 && logits.size(0) == inputs.size(0) &&
-                      logits.size(1) == inputs.size(1) && logits.size(2) == vocab,
-                  ConfigError, "the model's forward returned logits of shape ", logits.sizes(),
-                  "; expected [batch, seq, vocab_size] = ", inputs.sizes(), " x ", vocab);
-      auto loss = torch::nn::functional::cross_entropy(
-          logits.reshape({-1, vocab}).to(torch::kFloat32), targets.reshape({-1}));
-      loss_sum += loss.item<double>();
+      const MicroLoss loss = micro_loss(batch);
+      loss_sum += loss.value.item<double>();
       const auto backward_start = Clock::now();
       times.forward_s += std::chrono::duration<double>(backward_start - forward_start).count();
-      (loss * (loss_scale / static_cast<double>(accumulation))).backward();
+      const double weight = data.has_records()
+                                ? static_cast<double>(world()) / static_cast<double>(counted)
+                                : 1.0 / static_cast<double>(accumulation);
+      (loss.value * (loss_scale * weight)).backward();
       engine->end_micro_batch();
       times.backward_s += seconds_since(backward_start);
       double rest_s = 0;
@@ -150,13 +226,16 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
       }
     }
   }
-  // The logged loss is the mean over the global batch: every rank's share is the same size.
+  // The logged loss is the mean over the global batch's counted targets (token windows: the mean
+  // of the micro-batches' means, every rank's share the same size).
   if (comm != nullptr) loss_sum = comm->all_reduce_sum(loss_sum);
-  const double loss = loss_sum / static_cast<double>(accumulation * world());
+  const double loss = data.has_records() ? loss_sum / static_cast<double>(counted)
+                                         : loss_sum / static_cast<double>(accumulation * world());
 
   StepMetrics m;
   m.step = step;
   m.loss = loss;
+  m.counted_targets = counted;
   m.loss_scale = loss_scale;
   m.lr = schedule.at(step);
   // The loss scale only touches gradients: a non-finite loss is divergence, not overflow.

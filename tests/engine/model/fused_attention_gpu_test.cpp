@@ -1,7 +1,7 @@
 // Note [fused attention] on a GPU: LibTorch's scaled_dot_product_attention, which the GPT and
 // Llama models use on CUDA devices with LibTorch 2.x, against causal attention written here in
 // float64 on the CPU from its definition (explicit loops over the keys a query may see), forward
-// and backward, in fp32 and bf16.
+// and backward, in fp32 and bf16; and with Note [packed attention]'s segment mask.
 #include <cmath>
 #include <string>
 
@@ -77,6 +77,43 @@ TEST_P(FusedAttentionGpu, MatchesCausalAttentionInFloat64ForwardAndBackward) {
   EXPECT_LT(relative_error(v.grad().cpu(), rv.grad()), tolerance);
   // The mask: the first query sees only the first key, so its output is v_0.
   EXPECT_LT(relative_error(y->select(2, 0).cpu(), rv.select(2, 0).detach()), tolerance);
+}
+
+// Note [packed attention] on the fused path: a segment mask (three records and padding in a row
+// of 80) against the explicit masked softmax in float64 on the CPU (mask_scores, the models'
+// explicit path), forward and backward.
+TEST_P(FusedAttentionGpu, PackedSegmentsMatchTheExplicitMaskInFloat64) {
+  const auto dtype = GetParam();
+  const double tolerance = dtype == torch::kFloat32 ? 2e-5 : 2e-2;
+  torch::manual_seed(8);
+  const auto cpu64 = torch::dtype(torch::kFloat64);
+  auto q64 = torch::randn({2, 4, 80, 64}, cpu64), k64 = torch::randn({2, 4, 80, 64}, cpu64),
+       v64 = torch::randn({2, 4, 80, 64}, cpu64), dy64 = torch::randn({2, 4, 80, 64}, cpu64);
+  auto segments = torch::zeros({2, 80}, torch::kLong);
+  segments[0].narrow(0, 20, 30).fill_(1);
+  segments[0].narrow(0, 50, 30).fill_(2);
+  segments[1].narrow(0, 77, 3).fill_(1);  // a record of 77, then padding
+  const auto allowed = segment_causal_mask(segments);
+  auto on_gpu = [&](const torch::Tensor& t) {
+    return t.to(torch::kCUDA).to(dtype).detach().requires_grad_(true);
+  };
+  auto q = on_gpu(q64), k = on_gpu(k64), v = on_gpu(v64);
+  auto y = fused_causal_attention(q, k, v, allowed.to(torch::kCUDA));
+  ASSERT_TRUE(y.has_value());
+  y->backward(dy64.to(torch::kCUDA).to(dtype));
+  auto rounded = [&](const torch::Tensor& t) {
+    return t.to(dtype).to(torch::kFloat64).detach().requires_grad_(true);
+  };
+  auto rq = rounded(q64), rk = rounded(k64), rv = rounded(v64);
+  const auto scores = torch::matmul(rq, rk.transpose(-2, -1)) / std::sqrt(64.0);
+  auto ry = torch::matmul(mask_scores(scores, allowed).softmax(-1), rv);
+  ry.backward(dy64.to(dtype).to(torch::kFloat64));
+  EXPECT_LT(relative_error(y->cpu(), ry), tolerance);
+  EXPECT_LT(relative_error(q.grad().cpu(), rq.grad()), tolerance);
+  EXPECT_LT(relative_error(k.grad().cpu(), rk.grad()), tolerance);
+  EXPECT_LT(relative_error(v.grad().cpu(), rv.grad()), tolerance);
+  // Each record's first query sees only its own first key.
+  EXPECT_LT(relative_error(y->select(2, 20).cpu(), rv.select(2, 20).detach()), tolerance);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, FusedAttentionGpu,

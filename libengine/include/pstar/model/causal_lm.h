@@ -9,12 +9,32 @@
 
 namespace pstar::model {
 
+// What a forward over records needs beyond the ids (Note [packed batches] in
+// pstar/data/batches.h), on the model's device.
+struct RecordInputs {
+  torch::Tensor positions;  // [batch, seq] int64: each token's place in its record
+  torch::Tensor segments;   // [batch, seq] int64: which record of the row (padding one more)
+  // [n] int64 indices into the batch·seq positions (row-major) whose logits the loss needs: the
+  // targets that count. The other positions' logits are never computed.
+  torch::Tensor rows;
+};
+
 class CausalLM : public torch::nn::Module {
  public:
   // input_ids: [batch, seq] int64 token ids. Returns logits [batch, seq, vocab_size] in any
   // floating dtype; the trainer computes the loss in fp32. The model must compute in the dtype of
   // its parameters (the trainer converts them for bf16/fp16 training).
   virtual torch::Tensor forward(const torch::Tensor& input_ids) = 0;
+  // A forward over records (data.jsonl): logits [rows.size(0), vocab_size] for the positions
+  // `records.rows` names. Position i attends to j only when j <= i and both are in the same
+  // segment, and embeds records.positions rather than its index. Models that say
+  // takes_packed_records() implement that; this default serves one record a row (data.packing
+  // false: the record starts the row, so its positions are the indices and causal attention never
+  // reaches the padding after it) through forward(), and the trainer refuses packing for them.
+  virtual torch::Tensor forward_records(const torch::Tensor& input_ids,
+                                        const RecordInputs& records);
+  // Whether forward_records honours segments and positions for rows holding several records.
+  virtual bool takes_packed_records() const { return false; }
   virtual int64_t vocab_size() const = 0;
   // The longest sequence forward() accepts.
   virtual int64_t max_seq_len() const = 0;
@@ -23,5 +43,11 @@ class CausalLM : public torch::nn::Module {
   // keeps the default and the trainer says it is ignored.
   virtual bool set_activation_checkpointing(bool /*on*/) { return false; }
 };
+
+inline torch::Tensor CausalLM::forward_records(const torch::Tensor& input_ids,
+                                               const RecordInputs& records) {
+  const torch::Tensor logits = forward(input_ids);
+  return logits.reshape({-1, logits.size(-1)}).index_select(0, records.rows);
+}
 
 }  // namespace pstar::model

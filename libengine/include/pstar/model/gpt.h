@@ -60,7 +60,8 @@ class GptEmbedding : public torch::nn::Module, public EmbeddingLeaf {
 class GptAttention : public torch::nn::Module {
  public:
   GptAttention(const GptConfig& config);
-  torch::Tensor forward(const torch::Tensor& x);
+  // `allowed`: Note [packed attention]'s mask, or undefined for plain causal attention.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& allowed = {});
   std::shared_ptr<Conv1D> c_attn, c_proj;
   int64_t heads;
 };
@@ -75,7 +76,7 @@ class GptMlp : public torch::nn::Module {
 class GptBlock : public torch::nn::Module {
  public:
   explicit GptBlock(const GptConfig& config);
-  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& allowed = {});
   std::shared_ptr<GptLayerNorm> ln_1, ln_2;
   std::shared_ptr<GptAttention> attn;
   std::shared_ptr<GptMlp> mlp;
@@ -98,6 +99,11 @@ class Gpt : public CausalLM {
   explicit Gpt(const GptConfig& config, const BuildOptions& options = {});
 
   torch::Tensor forward(const torch::Tensor& input_ids) override;
+  // Packed records: wpe rows by records.positions, attention within segments (Note [packed
+  // attention]), logits only for records.rows.
+  torch::Tensor forward_records(const torch::Tensor& input_ids,
+                                const RecordInputs& records) override;
+  bool takes_packed_records() const override { return true; }
   // Recompute each block's activations in backward instead of keeping them.
   bool set_activation_checkpointing(bool on) override {
     checkpointing_ = on;
@@ -109,9 +115,16 @@ class Gpt : public CausalLM {
   GptTransformer& transformer() { return *transformer_; }
 
  private:
+  // The final hidden states [batch, seq, hidden]; positions [batch, seq] or undefined (0..seq-1).
+  torch::Tensor hidden(const torch::Tensor& input_ids, const torch::Tensor& positions);
+  torch::Tensor head(const torch::Tensor& x);
+
   GptConfig config_;
   std::shared_ptr<GptTransformer> transformer_;
   bool checkpointing_ = false;
+  // The current forward's attention mask (undefined: causal), which the blocks' recomputation in
+  // backward reads again.
+  torch::Tensor allowed_;
   // One callable per block for checkpointing: autograd calls them again during backward.
   std::vector<std::function<torch::Tensor(const torch::Tensor&)>> block_fns_;
 };

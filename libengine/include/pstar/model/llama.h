@@ -46,8 +46,11 @@ RotaryTables rotary_tables(const LlamaConfig& config, int64_t seq);
 class LlamaAttention : public torch::nn::Module {
  public:
   explicit LlamaAttention(const LlamaConfig& config);
-  // `rope`: cos and sin for the sequence, already on x's device and in x's dtype.
-  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope);
+  // `rope`: cos and sin for the sequence ([seq, head_dim], or [batch, 1, seq, head_dim] for
+  // records' own positions), already on x's device and in x's dtype. `allowed`: Note [packed
+  // attention]'s mask, or undefined for plain causal attention.
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope,
+                        const torch::Tensor& allowed = {});
   std::shared_ptr<LlamaLinear> q_proj, k_proj, v_proj, o_proj;
   int64_t heads, kv_heads, head_dim;
 };
@@ -62,7 +65,8 @@ class LlamaMlp : public torch::nn::Module {
 class LlamaDecoderLayer : public torch::nn::Module {
  public:
   explicit LlamaDecoderLayer(const LlamaConfig& config);
-  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope);
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope,
+                        const torch::Tensor& allowed = {});
   std::shared_ptr<RmsNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<LlamaAttention> self_attn;
   std::shared_ptr<LlamaMlp> mlp;
@@ -87,6 +91,11 @@ class Llama : public CausalLM {
   explicit Llama(const LlamaConfig& config, const BuildOptions& options = {});
 
   torch::Tensor forward(const torch::Tensor& input_ids) override;
+  // Packed records: rotary angles by records.positions, attention within segments (Note [packed
+  // attention]), logits only for records.rows.
+  torch::Tensor forward_records(const torch::Tensor& input_ids,
+                                const RecordInputs& records) override;
+  bool takes_packed_records() const override { return true; }
   bool set_activation_checkpointing(bool on) override {
     checkpointing_ = on;
     return true;
@@ -97,6 +106,11 @@ class Llama : public CausalLM {
   LlamaModel& model() { return *model_; }
 
  private:
+  // The final hidden states [batch, seq, hidden] (after the last norm); positions [batch, seq] or
+  // undefined (0..seq-1).
+  torch::Tensor hidden(const torch::Tensor& input_ids, const torch::Tensor& positions);
+  torch::Tensor head(const torch::Tensor& x);
+
   LlamaConfig config_;
   std::shared_ptr<LlamaModel> model_;
   std::shared_ptr<LlamaLinear> lm_head_;  // null when tied
@@ -104,6 +118,7 @@ class Llama : public CausalLM {
   // The tables for the current forward's sequence, device and dtype: the layers' checkpointed
   // recomputation in backward reads them again.
   RotaryTables rope_;
+  torch::Tensor allowed_;  // the current forward's attention mask (undefined: causal), likewise
   bool checkpointing_ = false;
   std::vector<std::function<torch::Tensor(const torch::Tensor&)>> layer_fns_;
 };

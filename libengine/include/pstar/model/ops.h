@@ -28,8 +28,23 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 // floats per layer and their saved copies for the backward. Returns std::nullopt where the fused
 // path is not available (Debian's LibTorch 1.13, the CPU), and the model computes it explicitly.
 // PSTAR_ATTENTION=explicit in the environment (read once) forces the explicit path everywhere.
+// `allowed` (optional): a [batch, 1, seq, seq] bool mask, true where query i may see key j
+// (segment_causal_mask), in place of the plain causal mask.
 std::optional<at::Tensor> fused_causal_attention(const at::Tensor& q, const at::Tensor& k,
-                                                 const at::Tensor& v);
+                                                 const at::Tensor& v,
+                                                 const at::Tensor& allowed = {});
+
+// Note [packed attention]
+// Records packed into one row (Note [packed batches] in pstar/data/batches.h) must not see each
+// other: position i attends to j only when j <= i and segments[b, i] == segments[b, j]. This is
+// that mask, [batch, 1, seq, seq] bool (true: may attend), from segments [batch, seq] on their
+// device: batch·seq² bytes, 16 MiB for 4 rows of 2048, kept for the layers' recomputation. Each
+// row of it has its diagonal set, so no softmax runs over nothing.
+at::Tensor segment_causal_mask(const at::Tensor& segments);
+
+// Scores [batch, heads, seq, seq] with the positions a query may not see set to -inf: the causal
+// mask, or `allowed`'s complement when it is defined. For the models' explicit attention.
+at::Tensor mask_scores(const at::Tensor& scores, const at::Tensor& allowed);
 // Whether fused_causal_attention computes for tensors on a CUDA device in this build and process.
 bool fused_attention_on_cuda();
 

@@ -21,12 +21,15 @@ struct StepTimes {
 };
 
 struct StepMetrics {
-  int64_t step = 0;       // 1-based
-  double loss = 0;        // mean cross-entropy over the step's tokens, before the update
+  int64_t step = 0;  // 1-based
+  double loss = 0;   // mean cross-entropy over the step's tokens, before the update
+  // The targets the loss averages over, on every rank (records: those that count; NaN loss and
+  // `skipped` when none does).
+  int64_t counted_targets = 0;
   double lr = 0;          // the rate this step's update used
   double grad_norm = 0;   // global L2 norm of the (unscaled) gradient, before clipping
   double loss_scale = 1;  // fp16 loss scale used this step (1 otherwise)
-  bool skipped = false;   // fp16 overflow: no update was made
+  bool skipped = false;   // fp16 overflow, or no counted target: no update was made
   int64_t tokens = 0;     // tokens trained on so far, this step included
   double step_time_s = 0;
   double tokens_per_s = 0;  // this step's throughput
