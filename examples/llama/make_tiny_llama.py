@@ -3,7 +3,7 @@
 
     python3 examples/llama/make_tiny_llama.py --out DIR [--shards 2] [--dtype bf16]
         [--seed 0] [--reference] [--hidden H --layers L --heads A --kv-heads K
-        --intermediate I --vocab V]
+        --intermediate I --vocab V --max-positions P]
 
 DIR receives config.json and the weights as Hugging Face's save_pretrained lays them out: one
 model.safetensors, or with --shards N > 1 the files model-0000i-of-0000N.safetensors and
@@ -161,12 +161,15 @@ def main():
              "vocab": "vocab_size"}
     for flag in shape:
         ap.add_argument("--" + flag.replace("_", "-"), type=int, help="overrides " + shape[flag])
+    ap.add_argument("--max-positions", type=int, help="overrides max_position_embeddings")
     args = ap.parse_args()
     torch.manual_seed(args.seed)
     c = dict(CONFIG)
     for flag, key in shape.items():
         if getattr(args, flag) is not None:
             c[key] = getattr(args, flag)
+    if args.max_positions is not None:
+        c["max_position_embeddings"] = args.max_positions
     c["head_dim"] = c["hidden_size"] // c["num_attention_heads"]
     dtype, st_name, torch_name = DTYPES[args.dtype]
     c["torch_dtype"] = torch_name
