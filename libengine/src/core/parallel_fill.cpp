@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 namespace pstar::core {
@@ -11,26 +12,42 @@ namespace {
 // A piece per task: large enough that a task costs far more than handing it out.
 constexpr int64_t kPieceBytes = int64_t{1} << 20;
 
+// Which intra-op threads ran pieces (at::get_thread_num() below 64).
+class ThreadsSeen {
+ public:
+  void note() {
+    const int t = at::get_thread_num();
+    if (t >= 0 && t < 64) mask_.fetch_or(uint64_t{1} << t, std::memory_order_relaxed);
+  }
+  int count() const { return __builtin_popcountll(mask_.load()); }
+
+ private:
+  std::atomic<uint64_t> mask_{0};
+};
+
 }  // namespace
 
-void ThreadsSeen::note() {
-  const int t = at::get_thread_num();
-  if (t >= 0 && t < 64) mask_.fetch_or(uint64_t{1} << t, std::memory_order_relaxed);
+int parallel_pieces(int64_t pieces, const std::function<void(int64_t)>& piece) {
+  if (pieces <= 0) return 0;
+  std::atomic<int64_t> next{0};
+  ThreadsSeen seen;
+  // One index per thread; the pieces themselves are handed out through `next`.
+  const int64_t threads = std::min<int64_t>(pieces, at::get_num_threads());
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+    int64_t i = next++;
+    if (i < pieces) seen.note();
+    for (; i < pieces; i = next++) piece(i);
+  });
+  return seen.count();
 }
-
-int ThreadsSeen::count() const { return __builtin_popcountll(mask_.load()); }
 
 int parallel_zero(void* data, int64_t bytes) {
   if (bytes <= 0) return 0;
   auto* base = static_cast<char*>(data);
-  const int64_t pieces = (bytes + kPieceBytes - 1) / kPieceBytes;
-  ThreadsSeen seen;
-  at::parallel_for(0, pieces, 1, [&](int64_t first, int64_t last) {
-    seen.note();
-    const int64_t begin = first * kPieceBytes, end = std::min(bytes, last * kPieceBytes);
+  return parallel_pieces((bytes + kPieceBytes - 1) / kPieceBytes, [&](int64_t i) {
+    const int64_t begin = i * kPieceBytes, end = std::min(bytes, begin + kPieceBytes);
     std::memset(base + begin, 0, static_cast<size_t>(end - begin));
   });
-  return seen.count();
 }
 
 }  // namespace pstar::core

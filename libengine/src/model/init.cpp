@@ -2,8 +2,6 @@
 // parameter starts how, and the parallel driver over the kernel in init_kernel.cpp.
 #include "pstar/model/init.h"
 
-#include <ATen/Parallel.h>
-
 #include <cmath>
 
 #include "init_kernel.h"
@@ -70,17 +68,12 @@ int write_init(uint64_t seed, const std::vector<InitWrite>& writes,
     return (p.end - p.begin) * ((w.f32 != nullptr ? 4 : 0) + (w.low != nullptr ? 2 : 0));
   };
   // Each piece's values depend on its elements alone (Note [counter-based init]), so any split
-  // over the threads writes the same bits.
-  core::ThreadsSeen seen;
-  at::parallel_for(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t first, int64_t last) {
-    seen.note();
-    for (int64_t k = first; k < last; ++k) {
-      const Piece& p = pieces[static_cast<size_t>(k)];
-      init_kernel::write_range(seed, writes[p.write], p.begin, p.end);
-      if (on_done) on_done(bytes_of(p));
-    }
+  // over the threads, and any order, writes the same bits.
+  return core::parallel_pieces(static_cast<int64_t>(pieces.size()), [&](int64_t k) {
+    const Piece& p = pieces[static_cast<size_t>(k)];
+    init_kernel::write_range(seed, writes[p.write], p.begin, p.end);
+    if (on_done) on_done(bytes_of(p));
   });
-  return seen.count();
 }
 
 namespace {

@@ -26,9 +26,3 @@ set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/init_kernel_avx2.cpp PROPE
 set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/init_kernel_avx512.cpp PROPERTIES
   SKIP_PRECOMPILE_HEADERS ON
   COMPILE_OPTIONS "${_pstar_init_fp_flags};-mavx512f;-mavx512bw;-mavx512vl;-mavx2;-mfma;-mf16c")
-# at::parallel_for is a template whose `#pragma omp parallel` is compiled where it is called: a
-# file without -fopenmp runs it on one thread (Note [parallel first touch]). Other flags than the
-# precompiled header's, so none.
-set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/init.cpp PROPERTIES
-  SKIP_PRECOMPILE_HEADERS ON
-  COMPILE_OPTIONS "-fopenmp")

@@ -11,24 +11,21 @@
 // thread without a word.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
+#include <functional>
 
 namespace pstar::core {
 
-// Sets `bytes` bytes at `data` to zero, in pieces over the intra-op threads (on the calling thread
-// alone when small, or when called from inside a parallel region). Returns how many threads took
-// part (tests).
+// Runs piece(i) for every i in [0, pieces) over the intra-op threads, each thread taking the next
+// piece when it finishes one (on the calling thread alone for one piece, or from inside a parallel
+// region). Set-up's work is split this way rather than statically: on a machine shared with other
+// processes a thread the kernel takes off its core then does fewer pieces, instead of holding every
+// other thread up at the end of its fixed share (on the 2-core development machines that made
+// parallel set-up slower than serial set-up under load). Returns how many threads ran pieces.
+int parallel_pieces(int64_t pieces, const std::function<void(int64_t)>& piece);
+
+// Sets `bytes` bytes at `data` to zero, in 1 MiB pieces through parallel_pieces. Returns how many
+// threads took part (tests).
 int parallel_zero(void* data, int64_t bytes);
-
-// Collects which intra-op threads ran pieces of a parallel loop (at::get_thread_num() below 64).
-class ThreadsSeen {
- public:
-  void note();
-  int count() const;
-
- private:
-  std::atomic<uint64_t> mask_{0};
-};
 
 }  // namespace pstar::core
