@@ -49,10 +49,14 @@ enum WdMode { kNoWd, kL2, kDecoupled };
 // CPU has one), so this matches the vector kernels' FMA instructions bit for bit.
 template <GradType G, ParamOutType P, int kWd>
 void adam_scalar_impl(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int64_t end) {
-  float* __restrict master = s.master;
-  float* __restrict exp_avg = s.exp_avg;
-  float* __restrict exp_avg_sq = s.exp_avg_sq;
-  uint16_t* __restrict out = static_cast<uint16_t*>(s.param_out);
+  // No __restrict: the destinations are the sources when updating in place.
+  const float* master = s.master;
+  const float* exp_avg = s.exp_avg;
+  const float* exp_avg_sq = s.exp_avg_sq;
+  float* master_dst = s.master_dst();
+  float* exp_avg_dst = s.exp_avg_dst();
+  float* exp_avg_sq_dst = s.exp_avg_sq_dst();
+  uint16_t* out = static_cast<uint16_t*>(s.param_out);
   for (int64_t i = begin; i < end; ++i) {
     float g = load_grad<G>(s.grad, i) * c.grad_scale;
     float p = master[i];
@@ -62,9 +66,9 @@ void adam_scalar_impl(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int
     const float v = std::fma(c.one_minus_beta2 * g, g, exp_avg_sq[i] * c.beta2);
     const float denom = std::sqrt(v) / c.bias_correction2_sqrt + c.eps;
     p = p + (c.neg_step_size * m) / denom;
-    master[i] = p;
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
+    master_dst[i] = p;
+    exp_avg_dst[i] = m;
+    exp_avg_sq_dst[i] = v;
     if constexpr (P == ParamOutType::kBF16) out[i] = f32_to_bf16(p);
     if constexpr (P == ParamOutType::kF16) out[i] = f32_to_f16(p);
   }
@@ -284,6 +288,10 @@ void host_adam_step(const AdamHyper& hyper, float grad_scale, const AdamSpan& sp
   PSTAR_CHECK(span.master != nullptr && span.exp_avg != nullptr && span.exp_avg_sq != nullptr &&
                   span.grad != nullptr,
               ConfigError, "host Adam: master, exp_avg, exp_avg_sq and grad must not be null");
+  const int outs = (span.master_out != nullptr) + (span.exp_avg_out != nullptr) +
+                   (span.exp_avg_sq_out != nullptr);
+  PSTAR_CHECK(outs == 0 || outs == 3, ConfigError,
+              "host Adam: master_out, exp_avg_out and exp_avg_sq_out are set together or not at all");
   if (span.param_out_type == ParamOutType::kNone) {
     PSTAR_CHECK(span.param_out == nullptr, ConfigError,
                 "host Adam: param_out is set but param_out_type is kNone");

@@ -82,9 +82,12 @@ void adam_lanes(const Consts& k, __m256 grad, __m256& p, __m256& m, __m256& v) {
 template <GradType G, ParamOutType P, int kWd>
 void adam_impl(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int64_t end) {
   const Consts k(c);
-  float* master = s.master;
-  float* exp_avg = s.exp_avg;
-  float* exp_avg_sq = s.exp_avg_sq;
+  const float* master = s.master;
+  const float* exp_avg = s.exp_avg;
+  const float* exp_avg_sq = s.exp_avg_sq;
+  float* master_dst = s.master_dst();
+  float* exp_avg_dst = s.exp_avg_dst();
+  float* exp_avg_sq_dst = s.exp_avg_sq_dst();
   uint16_t* out = static_cast<uint16_t*>(s.param_out);
   int64_t i = begin;
   for (; i + kLanes <= end; i += kLanes) {
@@ -92,9 +95,9 @@ void adam_impl(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int64_t en
     __m256 m = _mm256_loadu_ps(exp_avg + i);
     __m256 v = _mm256_loadu_ps(exp_avg_sq + i);
     adam_lanes<kWd>(k, load_grad<G>(s.grad, i), p, m, v);
-    _mm256_storeu_ps(master + i, p);
-    _mm256_storeu_ps(exp_avg + i, m);
-    _mm256_storeu_ps(exp_avg_sq + i, v);
+    _mm256_storeu_ps(master_dst + i, p);
+    _mm256_storeu_ps(exp_avg_dst + i, m);
+    _mm256_storeu_ps(exp_avg_sq_dst + i, v);
     if constexpr (P == ParamOutType::kBF16) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), to_bf16(p));
     }
@@ -134,9 +137,9 @@ void adam_impl(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int64_t en
     _mm_store_si128(reinterpret_cast<__m128i*>(ob), to_bf16(p));
   if constexpr (P == ParamOutType::kF16) _mm_store_si128(reinterpret_cast<__m128i*>(ob), to_f16(p));
   for (int64_t j = 0; j < rest; ++j) {
-    master[i + j] = pb[j];
-    exp_avg[i + j] = mb[j];
-    exp_avg_sq[i + j] = vb[j];
+    master_dst[i + j] = pb[j];
+    exp_avg_dst[i + j] = mb[j];
+    exp_avg_sq_dst[i + j] = vb[j];
     if constexpr (P != ParamOutType::kNone) out[i + j] = ob[j];
   }
 }

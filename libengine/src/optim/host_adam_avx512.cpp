@@ -91,9 +91,9 @@ void adam_lanes_at(const Consts& k, const AdamSpan& s, int64_t i, __mmask16 mask
   __m512 m = _mm512_maskz_loadu_ps(mask, s.exp_avg + i);
   __m512 v = _mm512_maskz_loadu_ps(mask, s.exp_avg_sq + i);
   adam_lanes<kWd>(k, load_grad<G>(s.grad, i, mask), p, m, v);
-  _mm512_mask_storeu_ps(s.master + i, mask, p);
-  _mm512_mask_storeu_ps(s.exp_avg + i, mask, m);
-  _mm512_mask_storeu_ps(s.exp_avg_sq + i, mask, v);
+  _mm512_mask_storeu_ps(s.master_dst() + i, mask, p);
+  _mm512_mask_storeu_ps(s.exp_avg_dst() + i, mask, m);
+  _mm512_mask_storeu_ps(s.exp_avg_sq_dst() + i, mask, v);
   uint16_t* out = static_cast<uint16_t*>(s.param_out);
   if constexpr (P == ParamOutType::kBF16) _mm256_mask_storeu_epi16(out + i, mask, to_bf16(p));
   if constexpr (P == ParamOutType::kF16) _mm256_mask_storeu_epi16(out + i, mask, to_f16(p));

@@ -40,9 +40,12 @@ struct AdamHyper {
   int64_t step = 1;
 };
 
-// One contiguous run of parameters. master, exp_avg and exp_avg_sq are fp32 and updated in place;
-// grad is read only; param_out is written only (may be null with ParamOutType::kNone). grad may be
-// the same buffer as param_out (param/grad reuse): each element is read before it is written.
+// One contiguous run of parameters. master, exp_avg and exp_avg_sq are fp32 and updated in place,
+// or, where the *_out pointers are set (all three), read there and written to those (Note
+// [speculative adam] in engine/hybrid_adam.h: the originals stay as they were); grad is read only;
+// param_out is written only (may be null with ParamOutType::kNone). grad may be the same buffer as
+// param_out (param/grad reuse): each element is read before it is written. Either way the values
+// written are the same bits.
 struct AdamSpan {
   float* master = nullptr;
   float* exp_avg = nullptr;
@@ -52,6 +55,14 @@ struct AdamSpan {
   void* param_out = nullptr;
   ParamOutType param_out_type = ParamOutType::kNone;
   int64_t numel = 0;
+  // Last, so that the aggregate initialisations above stay valid.
+  float* master_out = nullptr;
+  float* exp_avg_out = nullptr;
+  float* exp_avg_sq_out = nullptr;
+  // Where each state is written: in place unless the *_out pointers are set.
+  float* master_dst() const { return master_out != nullptr ? master_out : master; }
+  float* exp_avg_dst() const { return exp_avg_out != nullptr ? exp_avg_out : exp_avg; }
+  float* exp_avg_sq_dst() const { return exp_avg_sq_out != nullptr ? exp_avg_sq_out : exp_avg_sq; }
 };
 
 // One fused pass: g = grad * grad_scale (grad_scale = clip coefficient / loss scale), then Adam or
