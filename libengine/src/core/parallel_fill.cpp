@@ -9,10 +9,13 @@
 namespace pstar::core {
 namespace {
 
-// A piece per task: large enough that a task costs far more than handing it out.
-constexpr int64_t kPieceBytes = int64_t{1} << 20;
+// A piece per task: large enough that a task costs far more than handing it out, and whole huge
+// pages (Note [huge pages for payloads]): two threads writing halves of one 2 MiB page would wait
+// for each other's fault on it.
+constexpr int64_t kPieceBytes = int64_t{4} << 20;
+constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
 
-// Which intra-op threads ran pieces (at::get_thread_num() below 64).
+// Which intra-op threads the loop ran on (at::get_thread_num() below 64).
 class ThreadsSeen {
  public:
   void note() {
@@ -34,9 +37,8 @@ int parallel_pieces(int64_t pieces, const std::function<void(int64_t)>& piece) {
   // One index per thread; the pieces themselves are handed out through `next`.
   const int64_t threads = std::min<int64_t>(pieces, at::get_num_threads());
   at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
-    int64_t i = next++;
-    if (i < pieces) seen.note();
-    for (; i < pieces; i = next++) piece(i);
+    seen.note();
+    for (int64_t i = next++; i < pieces; i = next++) piece(i);
   });
   return seen.count();
 }
@@ -44,8 +46,16 @@ int parallel_pieces(int64_t pieces, const std::function<void(int64_t)>& piece) {
 int parallel_zero(void* data, int64_t bytes) {
   if (bytes <= 0) return 0;
   auto* base = static_cast<char*>(data);
-  return parallel_pieces((bytes + kPieceBytes - 1) / kPieceBytes, [&](int64_t i) {
-    const int64_t begin = i * kPieceBytes, end = std::min(bytes, begin + kPieceBytes);
+  // The pieces after the first start on huge-page boundaries.
+  const auto head = static_cast<int64_t>(
+      std::min<uintptr_t>((kHugePage - reinterpret_cast<uintptr_t>(base) % kHugePage) % kHugePage,
+                          static_cast<uintptr_t>(bytes)));
+  const int64_t rest = bytes - head;
+  const int64_t pieces = (head > 0 ? 1 : 0) + (rest + kPieceBytes - 1) / kPieceBytes;
+  return parallel_pieces(pieces, [&](int64_t i) {
+    const int64_t k = head > 0 ? i - 1 : i;  // -1: the head
+    const int64_t begin = k < 0 ? 0 : head + k * kPieceBytes;
+    const int64_t end = k < 0 ? head : std::min(bytes, begin + kPieceBytes);
     std::memset(base + begin, 0, static_cast<size_t>(end - begin));
   });
 }

@@ -10,6 +10,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "init_kernel.h"
 #include "pstar/optim/float_bits.h"
 
@@ -33,34 +37,28 @@ constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
 constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
 constexpr int kRounds = 10;
 
-// ln(u) for u in [2^-32, 1]: u = 2^e * m with m in (sqrt(2)/2, sqrt(2)], ln m = 2 atanh(s) with
-// s = (m - 1) / (m + 1), |s| <= 0.172, whose series to s^9 is exact to about 1e-9.
-inline float log_unit(float u) {
+// ln(u1), u1 = (v + 1/2) / 2^31 in (0, 1): 2 atanh(s) plus e ln 2, one division and one series
+// for both ways of getting s. Up to 0.7 from u1 = 2^e m with m in (sqrt(2)/2, sqrt(2)], s = (m - 1)
+// / (m + 1); above it from t = 1 - u1 (`rest`, exact in fp32 where u1 itself keeps only 24 bits), s
+// = -t / (2 - t), e = 0. |s| <= 0.177 either way, where the series to s^9 is exact to about 1e-9.
+// The two are chosen with bit masks, not branches, so that the loop vectorises.
+inline float log_u1(float u, float rest, uint32_t near_one) {
   const uint32_t b = f32_bits(u);
   const uint32_t mantissa = b & 0x7FFFFFu;
   // All ones where the mantissa is above sqrt(2)'s (0x3504F3): halve m, add one to e.
   const uint32_t above = 0u - static_cast<uint32_t>(mantissa > 0x3504F3u);
   const float m = bits_f32(mantissa | (0x3F800000u - (above & 0x00800000u)));
-  const int32_t e = static_cast<int32_t>(b >> 23) - 127 - static_cast<int32_t>(above);
-  const float s = (m - 1.0f) / (m + 1.0f);
+  const int32_t e = (static_cast<int32_t>(b >> 23) - 127 - static_cast<int32_t>(above)) &
+                    static_cast<int32_t>(~near_one);
+  const float num = bits_f32((f32_bits(m - 1.0f) & ~near_one) | (f32_bits(-rest) & near_one));
+  const float den = bits_f32((f32_bits(m + 1.0f) & ~near_one) | (f32_bits(2.0f - rest) & near_one));
+  const float s = num / den;
   const float s2 = s * s;
   float p = s2 * (1.0f / 9.0f) + (1.0f / 7.0f);
   p = p * s2 + (1.0f / 5.0f);
   p = p * s2 + (1.0f / 3.0f);
   p = p * s2 + 1.0f;
   return static_cast<float>(e) * 0.693147180559945f + 2.0f * s * p;
-}
-
-// ln(1 - t) for t in (0, 0.3]: 2 atanh(s) with s = -t / (2 - t), |s| <= 0.177, computed from t
-// itself, so that it keeps t's relative precision where 1 - t would round it away.
-inline float log_one_minus(float t) {
-  const float s = -t / (2.0f - t);
-  const float s2 = s * s;
-  float p = s2 * (1.0f / 9.0f) + (1.0f / 7.0f);
-  p = p * s2 + (1.0f / 5.0f);
-  p = p * s2 + (1.0f / 3.0f);
-  p = p * s2 + 1.0f;
-  return 2.0f * s * p;
 }
 
 // Two standard normals from two words: u1 = (v + 1/2) / 2^31 in (0, 1) with v = w_r >> 1, the
@@ -73,9 +71,7 @@ inline void box_muller(uint32_t wr, uint32_t wt, float& z0, float& z1) {
   const float u = (static_cast<float>(static_cast<int32_t>(v)) + 0.5f) * 0x1p-31f;
   const float rest = (static_cast<float>(static_cast<int32_t>(0x7FFFFFFFu - v)) + 0.5f) * 0x1p-31f;
   const uint32_t near_one = 0u - static_cast<uint32_t>(v > 1503238553u);  // u1 > 0.7
-  const uint32_t ln_u =
-      (f32_bits(log_unit(u)) & ~near_one) | (f32_bits(log_one_minus(rest)) & near_one);
-  const float r = __builtin_sqrtf(-2.0f * bits_f32(ln_u));
+  const float r = __builtin_sqrtf(-2.0f * log_u1(u, rest, near_one));
   const auto t = static_cast<int32_t>(wt >> 8);  // the angle in 2^-24 turns
   const int32_t q = (t + (1 << 21)) >> 22;       // the nearest quarter turn, 0..4
   const float x = static_cast<float>(t - (q << 22)) * 3.74507028e-07f;  // (pi / 2) / 2^22
@@ -100,16 +96,78 @@ inline void box_muller(uint32_t wr, uint32_t wt, float& z0, float& z1) {
   z1 = r * bits_f32(s);
 }
 
-// The standard normals of Philox blocks [block, block + kLanes): element 4 (b - block) + i of z.
-void normal_blocks(uint32_t k0, uint32_t k1, uint32_t s0, uint32_t s1, uint64_t block, float* z) {
-  uint32_t c0[kLanes], c1[kLanes], c2[kLanes], c3[kLanes];
-  for (int l = 0; l < kLanes; ++l) {
-    const uint64_t j = block + static_cast<uint64_t>(l);
-    c0[l] = static_cast<uint32_t>(j);
-    c1[l] = static_cast<uint32_t>(j >> 32);
-    c2[l] = s0;
-    c3[l] = s1;
+// Philox4x32-10 of the kLanes counters (c0, c1, c2, c3)[l] under key (k0, k1), in place. The
+// rounds' 32 x 32 -> 64-bit products are written with the vector unit's own multiply of even
+// lanes where there is one (the compiler does not find it), else as a loop.
+inline void philox_lanes(uint32_t* c0, uint32_t* c1, uint32_t* c2, uint32_t* c3, uint32_t k0,
+                         uint32_t k1) {
+#if defined(__AVX512F__)
+  static_assert(kLanes == 16, "one zmm register of counters");
+// GCC 12's AVX-512 shift and multiply intrinsics pass _mm512_undefined_epi32() as their masked-off
+// source, which -Wmaybe-uninitialized reports; nothing here is uninitialised.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+  __m512i a0 = _mm512_loadu_si512(c0), a1 = _mm512_loadu_si512(c1);
+  __m512i a2 = _mm512_loadu_si512(c2), a3 = _mm512_loadu_si512(c3);
+  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(kMul0));
+  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(kMul1));
+  for (int round = 0; round < kRounds; ++round) {
+    // Even 32-bit lanes' products, then the odd lanes' (moved down into the even halves).
+    const __m512i e0 = _mm512_mul_epu32(a0, m0),
+                  o0 = _mm512_mul_epu32(_mm512_srli_epi64(a0, 32), m0);
+    const __m512i e1 = _mm512_mul_epu32(a2, m1),
+                  o1 = _mm512_mul_epu32(_mm512_srli_epi64(a2, 32), m1);
+    const __m512i lo0 = _mm512_mask_blend_epi32(0xAAAA, e0, _mm512_slli_epi64(o0, 32));
+    const __m512i hi0 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(e0, 32), o0);
+    const __m512i lo1 = _mm512_mask_blend_epi32(0xAAAA, e1, _mm512_slli_epi64(o1, 32));
+    const __m512i hi1 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(e1, 32), o1);
+    a0 = _mm512_xor_si512(_mm512_xor_si512(hi1, a1), _mm512_set1_epi32(static_cast<int>(k0)));
+    a1 = lo1;
+    a2 = _mm512_xor_si512(_mm512_xor_si512(hi0, a3), _mm512_set1_epi32(static_cast<int>(k1)));
+    a3 = lo0;
+    k0 += kWeyl0;
+    k1 += kWeyl1;
   }
+  _mm512_storeu_si512(c0, a0);
+  _mm512_storeu_si512(c1, a1);
+  _mm512_storeu_si512(c2, a2);
+  _mm512_storeu_si512(c3, a3);
+#pragma GCC diagnostic pop
+#elif defined(__AVX2__)
+  static_assert(kLanes % 8 == 0, "whole ymm registers of counters");
+  for (int l = 0; l < kLanes; l += 8) {
+    auto load = [&](const uint32_t* p) {
+      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + l));
+    };
+    __m256i a0 = load(c0), a1 = load(c1), a2 = load(c2), a3 = load(c3);
+    const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kMul0));
+    const __m256i m1 = _mm256_set1_epi32(static_cast<int>(kMul1));
+    uint32_t r0 = k0, r1 = k1;
+    for (int round = 0; round < kRounds; ++round) {
+      const __m256i e0 = _mm256_mul_epu32(a0, m0),
+                    o0 = _mm256_mul_epu32(_mm256_srli_epi64(a0, 32), m0);
+      const __m256i e1 = _mm256_mul_epu32(a2, m1),
+                    o1 = _mm256_mul_epu32(_mm256_srli_epi64(a2, 32), m1);
+      const __m256i lo0 = _mm256_blend_epi32(e0, _mm256_slli_epi64(o0, 32), 0xAA);
+      const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(e0, 32), o0, 0xAA);
+      const __m256i lo1 = _mm256_blend_epi32(e1, _mm256_slli_epi64(o1, 32), 0xAA);
+      const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(e1, 32), o1, 0xAA);
+      a0 = _mm256_xor_si256(_mm256_xor_si256(hi1, a1), _mm256_set1_epi32(static_cast<int>(r0)));
+      a1 = lo1;
+      a2 = _mm256_xor_si256(_mm256_xor_si256(hi0, a3), _mm256_set1_epi32(static_cast<int>(r1)));
+      a3 = lo0;
+      r0 += kWeyl0;
+      r1 += kWeyl1;
+    }
+    auto store = [&](uint32_t* p, __m256i v) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + l), v);
+    };
+    store(c0, a0);
+    store(c1, a1);
+    store(c2, a2);
+    store(c3, a3);
+  }
+#else
   for (int round = 0; round < kRounds; ++round) {
     for (int l = 0; l < kLanes; ++l) {
       const uint64_t p0 = uint64_t{kMul0} * c0[l];
@@ -124,6 +182,20 @@ void normal_blocks(uint32_t k0, uint32_t k1, uint32_t s0, uint32_t s1, uint64_t 
     k0 += kWeyl0;
     k1 += kWeyl1;
   }
+#endif
+}
+
+// The standard normals of Philox blocks [block, block + kLanes): element 4 (b - block) + i of z.
+void normal_blocks(uint32_t k0, uint32_t k1, uint32_t s0, uint32_t s1, uint64_t block, float* z) {
+  uint32_t c0[kLanes], c1[kLanes], c2[kLanes], c3[kLanes];
+  for (int l = 0; l < kLanes; ++l) {
+    const uint64_t j = block + static_cast<uint64_t>(l);
+    c0[l] = static_cast<uint32_t>(j);
+    c1[l] = static_cast<uint32_t>(j >> 32);
+    c2[l] = s0;
+    c3[l] = s1;
+  }
+  philox_lanes(c0, c1, c2, c3, k0, k1);
   float a[kLanes], b[kLanes], c[kLanes], d[kLanes];
   for (int l = 0; l < kLanes; ++l) box_muller(c0[l], c1[l], a[l], b[l]);
   for (int l = 0; l < kLanes; ++l) box_muller(c2[l], c3[l], c[l], d[l]);

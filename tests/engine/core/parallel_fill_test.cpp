@@ -13,8 +13,9 @@ namespace {
 TEST(ParallelFillTest, ZeroesExactlyTheBytesAskedOnSeveralThreads) {
   const int before = torch::get_num_threads();
   torch::set_num_threads(2);
-  // Pieces of 1 MiB and a ragged end, inside a buffer whose edges must stay as they are.
-  const int64_t bytes = (int64_t{5} << 20) + 123;
+  // A head up to the first huge-page boundary, 4 MiB pieces and a ragged end, inside a buffer
+  // whose edges must stay as they are.
+  const int64_t bytes = (int64_t{13} << 20) + 123;
   std::vector<uint8_t> buffer(static_cast<size_t>(bytes + 64), 0xAB);
   const int threads = parallel_zero(buffer.data() + 32, bytes);
   torch::set_num_threads(before);

@@ -21,11 +21,12 @@ namespace pstar::core {
 // region). Set-up's work is split this way rather than statically: on a machine shared with other
 // processes a thread the kernel takes off its core then does fewer pieces, instead of holding every
 // other thread up at the end of its fixed share (on the 2-core development machines that made
-// parallel set-up slower than serial set-up under load). Returns how many threads ran pieces.
+// parallel set-up slower than serial set-up under load). Returns how many threads the loop ran on
+// (which of them ran which pieces depends on timing; tests).
 int parallel_pieces(int64_t pieces, const std::function<void(int64_t)>& piece);
 
-// Sets `bytes` bytes at `data` to zero, in 1 MiB pieces through parallel_pieces. Returns how many
-// threads took part (tests).
+// Sets `bytes` bytes at `data` to zero, in 4 MiB pieces on huge-page boundaries through
+// parallel_pieces. Returns how many threads took part (tests).
 int parallel_zero(void* data, int64_t bytes);
 
 }  // namespace pstar::core

@@ -81,7 +81,9 @@ struct InitWrite {
 // kInitPiece elements. The bits do not depend on the split. `on_done`, when given, is called with
 // the bytes written as pieces finish (from any of the threads). Returns how many threads took part
 // (tests).
-inline constexpr int64_t kInitPiece = int64_t{1} << 18;
+// 2^20 elements: 4 MiB of fp32, so that two threads rarely share a huge page (Note [huge pages for
+// payloads]; a fault on one page makes the other wait).
+inline constexpr int64_t kInitPiece = int64_t{1} << 20;
 
 // "avx512", "avx2" or "scalar": the kernel the generator runs, the best this CPU has unless the
 // environment variable PSTAR_INIT_ISA (scalar|avx2|avx512, read once) asks for a lower one. Every
