@@ -144,6 +144,7 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   engine.read_bool("chunk_size_search", &c.engine.chunk_size_search);
   engine.read_bool("prefetch", &c.engine.prefetch);
   engine.read_on_off_auto("overlap_adam", &c.engine.overlap_adam);
+  engine.read_on_off_auto("speculative_adam", &c.engine.speculative_adam);
   engine.read_string("nvme_path", &c.engine.nvme_path);
 
   // Checks across keys. train_batch_size is micro × accumulation × the world size, which a config

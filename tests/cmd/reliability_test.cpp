@@ -160,6 +160,47 @@ TEST_F(ReliabilityTest, SigtermFinishesTheStepSavesAndResumesExactly) {
   expect_exact_resume(k, k + 3);
 }
 
+// Note [speculative adam]: a SIGTERM while host Adam is speculated in the backward and, with
+// clipping on every step, redone: the checkpoint is the last whole step's, and the resumed run
+// continues bit for bit as a run without the worker at all.
+TEST_F(ReliabilityTest, SigtermDuringSpeculatedStepsResumesExactly) {
+  json c = config();
+  c["gradient_clipping"] = 0.05;  // every step clips: every speculated chunk is redone
+  c["engine"]["overlap_adam"] = true;
+  c["engine"]["speculative_adam"] = true;
+  write_config(c);
+  Spawned child = spawn({"--set", "training.steps=100000", "--set", "training.save_dir=ck",
+                         "--metrics", "first.jsonl"});
+  ASSERT_TRUE(wait_for_lines(child, dir_.file("first.jsonl"), 4));
+  kill(child.pid, SIGTERM);
+  const RunResult r = wait_pstar(child, 120);
+  ASSERT_EQ(r.exit_code, 143) << r;
+  const auto first = read_metrics(dir_.file("first.jsonl"));
+  const auto k = static_cast<int64_t>(first.size());
+  int64_t speculated = 0, rolled_back = 0;
+  for (const auto& m : first) {
+    speculated += m.value("adam_speculated_chunks", int64_t{0});
+    rolled_back += m.value("adam_rolled_back_chunks", int64_t{0});
+  }
+  EXPECT_GT(speculated, 0) << "nothing was speculated";
+  EXPECT_EQ(rolled_back, speculated) << "every step clips";
+  EXPECT_EQ(checkpoint::checkpoint_problem(dir_.file(ck(k))), "");
+  expect_exact_resume(k, k + 3);
+  // And the same losses without the worker, without speculation.
+  const auto resumed = read_metrics(dir_.file("resumed.jsonl"));
+  const auto plain = train({"--set", "engine.overlap_adam=false", "--set",
+                            "engine.speculative_adam=false", "--set",
+                            "training.steps=" + std::to_string(k + 3), "--metrics", "plain.jsonl"});
+  ASSERT_EQ(plain.exit_code, 0) << plain;
+  const auto without = read_metrics(dir_.file("plain.jsonl"));
+  ASSERT_EQ(static_cast<int64_t>(without.size()), k + 3);
+  for (int64_t s = 1; s <= k; ++s)
+    EXPECT_EQ(first[static_cast<size_t>(s - 1)]["loss"], without[static_cast<size_t>(s - 1)]["loss"])
+        << "step " << s;
+  for (size_t i = 0; i < resumed.size(); ++i)
+    EXPECT_EQ(resumed[i]["loss"], without[static_cast<size_t>(k) + i]["loss"]) << "step " << k + 1 + i;
+}
+
 // The NVMe tier's directory goes with a graceful stop, and one a SIGKILL left behind is reported
 // and removed by the next run (Note [nvme run directory]).
 TEST_F(ReliabilityTest, TheNvmeDirectoryGoesOnSigtermAndAfterSigkillAtTheNextStart) {

@@ -252,6 +252,45 @@ TEST_F(DistTrainTest, AccumulationAndBf16TrackOneRank) {
   }
 }
 
+// Note [speculative adam] on two ranks: host Adam starts in the backward once a chunk's group is
+// reduced, with clipping on (every step here, so every speculated chunk is redone, and never):
+// the losses and gradient norms equal those of the same two ranks without the worker, bit for bit.
+TEST_F(DistTrainTest, SpeculationOnTwoRanksChangesNoNumber) {
+  for (double clip : {0.05, 1e9}) {
+    std::map<bool, std::vector<json>> runs;
+    for (bool speculate : {false, true}) {
+      json cfg = config(2, 6);
+      cfg["gradient_clipping"] = clip;
+      // Host chunks to speculate: the embedding in an ordinary chunk, a margin of one chunk.
+      cfg["use_cpu_embedding"] = false;
+      cfg["engine"]["device_memory"] = "1900KB";
+      cfg["engine"]["overlap_adam"] = speculate;
+      cfg["engine"]["speculative_adam"] = speculate;
+      const std::string path = write_config(cfg);
+      const std::string metrics = std::string("spec") + (speculate ? "1" : "0") + ".jsonl";
+      const auto r = train(path, {"--nproc", "2", "--metrics", metrics});
+      ASSERT_EQ(r.exit_code, 0) << r;
+      runs[speculate] = read_metrics(dir_.file(metrics));
+      ASSERT_EQ(runs[speculate].size(), 6u);
+      if (!speculate) continue;
+      for (const std::string& file : {metrics, metrics + ".rank1"}) {
+        int64_t speculated = 0, rolled_back = 0;
+        for (const json& m : read_metrics(dir_.file(file))) {
+          speculated += m.value("adam_speculated_chunks", int64_t{0});
+          rolled_back += m.value("adam_rolled_back_chunks", int64_t{0});
+        }
+        EXPECT_GT(speculated, 0) << file << ", clip " << clip;
+        EXPECT_EQ(rolled_back, clip < 1 ? speculated : 0) << file << ", clip " << clip;
+      }
+    }
+    for (size_t i = 0; i < 6; ++i) {
+      EXPECT_EQ(runs[true][i]["loss"], runs[false][i]["loss"]) << "clip " << clip << ", step " << i + 1;
+      EXPECT_EQ(runs[true][i]["grad_norm"], runs[false][i]["grad_norm"])
+          << "clip " << clip << ", step " << i + 1;
+    }
+  }
+}
+
 // Records (data.jsonl) packed into windows, with answers of uneven length, so that the ranks'
 // micro-batches count different numbers of targets: two ranks train what one does, the loss being
 // the mean over the global batch's counted targets on both (Note [loss over counted targets]).

@@ -97,6 +97,7 @@ Json to_json(const TrainConfig& c) {
   engine["chunk_size_search"] = c.engine.chunk_size_search;
   engine["prefetch"] = c.engine.prefetch;
   engine["overlap_adam"] = on_off_auto_json(c.engine.overlap_adam);
+  engine["speculative_adam"] = on_off_auto_json(c.engine.speculative_adam);
   engine["nvme_path"] = c.engine.nvme_path;
 
   Json j = Json::object();

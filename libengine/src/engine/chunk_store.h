@@ -51,11 +51,20 @@ enum class AdamStage : uint8_t {
   kEarlyDone,    // updated early this step, awaited
 };
 
+// What a speculated chunk's slot becomes once its queued work is awaited (Note [speculative adam]).
+enum class SlotFate : uint8_t {
+  kUndecided,  // the step's norm is not known yet
+  kCommit,     // the speculation stands: the slot's state becomes the chunk's
+  kDiscard,    // the step clipped or overflowed: the slot is given back unused
+};
+
 struct AdamJob {
   AdamStage stage = AdamStage::kIdle;
   int64_t ticket = 0;     // the worker's ticket while queued
   int64_t sq_ticket = 0;  // the early sum of squares' job until the optimizer step waits for it
   double early_sq = 0;    // its result, valid once sq_ticket was waited for
+  int slot = -1;          // speculated into this rollback slot (Note [speculative adam]), or -1
+  SlotFate fate = SlotFate::kUndecided;
   bool queued() const { return stage == AdamStage::kQueued || stage == AdamStage::kEarlyQueued; }
   bool early() const { return stage == AdamStage::kEarlyQueued || stage == AdamStage::kEarlyDone; }
 };
@@ -154,6 +163,9 @@ class ChunkStore {
   void set_budgets(int64_t device, int64_t host);
   int64_t device_budget() const { return device_budget_; }
   int64_t host_budget() const { return host_budget_; }
+  // Host memory the store's owners hold beside the chunks (speculation's rollback slots): counted
+  // like payloads (negative: given back).
+  void add_host_bytes(int64_t bytes) { add_bytes(Place::kHost, bytes); }
   // OutOfMemoryError when the host holds more than its budget, payloads or pools.
   void check_host();
   void check_host_pools();

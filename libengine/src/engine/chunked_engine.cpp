@@ -90,6 +90,7 @@ std::unique_ptr<ChunkedEngine::Impl> make_impl(const plan::RunPlan& plan,
   settings.accumulation = plan.accumulation;
   settings.warmup_iterations = plan.config.engine.warmup_iterations;
   settings.use_cpu_embedding = plan::decided_cpu_embedding(plan.config);
+  settings.speculation = plan.speculation != plan::RunPlan::Speculation::kOff;
   PlacementSettings placement;
   placement.warmup_iterations = settings.warmup_iterations;
   placement.prefetch = plan.prefetch;
@@ -352,6 +353,10 @@ void ChunkedEngine::expect_update(double lr, double grad_multiplier) {
   impl_->adam.expect(lr, grad_multiplier);
 }
 
+void ChunkedEngine::speculate_update(double lr, double grad_multiplier) {
+  impl_->adam.speculate(lr, grad_multiplier);
+}
+
 void ChunkedEngine::end_micro_batch() {
   Impl& s = *impl_;
   s.adam.await_queued();  // a model whose backward ran no module hook has not waited yet
@@ -378,6 +383,9 @@ void ChunkedEngine::update(double lr, double grad_multiplier) {
 void ChunkedEngine::end_step() {
   Impl& s = *impl_;
   s.adam.record_finished();
+  // Note [speculative adam]: a step without an update drops what was speculated before the
+  // parameters are restored from the masters.
+  if (!s.adam.updated()) s.adam.discard_speculation();
   s.grads.end_step(s.adam.updated());
   s.adam.end_step();
   for (auto& t : s.store.tensors()) s.store.set_state(t, TensorState::kHold);

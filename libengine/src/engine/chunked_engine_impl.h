@@ -26,6 +26,7 @@ struct EngineSettings {
   int64_t accumulation = 1;  // micro-batches per step
   int64_t warmup_iterations = 1;
   bool use_cpu_embedding = false;
+  bool speculation = false;  // Note [speculative adam]: rollback slots are made after the warm-up
 };
 
 // The device memory of one step, beside what the parts count.
@@ -112,8 +113,13 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   void observe_moment(const std::string& what, formats::ProfileStage stage);
   // The optimizer moment: margin chunks are updated on the device, the rest on the host.
   void optimizer_moment();
-  // After the warm-up: fix the margin and the next-use index (Note [placement]).
+  // After the warm-up: fix the margin and the next-use index (Note [placement]), and make the
+  // rollback slots of speculation.
   void plan_margin();
+  void provide_speculation_slots();
+  // Whether chunk k's gradients are final in this backward (all in and not in use; on several
+  // ranks, its group reduced), for early updates.
+  bool final_grads(int64_t k) const;
   // The chunks this rank owns, in the order a step's forward first needs them.
   std::vector<int64_t> forward_order() const;
   // Note [device footprint]: the device memory held in the window that ends now.

@@ -45,6 +45,8 @@ class GroupSync {
   // This rank's chunk of group g.
   int64_t own_chunk(int64_t g) const;
   bool gathered(int64_t g) const { return groups_[static_cast<size_t>(g)].gathered; }
+  // Group g's gradients were summed into the owners' chunks this micro-batch.
+  bool reduced(int64_t g) const { return groups_[static_cast<size_t>(g)].reduced; }
 
   // Gives the remote chunks of group g their payloads and fills them from their owners. This
   // rank's chunk of the group is read: its queued Adam must be done.

@@ -20,16 +20,36 @@ HybridAdam::~HybridAdam() = default;
 
 void HybridAdam::await_chunk(int64_t k) {
   Chunk& c = store_.chunk(k);
-  if (!c.adam.queued()) return;
-  if (worker_->done(c.adam.ticket)) {
-    worker_->wait(c.adam.ticket);  // rethrows an Adam that failed
-  } else {
-    const auto begin = std::chrono::steady_clock::now();
-    worker_->wait(c.adam.ticket);
-    figures_.wait_s += seconds_since(begin);
+  if (c.adam.queued()) {
+    if (worker_->done(c.adam.ticket)) {
+      worker_->wait(c.adam.ticket);  // rethrows an Adam that failed
+    } else {
+      const auto begin = std::chrono::steady_clock::now();
+      worker_->wait(c.adam.ticket);
+      figures_.wait_s += seconds_since(begin);
+    }
+    c.adam.ticket = 0;
+    c.adam.stage =
+        c.adam.stage == AdamStage::kEarlyQueued ? AdamStage::kEarlyDone : AdamStage::kIdle;
   }
-  c.adam.ticket = 0;
-  c.adam.stage = c.adam.stage == AdamStage::kEarlyQueued ? AdamStage::kEarlyDone : AdamStage::kIdle;
+  // Nothing of this chunk is queued now: a decided speculation settles (Note [speculative adam]).
+  if (c.adam.slot >= 0 && c.adam.fate != SlotFate::kUndecided) resolve_slot(k);
+}
+
+void HybridAdam::resolve_slot(int64_t k) {
+  Chunk& c = store_.chunk(k);
+  if (c.adam.fate == SlotFate::kCommit) {
+    slots_->commit(k, c.adam.slot);
+  } else {
+    slots_->give_back(c.adam.slot);
+  }
+  c.adam.slot = -1;
+  c.adam.fate = SlotFate::kUndecided;
+}
+
+int64_t HybridAdam::provide_slots(int64_t chunks) {
+  if (slots_ == nullptr) slots_ = std::make_unique<SpeculationSlots>(store_);
+  return slots_->provide(chunks);
 }
 
 bool HybridAdam::finished(int64_t k) const {
@@ -57,7 +77,11 @@ void HybridAdam::record_finished() {
     const std::lock_guard<std::mutex> lock(done_mutex_);
     done.swap(done_);
   }
-  for (const Done& d : done) record_host(d.chunk, d.seconds, d.nvme, d.read_wait_s);
+  for (const Done& d : done) {
+    record_host(d.chunk, d.seconds, d.nvme, d.read_wait_s);
+    if (d.kind == JobKind::kEarly) figures_.early_s += d.seconds;
+    if (d.kind == JobKind::kRedo) figures_.rollback_s += d.seconds;
+  }
 }
 
 void HybridAdam::record_host(int64_t k, double seconds, bool nvme, double read_wait_s) {
@@ -162,11 +186,11 @@ NvmeOptimizer* HybridAdam::nvme_for(int64_t k) {
 
 // Queues host chunk k's Adam on the worker; `with_sq`: first its gradient's sum of squares, into
 // early_sq. Without param/grad reuse the gradient payload is zeroed for the next step right after
-// its Adam, there too.
+// its Adam, there too, but for a speculated chunk (Note [speculative adam]): a redo may need it.
 void HybridAdam::queue_host(int64_t k, const optim::AdamHyper& hyper, float multiplier,
-                            bool with_sq) {
+                            bool with_sq, JobKind kind, int slot) {
   Chunk& c = store_.chunk(k);
-  const optim::AdamSpan span = this->span(k);
+  const optim::AdamSpan span = slot >= 0 ? slots_->redirect(this->span(k), slot) : this->span(k);
   tier::DeviceTier* tier = &store_.tier();
   if (with_sq) {
     double* out = &c.adam.early_sq;
@@ -174,33 +198,79 @@ void HybridAdam::queue_host(int64_t k, const optim::AdamHyper& hyper, float mult
       *out = tier->grad_sq_sum(Place::kHost, span.grad, span.grad_type, span.numel);
     });
   }
-  Block* grad = store_.format().reuse ? nullptr : &c.grad;
+  Block* grad = store_.format().reuse || slot >= 0 ? nullptr : &c.grad;
   HybridAdam* self = this;
   NvmeOptimizer* nvme = nvme_for(k);
-  c.adam.ticket = worker_->submit([self, tier, nvme, k, hyper, multiplier, span, grad] {
+  c.adam.ticket = worker_->submit([self, tier, nvme, k, hyper, multiplier, span, grad, kind] {
     const auto begin = std::chrono::steady_clock::now();
     const double read_wait_s = host_step(*tier, nvme, k, hyper, multiplier, span);
     if (grad != nullptr) tier->zero(*grad, span.numel * 4);
     const double seconds = seconds_since(begin);
     const std::lock_guard<std::mutex> lock(self->done_mutex_);
-    self->done_.push_back(Done{k, seconds, nvme != nullptr, read_wait_s});
+    self->done_.push_back(Done{k, seconds, nvme != nullptr, read_wait_s, kind});
   });
   c.adam.stage = with_sq ? AdamStage::kEarlyQueued : AdamStage::kQueued;
+  if (slot >= 0) {
+    c.adam.slot = slot;
+    c.adam.fate = SlotFate::kUndecided;
+    ++figures_.speculated;
+  }
   ++figures_.queued;
 }
 
-void HybridAdam::start_early_updates(bool eligible) {
-  if (worker_ == nullptr || !eligible || !expected_) return;
-  const optim::AdamHyper h = hyper(expected_->first, steps_ + 1);
-  const float m = multiplier(expected_->second);
+void HybridAdam::start_early_updates(const std::function<bool(int64_t)>& final_grads) {
+  if (worker_ == nullptr || !expected_) return;
+  const optim::AdamHyper h = hyper(expected_->lr, steps_ + 1);
+  const float m = multiplier(expected_->multiplier);
   for (int64_t k = 0; k < store_.num_chunks(); ++k) {
     const Chunk& c = store_.chunk(k);
-    if (c.remote || c.margin() || c.adam.early() || c.used == 0 || c.grads_missing > 0 ||
-        c.compute_count > 0)
-      continue;
+    if (c.remote || c.margin() || c.adam.early() || c.used == 0 || !final_grads(k)) continue;
+    int slot = -1;
+    if (expected_->speculative) {
+      // Note [speculative adam]: not the chunks whose state a rollback could not keep beside them.
+      if (c.nvme || c.host_only()) continue;
+      slot = slots_->take();
+      if (slot < 0) return;  // every slot is taken: the rest wait for the norm
+    }
     store_.move_compute(k, Place::kHost);
     ++figures_.early;
-    queue_host(k, h, m, /*with_sq=*/true);
+    queue_host(k, h, m, /*with_sq=*/true, JobKind::kEarly, slot);
+  }
+}
+
+std::vector<int64_t> HybridAdam::decide_speculation(double lr, double grad_multiplier) {
+  std::vector<int64_t> redo;
+  if (!expected_ || !expected_->speculative) return redo;
+  const bool stands = expected_->lr == lr && expected_->multiplier == grad_multiplier;
+  tier::DeviceTier* tier = &store_.tier();
+  for (int64_t k = 0; k < store_.num_chunks(); ++k) {
+    Chunk& c = store_.chunk(k);
+    if (c.adam.slot < 0) continue;
+    if (stands) {
+      c.adam.fate = SlotFate::kCommit;
+      if (!store_.format().reuse) {
+        // The early path's zeroing of the gradient, behind the speculative Adam that kept it.
+        Block* grad = &c.grad;
+        const int64_t bytes = c.used * 4;
+        c.adam.ticket = worker_->submit([tier, grad, bytes] { tier->zero(*grad, bytes); });
+        c.adam.stage = AdamStage::kEarlyQueued;
+      }
+    } else {
+      c.adam.fate = SlotFate::kDiscard;
+      ++figures_.rolled_back;
+      redo.push_back(k);
+    }
+  }
+  return redo;
+}
+
+void HybridAdam::discard_speculation() {
+  for (int64_t k = 0; k < store_.num_chunks(); ++k) {
+    Chunk& c = store_.chunk(k);
+    if (c.adam.slot < 0) continue;
+    c.adam.fate = SlotFate::kDiscard;
+    await_chunk(k);  // the speculative Adam still reads the chunk's payloads
+    c.adam.stage = AdamStage::kIdle;
   }
 }
 
@@ -216,14 +286,17 @@ void HybridAdam::await_for_optimizer() {
 }
 
 void HybridAdam::update(double lr, double grad_multiplier, bool planned) {
-  PSTAR_INTERNAL_ASSERT(
-      !expected_ || (expected_->first == lr && expected_->second == grad_multiplier),
-      "the update differs from the one expected before the backward");
+  PSTAR_INTERNAL_ASSERT(!expected_ || expected_->speculative ||
+                            (expected_->lr == lr && expected_->multiplier == grad_multiplier),
+                        "the update differs from the one expected before the backward");
   const optim::AdamHyper h = hyper(lr, ++steps_);
   updated_ = true;
   // The device tier's Adam gives host Adam's bits (Note [device tier]), so placement never changes
   // the numbers.
   const float m = multiplier(grad_multiplier);
+  // Note [speculative adam]: speculated chunks keep their slot's state, or are updated again with
+  // the true multiplier, behind their speculative Adam on the ordered worker.
+  for (int64_t k : decide_speculation(lr, grad_multiplier)) queue_host(k, h, m, false, JobKind::kRedo);
   // The margin's Adam first: on a GPU it is queued and runs while the host updates the rest, each
   // host chunk as soon as its own eviction has landed. Chunks are independent, so the order does
   // not change the numbers.
@@ -246,7 +319,9 @@ void HybridAdam::update(double lr, double grad_multiplier, bool planned) {
   std::vector<int64_t> host, device_nvme;
   for (int64_t k : queue ? order_ : in_chunk_order) {
     const Chunk& c = store_.chunk(k);
-    if (c.remote || c.optimizer_place != Place::kHost || c.adam.early()) continue;
+    // Early chunks are updated (or, speculated and redone, queued again above) already.
+    if (c.remote || c.optimizer_place != Place::kHost || c.adam.early() || c.adam.slot >= 0)
+      continue;
     (c.nvme && c.compute_place == Place::kDevice ? device_nvme : host).push_back(k);
   }
   if (!device_nvme.empty()) {
@@ -271,7 +346,7 @@ void HybridAdam::update(double lr, double grad_multiplier, bool planned) {
     }
     return;
   }
-  for (int64_t k : host) queue_host(k, h, m, /*with_sq=*/false);
+  for (int64_t k : host) queue_host(k, h, m, /*with_sq=*/false, JobKind::kLater);
 }
 
 void HybridAdam::end_step() {

@@ -142,11 +142,6 @@ void ChunkedEngine::Impl::access(torch::nn::Module& module, const char* phase) {
   begin_moment(what);
   // Before anything reads them: uploads, gathers, and modules computing on the host.
   for (int64_t id : ids) adam.await_chunk(store.tensors()[static_cast<size_t>(id)].chunk);
-  if (in_backward) {
-    // Gradients are final only once reduced: with several ranks, no early update.
-    adam.start_early_updates(placement.planned() && !sync.active() &&
-                             micro_batches_done + 1 == settings.accumulation);
-  }
   if (sync.active()) {
     std::vector<bool> keep(static_cast<size_t>(sync.num_groups()), false);
     for (int64_t g : used_groups) keep[static_cast<size_t>(g)] = true;
@@ -158,6 +153,11 @@ void ChunkedEngine::Impl::access(torch::nn::Module& module, const char* phase) {
       sync.gather(g);
     }
   }
+  // Early updates (exact or speculative) in the last micro-batch's backward, after the plan, for
+  // the chunks whose gradients are final now: on several ranks, after their group's reduction
+  // above.
+  if (in_backward && placement.planned() && micro_batches_done + 1 == settings.accumulation)
+    adam.start_early_updates([this](int64_t k) { return final_grads(k); });
   make_resident(needed, what);
   prefetch(needed);
   observe_moment(what,
@@ -265,6 +265,35 @@ void ChunkedEngine::Impl::plan_margin() {
             " chunks in the device margin (Adam on the device; ", fixed,
             " of them placed there at start-up), working set up to ", max_needed, " chunk(s) of ",
             format_bytes(store.compute_bytes()));
+  if (settings.speculation) provide_speculation_slots();
+}
+
+// Note [speculative adam]: a slot for every host chunk that may be speculated, as far as
+// engine.host_memory has room beside the chunks.
+void ChunkedEngine::Impl::provide_speculation_slots() {
+  int64_t host_chunks = 0;
+  for (const Chunk& c : store.chunks())
+    host_chunks += !c.remote && !c.margin() && !c.nvme && !c.host_only() && c.used > 0 ? 1 : 0;
+  if (host_chunks == 0) {
+    log::info("speculative Adam: every chunk's Adam runs on the device; nothing to speculate");
+    return;
+  }
+  const int64_t made = adam.provide_slots(host_chunks);
+  log::info("speculative Adam: rollback space for ", made, " of ", host_chunks, " host chunks (",
+            format_bytes(adam.slots()->bytes()), " of host memory",
+            made < host_chunks
+                ? "; engine.host_memory has no room for more, so the others wait for the gradient "
+                  "norm"
+                : "",
+            ")");
+}
+
+bool ChunkedEngine::Impl::final_grads(int64_t k) const {
+  const Chunk& c = store.chunks()[static_cast<size_t>(k)];
+  if (c.compute_count > 0) return false;
+  // On several ranks a gradient is final once its group is reduced into this rank's chunk.
+  if (sync.active()) return sync.reduced(sync.group_of(k));
+  return c.grads_missing == 0;
 }
 
 void ChunkedEngine::Impl::finish_step_memory() {
@@ -307,6 +336,12 @@ void ChunkedEngine::Impl::finish_step_memory() {
     m.adam_queued_chunks = figures.queued;
     m.adam_early_chunks = figures.early;
     m.adam_wait_s = figures.wait_s;
+    m.adam_early_s = figures.early_s;
+  }
+  if (settings.speculation) {
+    m.adam_speculated_chunks = figures.speculated;
+    m.adam_rolled_back_chunks = figures.rolled_back;
+    m.adam_rollback_s = figures.rollback_s;
   }
   if (NvmeOptimizer* nvme = store.nvme(); nvme != nullptr) {
     // Completed since the last step's end: queued Adam and its I/O run on into the next step.

@@ -8,6 +8,7 @@ target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/nvme_optimizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/group_sync.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hybrid_adam.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/speculation.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gradients.cpp
   ${CMAKE_CURRENT_LIST_DIR}/moments.cpp
   ${CMAKE_CURRENT_LIST_DIR}/evaluation.cpp

@@ -161,6 +161,23 @@ RunPlan resolve_run(const config::TrainConfig& config, const RunFacts& facts) {
   const bool overlap = overlap_adam_on(c.engine.overlap_adam, plan.device);
   c.engine.overlap_adam = config::on_off(overlap);
   plan.overlap_adam = plan.chunked && overlap;
+  // Note [speculative adam]: speculation runs on the host Adam worker; it matters only where the
+  // update waits for the gradient norm (clipping, fp16's overflow check).
+  PSTAR_CHECK(c.engine.speculative_adam != config::OnOffAuto::kOn || plan.overlap_adam,
+              ConfigError,
+              "engine.speculative_adam is true but host Adam has no worker to run in the backward "
+              "on (engine.overlap_adam is off",
+              plan.chunked ? "" : ", and engine.mode \"torch\" has none", "); set "
+              "engine.overlap_adam true or engine.speculative_adam \"auto\"");
+  const bool waits_for_norm = c.gradient_clipping > 0 || c.fp16.enabled;
+  if (c.engine.speculative_adam == config::OnOffAuto::kOn) {
+    plan.speculation = RunPlan::Speculation::kAlways;
+  } else if (c.engine.speculative_adam == config::OnOffAuto::kAuto && plan.overlap_adam &&
+             waits_for_norm) {
+    plan.speculation = RunPlan::Speculation::kAfterCalmSteps;
+  }
+  // speculative_adam stays as given: "auto" is a rule over the run's steps, not a choice about the
+  // machine, and the same config resolves to the same rule again (Note [run plan]).
   const bool cpu_embedding = cpu_embedding_on(c.use_cpu_embedding, plan.device);
   if (c.use_cpu_embedding == config::OnOffAuto::kAuto && plan.chunked &&
       plan.device == DeviceKind::kCuda)

@@ -44,6 +44,8 @@ void MetricsWriter::write(const StepMetrics& m) {
         {"adam_device_chunks", m.engine.adam_device_chunks},
         {"adam_queued_chunks", m.engine.adam_queued_chunks},
         {"adam_early_chunks", m.engine.adam_early_chunks},
+        {"adam_speculated_chunks", m.engine.adam_speculated_chunks},
+        {"adam_rolled_back_chunks", m.engine.adam_rolled_back_chunks},
         {"model_data_bytes", m.engine.model_data_bytes},
         {"pinned_bytes", m.engine.pinned.current},
         {"pinned_peak_bytes", m.engine.pinned.peak},
@@ -59,6 +61,8 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.eval_loss) line["eval_loss"] = *m.eval_loss;
   if (m.engine.comm_s >= 0) line["comm_s"] = m.engine.comm_s;
   if (m.engine.adam_wait_s >= 0) line["adam_wait_s"] = m.engine.adam_wait_s;
+  if (m.engine.adam_early_s >= 0) line["adam_early_s"] = m.engine.adam_early_s;
+  if (m.engine.adam_rollback_s >= 0) line["adam_rollback_s"] = m.engine.adam_rollback_s;
   if (m.engine.move_s >= 0) line["move_s"] = m.engine.move_s;
   if (m.engine.nvme.wait_s >= 0) line["nvme_wait_s"] = m.engine.nvme.wait_s;
   write_line(line.dump() + "\n");

@@ -77,6 +77,7 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   plan_timer.stop();
   for (const std::string& line : plan.decisions) log::info(line);
   config = plan.config;
+  speculation = plan.speculation;
   device = plan_device(plan);
   dtype = plan_dtype(plan);
   const bool chunked = plan.chunked;

@@ -19,6 +19,7 @@
 #include "pstar/engine/param_engine.h"
 #include "pstar/formats/config.h"
 #include "pstar/model/causal_lm.h"
+#include "pstar/plan/run_plan.h"
 #include "pstar/tier/device_tier.h"
 #include "pstar/train/loss_scaler.h"
 #include "pstar/train/lr_schedule.h"
@@ -52,6 +53,9 @@ struct Trainer::Impl {
   int64_t step = 0;
   int64_t tokens = 0;
   int64_t skipped = 0;
+  // Note [speculative adam]: the plan's rule, and the steps since one last clipped or overflowed.
+  plan::RunPlan::Speculation speculation = plan::RunPlan::Speculation::kOff;
+  int64_t calm_steps = 0;
   std::optional<core::Clock::time_point> start;
   dist::Communicator* comm = nullptr;  // several ranks only
   int stop_signal = 0;                 // agreed by every rank: the run stops (Note [graceful stop])

@@ -193,9 +193,18 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   StepTimes times;  // Note [step split]
   engine->begin_step();
   // Without clipping or loss scaling the update is known before the backward: the engine may start
-  // it as gradients become final (Note [host adam overlap]).
-  if (config.gradient_clipping <= 0 && !config.fp16.enabled)
+  // it as gradients become final (Note [host adam overlap]). With them, it may speculate on the
+  // update of a step that neither clips nor overflows (Note [speculative adam]): always, or after
+  // two such steps in a row, so that early training, which clips step after step, pays for no
+  // rollbacks.
+  constexpr int64_t kCalmStepsBeforeSpeculating = 2;
+  if (config.gradient_clipping <= 0 && !config.fp16.enabled) {
     engine->expect_update(schedule.at(step), 1.0);
+  } else if (speculation == plan::RunPlan::Speculation::kAlways ||
+             (speculation == plan::RunPlan::Speculation::kAfterCalmSteps &&
+              calm_steps >= kCalmStepsBeforeSpeculating)) {
+    engine->speculate_update(schedule.at(step), 1.0 / loss_scale);
+  }
   double loss_sum = 0;
   {
     model::ScopedModuleHooks hooks(engine->hooks());
@@ -256,10 +265,12 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
                 "); lower optimizer.params.lr, set gradient_clipping, or train in fp32",
                 checkpoints->last_checkpoint_hint());
     double multiplier = 1.0 / loss_scale;
-    if (config.gradient_clipping > 0 && m.grad_norm > config.gradient_clipping)
-      multiplier *= config.gradient_clipping / (m.grad_norm + 1e-6);
+    const bool clipped = config.gradient_clipping > 0 && m.grad_norm > config.gradient_clipping;
+    if (clipped) multiplier *= config.gradient_clipping / (m.grad_norm + 1e-6);
     engine->update(m.lr, multiplier);
+    calm_steps = clipped ? 0 : calm_steps + 1;
   }
+  if (m.skipped) calm_steps = 0;
   if (config.fp16.enabled) scaler.update(m.skipped);
   engine->end_step();
   times.optimizer_s = seconds_since(optimizer_start);

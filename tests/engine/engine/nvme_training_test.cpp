@@ -183,6 +183,36 @@ TEST_F(NvmeTrainingTest, ThreeTimesTheBudgetsTrainBitIdenticallyUnderTheHostBudg
   }
 }
 
+// Note [speculative adam]: chunks whose optimizer state is on NVMe are never speculated (a rollback
+// would have to keep their state on the disk too), and speculation changes no loss, clipping or
+// not. The NVMe fit gives the host's room to whole chunks, so the in-memory ones find no room for
+// rollback slots either: the log says so and nothing is speculated.
+TEST_F(NvmeTrainingTest, SpeculationLeavesNvmeChunksOutAndChangesNoLoss) {
+  auto c = deep_config(/*bf16=*/true);
+  Sizes s;
+  run(c, &s);
+  tighten(c, s);
+  c.engine.nvme_path = nvme_dir();
+  for (double clip : {1e-3, 1e9}) {
+    SCOPED_TRACE("clip " + std::to_string(clip));
+    c.gradient_clipping = clip;
+    c.engine.overlap_adam = config::OnOffAuto::kOff;
+    c.engine.speculative_adam = config::OnOffAuto::kOff;
+    const auto in_place = run(c);
+    c.engine.overlap_adam = config::OnOffAuto::kOn;
+    c.engine.speculative_adam = config::OnOffAuto::kOn;
+    plan::Fit fit;
+    const auto speculated = run(c, nullptr, "", &fit);
+    EXPECT_EQ(losses(speculated), losses(in_place));
+    ASSERT_GT(fit.nvme_chunks, 0) << "nothing went to NVMe";
+    for (const auto& m : speculated) {
+      EXPECT_GE(m.engine.adam_speculated_chunks, 0) << "step " << m.step;
+      EXPECT_LE(m.engine.adam_speculated_chunks, s.chunks - fit.nvme_chunks)
+          << "an NVMe chunk was speculated, step " << m.step;
+    }
+  }
+}
+
 // The host holds the compute payloads of half the chunks: the others compute on the device, where
 // they stay, and are updated through the host (Note [nvme tier]).
 TEST_F(NvmeTrainingTest, ComputePayloadsKeptOnTheDeviceTrainBitIdentically) {

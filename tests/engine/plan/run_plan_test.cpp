@@ -230,6 +230,50 @@ TEST(RunPlan, OverlapAdamTable) {
   EXPECT_FALSE(resolve_run(c, gpu_facts()).prefetch);
 }
 
+// engine.speculative_adam (Note [speculative adam]) × overlap × clipping: true speculates every
+// clipping step and needs the worker; "auto" only with the worker and where the update waits for
+// the norm (clipping or fp16), after calm steps; a resolved config resolves to the same rule.
+TEST(RunPlan, SpeculativeAdamTable) {
+  using config::OnOffAuto;
+  using Spec = RunPlan::Speculation;
+  ASSERT_EQ(config::TrainConfig().engine.speculative_adam, OnOffAuto::kAuto) << "the default";
+  struct Row {
+    OnOffAuto setting;
+    bool gpu;
+    double clip;
+    Spec want;
+  };
+  const Row rows[] = {
+      {OnOffAuto::kAuto, true, 1.0, Spec::kAfterCalmSteps},
+      {OnOffAuto::kAuto, true, 0.0, Spec::kOff},   // nothing waits for the norm
+      {OnOffAuto::kAuto, false, 1.0, Spec::kOff},  // no worker on the emulated tier's "auto"
+      {OnOffAuto::kOn, true, 1.0, Spec::kAlways},
+      {OnOffAuto::kOff, true, 1.0, Spec::kOff},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(str_cat(config::on_off_auto_name(row.setting), row.gpu ? ", cuda" : ", cpu",
+                         ", clip ", row.clip));
+    config::TrainConfig c;
+    c.engine.speculative_adam = row.setting;
+    c.gradient_clipping = row.clip;
+    const RunPlan p = resolve_run(c, row.gpu ? gpu_facts() : cpu_facts());
+    EXPECT_EQ(p.speculation, row.want);
+    EXPECT_EQ(resolve_run(p.config, row.gpu ? gpu_facts() : cpu_facts()).speculation, row.want);
+  }
+  config::TrainConfig c;
+  c.engine.speculative_adam = OnOffAuto::kOn;
+  c.gradient_clipping = 1.0;
+  try {
+    resolve_run(c, cpu_facts());  // overlap_adam "auto" is off on the emulated tier
+    FAIL() << "speculation without the worker was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("set engine.overlap_adam true"), std::string::npos)
+        << e.what();
+  }
+  c.engine.overlap_adam = OnOffAuto::kOn;
+  EXPECT_EQ(resolve_run(c, cpu_facts()).speculation, Spec::kAlways);
+}
+
 // use_cpu_embedding × the device → the config's decided value (Note [cpu embedding]): "auto" is
 // off for a GPU and on for the emulated tier; a decided config resolves to itself anywhere, and
 // only a decided one says where the embedding lives.

@@ -151,6 +151,10 @@ struct EngineConfig {
   // Host Adam on a worker thread while the next step's forward starts (docs/engine.md): true,
   // false, or "auto" (on when the device tier is a GPU: plan::overlap_adam_on).
   OnOffAuto overlap_adam = OnOffAuto::kAuto;
+  // With gradient_clipping or fp16, start host Adam in the backward with the multiplier of a step
+  // that does not clip, and redo it exactly when the step did (Note [speculative adam]): true
+  // (every step), false, or "auto" (with overlap_adam, on steps after ones that did not clip).
+  OnOffAuto speculative_adam = OnOffAuto::kAuto;
   // The NVMe tier (docs/engine.md, "A third tier"): a directory on a fast local disk where the
   // optimizer payloads of chunks that fit neither host nor device memory live. Empty: no NVMe tier.
   // Relative paths are relative to the working directory, like training.save_dir.

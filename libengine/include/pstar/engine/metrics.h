@@ -36,6 +36,13 @@ struct EngineMetrics {
   int64_t adam_queued_chunks = -1;
   int64_t adam_early_chunks = -1;
   double adam_wait_s = -1;
+  // Note [speculative adam] (engine.speculative_adam on, -1 otherwise): early chunks updated
+  // speculatively this step and those redone with the true multiplier, the seconds of host Adam
+  // that started in the backward and of the redone Adam (as the worker finished them).
+  int64_t adam_speculated_chunks = -1;
+  int64_t adam_rolled_back_chunks = -1;
+  double adam_early_s = -1;
+  double adam_rollback_s = -1;
   // With optimizer payloads on NVMe (engine.nvme_path): bytes the NVMe tier read and wrote, and the
   // seconds the thread running host Adam waited for the disk, over the operations that completed
   // since the previous step's end (queued Adam runs on into the next step).

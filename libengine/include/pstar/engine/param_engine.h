@@ -36,6 +36,11 @@ class ParamEngine {
   // scaling): unless the step fails, update() will be called with these arguments, so the engine
   // may start it as gradients become final.
   virtual void expect_update(double lr, double grad_multiplier) {}
+  // After begin_step, when the update depends on the gradients (clipping, loss scaling): the update
+  // the step makes if it does not clip or overflow. The engine may start it as gradients become
+  // final, provided update() (with whatever arguments) or a step without one still gives exactly
+  // what the engine would have without this call (Note [speculative adam]).
+  virtual void speculate_update(double lr, double grad_multiplier) {}
   // After each micro-batch's backward.
   virtual void end_micro_batch() {}
   // The global L2 norm of the unscaled gradient (the backward ran on loss × loss_scale). May be

@@ -73,6 +73,10 @@ struct RunPlan {
   int64_t host_budget_per_rank = 0;  // the ranks on a host share its budget
   bool prefetch = true;
   bool overlap_adam = false;
+  // Note [speculative adam]: kOff, kAlways (engine.speculative_adam true) or kAfterCalmSteps
+  // ("auto" with the worker: only on steps after ones that did not clip or overflow).
+  enum class Speculation { kOff, kAlways, kAfterCalmSteps };
+  Speculation speculation = Speculation::kOff;
   // One log line per decision the plan made for the user ("precision: bf16 (...)").
   std::vector<std::string> decisions;
 
