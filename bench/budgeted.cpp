@@ -181,7 +181,7 @@ Steady steady(const RunResult& r, int64_t warmup) {
   s.h2d_per_step = static_cast<double>(h2d) / static_cast<double>(n);
   s.d2h_per_step = static_cast<double>(d2h) / static_cast<double>(n);
   s.prefetched_per_step = static_cast<double>(prefetched) / static_cast<double>(n);
-  s.adam_device_chunks = r.steps.back().engine.adam_device_chunks;
+  s.adam_device_chunks = r.steps.back().engine.adam.device_chunks;
   return s;
 }
 
@@ -382,7 +382,7 @@ int run(const Options& o) {
                 b.step_time_s, mib(static_cast<double>(b.engine.moved_h2d_bytes)),
                 mib(static_cast<double>(b.engine.moved_d2h_bytes)),
                 mib(static_cast<double>(b.engine.device_peak_bytes)),
-                static_cast<long long>(b.engine.adam_device_chunks),
+                static_cast<long long>(b.engine.adam.device_chunks),
                 static_cast<long long>(budgeted.num_chunks),
                 static_cast<int64_t>(i) < o.warmup ? "  (warm-up)" : "");
   }

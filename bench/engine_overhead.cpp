@@ -166,7 +166,7 @@ int run(const Options& o) {
     margin_chunks = chunked_mode.chunked()->margin_chunks();
     moved_bytes =
         chunked_mode.last().engine.moved_h2d_bytes + chunked_mode.last().engine.moved_d2h_bytes;
-    adam_device = chunked_mode.last().engine.adam_device_chunks;
+    adam_device = chunked_mode.last().engine.adam.device_chunks;
   }
 
   const auto tokens = static_cast<double>(tokens_per_step);

@@ -91,6 +91,7 @@ std::unique_ptr<ChunkedEngine::Impl> make_impl(const plan::RunPlan& plan,
   settings.warmup_iterations = plan.config.engine.warmup_iterations;
   settings.use_cpu_embedding = plan::decided_cpu_embedding(plan.config);
   settings.speculation = plan.speculation != plan::RunPlan::Speculation::kOff;
+  settings.speculation_forced = plan.speculation == plan::RunPlan::Speculation::kAlways;
   PlacementSettings placement;
   placement.warmup_iterations = settings.warmup_iterations;
   placement.prefetch = plan.prefetch;

@@ -27,6 +27,7 @@ struct EngineSettings {
   int64_t warmup_iterations = 1;
   bool use_cpu_embedding = false;
   bool speculation = false;  // Note [speculative adam]: rollback slots are made after the warm-up
+  bool speculation_forced = false;  // engine.speculative_adam true: no room for a slot is an error
 };
 
 // The device memory of one step, beside what the parts count.

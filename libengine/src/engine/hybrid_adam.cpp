@@ -85,6 +85,7 @@ void HybridAdam::record_finished() {
 }
 
 void HybridAdam::record_host(int64_t k, double seconds, bool nvme, double read_wait_s) {
+  figures_.host_s += seconds;
   const int64_t bytes = store_.optimizer_bytes();
   if (nvme) store_.record(k, formats::ChunkEventKind::kNvmeRead, bytes, read_wait_s);
   store_.record(k, formats::ChunkEventKind::kAdamHost, bytes, seconds);

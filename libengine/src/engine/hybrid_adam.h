@@ -58,6 +58,8 @@ struct AdamFigures {
   // when the worker finishes them).
   int64_t speculated = 0, rolled_back = 0;
   double early_s = 0, rollback_s = 0;
+  // Seconds of every host chunk's Adam finished this step, on the worker or in place.
+  double host_s = 0;
 };
 
 class HybridAdam {

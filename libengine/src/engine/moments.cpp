@@ -279,6 +279,18 @@ void ChunkedEngine::Impl::provide_speculation_slots() {
     return;
   }
   const int64_t made = adam.provide_slots(host_chunks);
+  // Asked for by name, speculation that cannot run once is a plan that does not fit; "auto" makes
+  // do with what there is.
+  if (made == 0 && settings.speculation_forced) {
+    const int64_t slot = adam.slots()->slot_bytes();
+    const int64_t held = std::max(store.host_bytes().current, store.tier().host_memory().current());
+    throw OutOfMemoryError(str_cat(
+        "engine.speculative_adam is true, but engine.host_memory (", format_bytes(store.host_budget()),
+        ") has no room for one rollback slot (", format_bytes(slot), ") beside the chunks' ",
+        format_bytes(held), "; set engine.host_memory to at least ", format_bytes(held + slot),
+        " (", format_bytes(held + host_chunks * slot), " speculates every host chunk), or "
+        "engine.speculative_adam to \"auto\" or false"));
+  }
   log::info("speculative Adam: rollback space for ", made, " of ", host_chunks, " host chunks (",
             format_bytes(adam.slots()->bytes()), " of host memory",
             made < host_chunks
@@ -331,17 +343,18 @@ void ChunkedEngine::Impl::finish_step_memory() {
   m.move_s = traffic.move_s;
   m.prefetched_h2d_bytes = traffic.prefetched;
   const AdamFigures& figures = adam.figures();
-  m.adam_device_chunks = figures.device_chunks;
+  m.adam.device_chunks = figures.device_chunks;
+  m.adam.host_s = figures.host_s;
   if (adam.overlapping()) {
-    m.adam_queued_chunks = figures.queued;
-    m.adam_early_chunks = figures.early;
-    m.adam_wait_s = figures.wait_s;
-    m.adam_early_s = figures.early_s;
+    m.adam.queued_chunks = figures.queued;
+    m.adam.early_chunks = figures.early;
+    m.adam.wait_s = figures.wait_s;
+    m.adam.early_s = figures.early_s;
   }
   if (settings.speculation) {
-    m.adam_speculated_chunks = figures.speculated;
-    m.adam_rolled_back_chunks = figures.rolled_back;
-    m.adam_rollback_s = figures.rollback_s;
+    m.adam.speculated_chunks = figures.speculated;
+    m.adam.rolled_back_chunks = figures.rolled_back;
+    m.adam.rollback_s = figures.rollback_s;
   }
   if (NvmeOptimizer* nvme = store.nvme(); nvme != nullptr) {
     // Completed since the last step's end: queued Adam and its I/O run on into the next step.

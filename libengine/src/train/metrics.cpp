@@ -41,11 +41,11 @@ void MetricsWriter::write(const StepMetrics& m) {
         {"moved_h2d_bytes", m.engine.moved_h2d_bytes},
         {"moved_d2h_bytes", m.engine.moved_d2h_bytes},
         {"prefetched_h2d_bytes", m.engine.prefetched_h2d_bytes},
-        {"adam_device_chunks", m.engine.adam_device_chunks},
-        {"adam_queued_chunks", m.engine.adam_queued_chunks},
-        {"adam_early_chunks", m.engine.adam_early_chunks},
-        {"adam_speculated_chunks", m.engine.adam_speculated_chunks},
-        {"adam_rolled_back_chunks", m.engine.adam_rolled_back_chunks},
+        {"adam_device_chunks", m.engine.adam.device_chunks},
+        {"adam_queued_chunks", m.engine.adam.queued_chunks},
+        {"adam_early_chunks", m.engine.adam.early_chunks},
+        {"adam_speculated_chunks", m.engine.adam.speculated_chunks},
+        {"adam_rolled_back_chunks", m.engine.adam.rolled_back_chunks},
         {"model_data_bytes", m.engine.model_data_bytes},
         {"pinned_bytes", m.engine.pinned.current},
         {"pinned_peak_bytes", m.engine.pinned.peak},
@@ -60,9 +60,10 @@ void MetricsWriter::write(const StepMetrics& m) {
   }
   if (m.eval_loss) line["eval_loss"] = *m.eval_loss;
   if (m.engine.comm_s >= 0) line["comm_s"] = m.engine.comm_s;
-  if (m.engine.adam_wait_s >= 0) line["adam_wait_s"] = m.engine.adam_wait_s;
-  if (m.engine.adam_early_s >= 0) line["adam_early_s"] = m.engine.adam_early_s;
-  if (m.engine.adam_rollback_s >= 0) line["adam_rollback_s"] = m.engine.adam_rollback_s;
+  if (m.engine.adam.wait_s >= 0) line["adam_wait_s"] = m.engine.adam.wait_s;
+  if (m.engine.adam.early_s >= 0) line["adam_early_s"] = m.engine.adam.early_s;
+  if (m.engine.adam.host_s >= 0) line["adam_host_s"] = m.engine.adam.host_s;
+  if (m.engine.adam.rollback_s >= 0) line["adam_rollback_s"] = m.engine.adam.rollback_s;
   if (m.engine.move_s >= 0) line["move_s"] = m.engine.move_s;
   if (m.engine.nvme.wait_s >= 0) line["nvme_wait_s"] = m.engine.nvme.wait_s;
   write_line(line.dump() + "\n");

@@ -48,8 +48,8 @@ void check_dtype_supported(c10::ScalarType dtype, c10::Device device) {
 void Trainer::Impl::save_checkpoint() {
   checkpoint::RunState state;
   state.step = step;
-  state.tokens = tokens;
-  state.skipped_steps = skipped;
+  state.tokens = totals.tokens;
+  state.skipped_steps = totals.skipped;
   state.loss_scaler = scaler.state();
   state.rng = at::detail::getDefaultCPUGenerator().get_state();
   checkpoints->save(state, [&](checkpoint::TensorList& out) { engine->state_dict(out); });
@@ -61,8 +61,8 @@ void Trainer::Impl::resume(const std::string& where) {
         engine->load_state_dict(in, file);
       });
   step = state.step;
-  tokens = state.tokens;
-  skipped = state.skipped_steps;
+  totals.tokens = state.tokens;
+  totals.skipped = state.skipped_steps;
   scaler.set_state(state.loss_scaler);
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   generator.set_state(state.rng);
@@ -77,7 +77,7 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   plan_timer.stop();
   for (const std::string& line : plan.decisions) log::info(line);
   config = plan.config;
-  speculation = plan.speculation;
+  speculation.rule = plan.speculation;
   device = plan_device(plan);
   dtype = plan_dtype(plan);
   const bool chunked = plan.chunked;

@@ -51,11 +51,16 @@ struct Trainer::Impl {
   core::SetupPhases setup;
 
   int64_t step = 0;
-  int64_t tokens = 0;
-  int64_t skipped = 0;
+  // Over the whole run (checkpointed): tokens trained on, steps skipped.
+  struct {
+    int64_t tokens = 0;
+    int64_t skipped = 0;
+  } totals;
   // Note [speculative adam]: the plan's rule, and the steps since one last clipped or overflowed.
-  plan::RunPlan::Speculation speculation = plan::RunPlan::Speculation::kOff;
-  int64_t calm_steps = 0;
+  struct {
+    plan::RunPlan::Speculation rule = plan::RunPlan::Speculation::kOff;
+    int64_t calm_steps = 0;
+  } speculation;
   std::optional<core::Clock::time_point> start;
   dist::Communicator* comm = nullptr;  // several ranks only
   int stop_signal = 0;                 // agreed by every rank: the run stops (Note [graceful stop])

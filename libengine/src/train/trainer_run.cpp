@@ -40,7 +40,7 @@ TrainSummary Trainer::run() {
   int64_t device_peak = -1, host_peak = -1, moved = 0, adam_device = -1;
   bool loss_seen = false;
   const auto run_start = Clock::now();
-  const int64_t tokens_before = s.tokens;
+  const int64_t tokens_before = s.totals.tokens;
   // Note [torch trace]
   std::optional<TorchTrace> trace;
   if (std::optional<TorchTraceRequest> request = torch_trace_request_from_env()) {
@@ -60,7 +60,7 @@ TrainSummary Trainer::run() {
     host_peak = std::max(host_peak, m.engine.host_peak_bytes);
     moved += std::max<int64_t>(0, m.engine.moved_h2d_bytes) +
              std::max<int64_t>(0, m.engine.moved_d2h_bytes);
-    adam_device = m.engine.adam_device_chunks;
+    adam_device = m.engine.adam.device_chunks;
     // A step skipped for want of counted targets has no loss (NaN).
     if (std::isfinite(m.loss)) {
       if (!loss_seen) summary.first_loss = m.loss;
@@ -101,9 +101,9 @@ TrainSummary Trainer::run() {
               s.profiler->data().by_moment.size(), " moments, ", s.profiler->data().events.size(),
               " chunk events)");
   }
-  summary.skipped_steps = s.skipped;
+  summary.skipped_steps = s.totals.skipped;
   summary.stop_signal = s.stop_signal;
-  summary.tokens = s.tokens - tokens_before;
+  summary.tokens = s.totals.tokens - tokens_before;
   summary.elapsed_s = seconds_since(run_start);
   summary.tokens_per_s = static_cast<double>(summary.tokens) / std::max(summary.elapsed_s, 1e-9);
   if (device_peak >= 0) {

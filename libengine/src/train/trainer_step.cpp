@@ -92,21 +92,21 @@ Trainer::Impl::MicroLoss Trainer::Impl::micro_loss(const data::Batch& batch) {
 }
 
 StepMetrics Trainer::Impl::skip_empty_step(Clock::time_point step_start) {
-  ++skipped;
+  ++totals.skipped;
   log::end_status();
   log::warn("step ", step, ": no target of the global batch counts in the loss (data.loss_on \"",
             config::loss_on_name(config.data.loss_on),
             "\" selects no token of its records); step skipped without an "
             "update (",
-            skipped, skipped == 1 ? " step" : " steps", " skipped so far)");
+            totals.skipped, totals.skipped == 1 ? " step" : " steps", " skipped so far)");
   StepMetrics m;
   m.step = step;
   m.loss = std::numeric_limits<double>::quiet_NaN();  // written as null
   m.skipped = true;
   m.loss_scale = config.fp16.enabled ? scaler.scale() : 1.0;
   engine->fill_metrics(m.engine);
-  tokens += tokens_per_step();
-  m.tokens = tokens;
+  totals.tokens += tokens_per_step();
+  m.tokens = totals.tokens;
   m.step_time_s = seconds_since(step_start);
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / std::max(m.step_time_s, 1e-9);
   if (eval_due()) m.eval_loss = evaluate();
@@ -200,9 +200,9 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   constexpr int64_t kCalmStepsBeforeSpeculating = 2;
   if (config.gradient_clipping <= 0 && !config.fp16.enabled) {
     engine->expect_update(schedule.at(step), 1.0);
-  } else if (speculation == plan::RunPlan::Speculation::kAlways ||
-             (speculation == plan::RunPlan::Speculation::kAfterCalmSteps &&
-              calm_steps >= kCalmStepsBeforeSpeculating)) {
+  } else if (speculation.rule == plan::RunPlan::Speculation::kAlways ||
+             (speculation.rule == plan::RunPlan::Speculation::kAfterCalmSteps &&
+              speculation.calm_steps >= kCalmStepsBeforeSpeculating)) {
     engine->speculate_update(schedule.at(step), 1.0 / loss_scale);
   }
   double loss_sum = 0;
@@ -256,9 +256,9 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   if (!std::isfinite(m.grad_norm) && config.fp16.enabled && scaler.is_dynamic()) {
     m.skipped = true;
     m.lr = 0;  // no update was made
-    ++skipped;
+    ++totals.skipped;
     log::warn("step ", step, ": gradient overflow at loss scale ", loss_scale, "; step skipped (",
-              skipped, skipped == 1 ? " step" : " steps", " skipped so far)");
+              totals.skipped, totals.skipped == 1 ? " step" : " steps", " skipped so far)");
   } else {
     PSTAR_CHECK(std::isfinite(m.grad_norm), NumericError, "step ", step,
                 ": the gradient norm is not finite (loss ", loss,
@@ -268,16 +268,16 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
     const bool clipped = config.gradient_clipping > 0 && m.grad_norm > config.gradient_clipping;
     if (clipped) multiplier *= config.gradient_clipping / (m.grad_norm + 1e-6);
     engine->update(m.lr, multiplier);
-    calm_steps = clipped ? 0 : calm_steps + 1;
+    speculation.calm_steps = clipped ? 0 : speculation.calm_steps + 1;
   }
-  if (m.skipped) calm_steps = 0;
+  if (m.skipped) speculation.calm_steps = 0;
   if (config.fp16.enabled) scaler.update(m.skipped);
   engine->end_step();
   times.optimizer_s = seconds_since(optimizer_start);
   engine->fill_metrics(m.engine);
 
-  tokens += tokens_per_step();
-  m.tokens = tokens;
+  totals.tokens += tokens_per_step();
+  m.tokens = totals.tokens;
   m.step_time_s = seconds_since(step_start);
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / std::max(m.step_time_s, 1e-9);
   m.times = times;

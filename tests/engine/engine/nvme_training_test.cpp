@@ -206,8 +206,8 @@ TEST_F(NvmeTrainingTest, SpeculationLeavesNvmeChunksOutAndChangesNoLoss) {
     EXPECT_EQ(losses(speculated), losses(in_place));
     ASSERT_GT(fit.nvme_chunks, 0) << "nothing went to NVMe";
     for (const auto& m : speculated) {
-      EXPECT_GE(m.engine.adam_speculated_chunks, 0) << "step " << m.step;
-      EXPECT_LE(m.engine.adam_speculated_chunks, s.chunks - fit.nvme_chunks)
+      EXPECT_GE(m.engine.adam.speculated_chunks, 0) << "step " << m.step;
+      EXPECT_LE(m.engine.adam.speculated_chunks, s.chunks - fit.nvme_chunks)
           << "an NVMe chunk was speculated, step " << m.step;
     }
   }

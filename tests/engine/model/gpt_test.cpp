@@ -245,7 +245,9 @@ TEST(OpsTest, LinearMatchesLibTorchAndSavesTheWeightItself) {
     ref.backward(g);
     EXPECT_TRUE(torch::allclose(x.grad(), x2.grad(), 1e-5, 1e-6));
     EXPECT_TRUE(torch::allclose(w.grad(), w2.grad(), 1e-5, 1e-6));
-    if (with_bias) EXPECT_TRUE(torch::allclose(b.grad(), b2.grad(), 1e-5, 1e-6));
+    if (with_bias) {
+      EXPECT_TRUE(torch::allclose(b.grad(), b2.grad(), 1e-5, 1e-6));
+    }
   }
   // Backward reads the weight's current data: re-pointing it (as the chunk engine does when it
   // moves a chunk) is followed. Moving the same values elsewhere gives the same gradients.

@@ -163,9 +163,9 @@ TEST_F(CudaTraining, HostAdamBesideTheNextForwardChangesNoLoss) {
     const auto in_place = run(c);
     EXPECT_EQ(losses(overlapped), losses(in_place));
     int64_t queued = 0;
-    for (const auto& m : overlapped) queued += std::max<int64_t>(0, m.engine.adam_queued_chunks);
+    for (const auto& m : overlapped) queued += std::max<int64_t>(0, m.engine.adam.queued_chunks);
     EXPECT_GT(queued, 0) << "\"auto\" queued no host Adam on the CUDA tier";
-    for (const auto& m : in_place) EXPECT_EQ(m.engine.adam_queued_chunks, -1);
+    for (const auto& m : in_place) EXPECT_EQ(m.engine.adam.queued_chunks, -1);
   }
 }
 

@@ -260,7 +260,7 @@ TEST_F(ChunkedEngineOnATier, KernelsSeeTheirSideAndReportsMatchTheTiersLedger) {
               const int64_t h2d = ledger->copied[1][0], d2h = ledger->copied[0][1];
               EXPECT_EQ(m.engine.moved_h2d_bytes, h2d - h2d_before) << "step " << m.step;
               EXPECT_EQ(m.engine.moved_d2h_bytes, d2h - d2h_before) << "step " << m.step;
-              EXPECT_EQ(m.engine.adam_device_chunks, ledger->adam_calls[0] - adam_device_before)
+              EXPECT_EQ(m.engine.adam.device_chunks, ledger->adam_calls[0] - adam_device_before)
                   << "step " << m.step;
               EXPECT_EQ(m.engine.model_data_bytes, ledger->live_bytes[0] + ledger->live_bytes[1])
                   << "step " << m.step;
@@ -362,13 +362,13 @@ TEST_F(ChunkedEngineOnATier, QueuedHostAdamIsAwaitedBeforeUseAndChangesNoNumber)
     const auto overlapped = run(
         c, std::move(tier),
         [&](const train::StepMetrics& m) {
-          EXPECT_GE(m.engine.adam_queued_chunks, 0) << "step " << m.step;
-          EXPECT_GE(m.engine.adam_wait_s, 0) << "step " << m.step;
-          queued += m.engine.adam_queued_chunks;
-          EXPECT_LE(m.engine.adam_early_chunks, m.engine.adam_queued_chunks) << "step " << m.step;
-          early += m.engine.adam_early_chunks;
-          steps_queueing += m.engine.adam_queued_chunks > 0 ? 1 : 0;
-          waited += m.engine.adam_wait_s;
+          EXPECT_GE(m.engine.adam.queued_chunks, 0) << "step " << m.step;
+          EXPECT_GE(m.engine.adam.wait_s, 0) << "step " << m.step;
+          queued += m.engine.adam.queued_chunks;
+          EXPECT_LE(m.engine.adam.early_chunks, m.engine.adam.queued_chunks) << "step " << m.step;
+          early += m.engine.adam.early_chunks;
+          steps_queueing += m.engine.adam.queued_chunks > 0 ? 1 : 0;
+          waited += m.engine.adam.wait_s;
         },
         nullptr, &overlapped_state);
     EXPECT_EQ(losses(overlapped), losses(in_place));
@@ -526,9 +526,9 @@ TEST_F(ChunkedEngineOnATier, OverlapAdamAutoIsOffOnTheEmulatedTier) {
   c.training.steps = 3;
   ASSERT_EQ(c.engine.overlap_adam, config::OnOffAuto::kAuto);
   for (const auto& m : run(c, nullptr)) {
-    EXPECT_EQ(m.engine.adam_queued_chunks, -1);
-    EXPECT_EQ(m.engine.adam_early_chunks, -1);
-    EXPECT_EQ(m.engine.adam_wait_s, -1);
+    EXPECT_EQ(m.engine.adam.queued_chunks, -1);
+    EXPECT_EQ(m.engine.adam.early_chunks, -1);
+    EXPECT_EQ(m.engine.adam.wait_s, -1);
   }
 }
 

@@ -74,17 +74,17 @@ class SpeculativeAdam : public ChunkedEngineOnATier {
   static Counts counts(const Outcome& o, double clip) {
     Counts n;
     for (const auto& m : o.steps) {
-      EXPECT_GE(m.engine.adam_speculated_chunks, 0) << "step " << m.step;
-      EXPECT_LE(m.engine.adam_rolled_back_chunks, m.engine.adam_speculated_chunks);
-      n.speculated += m.engine.adam_speculated_chunks;
-      n.rolled_back += m.engine.adam_rolled_back_chunks;
+      EXPECT_GE(m.engine.adam.speculated_chunks, 0) << "step " << m.step;
+      EXPECT_LE(m.engine.adam.rolled_back_chunks, m.engine.adam.speculated_chunks);
+      n.speculated += m.engine.adam.speculated_chunks;
+      n.rolled_back += m.engine.adam.rolled_back_chunks;
       n.clipped += m.grad_norm > clip ? 1 : 0;
       // A step that clipped redoes every chunk it speculated; one that did not, none.
       if (m.grad_norm > clip) {
-        EXPECT_EQ(m.engine.adam_rolled_back_chunks, m.engine.adam_speculated_chunks)
+        EXPECT_EQ(m.engine.adam.rolled_back_chunks, m.engine.adam.speculated_chunks)
             << "step " << m.step;
       } else {
-        EXPECT_EQ(m.engine.adam_rolled_back_chunks, 0) << "step " << m.step;
+        EXPECT_EQ(m.engine.adam.rolled_back_chunks, 0) << "step " << m.step;
       }
     }
     return n;
@@ -119,14 +119,18 @@ TEST_F(SpeculativeAdam, BitIdenticalWhetherStepsClipAlwaysSometimesOrNever) {
     const Counts n = counts(got, c.gradient_clipping);
     EXPECT_GT(n.speculated, 0) << "nothing was speculated";
     EXPECT_GT(got.ledger->adam_out_of_place, 0);
-    if (k.clip < 1) EXPECT_EQ(n.rolled_back, n.speculated) << "every step clips";
-    if (k.clip > 1e6) EXPECT_EQ(n.rolled_back, 0) << "no step clips";
+    if (k.clip < 1) {
+      EXPECT_EQ(n.rolled_back, n.speculated) << "every step clips";
+    }
+    if (k.clip > 1e6) {
+      EXPECT_EQ(n.rolled_back, 0) << "no step clips";
+    }
     if (k.clip == 1.0) {
       EXPECT_GT(n.clipped, 0);
       EXPECT_LT(n.clipped, c.training.steps);
     }
     double early_s = 0;
-    for (const auto& m : got.steps) early_s += std::max(0.0, m.engine.adam_early_s);
+    for (const auto& m : got.steps) early_s += std::max(0.0, m.engine.adam.early_s);
     EXPECT_GT(early_s, 0) << "no host Adam started in the backward";
   }
 }
@@ -146,9 +150,40 @@ TEST_F(SpeculativeAdam, AHostBudgetWithoutRoomGivesFewerSlotsNotOtherNumbers) {
   const Outcome got = speculated(c);
   expect_same(got, want);
   int64_t most = 0;
-  for (const auto& m : got.steps) most = std::max(most, m.engine.adam_speculated_chunks);
+  for (const auto& m : got.steps) most = std::max(most, m.engine.adam.speculated_chunks);
   EXPECT_GE(most, 1);
   EXPECT_LE(most, 1) << "more slots than the host budget holds";
+}
+
+// Speculation asked for by name with no host room for one slot is a plan that does not fit, said
+// at start-up with the budget that would; "auto" runs without it.
+TEST_F(SpeculativeAdam, ForcedWithoutRoomForOneSlotStopsAtStartUpAutoRunsWithout) {
+  auto c = small_config(/*bf16=*/true);
+  c.training.steps = 4;
+  c.gradient_clipping = 1.0;
+  Plan plan;
+  run(c, nullptr, nullptr, &plan);
+  c.engine.device_memory = tight_budget(c);
+  const int64_t whole = plan.compute_chunk_bytes + plan.optimizer_chunk_bytes;
+  c.engine.host_memory = plan.num_chunks * whole + whole / 4;
+  const Outcome want = in_place(c);
+  try {
+    speculated(c);
+    ADD_FAILURE() << "speculative_adam true ran without room for a rollback slot";
+  } catch (const OutOfMemoryError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("engine.host_memory"), std::string::npos) << what;
+    EXPECT_NE(what.find("engine.speculative_adam"), std::string::npos) << what;
+    EXPECT_NE(what.find("at least"), std::string::npos) << what;
+  }
+  c.engine.speculative_adam = config::OnOffAuto::kAuto;
+  c.engine.overlap_adam = config::OnOffAuto::kOn;
+  std::vector<train::StepMetrics> got = run(c, nullptr);
+  ASSERT_EQ(got.size(), want.steps.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].loss, want.steps[i].loss) << "step " << i + 1;
+    EXPECT_LE(got[i].engine.adam.speculated_chunks, 0) << "step " << i + 1;
+  }
 }
 
 // A step without an update (as after an fp16 overflow, which this CPU build cannot make): its
@@ -177,15 +212,19 @@ TEST_F(SpeculativeAdam, AStepWithoutAnUpdateDropsItsSpeculation) {
       e.end_step();
       train::StepMetrics m;
       e.fill_metrics(m.engine);
-      if (step == 4) EXPECT_GE(m.engine.adam_speculated_chunks, speculate ? 1 : -1);
-      speculated += std::max<int64_t>(0, m.engine.adam_speculated_chunks);
+      if (step == 4) {
+        EXPECT_GE(m.engine.adam.speculated_chunks, speculate ? 1 : -1);
+      }
+      speculated += std::max<int64_t>(0, m.engine.adam.speculated_chunks);
       out.push_back(loss);
       out.push_back(norm);
     });
     const std::lock_guard<std::mutex> lock(ledger->mutex);
     EXPECT_TRUE(ledger->busy.empty());
     for (const auto& v : ledger->violations) ADD_FAILURE() << v;
-    if (speculate) EXPECT_GT(speculated, 0);
+    if (speculate) {
+      EXPECT_GT(speculated, 0);
+    }
     return out;
   };
   EXPECT_EQ(drive(true), drive(false));

@@ -97,7 +97,7 @@ class EvaluateTest : public ::testing::TestWithParam<const char*> {
       EXPECT_EQ(a.engine.moved_h2d_bytes, b.engine.moved_h2d_bytes) << "step " << a.step;
       EXPECT_EQ(a.engine.moved_d2h_bytes, b.engine.moved_d2h_bytes) << "step " << a.step;
       EXPECT_EQ(a.engine.device_peak_bytes, b.engine.device_peak_bytes) << "step " << a.step;
-      EXPECT_EQ(a.engine.adam_device_chunks, b.engine.adam_device_chunks) << "step " << a.step;
+      EXPECT_EQ(a.engine.adam.device_chunks, b.engine.adam.device_chunks) << "step " << a.step;
     }
     // The plan: the same accesses at every moment, the same non-model peaks, the same margin.
     EXPECT_EQ(with.trace.accesses, without.trace.accesses);

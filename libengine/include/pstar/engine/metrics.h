@@ -14,7 +14,7 @@ struct HeldBytes {
 
 struct EngineMetrics {
   // Chunk engine only: peak bytes per tier over the step (device: chunks + measured non-model;
-  // host: chunks), bytes moved each way, chunks whose Adam ran on the device.
+  // host: chunks), bytes moved each way.
   int64_t device_peak_bytes = -1;
   // What the device held at most (Note [device footprint] in tier/device_tier.h): on a GPU the
   // CUDA arena, LibTorch's reserved memory and the tier's scratch; on the emulated tier the same as
@@ -29,20 +29,26 @@ struct EngineMetrics {
   // The seconds the training thread spent moving payloads this step (allocating the destination,
   // copying or queueing the copy, re-pointing the tensors).
   double move_s = -1;
-  int64_t adam_device_chunks = -1;
-  // engine.overlap_adam on (-1 otherwise): host chunks whose Adam this step queued on the worker,
-  // those of them queued early (in the backward), and the seconds this step waited for queued
-  // Adam work.
-  int64_t adam_queued_chunks = -1;
-  int64_t adam_early_chunks = -1;
-  double adam_wait_s = -1;
-  // Note [speculative adam] (engine.speculative_adam on, -1 otherwise): early chunks updated
-  // speculatively this step and those redone with the true multiplier, the seconds of host Adam
-  // that started in the backward and of the redone Adam (as the worker finished them).
-  int64_t adam_speculated_chunks = -1;
-  int64_t adam_rolled_back_chunks = -1;
-  double adam_early_s = -1;
-  double adam_rollback_s = -1;
+  // Adam's figures (the --metrics file's adam_X keys).
+  struct Adam {
+    int64_t device_chunks = -1;  // chunks whose Adam ran on the device (the margin)
+    // engine.overlap_adam on (-1 otherwise): host chunks whose Adam this step queued on the
+    // worker, those of them queued early (in the backward), the seconds this step waited for
+    // queued Adam work, and the seconds of host Adam that started in the backward.
+    int64_t queued_chunks = -1;
+    int64_t early_chunks = -1;
+    double wait_s = -1;
+    double early_s = -1;
+    // Seconds of host Adam finished this step (worker or in place), every kind of job together:
+    // early_s / host_s is the share that ran inside the backward.
+    double host_s = -1;
+    // Note [speculative adam] (engine.speculative_adam on, -1 otherwise): early chunks updated
+    // speculatively this step, those redone with the true multiplier, and the seconds of the
+    // redone Adam (as the worker finished them).
+    int64_t speculated_chunks = -1;
+    int64_t rolled_back_chunks = -1;
+    double rollback_s = -1;
+  } adam;
   // With optimizer payloads on NVMe (engine.nvme_path): bytes the NVMe tier read and wrote, and the
   // seconds the thread running host Adam waited for the disk, over the operations that completed
   // since the previous step's end (queued Adam runs on into the next step).
