@@ -28,6 +28,7 @@ struct TrainCommandOptions {
   int64_t dist_timeout_s = 300;
   std::string profile_path;  // --profile: record a profile (docs/profile.md)
   int64_t profile_from = 1;
+  std::string step_bound = "auto";  // --step-bound: on, off, auto (the chunk engine on a GPU)
 };
 
 void register_train(CLI::App& app);

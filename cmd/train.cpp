@@ -56,6 +56,11 @@ void register_train(CLI::App& app) {
                   "with an error")
       ->check(CLI::Range(int64_t{1}, int64_t{86400}))
       ->capture_default_str();
+  sub->add_option("--step-bound", options->step_bound,
+                  "After the run, measure the machine's rates and log the steady step against "
+                  "its physical bound (docs/training.md); auto: the chunk engine on a GPU")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   sub->callback([options] {
     // The launcher's status is its first failing rank's: pass it on as the process's own.
     if (const int code = run_train(*options); code != 0) std::exit(code);
@@ -76,6 +81,7 @@ std::vector<std::string> rank_args(const TrainCommandOptions& o) {
     args.insert(args.end(),
                 {"--profile", o.profile_path, "--profile-from", std::to_string(o.profile_from)});
   args.insert(args.end(), {"--dist-timeout", std::to_string(o.dist_timeout_s)});
+  args.insert(args.end(), {"--step-bound", o.step_bound});
   return args;
 }
 
@@ -100,6 +106,7 @@ int run_train_config(const config::TrainConfig& config, const TrainCommandOption
   train_options.dist_timeout = std::chrono::seconds(options.dist_timeout_s);
   train_options.profile_path = options.profile_path;
   train_options.profile_from_step = options.profile_from;
+  if (options.step_bound != "auto") train_options.step_bound = options.step_bound == "on";
   // SIGINT/SIGTERM: finish the step, save, and exit 128 + the signal (docs/cli.md).
   core::StopSignals stop_signals;
   const train::TrainSummary summary = train::train(config, train_options);

@@ -84,8 +84,15 @@ void HybridAdam::record_finished() {
   }
 }
 
+// Note [host adam bytes]
+// One host Adam pass reads each of the chunk's payloads once (gradient, parameters or the
+// parameter slot holding the gradient, master, moments) and writes each once (parameters,
+// master, moments, and the separate gradient it zeroes): twice the chunk's whole payload bytes per
+// element in use. The gradient norm's extra read of an early chunk's gradient is not counted, so
+// the figure, over the host's memory bandwidth, is a lower bound on host Adam's time.
 void HybridAdam::record_host(int64_t k, double seconds, bool nvme, double read_wait_s) {
   figures_.host_s += seconds;
+  figures_.host_bytes += 2 * store_.chunk(k).used * store_.format().payload.whole();
   const int64_t bytes = store_.optimizer_bytes();
   if (nvme) store_.record(k, formats::ChunkEventKind::kNvmeRead, bytes, read_wait_s);
   store_.record(k, formats::ChunkEventKind::kAdamHost, bytes, seconds);

@@ -58,8 +58,10 @@ struct AdamFigures {
   // when the worker finishes them).
   int64_t speculated = 0, rolled_back = 0;
   double early_s = 0, rollback_s = 0;
-  // Seconds of every host chunk's Adam finished this step, on the worker or in place.
+  // Seconds of every host chunk's Adam finished this step, on the worker or in place, and the
+  // host memory it read and wrote (Note [host adam bytes]).
   double host_s = 0;
+  int64_t host_bytes = 0;
 };
 
 class HybridAdam {

@@ -345,6 +345,7 @@ void ChunkedEngine::Impl::finish_step_memory() {
   const AdamFigures& figures = adam.figures();
   m.adam.device_chunks = figures.device_chunks;
   m.adam.host_s = figures.host_s;
+  m.adam.host_bytes = figures.host_bytes;
   if (adam.overlapping()) {
     m.adam.queued_chunks = figures.queued;
     m.adam.early_chunks = figures.early;

@@ -127,6 +127,14 @@ double train_flops_per_token(const model::ModelShape& shape, bool checkpointing)
   return 0;
 }
 
+double model_flops_per_token(const model::ModelShape& shape) {
+  if (shape.family == model::ModelFamily::kGpt) {
+    return 6.0 * static_cast<double>(shape.num_params()) +
+           12.0 * static_cast<double>(shape.layers() * shape.hidden() * shape.seq_len());
+  }
+  return train_flops_per_token(shape, /*checkpointing=*/false);
+}
+
 model::ModelShape gpt_shape(const Workload& w, int64_t hidden, int64_t layers, int64_t heads) {
   PSTAR_INTERNAL_ASSERT(hidden > 0 && layers > 0 && heads > 0 && hidden % heads == 0);
   model::ModelShape s;

@@ -42,6 +42,7 @@ void MetricsWriter::write(const StepMetrics& m) {
         {"moved_d2h_bytes", m.engine.moved_d2h_bytes},
         {"prefetched_h2d_bytes", m.engine.prefetched_h2d_bytes},
         {"adam_device_chunks", m.engine.adam.device_chunks},
+        {"adam_host_bytes", m.engine.adam.host_bytes},
         {"adam_queued_chunks", m.engine.adam.queued_chunks},
         {"adam_early_chunks", m.engine.adam.early_chunks},
         {"adam_speculated_chunks", m.engine.adam.speculated_chunks},

@@ -113,6 +113,15 @@ struct Trainer::Impl {
 struct PreparedRun {
   std::unique_ptr<dist::Communicator> comm;
   std::unique_ptr<Trainer> trainer;
+  // Note [step bound]: what the closing line needs once the trainer is gone; unset where the run
+  // does not log it.
+  struct BoundInputs {
+    c10::Device device{c10::kCPU};
+    bool half = false;
+    int64_t arena_bytes = 0;
+    double model_flops_per_step = 0;  // on this rank
+  };
+  std::optional<BoundInputs> bound;
 };
 PreparedRun prepare_run(const config::TrainConfig& config, const TrainOptions& options);
 

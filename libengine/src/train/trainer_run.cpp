@@ -17,8 +17,12 @@
 #include "pstar/core/setup_phases.h"
 #include "pstar/dist/communicator.h"
 #include "pstar/dist/world.h"
+#include "pstar/model/model_shape.h"
+#include "pstar/plan/estimate.h"
 #include "pstar/plan/run_plan.h"
+#include "pstar/tier/device_tier.h"
 #include "pstar/train/run_facts.h"
+#include "pstar/train/step_bound.h"
 #include "same_config.h"
 #include "torch_trace.h"
 #include "trainer_impl.h"
@@ -27,6 +31,46 @@ namespace pstar::train {
 
 using core::Clock;
 using core::seconds_since;
+
+namespace {
+
+// Note [step bound]: large enough on a GPU for the copies and the matmul to reach their rates;
+// small on the CPU, where they only show that the line is made.
+RateSizes bound_sizes(bool gpu) {
+  RateSizes sizes;
+  if (!gpu) {
+    sizes.copy_bytes = int64_t{16} << 20;
+    sizes.matmul_side = 256;
+    sizes.host_bytes = int64_t{32} << 20;
+  }
+  return sizes;
+}
+
+// After the engine is released, on a tier of the run's kind with a small arena of its own.
+void log_step_bound(const PreparedRun::BoundInputs& in, const TrainSummary& summary) {
+  const auto start = Clock::now();
+  const MachineRates rates = [&] {
+    std::unique_ptr<tier::DeviceTier> tier =
+        in.device.is_cuda() ? tier::make_device_tier(in.device, in.arena_bytes)
+                            : tier::make_emulated_tier();
+    return measure_rates(*tier, in.half, bound_sizes(in.device.is_cuda()));
+  }();
+  StepWork work = summary.steady_work;
+  work.model_flops = in.model_flops_per_step;
+  const StepBound bound = step_bound(work, rates);
+  log::info("step bound over ", summary.steady_steps, " steady step(s): ",
+            describe_bound(summary.steady_step_s, bound), "; per step ",
+            work.model_flops >= 1e12 ? format_fixed(work.model_flops / 1e12, 2) + " TFLOP, "
+                                     : format_fixed(work.model_flops / 1e9, 2) + " GFLOP, ", format_bytes(work.h2d_bytes),
+            " up, ", format_bytes(work.d2h_bytes), " down, ", format_bytes(work.host_adam_bytes),
+            " of host Adam; rates measured after the run in ", format_fixed(seconds_since(start), 2),
+            " s: matmul ", format_fixed(rates.compute_flops / 1e12, 2), " TFLOPS, copies ",
+            format_fixed(rates.h2d_bytes / 1e9, 1), " GB/s up, ", format_fixed(rates.d2h_bytes / 1e9, 1),
+            " down, ", format_fixed(rates.two_way_bytes / 1e9, 1), " both at once, host memory ",
+            format_fixed(rates.host_memory_bytes / 1e9, 1), " GB/s");
+}
+
+}  // namespace
 
 TrainSummary Trainer::run() {
   Impl& s = *impl_;
@@ -39,6 +83,9 @@ TrainSummary Trainer::run() {
   log::info("training ", total - s.step, " steps");
   int64_t device_peak = -1, host_peak = -1, moved = 0, adam_device = -1;
   bool loss_seen = false;
+  // Note [step bound]: the steps after the warm-up's tracing and the first planned step.
+  const int64_t first_steady = s.config.engine.warmup_iterations + 2;
+  std::vector<double> steady_times;
   const auto run_start = Clock::now();
   const int64_t tokens_before = s.totals.tokens;
   // Note [torch trace]
@@ -61,6 +108,12 @@ TrainSummary Trainer::run() {
     moved += std::max<int64_t>(0, m.engine.moved_h2d_bytes) +
              std::max<int64_t>(0, m.engine.moved_d2h_bytes);
     adam_device = m.engine.adam.device_chunks;
+    if (m.step >= first_steady && m.engine.moved_h2d_bytes >= 0 && !m.skipped) {
+      steady_times.push_back(m.step_time_s);
+      summary.steady_work.h2d_bytes += m.engine.moved_h2d_bytes;
+      summary.steady_work.d2h_bytes += m.engine.moved_d2h_bytes;
+      summary.steady_work.host_adam_bytes += m.engine.adam.host_bytes;
+    }
     // A step skipped for want of counted targets has no loss (NaN).
     if (std::isfinite(m.loss)) {
       if (!loss_seen) summary.first_loss = m.loss;
@@ -102,6 +155,15 @@ TrainSummary Trainer::run() {
               " chunk events)");
   }
   summary.skipped_steps = s.totals.skipped;
+  if (!steady_times.empty()) {
+    const auto n = static_cast<int64_t>(steady_times.size());
+    summary.steady_steps = n;
+    std::sort(steady_times.begin(), steady_times.end());
+    summary.steady_step_s = steady_times[steady_times.size() / 2];
+    summary.steady_work.h2d_bytes /= n;
+    summary.steady_work.d2h_bytes /= n;
+    summary.steady_work.host_adam_bytes /= n;
+  }
   summary.stop_signal = s.stop_signal;
   summary.tokens = s.totals.tokens - tokens_before;
   summary.elapsed_s = seconds_since(run_start);
@@ -156,6 +218,19 @@ PreparedRun prepare_run(const config::TrainConfig& config, const TrainOptions& o
   // rank draws its own numbers. Rank 0 keeps the stream a single-rank run would.
   if (world.rank > 0) torch::manual_seed(config.training.seed + 7919 * world.rank);
   run.trainer = std::make_unique<Trainer>(resolved, std::move(built), run_options);
+  const bool on_gpu = plan.device == plan::DeviceKind::kCuda;
+  if (plan.chunked && world.rank == 0 && options.step_bound.value_or(on_gpu)) {
+    PreparedRun::BoundInputs b;
+    b.device = plan_device(plan);
+    b.half = plan.compute_elem_bytes() == 2;
+    const RateSizes sizes = bound_sizes(on_gpu);
+    b.arena_bytes = 2 * sizes.copy_bytes + (int64_t{4} << 20);
+    const model::ModelShape shape = model::resolve_model_shape(resolved.model);
+    b.model_flops_per_step = plan::model_flops_per_token(shape) *
+                             static_cast<double>(plan.micro_batch * plan.accumulation *
+                                                 shape.seq_len());
+    run.bound = b;
+  }
   return run;
 }
 
@@ -170,6 +245,7 @@ TrainSummary train(const config::TrainConfig& config, const TrainOptions& option
   run.trainer.reset();
   // Logged whatever it took: beside "set-up took" it closes the account of time outside the steps.
   log::info("released the engine's memory in ", format_fixed(seconds_since(teardown), 2), " s");
+  if (run.bound && summary.steady_steps > 0) log_step_bound(*run.bound, summary);
   return summary;
 }
 

@@ -383,6 +383,8 @@ class ChunkedEngineOnATier : public ::testing::Test {
     int64_t compute_chunk_bytes = 0;
     int64_t optimizer_chunk_bytes = 0;
     int64_t num_chunks = 0;
+    int64_t chunk_size = 0;  // elements
+    int64_t params = 0;      // the model's parameters, all in chunks
   };
 
   // A checkpoint's tensors as plain bytes: LibTorch tensors kept across runs would count as the
@@ -421,6 +423,8 @@ class ChunkedEngineOnATier : public ::testing::Test {
       Plan* plan_out = nullptr, StateBytes* state_out = nullptr) {
     train::ModelAndEngine built = build(c, std::move(tier));
     auto* raw = dynamic_cast<engine::ChunkedEngine*>(built.engine.get());
+    int64_t params = 0;
+    for (const auto& p : built.model->parameters()) params += p.numel();
     train::TrainOptions o;
     o.device = "cpu";
     o.progress = false;
@@ -442,6 +446,8 @@ class ChunkedEngineOnATier : public ::testing::Test {
       plan_out->compute_chunk_bytes = raw->compute_chunk_bytes();
       plan_out->optimizer_chunk_bytes = raw->optimizer_chunk_bytes();
       plan_out->num_chunks = raw->num_chunks();
+      plan_out->chunk_size = raw->chunk_size();
+      plan_out->params = params;
       for (int64_t b : raw->trace().non_model_bytes)
         plan_out->non_model_peak = std::max(plan_out->non_model_peak, b);
     }

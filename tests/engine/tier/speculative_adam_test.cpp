@@ -155,6 +155,42 @@ TEST_F(SpeculativeAdam, AHostBudgetWithoutRoomGivesFewerSlotsNotOtherNumbers) {
   EXPECT_LE(most, 1) << "more slots than the host budget holds";
 }
 
+// Note [host adam bytes]: with every chunk's Adam on the host, each step reads and writes every
+// parameter's whole payload bytes once; a speculative step that clipped runs Adam twice on what
+// it speculated.
+TEST_F(SpeculativeAdam, HostAdamBytesAreEveryPayloadReadAndWrittenOncePerPass) {
+  for (const bool bf16 : {true, false}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    auto c = small_config(bf16);
+    c.training.steps = 5;
+    c.gradient_clipping = 1e-6;  // every step clips: each speculated chunk is redone
+    c.engine.device_memory = tight_budget(c);
+    Plan plan;
+    const std::vector<train::StepMetrics> steps = run(c, nullptr, nullptr, &plan);
+    const int64_t whole_per_element =
+        (plan.compute_chunk_bytes + plan.optimizer_chunk_bytes) / plan.chunk_size;
+    EXPECT_EQ(whole_per_element, bf16 ? 14 : 16);
+    for (const auto& m : steps) {
+      ASSERT_EQ(m.engine.adam.device_chunks, 0) << "the budget leaves no device margin";
+      EXPECT_EQ(m.engine.adam.host_bytes, 2 * whole_per_element * plan.params) << m.step;
+    }
+    // On the worker a job counts in the step during which it finished (the next forward's for
+    // the chunks queued after the norm), so only the sum over the run is exact: every step's
+    // pass, the redone chunks' second one, less whatever the last step left queued.
+    const Outcome got = speculated(c);
+    int64_t bytes = 0, redone = 0;
+    for (const auto& m : got.steps) {
+      bytes += m.engine.adam.host_bytes;
+      redone += std::max<int64_t>(0, m.engine.adam.rolled_back_chunks);
+    }
+    const auto steps_run = static_cast<int64_t>(got.steps.size());
+    EXPECT_GT(redone, 0);
+    EXPECT_LE(bytes, 2 * whole_per_element * (steps_run * plan.params + redone * plan.chunk_size));
+    EXPECT_GE(bytes, 2 * whole_per_element * ((steps_run - 1) * plan.params +
+                                              (redone - plan.num_chunks) * plan.chunk_size));
+  }
+}
+
 // Speculation asked for by name with no host room for one slot is a plan that does not fit, said
 // at start-up with the budget that would; "auto" runs without it.
 TEST_F(SpeculativeAdam, ForcedWithoutRoomForOneSlotStopsAtStartUpAutoRunsWithout) {

@@ -42,6 +42,8 @@ struct EngineMetrics {
     // Seconds of host Adam finished this step (worker or in place), every kind of job together:
     // early_s / host_s is the share that ran inside the backward.
     double host_s = -1;
+    // Host memory host Adam read and wrote this step (Note [host adam bytes]).
+    int64_t host_bytes = -1;
     // Note [speculative adam] (engine.speculative_adam on, -1 otherwise): early chunks updated
     // speculatively this step, those redone with the true multiplier, and the seconds of the
     // redone Adam (as the worker finished them).

@@ -74,6 +74,10 @@ Workload workload_for(const RunPlan& run, const model::ModelShape& shape);
 // The FLOPs of training on one token of `shape` at its seq_len (Note [flops per token]): the GPT
 // by PatrickStar's count (6·P, 8·P with recomputation), the Llama family counted matrix by matrix.
 double train_flops_per_token(const model::ModelShape& shape, bool checkpointing);
+// The model FLOPs of one token as model-FLOPs utilisation counts them, recomputation left out:
+// the GPT's 6·P + 12·L·h·s (the attention scores besides the matrices; bench/gpu/gpt_bench.sh
+// counts the same), the Llama family's matrix-by-matrix count, which has them already.
+double model_flops_per_token(const model::ModelShape& shape);
 
 // Note [nvme time]
 // Each chunk whose optimizer payloads live on NVMe reads them once and writes them once per step.

@@ -14,6 +14,7 @@
 
 #include "pstar/core/setup_phases.h"
 #include "pstar/train/metrics.h"
+#include "pstar/train/step_bound.h"
 
 namespace pstar::config {
 struct TrainConfig;
@@ -49,6 +50,10 @@ struct TrainOptions {
   // A stop requested between micro-batches abandons the step when finishing it would take longer
   // than this (Note [graceful stop] in trainer_step.cpp); otherwise the step is finished first.
   double abandon_step_after_s = 10.0;
+  // After the run, measure the machine's rates and log the steady step against its bound (Note
+  // [step bound]): nullopt does so for the chunk engine on a GPU only (it takes about a second;
+  // on the CPU, where the device tier is emulated, the rates are measured small and say little).
+  std::optional<bool> step_bound;
   // The run's communicator (train() makes one from the environment); null for one rank.
   dist::Communicator* comm = nullptr;
 };
@@ -65,6 +70,12 @@ struct TrainSummary {
   // training.save_dir is set); 0 when it ran to the end.
   int stop_signal = 0;
   std::optional<double> last_eval_loss;  // the last held-out loss of the run, if any
+  // The steady steps (after the chunk engine's warm-up and its first planned step): how many,
+  // their median time, and their mean work on this rank (Note [step bound]; model_flops is left
+  // to the caller, who knows the model's shape). steady_steps 0: none ran, or the torch engine.
+  int64_t steady_steps = 0;
+  double steady_step_s = 0;
+  StepWork steady_work;
 };
 
 // What `pstar eval` reports.

@@ -1,0 +1,66 @@
+// Note [step bound]
+// What a training step cannot beat on its machine: the largest of
+//   (a) the model's FLOPs (plan::model_flops_per_token times the rank's tokens) over the
+//       compute rate;
+//   (b) the copies between the tiers: the larger direction's bytes over that direction's rate, or
+//       both directions' bytes over the rate of both at once, whichever is larger;
+//   (c) host Adam's bytes (Note [host adam bytes]) over the host's memory bandwidth.
+// Each term assumes the rest is hidden behind it, so the step can only be slower: step ÷ bound
+// says how far a run is from its machine. pstar train measures the rates itself after the run
+// (measure_rates, on a tier of its own once the engine is released): a dense matmul in the
+// training dtype, which no model's mixture of kernels outruns, so its (a) is a lower bound on
+// the bench's, which divides by plain PyTorch's model-FLOPs rate (bench/gpu/gpt_bench.sh).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace pstar::tier {
+class DeviceTier;
+}
+
+namespace pstar::train {
+
+// Rates in units per second; 0: not measured (its term is left out).
+struct MachineRates {
+  double compute_flops = 0;   // dense matmul on the compute device, in the training dtype
+  double h2d_bytes = 0;       // host to device, one direction alone
+  double d2h_bytes = 0;       // device to host, one direction alone
+  double two_way_bytes = 0;   // both directions at once: their bytes together per second
+  double host_memory_bytes = 0;  // host memory, bytes read plus bytes written per second
+};
+
+// One step's work, per rank.
+struct StepWork {
+  double model_flops = 0;
+  int64_t h2d_bytes = 0, d2h_bytes = 0;
+  int64_t host_adam_bytes = 0;
+};
+
+struct StepBound {
+  double compute_s = 0, copy_s = 0, host_adam_s = 0;
+  double seconds() const;
+  // "compute", "copies" or "host Adam": the term that sets the bound.
+  const char* limit() const;
+};
+
+StepBound step_bound(const StepWork& work, const MachineRates& rates);
+
+// How much each measurement moves: copies of `copy_bytes` each way, a square matmul of side
+// `matmul_side`, a copy of `host_bytes` in host memory; each the best of `repeats`.
+struct RateSizes {
+  int64_t copy_bytes = int64_t{256} << 20;
+  int64_t matmul_side = 8192;
+  int64_t host_bytes = int64_t{512} << 20;
+  int repeats = 3;
+};
+
+// The rates of `tier` (its copies between host and device blocks, its compute device's matmul in
+// bf16 when `half` or fp32) and of host memory (a copy over every core LibTorch uses).
+MachineRates measure_rates(tier::DeviceTier& tier, bool half, const RateSizes& sizes = {});
+
+// "step 1.569 s = 1.21 x the bound 1.297 s (compute 1.297, copies 0.412, host Adam 0.361; set by
+// compute)"
+std::string describe_bound(double step_s, const StepBound& bound);
+
+}  // namespace pstar::train
