@@ -14,7 +14,10 @@
 #   gpu      ctest -L '^gpu$': fails if any GPU test fails or is skipped (a skip means no usable
 #            GPU)
 #   gpt7b    the 7.46B GPT (4096x36) beside FSDP2-offload: gpt_bench.sh --steps 3 --warmup 2
-#   gpt7bclip  the same size, pstar alone, with gradient_clipping 1.0
+#   gpt7bclip  the same size, pstar alone, with gradient_clipping 1.0 and host Adam waiting for
+#            the gradient norm (engine.speculative_adam false)
+#   gpt7bspec  the same with engine.speculative_adam true (Note [speculative adam]): its step time
+#            and step / bound beside gpt7bclip's
 #   llama8b  Llama-3.1-8B from random initialisation (llama_bench.sh: seq 2048, micro-batch 4,
 #            clipping 1.0)
 #   llama8bfolder  the same from a Hugging Face folder written to local disk first (LLAMA_FOLDER,
@@ -54,7 +57,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 usage() { sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
-all_phases=(build gpu gpt7b gpt7bclip llama8b llama8bfolder llama3b trace suite kernels bench
+all_phases=(build gpu gpt7b gpt7bclip gpt7bspec llama8b llama8bfolder llama3b trace suite kernels bench
             variants largest)
 # Expected seconds of each phase on an H100 (16 cores): the ledger run of 2026-11-27 (build 165 s
 # with every target, gpu 71, gpt7b 158, gpt7bclip 52, llama8b 47, llama8bfolder 63 with the folder
@@ -71,6 +74,7 @@ phase_seconds() {
     gpu) echo 85 ;;
     gpt7b) echo 190 ;;
     gpt7bclip) echo 70 ;;
+    gpt7bspec) echo 70 ;;
     llama8b) echo 65 ;;
     llama8bfolder) echo 85 ;;
     llama3b) echo 125 ;;
@@ -230,11 +234,16 @@ phase_gpt7b() {
     --warmup 2 --timeout 200 >"$work/gpt7b.jsonl"
 }
 
-phase_gpt7bclip() {
-  bench/gpu/gpt_bench.sh "${bench_common[@]}" --out "$work/gpt7bclip" --sizes 4096x36 --steps 3 \
+# The clipped runs take gpt7b's plain PyTorch rate for their bound when it ran (Note [step bound]).
+clip_run() {  # clip_run NAME SPECULATIVE
+  local rate=$work/gpt7b/size-4096x36/plain-rate.json args=()
+  [ ! -f "$rate" ] || args=(--plain-rate "$rate")
+  bench/gpu/gpt_bench.sh "${bench_common[@]}" --out "$work/$1" --sizes 4096x36 --steps 3 \
     --warmup 2 --timeout 200 --skip-fsdp2 --plain none --set gradient_clipping=1.0 \
-    >"$work/gpt7bclip.jsonl"
+    --set "engine.speculative_adam=$2" "${args[@]}" >"$work/$1.jsonl"
 }
+phase_gpt7bclip() { clip_run gpt7bclip false; }
+phase_gpt7bspec() { clip_run gpt7bspec true; }
 
 llama_common=(--pstar "$build/pstar" --python "$python" --steps 3 --warmup 2 --timeout 200)
 phase_llama8b() {
@@ -324,6 +333,7 @@ else
   run_phase gpu phase_gpu
   run_phase gpt7b phase_gpt7b
   run_phase gpt7bclip phase_gpt7bclip
+  run_phase gpt7bspec phase_gpt7bspec
   run_phase llama8b phase_llama8b
   run_phase llama8bfolder phase_llama8bfolder
   run_phase llama3b phase_llama3b

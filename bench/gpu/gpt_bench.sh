@@ -32,6 +32,13 @@ Usage: bench/gpu/gpt_bench.sh [OPTIONS]
   --plain auto|all|none the all-on-GPU PyTorch reference: auto runs it where its 16 bytes per
                         parameter take at most 48 GB (the 1.3B size); default auto
   --skip-pstar, --skip-fsdp2  leave one side out
+  --bound auto|none     hold each of pstar's timed steps against its physical bound (Note [step
+                        bound]): machine_rates.py measures the copy and host memory rates once,
+                        and where the plain reference does not run at a size, it runs at the
+                        same width with the most layers that fit (3 steps) for the model-FLOPs
+                        rate; default auto
+  --plain-rate FILE     with --bound auto: take the model-FLOPs rate from FILE (a plain-rate.json
+                        of an earlier run at the same width) instead of running plain PyTorch
   --device-memory SIZE  pstar's engine.device_memory (default 64GiB: 80% of an 80 GB H100)
   --host-memory SIZE    pstar's engine.host_memory (default: unset, 80% of the machine's RAM)
   --hardware NAME       pstar estimate's GPU preset (default H100-80GB)
@@ -53,7 +60,7 @@ EOF
 sizes="2048x24,4096x30,4096x36"
 largest=0 largest_hidden=4096 largest_layers="" largest_tries=4
 steps=5 warmup=2 micro_batch=8 seq=1024 vocab=50257 optimizer=fused plain=auto
-skip_pstar=0 skip_fsdp2=0 device_memory=64GiB host_memory="" hardware=H100-80GB cpu_mem=128GB
+skip_pstar=0 skip_fsdp2=0 bound=auto plain_rate="" device_memory=64GiB host_memory="" hardware=H100-80GB cpu_mem=128GB
 timeout=0 pstar=${PSTAR:-} python=${PYTHON:-} out="" dry_run=0
 sets=()
 while [ $# -gt 0 ]; do
@@ -72,6 +79,8 @@ while [ $# -gt 0 ]; do
     --plain) plain=$2; shift ;;
     --skip-pstar) skip_pstar=1 ;;
     --skip-fsdp2) skip_fsdp2=1 ;;
+    --bound) bound=$2; shift ;;
+    --plain-rate) plain_rate=$2; shift ;;
     --device-memory) device_memory=$2; shift ;;
     --host-memory) host_memory=$2; shift ;;
     --hardware) hardware=$2; shift ;;
@@ -89,6 +98,7 @@ while [ $# -gt 0 ]; do
 done
 case "$plain" in auto|all|none) ;; *) echo "gpt_bench: --plain auto|all|none" >&2; exit 2 ;; esac
 case "$optimizer" in fused|foreach) ;; *) echo "gpt_bench: --optimizer fused|foreach" >&2; exit 2 ;; esac
+case "$bound" in auto|none) ;; *) echo "gpt_bench: --bound auto|none" >&2; exit 2 ;; esac
 
 log() { echo "[gpt_bench] $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -114,6 +124,15 @@ fi
 tokens=$out/tokens.bin
 util tokens "$tokens" --count 1048576 --vocab "$vocab"
 
+# Note [step bound]: the machine's copy and host memory rates, measured once in this run.
+rates=""
+if [ "$bound" = auto ]; then
+  rates=$out/rates.json
+  "$python" "$here/machine_rates.py" $([ "$dry_run" = 0 ] || echo --dry-run) >"$rates" \
+    2>"$out/rates.log" || die "machine_rates.py failed: $(tail -n 1 "$out/rates.log")"
+  log "rates: $(util rates-line "$rates")"
+fi
+
 # The hardware-wide prediction: the largest model pstar estimate says fits at this workload.
 estimate_hw=(--hardware "$hardware" --cpu-mem "$cpu_mem")
 rc=0
@@ -127,6 +146,13 @@ plain_for() {  # 1 if the plain reference runs for this parameter count
     none) echo 0 ;;
     auto) "$python" -c "import sys; sys.exit(0 if 16 * $1 <= 48e9 else 1)" && echo 1 || echo 0 ;;
   esac
+}
+
+rate_layers_for() {  # the most layers (at most $2) of width $1 whose plain run fits (0: none)
+  "$python" -c "
+h, L, v, s = $1, $2, $vocab, $seq
+fits = [l for l in range(1, L + 1) if 16 * (l * (12 * h * h + 13 * h) + v * h + s * h + 2 * h) <= 48e9]
+print(max(fits) if fits else 0)"
 }
 
 params_of() {  # pstar's parameter count of hidden $1, layers $2
@@ -161,11 +187,12 @@ write_config() {
   esac
 }
 
-reference() {  # reference(DIR, NAME, MODE, HIDDEN, LAYERS): fsdp2_reference.py into DIR/NAME.*
+# reference(DIR, NAME, MODE, HIDDEN, LAYERS, [STEPS, WARMUP]): fsdp2_reference.py into DIR/NAME.*
+reference() {
   local dir=$1 name=$2 mode=$3 hidden=$4 layers=$5
   local args=(--mode "$mode" --optimizer "$optimizer" --hidden "$hidden" --layers "$layers"
-              --seq "$seq" --micro-batch "$micro_batch" --vocab "$vocab" --steps "$steps"
-              --warmup "$warmup")
+              --seq "$seq" --micro-batch "$micro_batch" --vocab "$vocab" --steps "${6:-$steps}"
+              --warmup "${7:-$warmup}")
   if [ "$dry_run" = 1 ]; then
     "$python" "$here/fsdp2_reference.py" "${args[@]}" --dry-run >"$dir/$name.json" \
       2>"$dir/$name.log" || die "fsdp2_reference.py --dry-run failed: $(tail -n 1 "$dir/$name.log")"
@@ -191,6 +218,7 @@ row() {  # row(DIR, HIDDEN, LAYERS, [LARGEST_JSON]): one JSON line to stdout and
   local extra=()
   [ "$dry_run" = 0 ] || extra+=(--dry-run)
   [ -z "${4:-}" ] || extra+=(--largest "$4")
+  [ -z "$rates" ] || extra+=(--rates "$rates")
   util row "$1" --hidden "$2" --layers "$3" --vocab "$vocab" --seq "$seq" \
     --micro-batch "$micro_batch" --skip "$warmup" "${extra[@]}" | tee -a "$results"
 }
@@ -203,6 +231,18 @@ bench_size() {  # bench_size(HIDDEN, LAYERS)
   if [ "$dry_run" = 0 ] && [ "$skip_pstar" = 0 ]; then run_pstar "$dir" "$hidden" "$layers" || true; fi
   [ "$skip_fsdp2" = 1 ] || reference "$dir" fsdp2 fsdp2-offload "$hidden" "$layers"
   [ "$with_plain" = 0 ] || reference "$dir" plain plain "$hidden" "$layers"
+  # Note [step bound]: plain PyTorch's model-FLOPs rate at the same width, if not measured above.
+  if [ "$bound" = auto ] && [ "$with_plain" = 0 ] && [ "$skip_pstar" = 0 ]; then
+    local rate_layers
+    rate_layers=$(rate_layers_for "$hidden" "$layers")
+    if [ -n "$plain_rate" ]; then
+      cp "$plain_rate" "$dir/plain-rate.json" || die "--plain-rate: cannot read $plain_rate"
+    elif [ "$rate_layers" -gt 0 ]; then
+      reference "$dir" plain-rate plain "$hidden" "$rate_layers" 3 1
+    else
+      log "${hidden}x${layers}: no plain PyTorch model of width $hidden fits; no compute term"
+    fi
+  fi
   row "$dir" "$hidden" "$layers"
 }
 
@@ -294,12 +334,16 @@ if [ "$dry_run" = 1 ]; then
   echo '{"exit_code": 0, "timed_out": false, "wall_s": 0, "host_peak_bytes": 0, "gpu_used_peak_bytes": null}' \
     >"$smoke/pstar.measure.json"
   util row "$smoke" --hidden 64 --layers 2 --vocab "$vocab" --seq 64 --micro-batch 2 --skip 1 \
-    --heads 2 >"$smoke/row.json" 2>/dev/null
+    --heads 2 ${rates:+--rates "$rates"} >"$smoke/row.json" 2>/dev/null
   "$python" - "$smoke/row.json" <<'EOF' || die "the smoke run's metrics did not parse"
 import json, sys
 row = json.load(open(sys.argv[1]))
 assert row["pstar"]["steps_done"] == 3 and row["pstar"]["tokens_per_s"] > 0, row["pstar"]
 assert row["params_agree"] and row["pstar"]["params_logged"] == row["params"], row
+bound = row["bound"]
+if bound is not None:  # --bound auto: host memory measured, each timed step held against it
+    assert bound["host_memory_bytes_per_s"] > 0 and len(bound["steps"]) == 2, bound
+    assert all(s["host_adam_s"] is not None for s in bound["steps"]), bound
 EOF
   log "smoke: pstar trained 3 steps on the CPU; its metrics and parameter count parse"
 fi

@@ -7,8 +7,10 @@ command with its memory peaks measured, and the JSON line of one model size.
          --tokens PATH --device-memory SIZE [--host-memory SIZE] [--clip C] [--model JSON]
   measure RESULT.json [--timeout S] -- COMMAND ...
   estimate-layers ESTIMATE.json
+  rates-line RATES.json
+  rate-config CONFIG.json OUT.json
   row DIR --hidden H --layers L --vocab V --seq S --micro-batch B --skip K [--largest JSON]
-      [--hf-config CONFIG.json]
+      [--hf-config CONFIG.json] [--rates RATES.json]
 
 Token files hold uint16 ids for vocabularies up to 65536 and uint32 above (config follows).
 --model replaces the config's GPT model section with a JSON object (a Llama preset or a Hugging
@@ -29,6 +31,8 @@ import subprocess
 import sys
 import threading
 import time
+
+import step_bound
 
 
 def expected_params(hidden, layers, vocab, seq):
@@ -213,16 +217,20 @@ def seconds_from_log(log_path, pattern):
     return float(m.group(1)) if m else None
 
 
+def pstar_records(d):
+    """The metrics file's records (none when it is missing or damaged)."""
+    try:
+        with open(os.path.join(d, "pstar.metrics.jsonl")) as f:
+            return [json.loads(l) for l in f if l.strip()]
+    except (OSError, ValueError):
+        return []
+
+
 def pstar_figures(d, a, params, fpt):
     measure = read_json(os.path.join(d, "pstar.measure.json"))
     if measure is None:
         return None
-    records = []
-    try:
-        with open(os.path.join(d, "pstar.metrics.jsonl")) as f:
-            records = [json.loads(l) for l in f if l.strip()]
-    except (OSError, ValueError):
-        pass
+    records = pstar_records(d)
     # Step records have a step time; anything else (a start-up record) is kept aside whole.
     steps = [r for r in records if "step_time_s" in r]
     startup = [r for r in records if "step_time_s" not in r]
@@ -381,9 +389,27 @@ def cmd_row(a):
         print(f"[gpt_bench] parameter counts differ: {counts}", file=sys.stderr)
     if a.largest:
         row["largest"] = json.loads(a.largest)
+    row["bound"] = bound_figures(d, a, fpt, row)
     print(json.dumps(row), flush=True)
-    print(f"[gpt_bench] {a.hidden}x{a.layers} ({params / 1e9:.2f}B): " + summary(row),
-          file=sys.stderr)
+    label = f"[gpt_bench] {a.hidden}x{a.layers}"
+    print(f"{label} ({params / 1e9:.2f}B): " + summary(row), file=sys.stderr)
+    for line in step_bound.lines(label, row["bound"]):
+        print(line, file=sys.stderr)
+
+
+def bound_figures(d, a, fpt, row):
+    """Note [step bound]: pstar's timed steps against the rates measured in the same run. The
+    model-FLOPs rate is the plain reference's at this size when it ran, else its run at the
+    largest size that fits (plain-rate.json, same width, fewer layers)."""
+    rate, source = None, None
+    for name in ("plain", "plain-rate"):
+        ref = row["plain"] if name == "plain" else reference_figures(d, name, 1)
+        if ref and ref.get("tflops") and not ref.get("dry_run"):
+            rate, source = ref["tflops"] * 1e12, name
+            break
+    rates = read_json(a.rates) if a.rates else None
+    steps = [r for r in pstar_records(d) if "step_time_s" in r][a.skip:]
+    return step_bound.figures(steps, rates, fpt * a.micro_batch * a.seq, rate, source)
 
 
 def summary(row):
@@ -406,6 +432,9 @@ def summary(row):
     for key in ("ratio_vs_fsdp2", "ratio_vs_plain"):
         if row[key] is not None:
             parts.append(f"{key} {row[key]:.2f}")
+    bound = row.get("bound") or {}
+    if bound.get("ratio_median") is not None:
+        parts.append(f"pstar step / bound median {bound['ratio_median']:.2f}")
     split = (row["pstar"] or {}).get("split_s_per_step")
     if split:
         parts.append("pstar split " + " ".join(f"{k[:-2]} {v:.3f}" for k, v in split.items()))
@@ -419,6 +448,33 @@ def summary(row):
         parts.append(f"estimate {'fits' if est['fits'] else 'does not fit'}, "
                      f"{est['tokens_per_s']:.0f} tok/s")
     return "; ".join(parts) if parts else "nothing ran"
+
+
+def cmd_rate_config(a):
+    """Note [step bound]: a copy of a Llama-family config.json with the most layers (at most its
+    own) whose plain PyTorch run fits in 48 GB at 16 bytes per parameter; prints that count (0:
+    none fits, nothing written)."""
+    import llama_shape
+    with open(a.config) as f:
+        raw = json.load(f)
+    c = llama_shape.read_config_dict(raw)
+    fits = [l for l in range(1, c["num_hidden_layers"] + 1)
+            if 16 * llama_shape.expected_params(dict(c, num_hidden_layers=l)) <= 48e9]
+    if fits:
+        raw["num_hidden_layers"] = max(fits)
+        with open(a.out, "w") as f:
+            json.dump(raw, f, indent=2)
+    print(max(fits) if fits else 0)
+
+
+def cmd_rates_line(a):
+    r = read_json(a.path) or {}
+    def gb(key):
+        v = r.get(key)
+        return "n/a" if v is None else f"{v / 1e9:.1f}"
+    print(f"pinned copies {gb('h2d_bytes_per_s')} GB/s up, {gb('d2h_bytes_per_s')} down, "
+          f"{gb('two_way_bytes_per_s')} both at once; host memory {gb('host_memory_bytes_per_s')} "
+          f"GB/s ({r.get('threads')} threads)")
 
 
 def main(argv):
@@ -457,6 +513,14 @@ def main(argv):
     r.add_argument("--dry-run", action="store_true")
     r.add_argument("--largest", default="", help="a JSON object for the row's 'largest' key")
     r.add_argument("--hf-config", default="", help="a Llama-family model's config.json")
+    r.add_argument("--rates", default="", help="machine_rates.py's JSON line (the step bound)")
+
+    rc = sub.add_parser("rate-config")
+    rc.add_argument("config")
+    rc.add_argument("out")
+
+    rl = sub.add_parser("rates-line")
+    rl.add_argument("path")
 
     # measure's command follows "--" and keeps all its options.
     command = []
@@ -468,7 +532,8 @@ def main(argv):
     if a.cmd == "tokens":
         return cmd_tokens(a)
     return {"config": cmd_config, "measure": cmd_measure, "estimate-layers": cmd_estimate_layers,
-            "row": cmd_row}[a.cmd](a)
+            "row": cmd_row, "rates-line": cmd_rates_line,
+            "rate-config": cmd_rate_config}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -108,6 +108,15 @@ def figures(row):
            "plain": {k: pl.get(k) for k in ("tokens_per_s", "tflops", "exit_code")} if pl else None,
            "ratio_vs_fsdp2": row.get("ratio_vs_fsdp2"), "ratio_vs_plain": row.get("ratio_vs_plain"),
            "params_agree": row.get("params_agree")}
+    b = row.get("bound")
+    if b:  # Note [step bound]: each timed step against the rates measured in the same run
+        out["bound"] = {k: b.get(k) for k in ("ratio_median", "model_flops_rate",
+                                              "model_flops_rate_source", "h2d_bytes_per_s",
+                                              "d2h_bytes_per_s", "two_way_bytes_per_s",
+                                              "host_memory_bytes_per_s")}
+        out["bound"]["steps"] = [{k: s.get(k) for k in ("step", "step_s", "compute_s", "copy_s",
+                                                       "host_adam_s", "ratio", "limit")}
+                                 for s in b.get("steps") or []]
     return out
 
 
@@ -155,13 +164,14 @@ def row_line(name, row):
                   f"{p['s_per_step_max']:.3f})")
     split = p.get("split_s_per_step") or {}
     split_text = " ".join(f"{k[:-2]} {v:.2f}" for k, v in split.items()) or "-"
-    return ("| {} | {} {}x{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+    bound = row.get("bound") or {}
+    return ("| {} | {} {}x{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
         name, row.get("model", "gpt"), row.get("hidden"), row.get("layers"),
         fmt(row.get("params"), ".3e"), fmt(p.get("tflops"), ".1f"),
         fmt(p.get("tokens_per_s"), ".0f"), spread, fmt(p.get("setup_s"), ".1f"),
         fmt(p.get("step1_s"), ".1f"), fmt(p.get("host_bytes_per_param"), ".1f"),
         fmt(f.get("tflops"), ".1f"), fmt(row.get("ratio_vs_fsdp2"), ".2f"),
-        fmt(pl.get("tflops"), ".1f"), split_text))
+        fmt(pl.get("tflops"), ".1f"), split_text, fmt(bound.get("ratio_median"), ".2f")))
 
 
 def main(argv):
@@ -187,8 +197,9 @@ def main(argv):
               for p in phases]
     lines += ["", f"total: {a.seconds} s", "",
               "| run | model | params | pstar TFLOPS | tok/s | s/step median (min-max) | set-up s "
-              "| step 1 s | host B/param | FSDP2 TFLOPS | pstar/FSDP2 | plain TFLOPS | split (s) |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| step 1 s | host B/param | FSDP2 TFLOPS | pstar/FSDP2 | plain TFLOPS | split (s) "
+              "| step / bound |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     runs = {}
     for name, rs in rows.items():
         for i, r in enumerate(rs):

@@ -31,6 +31,9 @@ Usage: bench/gpu/llama_bench.sh --preset NAME [OPTIONS]
   --device-memory SIZE  pstar's engine.device_memory (default 64GiB)
   --host-memory SIZE    pstar's engine.host_memory (default unset: 80% of the machine's RAM)
   --timeout S           stop a training run after S seconds (default 0: no limit)
+  --bound auto|none     hold pstar's timed steps against their physical bound (as gpt_bench.sh:
+                        machine_rates.py, and plain PyTorch at the same shape with the most
+                        layers that fit for the model-FLOPs rate); default auto
   --pstar PATH, --python PATH, --out DIR, --set KEY=VALUE: as gpt_bench.sh
   --dry-run             train nothing: write the configs, check them with pstar estimate
                         --config, run the reference's --dry-run and print the row
@@ -39,7 +42,7 @@ EOF
 
 preset="" from_folder=0 folder="" folder_device=cuda fsdp2=0 skip_pstar=0
 steps=3 warmup=2 micro_batch=4 seq=2048 clip=1.0 device_memory=64GiB host_memory="" timeout=0
-pstar=${PSTAR:-} python=${PYTHON:-} out="" dry_run=0
+pstar=${PSTAR:-} python=${PYTHON:-} out="" dry_run=0 bound=auto
 sets=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -57,6 +60,7 @@ while [ $# -gt 0 ]; do
     --device-memory) device_memory=$2; shift ;;
     --host-memory) host_memory=$2; shift ;;
     --timeout) timeout=$2; shift ;;
+    --bound) bound=$2; shift ;;
     --pstar) pstar=$2; shift ;;
     --python) python=$2; shift ;;
     --out) out=$2; shift ;;
@@ -68,6 +72,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 
+case "$bound" in auto|none) ;; *) echo "llama_bench: --bound auto|none" >&2; exit 2 ;; esac
 log() { echo "[llama_bench] $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
@@ -150,7 +155,28 @@ if [ "$fsdp2" = 1 ]; then
   fi
 fi
 
+# Note [step bound]: the machine's rates and plain PyTorch's model-FLOPs rate, in this run.
 extra=()
+if [ "$bound" = auto ] && [ "$skip_pstar" = 0 ]; then
+  "$python" "$here/machine_rates.py" $([ "$dry_run" = 0 ] || echo --dry-run) >"$out/rates.json" \
+    2>"$out/rates.log" || die "machine_rates.py failed: $(tail -n 1 "$out/rates.log")"
+  log "rates: $(util rates-line "$out/rates.json")"
+  extra+=(--rates "$out/rates.json")
+  rate_layers=$(util rate-config "$hf_config" "$dir/plain-rate.config.json")
+  if [ "$rate_layers" -gt 0 ]; then
+    args=(--model llama --hf-config "$dir/plain-rate.config.json" --mode plain --optimizer fused
+          --seq "$seq" --micro-batch "$micro_batch" --steps 3 --warmup 1 --clip "$clip")
+    if [ "$dry_run" = 1 ]; then
+      "$python" "$here/fsdp2_reference.py" "${args[@]}" --dry-run >"$dir/plain-rate.json" \
+        2>"$dir/plain-rate.log" || die "fsdp2_reference.py --dry-run failed: $(tail -n 1 "$dir/plain-rate.log")"
+    else
+      log "$preset: plain PyTorch at $rate_layers layers (the model-FLOPs rate of the bound)"
+      util measure "$dir/plain-rate.measure.json" --timeout "$timeout" -- \
+        "$python" "$here/fsdp2_reference.py" "${args[@]}" >"$dir/plain-rate.json" \
+        2>"$dir/plain-rate.log" || log "$preset: plain-rate exited with $? ($(tail -n 1 "$dir/plain-rate.log"))"
+    fi
+  fi
+fi
 [ "$dry_run" = 0 ] || extra+=(--dry-run)
 util row "$dir" --hf-config "$hf_config" --hidden 0 --layers 0 --vocab "$vocab" --seq "$seq" \
   --micro-batch "$micro_batch" --skip "$warmup" "${extra[@]}" | tee -a "$out/results.jsonl"
