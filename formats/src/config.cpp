@@ -147,6 +147,13 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   engine.read_on_off_auto("speculative_adam", &c.engine.speculative_adam);
   engine.read_string("nvme_path", &c.engine.nvme_path);
 
+  const Level distributed = top.child("distributed");
+  std::string backend = dist_backend_name(c.distributed.backend);
+  distributed.read_choice("backend", &backend, {"auto", "nccl", "gloo"},
+                          "\"auto\" follows the compute device: nccl on a GPU, gloo on the CPU");
+  c.distributed.backend = dist_backend_from_name(backend);
+  distributed.read_bool("share_gpus", &c.distributed.share_gpus);
+
   // Checks across keys. train_batch_size is micro × accumulation × the world size, which a config
   // does not know: the run plan checks it (plan::resolve_run).
   if (c.fp16.enabled && c.bf16.enabled != OnOffAuto::kOff) {

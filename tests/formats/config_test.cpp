@@ -107,6 +107,8 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.engine.chunk_size_search, b.engine.chunk_size_search);
   EXPECT_EQ(a.engine.prefetch, b.engine.prefetch);
   EXPECT_EQ(a.engine.overlap_adam, b.engine.overlap_adam);
+  EXPECT_EQ(a.distributed.backend, b.distributed.backend);
+  EXPECT_EQ(a.distributed.share_gpus, b.distributed.share_gpus);
 }
 
 // Every key set, none to its default.
@@ -152,7 +154,8 @@ const char* const kFullConfig = R"({
     "eval_batches": 3,
     "lr_schedule": {"type": "constant", "warmup_steps": 50, "min_lr": 0.00001}
   },
-  "engine": {"mode": "torch"}
+  "engine": {"mode": "torch"},
+  "distributed": {"backend": "gloo", "share_gpus": true}
 })";
 
 // ---------------------------------------------------------------------------------------------
@@ -212,6 +215,8 @@ TEST(ConfigParse, FullConfigReadsEveryKey) {
   EXPECT_EQ(c.training.lr_schedule.warmup_steps, 50);
   EXPECT_DOUBLE_EQ(c.training.lr_schedule.min_lr, 0.00001);
   EXPECT_EQ(c.engine.mode, EngineMode::kTorch);
+  EXPECT_EQ(c.distributed.backend, DistBackend::kGloo);
+  EXPECT_TRUE(c.distributed.share_gpus);
 }
 
 TEST(ConfigParse, CommentKeysAreIgnoredAtEveryLevel) {
@@ -481,6 +486,66 @@ TEST(ConfigRange, EngineModeAndSizes) {
                   {"engine.host_memory"});
   expect_contains(config_error(with_data(R"("engine": {"device_memory": true})")),
                   {"engine.device_memory", "found boolean true"});
+}
+
+// distributed.backend and distributed.share_gpus (Note [rank device]): the defaults, every value
+// from the file and from --set, written back as given; whether a backend suits the device and the
+// build is the run plan's to say (plan::choose_rank_device).
+TEST(ConfigParse, DistributedKeys) {
+  const TrainConfig defaults = parse(with_data());
+  EXPECT_EQ(defaults.distributed.backend, DistBackend::kAuto) << "backend is \"auto\" by default";
+  EXPECT_FALSE(defaults.distributed.share_gpus) << "GPUs are not shared by default";
+  const std::pair<const char*, DistBackend> backends[] = {
+      {"auto", DistBackend::kAuto}, {"nccl", DistBackend::kNccl}, {"gloo", DistBackend::kGloo}};
+  for (const auto& [name, backend] : backends) {
+    SCOPED_TRACE(name);
+    const TrainConfig c =
+        parse(with_data(str_cat(R"("distributed": {"backend": ")", name, R"("})")));
+    EXPECT_EQ(c.distributed.backend, backend);
+    EXPECT_STREQ(dist_backend_name(backend), name);
+    EXPECT_EQ(dist_backend_from_name(name), backend);
+    EXPECT_EQ(parse(with_data(), {str_cat("distributed.backend=", name)}).distributed.backend,
+              backend);
+    const std::string text = to_json_text(c);
+    expect_contains(text, {str_cat(R"("backend": ")", name, R"(")")});
+    expect_same(parse(text), c);
+  }
+  EXPECT_TRUE(parse(with_data(R"("distributed": {"share_gpus": true})")).distributed.share_gpus);
+  EXPECT_TRUE(parse(with_data(), {"distributed.share_gpus=true"}).distributed.share_gpus);
+  expect_contains(to_json_text(parse(with_data(), {"distributed.share_gpus=true"})),
+                  {R"("share_gpus": true)"});
+}
+
+// Every config error of the distributed keys names the key and the value found, and says what
+// works.
+TEST(ConfigParse, DistributedKeysRefuseNamingKeyAndValue) {
+  expect_contains(
+      config_error(with_data(R"("distributed": {"backend": "NCCL"})")),
+      {R"(distributed.backend: expected one of "auto", "nccl", "gloo", found string "NCCL")",
+       R"("auto" follows the compute device: nccl on a GPU, gloo on the CPU)",
+       R"(did you mean "nccl"?)"});
+  expect_contains(
+      config_error(with_data(), {"distributed.backend=mpi"}),
+      {R"(distributed.backend: expected one of "auto", "nccl", "gloo", found string "mpi")",
+       "(from --set 'distributed.backend=mpi')"});
+  expect_contains(config_error(with_data(R"("distributed": {"backend": true})")),
+                  {"distributed.backend: expected one of", "found boolean true"});
+  expect_contains(config_error(with_data(R"("distributed": {"share_gpus": "yes"})")),
+                  {R"(distributed.share_gpus: expected true or false, found string "yes")"});
+  expect_contains(config_error(with_data(R"("distributed": {"share_gpus": 1})")),
+                  {"distributed.share_gpus: expected true or false, found integer 1"});
+  expect_contains(
+      config_error(with_data(R"("distributed": {"share_gpu": true})")),
+      {"unknown key 'distributed.share_gpu'", "did you mean 'distributed.share_gpus'?"});
+  expect_contains(config_error(with_data(R"("distributed": "nccl")")),
+                  {R"(distributed: expected an object, found string "nccl")"});
+  try {
+    dist_backend_from_name("mpi");
+    ADD_FAILURE() << "dist_backend_from_name accepted \"mpi\"";
+  } catch (const ConfigError& e) {
+    expect_contains(
+        e.what(), {R"(distributed.backend: expected one of "auto", "nccl", "gloo", found "mpi")"});
+  }
 }
 
 TEST(SizeTest, ParsesUnitsAndRejectsNonsense) {
@@ -909,7 +974,10 @@ TEST(ConfigRoundTrip, TextHasEveryKeyIndentedByTwoSpaces) {
                           "warmup_steps",
                           "min_lr",
                           "engine",
-                          "mode"}) {
+                          "mode",
+                          "distributed",
+                          "backend",
+                          "share_gpus"}) {
     expect_contains(text, {"\"" + std::string(key) + "\": "});
   }
   expect_contains(

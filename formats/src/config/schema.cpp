@@ -100,6 +100,10 @@ Json to_json(const TrainConfig& c) {
   engine["speculative_adam"] = on_off_auto_json(c.engine.speculative_adam);
   engine["nvme_path"] = c.engine.nvme_path;
 
+  Json distributed = Json::object();
+  distributed["backend"] = dist_backend_name(c.distributed.backend);
+  distributed["share_gpus"] = c.distributed.share_gpus;
+
   Json j = Json::object();
   j["train_micro_batch_size_per_gpu"] = c.train_micro_batch_size_per_gpu;
   j["gradient_accumulation_steps"] = c.gradient_accumulation_steps;
@@ -115,6 +119,7 @@ Json to_json(const TrainConfig& c) {
   j["data"] = std::move(data);
   j["training"] = std::move(training);
   j["engine"] = std::move(engine);
+  j["distributed"] = std::move(distributed);
   return j;
 }
 
@@ -191,6 +196,26 @@ EngineMode engine_mode_from_name(const std::string& name) {
   if (name == "chunked") return EngineMode::kChunked;
   if (name == "torch") return EngineMode::kTorch;
   PSTAR_THROW(ConfigError, "engine.mode: expected one of \"chunked\", \"torch\", found \"", name,
+              "\"");
+}
+
+const char* dist_backend_name(DistBackend backend) {
+  switch (backend) {
+    case DistBackend::kAuto:
+      return "auto";
+    case DistBackend::kNccl:
+      return "nccl";
+    case DistBackend::kGloo:
+      return "gloo";
+  }
+  return "?";
+}
+
+DistBackend dist_backend_from_name(const std::string& name) {
+  for (DistBackend b : {DistBackend::kAuto, DistBackend::kNccl, DistBackend::kGloo})
+    if (name == dist_backend_name(b)) return b;
+  PSTAR_THROW(ConfigError,
+              "distributed.backend: expected one of \"auto\", \"nccl\", \"gloo\", found \"", name,
               "\"");
 }
 

@@ -161,6 +161,22 @@ struct EngineConfig {
   std::string nvme_path;
 };
 
+// distributed.backend: the collectives between the ranks of a multi-rank run (docs/distributed.md).
+// "auto" follows each rank's compute device (nccl on a GPU, gloo on the CPU); the run plan decides
+// it with the device (plan::choose_rank_device, Note [rank device]).
+enum class DistBackend : uint8_t { kAuto, kNccl, kGloo };
+const char* dist_backend_name(DistBackend backend);  // the config's spelling: "auto", ...
+// The backend a config spells `name`; ConfigError naming the valid ones otherwise.
+DistBackend dist_backend_from_name(const std::string& name);
+
+struct DistributedConfig {
+  DistBackend backend = DistBackend::kAuto;
+  // Lets more of a node's ranks than it has visible GPUs share them (local rank r on GPU r mod
+  // count, over Gloo: NCCL refuses two ranks on one GPU), so that several ranks can be tested on a
+  // machine with one GPU. Off, that many ranks is a ConfigError giving both counts.
+  bool share_gpus = false;
+};
+
 struct TrainConfig {
   std::string source;  // where it came from (file path), for messages
 
@@ -183,6 +199,7 @@ struct TrainConfig {
   DataConfig data;
   TrainingConfig training;
   EngineConfig engine;
+  DistributedConfig distributed;
 };
 
 // Reads and validates a config file. `overrides` are `--set KEY=VALUE` strings applied before
