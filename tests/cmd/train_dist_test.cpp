@@ -157,6 +157,46 @@ TEST_F(DistTrainTest, TrainBatchSizeCountsEveryRank) {
   EXPECT_EQ(single.exit_code, 0) << single;
 }
 
+// Note [rank device]: every rank names its own device and the collectives in the start-up log (the
+// others' lines are otherwise warnings only); on the CPU that is gloo, and distributed.share_gpus
+// changes nothing there.
+TEST_F(DistTrainTest, EachRankNamesItsDeviceAndBackend) {
+  const RunResult r = train(write_config(config(/*micro_batch=*/2, /*steps=*/1)),
+                            {"--nproc", "2", "--set", "distributed.share_gpus=true"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  for (const char* rank : {"r0", "r1"}) {
+    EXPECT_NE(r.err.find(std::string("[pstar ") + rank + "] device: cpu, collectives over gloo"),
+              std::string::npos)
+        << rank << "'s device line is missing:\n"
+        << r;
+  }
+  // -q keeps every rank's info lines out, this one too.
+  const RunResult quiet = train("conf/train.json", {"--nproc", "2", "-q"});
+  ASSERT_EQ(quiet.exit_code, 0) << quiet;
+  EXPECT_EQ(quiet.err.find("device: "), std::string::npos) << quiet;
+}
+
+// distributed.backend "nccl": this build has no NCCL communicator, and the CPU none to join, so
+// every rank stops at start-up with the key named and what works, before any training; and one
+// rank does the same.
+TEST_F(DistTrainTest, NcclIsRefusedNamingWhatWorks) {
+  const std::string path = write_config(config(/*micro_batch=*/2, /*steps=*/1));
+  for (const std::vector<std::string>& ranks :
+       {std::vector<std::string>{"--nproc", "2"}, std::vector<std::string>{}}) {
+    std::vector<std::string> extra = ranks;
+    extra.insert(extra.end(), {"--set", "distributed.backend=nccl"});
+    const RunResult r = train(path, extra);
+    EXPECT_EQ(r.exit_code, 2) << r;
+    EXPECT_NE(r.err.find("distributed.backend \"nccl\": NCCL joins GPUs, and this run computes on "
+                         "the CPU; set distributed.backend \"gloo\" or \"auto\""),
+              std::string::npos)
+        << r;
+    EXPECT_EQ(r.err.find("step 1/"), std::string::npos) << "trained before refusing";
+  }
+  const RunResult gloo = train(path, {"--nproc", "2", "--set", "distributed.backend=gloo"});
+  EXPECT_EQ(gloo.exit_code, 0) << gloo;
+}
+
 // The same global batch of 4 sequences, on 1, 2 and 4 ranks: the same losses; each rank holds its
 // share of the model data; the bytes each rank sends are what ZeRO's schedule says.
 TEST_F(DistTrainTest, OneTwoAndFourRanksAgreeAndShareTheModelData) {
@@ -284,7 +324,8 @@ TEST_F(DistTrainTest, SpeculationOnTwoRanksChangesNoNumber) {
       }
     }
     for (size_t i = 0; i < 6; ++i) {
-      EXPECT_EQ(runs[true][i]["loss"], runs[false][i]["loss"]) << "clip " << clip << ", step " << i + 1;
+      EXPECT_EQ(runs[true][i]["loss"], runs[false][i]["loss"])
+          << "clip " << clip << ", step " << i + 1;
       EXPECT_EQ(runs[true][i]["grad_norm"], runs[false][i]["grad_norm"])
           << "clip " << clip << ", step " << i + 1;
     }

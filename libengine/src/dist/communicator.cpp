@@ -16,6 +16,7 @@
 #include "pstar/base/error.h"
 #include "pstar/core/clock.h"
 #include "pstar/core/log.h"
+#include "pstar/core/torch_compat.h"
 
 namespace pstar::dist {
 namespace {
@@ -207,6 +208,20 @@ std::vector<std::string> Communicator::exchange(const std::string& key, const st
     s.fail(str_cat("exchanging ", key, " through the store").c_str(), e);
   }
   return all;
+}
+
+std::string nccl_missing_reason() {
+  // Debian's LibTorch 1.13 is built without CUDA, so without c10d's ProcessGroupNCCL, and 1.13's
+  // NCCL group differs from 2.x's in the calls the communicator needs: it is meant for a CUDA
+  // LibTorch 2.x only, where it is not written yet either.
+#if PSTAR_TORCH_VERSION_AT_LEAST(2, 0)
+  return str_cat("pstar's NCCL communicator over LibTorch ", compat::torch_version(),
+                 "'s ProcessGroupNCCL is not written yet (issue 36)");
+#else
+  return str_cat("its LibTorch ", compat::torch_version(),
+                 " has no ProcessGroupNCCL, and pstar's NCCL communicator, for a build against a "
+                 "CUDA LibTorch 2.x as scripts/gpu-verify.sh makes, is not written yet (issue 36)");
+#endif
 }
 
 CommStats Communicator::take_stats() {

@@ -122,6 +122,16 @@ RunPlan resolve_run(const config::TrainConfig& config, const RunFacts& facts) {
   plan.device_name = facts.device_name;
   plan.world_size = facts.world_size;
   plan.ranks_per_host = facts.ranks_per_host;
+  if (facts.rank) {
+    PSTAR_INTERNAL_ASSERT(
+        facts.rank->kind == facts.device && facts.rank->name() == facts.device_name,
+        "the rank's device ", facts.rank->name(), " is not the facts' ", facts.device_name);
+    plan.rank = *facts.rank;
+  } else {
+    plan.rank.kind = facts.device;
+    plan.rank.index = facts.device == DeviceKind::kCuda ? 0 : -1;
+    plan.rank.backend = default_backend(facts.device);
+  }
 
   PSTAR_CHECK(plan.world_size == 1 || plan.chunked, ConfigError, "engine.mode \"",
               config::engine_mode_name(c.engine.mode),

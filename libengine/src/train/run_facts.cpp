@@ -18,9 +18,20 @@ plan::RunFacts gather_run_facts(const config::TrainConfig& config, const std::st
     facts.world_size = comm->world_size();
     facts.ranks_per_host = comm->world().local_world_size;
   }
-  const c10::Device device = compute_device(config, device_option);
-  facts.device = device.is_cuda() ? plan::DeviceKind::kCuda : plan::DeviceKind::kCpu;
-  facts.device_name = device.str();
+  // Note [rank device]: this rank's GPU, before the bf16 probe and the free-memory query use it.
+  plan::RankDeviceFacts rank_facts;
+  const bool cuda = compute_device(config, device_option).is_cuda();
+  rank_facts.requested = cuda ? plan::DeviceKind::kCuda : plan::DeviceKind::kCpu;
+  rank_facts.visible_gpus = static_cast<int64_t>(torch::cuda::device_count());
+  if (comm != nullptr) {
+    rank_facts.local_rank = comm->world().local_rank;
+    rank_facts.local_world_size = comm->world().local_world_size;
+  }
+  rank_facts.nccl_missing = dist::nccl_missing_reason();
+  facts.rank = plan::choose_rank_device(config.distributed, rank_facts);
+  facts.device = facts.rank->kind;
+  facts.device_name = facts.rank->name();
+  const c10::Device device(facts.device_name);
   if (config.bf16.enabled == config::OnOffAuto::kAuto) {
     const Bf16Probe probe = bf16_probe(device);
     facts.bf16_fast = probe.fast();
@@ -51,7 +62,9 @@ plan::RunFacts gather_run_facts(const config::TrainConfig& config, const std::st
 
 plan::RunPlan plan_run(const config::TrainConfig& config, const std::string& device_option,
                        dist::Communicator* comm) {
-  return plan::resolve_run(config, gather_run_facts(config, device_option, comm));
+  plan::RunPlan plan = plan::resolve_run(config, gather_run_facts(config, device_option, comm));
+  plan::check_rank_collectives(plan);
+  return plan;
 }
 
 c10::Device plan_device(const plan::RunPlan& plan) { return c10::Device(plan.device_name); }

@@ -192,6 +192,7 @@ PreparedRun prepare_run(const config::TrainConfig& config, const TrainOptions& o
   TrainOptions run_options = options;
   core::SetupPhases phases;  // Note [set-up phases]
   core::PhaseTimer ranks_timer(&phases, core::SetupPhase::kRanks);
+  const bool info_wanted = log::level() <= log::Level::kInfo;  // before ranks > 0 lower it
   if (world.distributed()) {
     log::set_rank(static_cast<int>(world.rank), static_cast<int>(world.world_size));
     // One rank speaks for the run; the others report only warnings and errors.
@@ -210,6 +211,9 @@ PreparedRun prepare_run(const config::TrainConfig& config, const TrainOptions& o
   // The run's shape, decided once (Note [run plan]); the Trainer finds nothing left to decide.
   const plan::RunPlan plan = plan_run(config, options.device, run.comm.get());
   for (const std::string& line : plan.decisions) log::info(line);
+  // Each rank names its own device (Note [rank device]), so that the log shows which rank computes
+  // where, though ranks other than 0 otherwise report only warnings.
+  if (world.distributed() && info_wanted) log::write(log::Level::kInfo, plan.rank.describe());
   plan_timer.stop();
   const config::TrainConfig& resolved = plan.config;
   ModelAndEngine built = build_model_and_engine(plan, run.comm.get());

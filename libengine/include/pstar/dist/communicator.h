@@ -61,4 +61,9 @@ class Communicator {
   std::unique_ptr<Impl> impl_;
 };
 
+// Why this build of pstar has no NCCL communicator, for messages (Note [rank device] in
+// pstar/plan/rank_device.h); empty in a build that has one. None has yet: the communicator over
+// c10d's ProcessGroupNCCL is issue 36's next step.
+std::string nccl_missing_reason();
+
 }  // namespace pstar::dist

@@ -21,6 +21,7 @@
 
 #include "pstar/formats/config.h"
 #include "pstar/plan/memory_plan.h"
+#include "pstar/plan/rank_device.h"
 
 namespace pstar::plan {
 
@@ -35,14 +36,17 @@ int64_t elem_bytes(Precision precision);
 // Throws ConfigError for bf16.enabled "auto": only a run plan decides it.
 Precision decided_precision(const config::TrainConfig& config);
 
-enum class DeviceKind : uint8_t { kCpu, kCuda };
-
-// What this process found out about its run, gathered once; every rank uses rank 0's.
+// What this process found out about its run, gathered once: the device is this rank's own (Note
+// [rank device]); the bf16 verdict is rank 0's for every rank.
 struct RunFacts {
   int64_t world_size = 1;
   int64_t ranks_per_host = 1;  // ranks sharing this host's memory (and engine.host_memory)
   DeviceKind device = DeviceKind::kCpu;
   std::string device_name = "cpu";  // for messages: "cpu", "cuda:0"
+  // This rank's device and the backend, as choose_rank_device chose them for a run on this machine
+  // (Note [rank device]); unset for hypothetical hardware (pstar estimate), where the device is
+  // `device` and the backend follows it.
+  std::optional<RankDevice> rank;
   // Whether bf16 is fast and accurate on the device (the start-up probe on a CPU); needed only
   // when bf16.enabled is "auto". `bf16_evidence` says why, for the log.
   std::optional<bool> bf16_fast;
@@ -64,6 +68,7 @@ struct RunPlan {
   Precision precision = Precision::kFp32;
   DeviceKind device = DeviceKind::kCpu;
   std::string device_name = "cpu";
+  RankDevice rank;  // this rank's device and the run's backend (Note [rank device])
   int64_t world_size = 1;
   int64_t ranks_per_host = 1;
   int64_t micro_batch = 1;   // sequences per rank per micro-batch

@@ -16,16 +16,18 @@ class Communicator;
 
 namespace pstar::train {
 
-// This run's facts, gathered once: the world from `comm` (null: one rank), the compute device for
-// `device_option` ("cpu", "cuda", "auto"; compute_device), the bf16 probe when bf16.enabled is
-// "auto" (rank 0's verdict for every rank: probes are timings, and ranks could disagree near the
-// threshold), and the free memory of a CUDA device when the chunk engine runs there without
-// engine.device_memory. A config resolved already asks for neither. With bf16.enabled true, warns
-// once when bf16 is slow or inexact on the device.
+// This run's facts, gathered once: the world from `comm` (null: one rank), this rank's compute
+// device for `device_option` ("cpu", "cuda", "auto"; compute_device, then
+// plan::choose_rank_device for the rank's own GPU and the backend, Note [rank device]), the bf16
+// probe when bf16.enabled is "auto" (rank 0's verdict for every rank: probes are timings, and ranks
+// could disagree near the threshold), and the free memory of a CUDA device when the chunk engine
+// runs there without engine.device_memory. A config resolved already asks for neither. With
+// bf16.enabled true, warns once when bf16 is slow or inexact on the device.
 plan::RunFacts gather_run_facts(const config::TrainConfig& config, const std::string& device_option,
                                 dist::Communicator* comm);
 
-// gather_run_facts, then plan::resolve_run: the run plan for `config` on this machine.
+// gather_run_facts, then plan::resolve_run: the run plan for `config` on this machine. ConfigError
+// for several ranks on GPUs (plan::check_rank_collectives) until the device communicator exists.
 plan::RunPlan plan_run(const config::TrainConfig& config, const std::string& device_option,
                        dist::Communicator* comm);
 
