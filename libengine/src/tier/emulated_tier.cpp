@@ -1,7 +1,9 @@
 // The emulated device tier (Note [device tier]): both sides are host memory, so everything the
 // engine decides about placement runs, and is tested, on any machine.
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <utility>
 
 #include "pstar/core/parallel_fill.h"
@@ -32,7 +34,7 @@ class EmulatedTier final : public DeviceTier {
   }
   // Note [exact-size host pool]: a move's destination is a block freed before, as it is.
   Block allocate_uninitialized(Side side, int64_t bytes) override {
-    return from(side == Side::kDevice ? device_ : pinned_, side, bytes);
+    return poisoned(from(side == Side::kDevice ? device_ : pinned_, side, bytes));
   }
   Block allocate_host_only(int64_t bytes) override {
     Block block = from(pageable_, Side::kHost, bytes);
@@ -44,7 +46,8 @@ class EmulatedTier final : public DeviceTier {
     pinned_.reserve(bytes, count, memory::reserve_threads());
   }
   Block allocate_unfilled(Side side, int64_t bytes, bool host_only) override {
-    return host_only ? from(pageable_, Side::kHost, bytes) : allocate_uninitialized(side, bytes);
+    return host_only ? poisoned(from(pageable_, Side::kHost, bytes))
+                     : allocate_uninitialized(side, bytes);
   }
   void copy(Block& dst, const Block& src, int64_t bytes) override {
     std::memcpy(dst.data(), src.data(), static_cast<size_t>(bytes));
@@ -87,6 +90,22 @@ class EmulatedTier final : public DeviceTier {
     void* data = owner->block.data();
     return Block(data, bytes, side, std::move(owner));
   }
+
+  // Note [poisoned blocks]
+  // On the CUDA tier a block that is not zeroed holds whatever the memory held before (another
+  // chunk's bytes, an earlier engine's in the same process); here it comes from a fresh mapping
+  // more often than not and reads as zeros, so code that reads such a block before writing it
+  // passes every CPU test and fails only on a GPU. PSTAR_POISON_UNFILLED=1 fills every block the
+  // tier hands out unzeroed with 0xFF bytes (NaN in fp32, bf16 and fp16) so that such a read
+  // shows in the losses; a debugging aid, off by default (it writes every byte once more).
+  Block poisoned(Block block) const {
+    if (poison_) std::memset(block.data(), 0xFF, static_cast<size_t>(block.bytes()));
+    return block;
+  }
+  const bool poison_ = [] {
+    const char* v = std::getenv("PSTAR_POISON_UNFILLED");
+    return v != nullptr && std::string(v) == "1";
+  }();
 
   // Both sides are host memory. The host side keeps apart what the CUDA tier would pin (blocks fit
   // for copies) and what it would not (Note [pinned what moves]), so that host_memory() reports

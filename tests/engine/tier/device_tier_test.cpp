@@ -4,6 +4,7 @@
 // the bytes the tier copied, and its model data is the memory the tier holds.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -141,6 +142,8 @@ TEST(EmulatedTier, AdamAndSumOfSquaresGiveHostBitsOnBothSides) {
 // Note [exact-size host pool]: a move's destination is memory freed before, handed out as it is on
 // either side; allocate() still zeroes what it hands out.
 TEST(EmulatedTier, MovesReuseFreedBlocksWithoutZeroingThem) {
+  if (const char* v = std::getenv("PSTAR_POISON_UNFILLED"); v != nullptr && std::string(v) == "1")
+    GTEST_SKIP() << "PSTAR_POISON_UNFILLED=1 overwrites reused blocks (Note [poisoned blocks])";
   auto tier = make_emulated_tier();
   for (Side side : {Side::kDevice, Side::kHost}) {
     SCOPED_TRACE(side_name(side));
@@ -157,6 +160,37 @@ TEST(EmulatedTier, MovesReuseFreedBlocksWithoutZeroingThem) {
     EXPECT_TRUE(torch::equal(tier->view(zeroed, torch::kUInt8, 0, {4096}),
                              torch::zeros({4096}, torch::kUInt8)));
   }
+}
+
+// Note [poisoned blocks]: with PSTAR_POISON_UNFILLED=1 every block handed out unzeroed reads as
+// NaN (0xFF bytes), reused or fresh, on both sides and from the pageable pool; zeroed blocks stay
+// zero.
+TEST(EmulatedTier, PoisonFillsEveryUnzeroedBlock) {
+  ::setenv("PSTAR_POISON_UNFILLED", "1", 1);
+  auto tier = make_emulated_tier();
+  ::unsetenv("PSTAR_POISON_UNFILLED");
+  const auto all_ff = [&](const Block& b) {
+    return torch::equal(tier->view(b, torch::kUInt8, 0, {b.bytes()}),
+                        torch::full({b.bytes()}, 0xFF, torch::kUInt8));
+  };
+  for (Side side : {Side::kDevice, Side::kHost}) {
+    SCOPED_TRACE(side_name(side));
+    Block fresh = tier->allocate_uninitialized(side, 4096);
+    EXPECT_TRUE(all_ff(fresh));
+    std::memset(fresh.data(), 0, 4096);
+    fresh.reset();
+    EXPECT_TRUE(all_ff(tier->allocate_uninitialized(side, 4096)));  // reused, poisoned again
+    EXPECT_TRUE(all_ff(tier->allocate_unfilled(side, 4096, /*host_only=*/false)));
+    Block zeroed = tier->allocate(side, 4096);
+    EXPECT_TRUE(torch::equal(tier->view(zeroed, torch::kUInt8, 0, {4096}),
+                             torch::zeros({4096}, torch::kUInt8)));
+  }
+  EXPECT_TRUE(all_ff(tier->allocate_unfilled(Side::kHost, 4096, /*host_only=*/true)));
+  EXPECT_FALSE(all_ff(tier->allocate_host_only(4096)));
+  // Without the variable nothing is poisoned (a fresh mapping reads as zeros).
+  auto plain = make_emulated_tier();
+  Block b = plain->allocate_unfilled(Side::kHost, int64_t{1} << 20, /*host_only=*/true);
+  EXPECT_EQ(static_cast<const uint8_t*>(b.data())[0], 0);
 }
 
 // Note [pinned what moves]: the emulated tier counts the host memory the CUDA tier would pin
