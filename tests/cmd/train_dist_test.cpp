@@ -170,6 +170,11 @@ TEST_F(DistTrainTest, EachRankNamesItsDeviceAndBackend) {
         << rank << "'s device line is missing:\n"
         << r;
   }
+  // The node's two ranks split engine.host_memory (1GB): the plan line gives both figures.
+  EXPECT_NE(r.err.find("chunks on the host tier (476.84 MiB per rank, 953.67 MiB for the 2 ranks "
+                       "of this node)"),
+            std::string::npos)
+      << r;
   // -q keeps every rank's info lines out, this one too.
   const RunResult quiet = train("conf/train.json", {"--nproc", "2", "-q"});
   ASSERT_EQ(quiet.exit_code, 0) << quiet;
