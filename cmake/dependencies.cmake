@@ -32,7 +32,7 @@ if(_pstar_cuda_archs_before)
   set(CMAKE_CUDA_ARCHITECTURES "${_pstar_cuda_archs_before}")
 endif()
 
-# HDF5 writes and reads profile files (formats/src/profile.cpp); PLplot's C API draws
+# HDF5 writes and reads profile files (formats/src/profile/); PLplot's C API draws
 # `pstar visualize`'s figures (PNG, SVG and PDF through its cairo drivers, plplot-driver-cairo,
 # loaded at run time; Debian ships no CMake config for it, only plplot.pc). Both are optional: a
 # build without HDF5 has no `pstar profile`, `train --profile` or `visualize`, one without PLplot no

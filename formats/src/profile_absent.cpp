@@ -1,5 +1,5 @@
 // Profile files in builds without HDF5 (PSTAR_WITH_HDF5, cmake/dependencies.cmake), in place of
-// profile.cpp: asking to write or read one says what this build lacks and how to get a build that
+// profile/*.cpp: asking to write or read one says what this build lacks and how to get a build that
 // has it.
 #include "pstar/base/error.h"
 #include "pstar/formats/profile.h"

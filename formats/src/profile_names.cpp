@@ -1,5 +1,5 @@
 // The names of the profile's enum codes. They need nothing of HDF5, so they are apart from the
-// file's writer and reader (profile.cpp) and in every build, with HDF5 or without.
+// file's writer and reader (profile/) and in every build, with HDF5 or without.
 #include "pstar/formats/profile.h"
 
 namespace pstar::formats {

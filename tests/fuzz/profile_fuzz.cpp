@@ -10,10 +10,10 @@
 //  - The file's raw bytes, with PSTAR_FUZZ_PROFILE_RAW=1. Mutated raw bytes mostly exercise
 //    libhdf5's own parser, which crashes on them within minutes (1.10.8: not pstar's code, not
 //    instrumented; docs/fuzzing.md lists what was found). Profiles now carry a checksum that the
-//    reader checks first (Note [profile checksum] in profile.cpp), so a mutated profile stops
-//    there; raw seeds without the header (profiles from before checksums) still reach libhdf5.
-//    So ctest only replays the raw seeds in this mode, and fuzzes tamper scripts; longer raw
-//    campaigns are run by hand.
+//    reader checks first (Note [profile checksum] in formats/src/profile/checksum.h), so a mutated
+//    profile stops there; raw seeds without the header (profiles from before checksums) still
+//    reach libhdf5. So ctest only replays the raw seeds in this mode, and fuzzes tamper scripts;
+//    longer raw campaigns are run by hand.
 //
 // Beyond "only FormatError or IoError, naming the file": a profile the reader accepts must be one
 // the writer accepts too (write_profile checks the same invariants), and must read back the same.

@@ -97,8 +97,8 @@ struct ProfileSteps {
 
 struct Profile {
   // Set by read_profile: the file carried pstar's checksum header and matched it (Note [profile
-  // checksum] in profile.cpp). False for a profile written before checksums (by an older pstar),
-  // which is read unchecked. Not stored as such: write_profile always writes the header.
+  // checksum] in formats/src/profile/checksum.h). False for a profile written before checksums (by
+  // an older pstar), which is read unchecked. Not stored as such: write_profile always writes it.
   bool checksummed = false;
   ProfileRun run;
   ProfileChunks chunks;
