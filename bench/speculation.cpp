@@ -101,9 +101,9 @@ int main(int argc, char** argv) {
     const fs::path config_path = dir / "config.json", metrics = dir / "metrics.jsonl";
     std::ofstream(config_path) << config.dump(2);
     fs::remove(metrics);
-    const int code = pstar::bench::run_program({PSTAR_BINARY, "train", config_path.string(),
-                                                "--device", "cpu", "--quiet", "--metrics",
-                                                metrics.string()});
+    const int code =
+        pstar::bench::run_program({PSTAR_BINARY, "train", config_path.string(), "--device", "cpu",
+                                   "--quiet", "--metrics", metrics.string()});
     if (code != 0) {
       std::cerr << "pstar train (" << name << ") failed with exit code " << code << "\n";
       std::exit(1);
@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
   for (const Run* r : {&base, &waiting, &speculating, &automatic})
     std::printf(
         "  %-22s host Adam %.3f s, in the backward %.3f s: share %5.1f%%; waited %.3f s; "
-        "speculated %lld, rolled back %lld chunks; %lld of the steady steps clipped; step %.1f ms\n",
+        "speculated %lld, rolled back %lld chunks; %lld of the steady steps clipped; step %.1f "
+        "ms\n",
         r->name.c_str(), r->host_s, r->early_s, 100 * r->share(), r->wait_s,
         static_cast<long long>(r->speculated), static_cast<long long>(r->rolled_back),
         static_cast<long long>(r->clipped), 1e3 * r->step_s);
@@ -135,8 +136,11 @@ int main(int argc, char** argv) {
       "speculating share / no-clipping share: x%.3f (goal x1.0); losses and norms of the "
       "speculating runs %s the waiting run's\n",
       ratio, same ? "equal" : "DIFFER FROM");
-  json out = {{"bench", "speculation"}, {"steps", steps},       {"clip", clip},
-              {"share_ratio", ratio},   {"same_losses", same}};
+  json out = {{"bench", "speculation"},
+              {"steps", steps},
+              {"clip", clip},
+              {"share_ratio", ratio},
+              {"same_losses", same}};
   for (const Run* r : {&base, &waiting, &speculating, &automatic})
     out["runs"].push_back({{"name", r->name},
                            {"host_s", r->host_s},

@@ -1,6 +1,6 @@
 // `pstar estimate`'s parts shared between its files (private to cmd/): turning the flags into the
-// engine's structs (estimate_inputs.cpp) and printing what the engine estimated (estimate_report.cpp);
-// estimate.cpp is the command itself.
+// engine's structs (estimate_inputs.cpp) and printing what the engine estimated
+// (estimate_report.cpp); estimate.cpp is the command itself.
 #pragma once
 
 #include <cstdint>

@@ -62,7 +62,6 @@ json model_json(const model::ModelShape& s, int64_t params) {
   return j;
 }
 
-
 Tiers memory_items(const plan::Evaluation& e, int64_t gpu_capacity, int64_t host_capacity,
                    int64_t ranks_per_host, int64_t nvme_capacity) {
   const auto& f = e.fit;

@@ -41,7 +41,8 @@ int64_t count_lines(const std::string& path) {
   const std::string text = read_text(path);
   int64_t n = 0;
   for (size_t at = 0, end; (end = text.find('\n', at)) != std::string::npos; at = end + 1)
-    n += text.compare(at, 1, "{") == 0 && text.substr(at, end - at).find("\"record\"") == std::string::npos;
+    n += text.compare(at, 1, "{") == 0 &&
+         text.substr(at, end - at).find("\"record\"") == std::string::npos;
   return n;
 }
 
@@ -188,17 +189,19 @@ TEST_F(ReliabilityTest, SigtermDuringSpeculatedStepsResumesExactly) {
   expect_exact_resume(k, k + 3);
   // And the same losses without the worker, without speculation.
   const auto resumed = read_metrics(dir_.file("resumed.jsonl"));
-  const auto plain = train({"--set", "engine.overlap_adam=false", "--set",
-                            "engine.speculative_adam=false", "--set",
-                            "training.steps=" + std::to_string(k + 3), "--metrics", "plain.jsonl"});
+  const auto plain =
+      train({"--set", "engine.overlap_adam=false", "--set", "engine.speculative_adam=false",
+             "--set", "training.steps=" + std::to_string(k + 3), "--metrics", "plain.jsonl"});
   ASSERT_EQ(plain.exit_code, 0) << plain;
   const auto without = read_metrics(dir_.file("plain.jsonl"));
   ASSERT_EQ(static_cast<int64_t>(without.size()), k + 3);
   for (int64_t s = 1; s <= k; ++s)
-    EXPECT_EQ(first[static_cast<size_t>(s - 1)]["loss"], without[static_cast<size_t>(s - 1)]["loss"])
+    EXPECT_EQ(first[static_cast<size_t>(s - 1)]["loss"],
+              without[static_cast<size_t>(s - 1)]["loss"])
         << "step " << s;
   for (size_t i = 0; i < resumed.size(); ++i)
-    EXPECT_EQ(resumed[i]["loss"], without[static_cast<size_t>(k) + i]["loss"]) << "step " << k + 1 + i;
+    EXPECT_EQ(resumed[i]["loss"], without[static_cast<size_t>(k) + i]["loss"])
+        << "step " << k + 1 + i;
 }
 
 // The NVMe tier's directory goes with a graceful stop, and one a SIGKILL left behind is reported

@@ -240,10 +240,9 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
           : std::string(),
       "; ", s.fit.host_chunks, " chunks on the host tier (", format_bytes(store.host_budget()),
       // A node's ranks share its host memory (Note [fit]): say what the node holds in all.
-      plan.ranks_per_host > 1
-          ? str_cat(" per rank, ", format_bytes(plan.budgets.host), " for the ",
-                    plan.ranks_per_host, " ranks of this node")
-          : std::string(),
+      plan.ranks_per_host > 1 ? str_cat(" per rank, ", format_bytes(plan.budgets.host), " for the ",
+                                        plan.ranks_per_host, " ranks of this node")
+                              : std::string(),
       "), ", s.fit.device_chunks, " on the device tier (", format_bytes(store.device_budget()),
       ", ", store.tier().describe(), ")",
       s.fit.nvme_chunks > 0

@@ -304,7 +304,8 @@ void HybridAdam::update(double lr, double grad_multiplier, bool planned) {
   const float m = multiplier(grad_multiplier);
   // Note [speculative adam]: speculated chunks keep their slot's state, or are updated again with
   // the true multiplier, behind their speculative Adam on the ordered worker.
-  for (int64_t k : decide_speculation(lr, grad_multiplier)) queue_host(k, h, m, false, JobKind::kRedo);
+  for (int64_t k : decide_speculation(lr, grad_multiplier))
+    queue_host(k, h, m, false, JobKind::kRedo);
   // The margin's Adam first: on a GPU it is queued and runs while the host updates the rest, each
   // host chunk as soon as its own eviction has landed. Chunks are independent, so the order does
   // not change the numbers.

@@ -90,11 +90,12 @@ class HybridAdam {
   void record_finished();
 
   // The update this step will make, when the trainer knows it before the backward.
-  void expect(double lr, double grad_multiplier) { expected_ = Expected{lr, grad_multiplier, false}; }
+  void expect(double lr, double grad_multiplier) {
+    expected_ = Expected{lr, grad_multiplier, false};
+  }
   // The update this step makes unless it clips or overflows (Note [speculative adam]).
   void speculate(double lr, double grad_multiplier) {
-    if (slots_ != nullptr && slots_->size() > 0)
-      expected_ = Expected{lr, grad_multiplier, true};
+    if (slots_ != nullptr && slots_->size() > 0) expected_ = Expected{lr, grad_multiplier, true};
   }
   // After the plan: rollback slots for up to `chunks` host chunks, as the host budget allows;
   // returns how many were made.
@@ -161,7 +162,7 @@ class HybridAdam {
     JobKind kind = JobKind::kLater;
   };
   std::mutex done_mutex_;
-  std::vector<Done> done_;  // guarded by done_mutex_: the worker appends
+  std::vector<Done> done_;                   // guarded by done_mutex_: the worker appends
   std::unique_ptr<SpeculationSlots> slots_;  // null until provide_slots
   // Last member: destroyed first, so a running Adam finishes before any payload is freed.
   std::unique_ptr<core::OrderedWorker> worker_;

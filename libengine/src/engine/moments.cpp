@@ -284,12 +284,14 @@ void ChunkedEngine::Impl::provide_speculation_slots() {
   if (made == 0 && settings.speculation_forced) {
     const int64_t slot = adam.slots()->slot_bytes();
     const int64_t held = std::max(store.host_bytes().current, store.tier().host_memory().current());
-    throw OutOfMemoryError(str_cat(
-        "engine.speculative_adam is true, but engine.host_memory (", format_bytes(store.host_budget()),
-        ") has no room for one rollback slot (", format_bytes(slot), ") beside the chunks' ",
-        format_bytes(held), "; set engine.host_memory to at least ", format_bytes(held + slot),
-        " (", format_bytes(held + host_chunks * slot), " speculates every host chunk), or "
-        "engine.speculative_adam to \"auto\" or false"));
+    throw OutOfMemoryError(
+        str_cat("engine.speculative_adam is true, but engine.host_memory (",
+                format_bytes(store.host_budget()), ") has no room for one rollback slot (",
+                format_bytes(slot), ") beside the chunks' ", format_bytes(held),
+                "; set engine.host_memory to at least ", format_bytes(held + slot), " (",
+                format_bytes(held + host_chunks * slot),
+                " speculates every host chunk), or "
+                "engine.speculative_adam to \"auto\" or false"));
   }
   log::info("speculative Adam: rollback space for ", made, " of ", host_chunks, " host chunks (",
             format_bytes(adam.slots()->bytes()), " of host memory",

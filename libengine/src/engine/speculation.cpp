@@ -28,8 +28,7 @@ int64_t SpeculationSlots::provide(int64_t wanted) {
     // The parameters become a chunk's compute payload, which moves: the memory copies take.
     s.param = store_.allocate_payload(Place::kHost, size * f.elem_bytes, /*moves=*/true,
                                       /*zeroed=*/false);
-    if (!f.fp32)
-      s.master = store_.allocate_payload(Place::kHost, size * 4, /*moves=*/false, false);
+    if (!f.fp32) s.master = store_.allocate_payload(Place::kHost, size * 4, /*moves=*/false, false);
     s.exp_avg = store_.allocate_payload(Place::kHost, size * 4, /*moves=*/false, false);
     s.exp_avg_sq = store_.allocate_payload(Place::kHost, size * 4, /*moves=*/false, false);
     slots_.push_back(std::move(s));
@@ -65,9 +64,9 @@ optim::AdamSpan SpeculationSlots::redirect(optim::AdamSpan span, int slot) {
 void SpeculationSlots::commit(int64_t k, int slot) {
   Slot& s = slots_[static_cast<size_t>(slot)];
   Chunk& c = store_.chunk(k);
-  PSTAR_INTERNAL_ASSERT(s.taken && c.compute_place == Place::kHost &&
-                            c.optimizer_place == Place::kHost && !c.nvme,
-                        "committing chunk ", k, " from slot ", slot);
+  PSTAR_INTERNAL_ASSERT(
+      s.taken && c.compute_place == Place::kHost && c.optimizer_place == Place::kHost && !c.nvme,
+      "committing chunk ", k, " from slot ", slot);
   std::swap(c.param, s.param);
   if (!store_.format().fp32) std::swap(c.master, s.master);
   std::swap(c.exp_avg, s.exp_avg);

@@ -290,8 +290,9 @@ void host_adam_step(const AdamHyper& hyper, float grad_scale, const AdamSpan& sp
               ConfigError, "host Adam: master, exp_avg, exp_avg_sq and grad must not be null");
   const int outs = (span.master_out != nullptr) + (span.exp_avg_out != nullptr) +
                    (span.exp_avg_sq_out != nullptr);
-  PSTAR_CHECK(outs == 0 || outs == 3, ConfigError,
-              "host Adam: master_out, exp_avg_out and exp_avg_sq_out are set together or not at all");
+  PSTAR_CHECK(
+      outs == 0 || outs == 3, ConfigError,
+      "host Adam: master_out, exp_avg_out and exp_avg_sq_out are set together or not at all");
   if (span.param_out_type == ParamOutType::kNone) {
     PSTAR_CHECK(span.param_out == nullptr, ConfigError,
                 "host Adam: param_out is set but param_out_type is kNone");

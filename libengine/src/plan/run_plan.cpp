@@ -173,11 +173,11 @@ RunPlan resolve_run(const config::TrainConfig& config, const RunFacts& facts) {
   plan.overlap_adam = plan.chunked && overlap;
   // Note [speculative adam]: speculation runs on the host Adam worker; it matters only where the
   // update waits for the gradient norm (clipping, fp16's overflow check).
-  PSTAR_CHECK(c.engine.speculative_adam != config::OnOffAuto::kOn || plan.overlap_adam,
-              ConfigError,
+  PSTAR_CHECK(c.engine.speculative_adam != config::OnOffAuto::kOn || plan.overlap_adam, ConfigError,
               "engine.speculative_adam is true but host Adam has no worker to run in the backward "
               "on (engine.overlap_adam is off",
-              plan.chunked ? "" : ", and engine.mode \"torch\" has none", "); set "
+              plan.chunked ? "" : ", and engine.mode \"torch\" has none",
+              "); set "
               "engine.overlap_adam true or engine.speculative_adam \"auto\"");
   const bool waits_for_norm = c.gradient_clipping > 0 || c.fp16.enabled;
   if (c.engine.speculative_adam == config::OnOffAuto::kOn) {

@@ -27,8 +27,8 @@ double best_seconds(int repeats, const std::function<void()>& work) {
   for (int i = 0; i < std::max(1, repeats); ++i) {
     const auto start = std::chrono::steady_clock::now();
     work();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    best = std::min(
+        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   return std::max(best, 1e-9);
 }
@@ -60,7 +60,8 @@ MachineRates measure_rates(tier::DeviceTier& tier, bool half, const RateSizes& s
   using tier::Side;
   const int64_t n = sizes.copy_bytes;
   tier::Block host_a = tier.allocate(Side::kHost, n), host_b = tier.allocate(Side::kHost, n);
-  tier::Block device_a = tier.allocate(Side::kDevice, n), device_b = tier.allocate(Side::kDevice, n);
+  tier::Block device_a = tier.allocate(Side::kDevice, n),
+              device_b = tier.allocate(Side::kDevice, n);
   std::memset(host_a.data(), 1, static_cast<size_t>(n));
   std::memset(host_b.data(), 2, static_cast<size_t>(n));
   const auto bytes = static_cast<double>(n);
@@ -80,9 +81,9 @@ MachineRates measure_rates(tier::DeviceTier& tier, bool half, const RateSizes& s
                     });
 
   const int64_t side = sizes.matmul_side;
-  const auto options =
-      torch::TensorOptions().device(tier.compute_device()).dtype(half ? torch::kBFloat16
-                                                                      : torch::kFloat32);
+  const auto options = torch::TensorOptions()
+                           .device(tier.compute_device())
+                           .dtype(half ? torch::kBFloat16 : torch::kFloat32);
   {
     const torch::NoGradGuard no_grad;
     const torch::Tensor a = torch::randn({side, side}, options);
@@ -105,9 +106,10 @@ MachineRates measure_rates(tier::DeviceTier& tier, bool half, const RateSizes& s
 std::string describe_bound(double step_s, const StepBound& bound) {
   const double b = bound.seconds();
   return str_cat("step ", format_fixed(step_s, 3), " s = ", format_fixed(step_s / b, 2),
-                 " x the bound ", format_fixed(b, 3), " s (compute ", format_fixed(bound.compute_s, 3),
-                 ", copies ", format_fixed(bound.copy_s, 3), ", host Adam ",
-                 format_fixed(bound.host_adam_s, 3), "; set by ", bound.limit(), ")");
+                 " x the bound ", format_fixed(b, 3), " s (compute ",
+                 format_fixed(bound.compute_s, 3), ", copies ", format_fixed(bound.copy_s, 3),
+                 ", host Adam ", format_fixed(bound.host_adam_s, 3), "; set by ", bound.limit(),
+                 ")");
 }
 
 }  // namespace pstar::train

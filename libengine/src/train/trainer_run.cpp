@@ -50,23 +50,25 @@ RateSizes bound_sizes(bool gpu) {
 void log_step_bound(const PreparedRun::BoundInputs& in, const TrainSummary& summary) {
   const auto start = Clock::now();
   const MachineRates rates = [&] {
-    std::unique_ptr<tier::DeviceTier> tier =
-        in.device.is_cuda() ? tier::make_device_tier(in.device, in.arena_bytes)
-                            : tier::make_emulated_tier();
+    std::unique_ptr<tier::DeviceTier> tier = in.device.is_cuda()
+                                                 ? tier::make_device_tier(in.device, in.arena_bytes)
+                                                 : tier::make_emulated_tier();
     return measure_rates(*tier, in.half, bound_sizes(in.device.is_cuda()));
   }();
   StepWork work = summary.steady_work;
   work.model_flops = in.model_flops_per_step;
   const StepBound bound = step_bound(work, rates);
-  log::info("step bound over ", summary.steady_steps, " steady step(s): ",
-            describe_bound(summary.steady_step_s, bound), "; per step ",
+  log::info("step bound over ", summary.steady_steps,
+            " steady step(s): ", describe_bound(summary.steady_step_s, bound), "; per step ",
             work.model_flops >= 1e12 ? format_fixed(work.model_flops / 1e12, 2) + " TFLOP, "
-                                     : format_fixed(work.model_flops / 1e9, 2) + " GFLOP, ", format_bytes(work.h2d_bytes),
-            " up, ", format_bytes(work.d2h_bytes), " down, ", format_bytes(work.host_adam_bytes),
-            " of host Adam; rates measured after the run in ", format_fixed(seconds_since(start), 2),
-            " s: matmul ", format_fixed(rates.compute_flops / 1e12, 2), " TFLOPS, copies ",
-            format_fixed(rates.h2d_bytes / 1e9, 1), " GB/s up, ", format_fixed(rates.d2h_bytes / 1e9, 1),
-            " down, ", format_fixed(rates.two_way_bytes / 1e9, 1), " both at once, host memory ",
+                                     : format_fixed(work.model_flops / 1e9, 2) + " GFLOP, ",
+            format_bytes(work.h2d_bytes), " up, ", format_bytes(work.d2h_bytes), " down, ",
+            format_bytes(work.host_adam_bytes), " of host Adam; rates measured after the run in ",
+            format_fixed(seconds_since(start), 2), " s: matmul ",
+            format_fixed(rates.compute_flops / 1e12, 2), " TFLOPS, copies ",
+            format_fixed(rates.h2d_bytes / 1e9, 1), " GB/s up, ",
+            format_fixed(rates.d2h_bytes / 1e9, 1), " down, ",
+            format_fixed(rates.two_way_bytes / 1e9, 1), " both at once, host memory ",
             format_fixed(rates.host_memory_bytes / 1e9, 1), " GB/s");
 }
 
@@ -230,9 +232,9 @@ PreparedRun prepare_run(const config::TrainConfig& config, const TrainOptions& o
     const RateSizes sizes = bound_sizes(on_gpu);
     b.arena_bytes = 2 * sizes.copy_bytes + (int64_t{4} << 20);
     const model::ModelShape shape = model::resolve_model_shape(resolved.model);
-    b.model_flops_per_step = plan::model_flops_per_token(shape) *
-                             static_cast<double>(plan.micro_batch * plan.accumulation *
-                                                 shape.seq_len());
+    b.model_flops_per_step =
+        plan::model_flops_per_token(shape) *
+        static_cast<double>(plan.micro_batch * plan.accumulation * shape.seq_len());
     run.bound = b;
   }
   return run;

@@ -103,10 +103,10 @@ void packed_equals_alone(const std::shared_ptr<CausalLM>& model) {
     const auto alone = model->forward(ids.unsqueeze(0)).squeeze(0);
     EXPECT_LT(rel(packed.narrow(0, at, len), alone), 1e-5) << "record at " << at;
     // A loss over every next token of the record (the last has none).
-    loss_alone = loss_alone + torch::nn::functional::cross_entropy(
-                                  alone.narrow(0, 0, len - 1), ids.narrow(0, 1, len - 1),
-                                  torch::nn::functional::CrossEntropyFuncOptions().reduction(
-                                      torch::kSum));
+    loss_alone =
+        loss_alone + torch::nn::functional::cross_entropy(
+                         alone.narrow(0, 0, len - 1), ids.narrow(0, 1, len - 1),
+                         torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
     at += len;
   }
   // The same loss from the packed logits, and the gradients of both.
@@ -165,7 +165,8 @@ TEST(PackedRecords, OnlyTheNamedRowsGetLogits) {
 }
 
 TEST(PackedRecords, SegmentMaskIsCausalWithinSegments) {
-  const auto segments = torch::tensor(std::vector<int64_t>{0, 0, 1, 1, 1, 2}, torch::kLong).view({1, 6});
+  const auto segments =
+      torch::tensor(std::vector<int64_t>{0, 0, 1, 1, 1, 2}, torch::kLong).view({1, 6});
   const auto m = segment_causal_mask(segments);
   ASSERT_EQ(m.sizes(), (std::vector<int64_t>{1, 1, 6, 6}));
   for (int64_t i = 0; i < 6; ++i)

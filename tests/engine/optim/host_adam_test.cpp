@@ -602,12 +602,13 @@ TEST(HostAdam, OutOfPlaceWritesTheInPlaceBitsAndKeepsTheOriginals) {
     hyper.lr = 0.01f;
     hyper.weight_decay = 0.1f;
     hyper.step = 3;
-    host_adam_step(hyper, 0.5f,
-                   AdamSpan{in_master.data_ptr<float>(), in_m.data_ptr<float>(),
-                            in_v.data_ptr<float>(), grad.data_ptr(), GradType::kBF16,
-                            in_out.data_ptr(), ParamOutType::kBF16, n});
-    AdamSpan span{master.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
-                  grad.data_ptr(), GradType::kBF16, out.data_ptr(), ParamOutType::kBF16, n};
+    host_adam_step(
+        hyper, 0.5f,
+        AdamSpan{in_master.data_ptr<float>(), in_m.data_ptr<float>(), in_v.data_ptr<float>(),
+                 grad.data_ptr(), GradType::kBF16, in_out.data_ptr(), ParamOutType::kBF16, n});
+    AdamSpan span{
+        master.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), grad.data_ptr(),
+        GradType::kBF16,          out.data_ptr(),      ParamOutType::kBF16, n};
     span.master_out = master_out.data_ptr<float>();
     span.exp_avg_out = m_out.data_ptr<float>();
     span.exp_avg_sq_out = v_out.data_ptr<float>();

@@ -28,11 +28,11 @@
 #include "pstar/checkpoint/run_checkpoint.h"
 #include "pstar/chunk/access_trace.h"
 #include "pstar/data/training_data.h"
-#include "pstar/model/hooks.h"
 #include "pstar/engine/chunked_engine.h"
 #include "pstar/formats/config.h"
 #include "pstar/memory/cpu_counter.h"
 #include "pstar/model/gpt.h"
+#include "pstar/model/hooks.h"
 #include "pstar/model/init.h"
 #include "pstar/model/model_shape.h"
 #include "pstar/plan/memory_plan.h"
@@ -270,14 +270,11 @@ class CheckingTier final : public DeviceTier {
     const int64_t grad_bytes = span.numel * (span.grad_type == optim::GradType::kF32 ? 4 : 2);
     // Out of place (Note [speculative adam]), the state written goes to the *_out buffers: they
     // are held to the same rules.
-    const std::pair<const void*, int64_t> buffers[] = {{span.master, span.numel * 4},
-                                                       {span.exp_avg, span.numel * 4},
-                                                       {span.exp_avg_sq, span.numel * 4},
-                                                       {span.grad, grad_bytes},
-                                                       {span.param_out, span.numel * 2},
-                                                       {span.master_out, span.numel * 4},
-                                                       {span.exp_avg_out, span.numel * 4},
-                                                       {span.exp_avg_sq_out, span.numel * 4}};
+    const std::pair<const void*, int64_t> buffers[] = {
+        {span.master, span.numel * 4},      {span.exp_avg, span.numel * 4},
+        {span.exp_avg_sq, span.numel * 4},  {span.grad, grad_bytes},
+        {span.param_out, span.numel * 2},   {span.master_out, span.numel * 4},
+        {span.exp_avg_out, span.numel * 4}, {span.exp_avg_sq_out, span.numel * 4}};
     const bool off_thread = std::this_thread::get_id() != owner_thread_;
     {
       const std::lock_guard<std::mutex> lock(ledger_->mutex);
@@ -393,7 +390,8 @@ class ChunkedEngineOnATier : public ::testing::Test {
 
   // Trains `c` on `tier` (null: the default), as build_model_and_engine does, step by step.
   // The small GPT built into a chunk engine on `tier`, as build_model_and_engine does.
-  static train::ModelAndEngine build(const config::TrainConfig& c, std::unique_ptr<DeviceTier> tier) {
+  static train::ModelAndEngine build(const config::TrainConfig& c,
+                                     std::unique_ptr<DeviceTier> tier) {
     auto shape = model::resolve_gpt_config(c.model);
     const int64_t predicted =
         plan::estimate_gpt_activations(plan::gpt_activation_input(c, shape)).peak;

@@ -17,6 +17,7 @@
 
 #include "engine/cpu_plan.h"
 #include "engine/small_gpt_config.h"
+#include "engine/tier/checking_tier.h"
 #include "pstar/base/error.h"
 #include "pstar/chunk/access_trace.h"
 #include "pstar/engine/chunked_engine.h"
@@ -29,7 +30,6 @@
 #include "pstar/tier/device_tier.h"
 #include "pstar/train/trainer.h"
 #include "test_util.h"
-#include "engine/tier/checking_tier.h"
 
 namespace pstar::tier {
 namespace {

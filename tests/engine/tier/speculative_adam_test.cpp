@@ -98,11 +98,11 @@ TEST_F(SpeculativeAdam, BitIdenticalWhetherStepsClipAlwaysSometimesOrNever) {
     int64_t accumulation;
     double clip;  // relative to the unclipped run's median gradient norm
   };
-  for (const Case& k : {Case{"bf16 clipping always", true, 1, 0.01},
-                        Case{"bf16 clipping never", true, 1, 1e9},
-                        Case{"bf16 clipping sometimes", true, 1, 1.0},
-                        Case{"fp32 clipping sometimes", false, 1, 1.0},
-                        Case{"bf16 accumulating, clipping sometimes", true, 2, 1.0}}) {
+  for (const Case& k :
+       {Case{"bf16 clipping always", true, 1, 0.01}, Case{"bf16 clipping never", true, 1, 1e9},
+        Case{"bf16 clipping sometimes", true, 1, 1.0},
+        Case{"fp32 clipping sometimes", false, 1, 1.0},
+        Case{"bf16 accumulating, clipping sometimes", true, 2, 1.0}}) {
     SCOPED_TRACE(k.name);
     auto c = small_config(k.bf16);
     c.training.steps = 8;
@@ -186,8 +186,9 @@ TEST_F(SpeculativeAdam, HostAdamBytesAreEveryPayloadReadAndWrittenOncePerPass) {
     const auto steps_run = static_cast<int64_t>(got.steps.size());
     EXPECT_GT(redone, 0);
     EXPECT_LE(bytes, 2 * whole_per_element * (steps_run * plan.params + redone * plan.chunk_size));
-    EXPECT_GE(bytes, 2 * whole_per_element * ((steps_run - 1) * plan.params +
-                                              (redone - plan.num_chunks) * plan.chunk_size));
+    EXPECT_GE(bytes,
+              2 * whole_per_element *
+                  ((steps_run - 1) * plan.params + (redone - plan.num_chunks) * plan.chunk_size));
   }
 }
 
@@ -238,23 +239,24 @@ TEST_F(SpeculativeAdam, AStepWithoutAnUpdateDropsItsSpeculation) {
     tier->set_off_thread_adam_delay(std::chrono::milliseconds(3));
     std::vector<double> out;
     int64_t speculated = 0;
-    run_engine_steps(c, std::move(tier), [&](engine::ParamEngine& e, int64_t step,
-                                             const std::function<double()>& forward_backward) {
-      e.begin_step();
-      if (speculate) e.speculate_update(1e-3, 1.0);
-      const double loss = forward_backward();
-      const double norm = e.grad_norm(1.0);
-      if (step != 4) e.update(1e-3, 1.0);
-      e.end_step();
-      train::StepMetrics m;
-      e.fill_metrics(m.engine);
-      if (step == 4) {
-        EXPECT_GE(m.engine.adam.speculated_chunks, speculate ? 1 : -1);
-      }
-      speculated += std::max<int64_t>(0, m.engine.adam.speculated_chunks);
-      out.push_back(loss);
-      out.push_back(norm);
-    });
+    run_engine_steps(
+        c, std::move(tier),
+        [&](engine::ParamEngine& e, int64_t step, const std::function<double()>& forward_backward) {
+          e.begin_step();
+          if (speculate) e.speculate_update(1e-3, 1.0);
+          const double loss = forward_backward();
+          const double norm = e.grad_norm(1.0);
+          if (step != 4) e.update(1e-3, 1.0);
+          e.end_step();
+          train::StepMetrics m;
+          e.fill_metrics(m.engine);
+          if (step == 4) {
+            EXPECT_GE(m.engine.adam.speculated_chunks, speculate ? 1 : -1);
+          }
+          speculated += std::max<int64_t>(0, m.engine.adam.speculated_chunks);
+          out.push_back(loss);
+          out.push_back(norm);
+        });
     const std::lock_guard<std::mutex> lock(ledger->mutex);
     EXPECT_TRUE(ledger->busy.empty());
     for (const auto& v : ledger->violations) ADD_FAILURE() << v;

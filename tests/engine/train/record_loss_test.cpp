@@ -35,10 +35,8 @@ std::string conversations(int64_t n, bool with_answers = true) {
     const int64_t count = 1 + (i * 7) % 36;
     for (int64_t w = 0; w < count; ++w) answer += (w ? " " : "") + words[(i + w) % words.size()];
     nlohmann::json record = {
-        {"messages",
-         {{{"role", "user"}, {"content", "question " + std::to_string(i)}}}}};
-    if (with_answers)
-      record["messages"].push_back({{"role", "assistant"}, {"content", answer}});
+        {"messages", {{{"role", "user"}, {"content", "question " + std::to_string(i)}}}}};
+    if (with_answers) record["messages"].push_back({{"role", "assistant"}, {"content", answer}});
     out += record.dump() + "\n";
   }
   return out;

@@ -31,9 +31,9 @@ MachineRates hand_rates() {
 
 TEST(StepBound, EachTermIsItsWorkOverItsRate) {
   StepWork w;
-  w.model_flops = 150e12;           // 1.5 s at 100 TFLOPS
-  w.h2d_bytes = 30'000'000'000;     // 0.6 s alone
-  w.d2h_bytes = 20'000'000'000;     // 0.5 s alone; both together 50 GB at 80 GB/s: 0.625 s
+  w.model_flops = 150e12;              // 1.5 s at 100 TFLOPS
+  w.h2d_bytes = 30'000'000'000;        // 0.6 s alone
+  w.d2h_bytes = 20'000'000'000;        // 0.5 s alone; both together 50 GB at 80 GB/s: 0.625 s
   w.host_adam_bytes = 10'000'000'000;  // 0.5 s at 20 GB/s
   const StepBound b = step_bound(w, hand_rates());
   EXPECT_DOUBLE_EQ(b.compute_s, 1.5);
@@ -104,8 +104,8 @@ TEST(StepBound, RatesOnTheEmulatedTierAreMeasuredAndFinite) {
   sizes.repeats = 2;
   for (bool half : {false, true}) {
     const MachineRates r = measure_rates(*tier, half, sizes);
-    for (double rate : {r.compute_flops, r.h2d_bytes, r.d2h_bytes, r.two_way_bytes,
-                        r.host_memory_bytes}) {
+    for (double rate :
+         {r.compute_flops, r.h2d_bytes, r.d2h_bytes, r.two_way_bytes, r.host_memory_bytes}) {
       EXPECT_TRUE(std::isfinite(rate) && rate > 0) << rate << (half ? " (bf16)" : " (fp32)");
     }
   }

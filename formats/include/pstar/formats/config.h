@@ -98,7 +98,7 @@ struct DataConfig {
   bool packing = true;  // several records to a seq_len window (else one, padded)
   // A record longer than seq_len + 1 tokens: cut (and counted in the log), or an error.
   bool truncate = true;
-  bool skip_bad_records = false;  // a malformed record: skipped and counted, or an error
+  bool skip_bad_records = false;    // a malformed record: skipped and counted, or an error
   std::string sampling = "random";  // "random" or "sequential"
   // Held-out data (docs/data.md#held-out-data): a second source, or the last `eval_fraction`
   // (0 < f < 1) of the training source (of its tokens, or of its records for `jsonl`), which

@@ -23,10 +23,10 @@ namespace pstar::train {
 
 // Rates in units per second; 0: not measured (its term is left out).
 struct MachineRates {
-  double compute_flops = 0;   // dense matmul on the compute device, in the training dtype
-  double h2d_bytes = 0;       // host to device, one direction alone
-  double d2h_bytes = 0;       // device to host, one direction alone
-  double two_way_bytes = 0;   // both directions at once: their bytes together per second
+  double compute_flops = 0;      // dense matmul on the compute device, in the training dtype
+  double h2d_bytes = 0;          // host to device, one direction alone
+  double d2h_bytes = 0;          // device to host, one direction alone
+  double two_way_bytes = 0;      // both directions at once: their bytes together per second
   double host_memory_bytes = 0;  // host memory, bytes read plus bytes written per second
 };
 
