@@ -1,23 +1,9 @@
 #include "pstar/data/batch_sampler.h"
 
+#include "counter_random.h"
 #include "pstar/base/error.h"
 
 namespace pstar::data {
-namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// Uniform in [0, n) from 64 random bits (multiply-shift; the bias is below 2^-40 for any n here).
-uint64_t below(uint64_t bits, uint64_t n) {
-  return static_cast<uint64_t>((static_cast<unsigned __int128>(bits) * n) >> 64);
-}
-
-}  // namespace
 
 Sampling parse_sampling(const std::string& name) {
   if (name == "random") return Sampling::kRandom;
