@@ -1,9 +1,5 @@
 // The ring collectives (Note [ring collectives]) between three real processes over Gloo: each
 // result is checked against values computed here independently, in double precision.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -15,66 +11,15 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/dist/forked_ranks.h"
 #include "pstar/base/error.h"
 #include "pstar/dist/communicator.h"
 
 namespace pstar::dist {
 namespace {
 
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// Runs body(comm) on `n` ranks: rank 0 in this process, the others forked. A child reports a
-// failed check through its exit status and a line on stderr.
-void run_ranks(int n, const std::function<bool(Communicator&)>& body) {
-  const int port = free_port();
-  auto world_of = [&](int r) {
-    WorldInfo w;
-    w.rank = r;
-    w.world_size = n;
-    w.local_rank = r;
-    w.local_world_size = n;
-    w.port = port;
-    w.launcher = "test";
-    return w;
-  };
-  std::vector<pid_t> children;
-  std::fflush(nullptr);
-  for (int r = 1; r < n; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      bool ok = false;
-      try {
-        Communicator comm(world_of(r), std::chrono::seconds(30));
-        ok = body(comm);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
-      }
-      _exit(ok ? 0 : 1);
-    }
-    children.push_back(pid);
-  }
-  try {
-    Communicator comm(world_of(0), std::chrono::seconds(30));
-    EXPECT_TRUE(body(comm)) << "rank 0";
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "rank 0: " << e.what();
-  }
-  for (size_t i = 0; i < children.size(); ++i) {
-    int status = 0;
-    waitpid(children[i], &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << i + 1;
-  }
-}
+using pstar::testing::free_port;
+using pstar::testing::run_ranks;
 
 uint8_t pattern(int64_t part, int64_t i) { return static_cast<uint8_t>((part * 7 + i) % 251); }
 float contribution(int64_t rank, int64_t part, int64_t i) {

@@ -1,10 +1,6 @@
 // Note [counter-based init] on two ranks (forked processes over Gloo): each rank writes only the
 // chunks it owns, with the values a one-rank model holds, bit for bit; together the ranks hold
 // every parameter once.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "engine/cpu_plan.h"
+#include "engine/dist/forked_ranks.h"
 #include "engine/small_gpt_config.h"
 #include "pstar/base/strings.h"
 #include "pstar/checkpoint/schema.h"
@@ -30,32 +27,12 @@
 namespace pstar::train {
 namespace {
 
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// Builds the model and chunk engine on rank `rank` of 2 and checks every parameter it owns
+// Builds the model and chunk engine on this rank of 2 and checks every parameter it owns
 // against `reference`; writes the names it owns, one a line, to `names_path`. Returns "" or what
 // was wrong.
-std::string check_rank(int rank, int port, const config::TrainConfig& c,
+std::string check_rank(dist::Communicator& comm, const config::TrainConfig& c,
                        const std::map<std::string, at::Tensor>& reference,
                        const std::string& names_path) {
-  dist::WorldInfo w;
-  w.rank = rank;
-  w.world_size = 2;
-  w.local_rank = rank;
-  w.local_world_size = 2;
-  w.port = port;
-  w.launcher = "test";
-  dist::Communicator comm(w, std::chrono::seconds(60));
   ModelAndEngine built = build_model_and_engine(pstar::testing::cpu_plan(c, &comm), &comm);
   auto* engine = dynamic_cast<engine::ChunkedEngine*>(built.engine.get());
   if (engine == nullptr) return "no chunk engine";
@@ -92,29 +69,17 @@ TEST(InitRanksTest, EachRankWritesTheOneRankValuesOfTheChunksItOwns) {
        model::build_causal_lm(model::resolve_model_shape(c.model), options)->named_parameters())
     reference[item.key()] = item.value().detach().clone();
 
-  const int port = free_port();
-  std::fflush(nullptr);
-  const pid_t child = fork();
-  if (child == 0) {
-    std::string error;
-    try {
-      error = check_rank(1, port, c, reference, dir.file("rank1.txt"));
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    if (!error.empty()) std::fprintf(stderr, "rank 1: %s\n", error.c_str());
-    _exit(error.empty() ? 0 : 1);
-  }
-  std::string error;
-  try {
-    error = check_rank(0, port, c, reference, dir.file("rank0.txt"));
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  EXPECT_EQ(error, "") << "rank 0";
-  int status = 0;
-  waitpid(child, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank 1 failed (its stderr says)";
+  pstar::testing::run_ranks(
+      2,
+      [&](dist::Communicator& comm) {
+        const std::string error =
+            check_rank(comm, c, reference, dir.file("rank" + std::to_string(comm.rank()) + ".txt"));
+        if (!error.empty())
+          std::fprintf(stderr, "rank %ld: %s\n", static_cast<long>(comm.rank()), error.c_str());
+        return error.empty();
+      },
+      std::chrono::seconds(60));
+  ASSERT_FALSE(::testing::Test::HasFailure());
   // Every parameter is owned by exactly one rank.
   std::multiset<std::string> owned;
   for (const char* file : {"rank0.txt", "rank1.txt"}) {
