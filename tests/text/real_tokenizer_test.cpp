@@ -15,24 +15,17 @@
 
 #include "pstar/text/tokenizer.h"
 #include "pstar_test_paths.h"
+#include "text/tokenizer_data.h"
 
 namespace pstar::text {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_file;
+using testing::tokenizer_data_dir;
 using Ids = std::vector<uint32_t>;
 
 const std::string kCorpus = PSTAR_SOURCE_DIR "/tests/data/tokenizer/corpus";
-
-std::string cache_dir() {
-  const char* env = std::getenv("PSTAR_TOKENIZER_DATA");
-  return env && *env ? env : PSTAR_SOURCE_DIR "/.cache/tokenizers";
-}
-
-std::string read(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 // The tokenizer folders the fetch script lays out, and whose reference ids they must match.
 struct Case {
@@ -50,13 +43,14 @@ const Case kCases[] = {
 const Tokenizer& tokenizer(const std::string& folder) {
   static std::map<std::string, std::unique_ptr<Tokenizer>> loaded;
   auto& slot = loaded[folder];
-  if (!slot) slot = std::make_unique<Tokenizer>(Tokenizer::load(cache_dir() + "/" + folder));
+  if (!slot)
+    slot = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_data_dir() + "/" + folder));
   return *slot;
 }
 
 #define SKIP_WITHOUT_DATA()                                                       \
-  if (!fs::exists(cache_dir() + "/reference")) {                                  \
-    GTEST_SKIP() << "no tokenizer test data in " << cache_dir()                   \
+  if (!fs::exists(tokenizer_data_dir() + "/reference")) {                         \
+    GTEST_SKIP() << "no tokenizer test data in " << tokenizer_data_dir()          \
                  << ": run scripts/fetch-tokenizer-data.sh (needs node and npm; " \
                     "scripts/test.sh runs it)";                                   \
   }
@@ -75,14 +69,15 @@ TEST_P(RealTokenizer, MatchesTheReferenceEncoderOnEveryCorpusFile) {
     if (dot != name.rfind('.') && name.substr(dot + 1, name.rfind('.') - dot - 1) != c.reference) {
       continue;
     }
-    const fs::path ref_path = fs::path(cache_dir()) / "reference" / c.reference / (name + ".json");
+    const fs::path ref_path =
+        fs::path(tokenizer_data_dir()) / "reference" / c.reference / (name + ".json");
     ASSERT_TRUE(fs::exists(ref_path))
         << ref_path << " is missing: rerun scripts/fetch-tokenizer-data.sh";
-    const auto ref = nlohmann::json::parse(read(ref_path));
+    const auto ref = nlohmann::json::parse(read_file(ref_path));
     const std::string text = ref.at("text").get<std::string>();
     // A reference of an older corpus file: regenerate rather than compare against stale ids.
-    ASSERT_EQ(text, read(entry.path())) << ref_path << " was computed from another version of "
-                                        << name << ": rerun scripts/fetch-tokenizer-data.sh";
+    ASSERT_EQ(text, read_file(entry.path())) << ref_path << " was computed from another version of "
+                                             << name << ": rerun scripts/fetch-tokenizer-data.sh";
     const Ids expected = ref.at("ids").get<Ids>();
     const Ids ids = t.encode(text);
     EXPECT_EQ(ids, expected) << c.folder << " on " << name;
@@ -99,7 +94,7 @@ TEST_P(RealTokenizer, MatchesTheReferenceEncoderOnRandomText) {
   // punctuation, accented Latin, CJK, Cyrillic, Arabic, emoji, Unicode spaces and combining marks
   // (scripts/tokenizer-data/reference.js).
   const auto ref = nlohmann::json::parse(
-      read(fs::path(cache_dir()) / "reference" / c.reference / "random.json"));
+      read_file(fs::path(tokenizer_data_dir()) / "reference" / c.reference / "random.json"));
   ASSERT_GE(ref.size(), 20u);
   for (size_t i = 0; i < ref.size(); ++i) {
     const std::string text = ref[i].at("text").get<std::string>();
@@ -122,10 +117,10 @@ TEST_P(RealTokenizer, PiecesOfAnySizeGiveTheWholeTextsIds) {
   const Tokenizer& t = tokenizer(GetParam().folder);
   // The corpus, then the repository's docs (about 300 KB of prose, tables and code), as one text.
   std::string text;
-  for (const auto& entry : fs::directory_iterator(kCorpus)) text += read(entry.path());
+  for (const auto& entry : fs::directory_iterator(kCorpus)) text += read_file(entry.path());
   const std::string corpus = text;
   for (const auto& entry : fs::directory_iterator(PSTAR_SOURCE_DIR "/docs")) {
-    if (entry.path().extension() == ".md") text += read(entry.path());
+    if (entry.path().extension() == ".md") text += read_file(entry.path());
   }
   const Ids whole = t.encode(text);
   ASSERT_GT(whole.size(), text.size() / 8);

@@ -19,23 +19,15 @@
 #include "pstar/text/records.h"
 #include "pstar/text/tokenizer.h"
 #include "pstar_test_paths.h"
+#include "text/tokenizer_data.h"
 
 namespace pstar::text {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_json;
+using testing::tokenizer_data_dir;
 using Json = nlohmann::json;
-
-std::string cache_dir() {
-  const char* env = std::getenv("PSTAR_TOKENIZER_DATA");
-  return env && *env ? env : PSTAR_SOURCE_DIR "/.cache/tokenizers";
-}
-
-Json read_json(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Json::parse(
-      std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
-}
 
 // Python's str.strip() on the whitespace Jinja's trim removes (ASCII and the Unicode spaces the
 // test conversations use).
@@ -68,12 +60,12 @@ class RealRecords : public ::testing::TestWithParam<Family> {};
 TEST_P(RealRecords, IdsAreHuggingFacesAndTheCountedTokensAreTheAnswers) {
   const Family family = GetParam();
   const fs::path reference =
-      fs::path(cache_dir()) / "reference" / "chat" / (std::string(family.name) + ".json");
+      fs::path(tokenizer_data_dir()) / "reference" / "chat" / (std::string(family.name) + ".json");
   if (!fs::exists(reference))
     GTEST_SKIP() << "no chat reference at " << reference
                  << ": run scripts/fetch-tokenizer-data.sh (needs node and npm; scripts/test.sh "
                     "runs it)";
-  const std::string folder = (fs::path(cache_dir()) / "chat" / family.name).string();
+  const std::string folder = (fs::path(tokenizer_data_dir()) / "chat" / family.name).string();
   const Tokenizer tokenizer = Tokenizer::load(folder);
   const ChatTemplate chat = ChatTemplate::load(folder);
   const Json cases = read_json(PSTAR_SOURCE_DIR "/tests/data/chat/conversations.json");
