@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "pstar/formats/safetensors.h"
 
 namespace {
 
@@ -90,8 +91,7 @@ Shape preset_shape(const std::string& preset) {
 }
 
 // A Hugging Face GPT-2 folder of `shape` (config.json and model.safetensors, fp32), its values
-// small and finite. The safetensors file is written as the format defines it: an 8-byte
-// little-endian header length, the JSON header, then the tensors' bytes in order.
+// small and finite; returns the tensors' bytes.
 int64_t write_hf_folder(const fs::path& dir, const Shape& s, int64_t seq_len) {
   fs::create_directories(dir);
   std::ofstream(dir / "config.json")
@@ -120,35 +120,32 @@ int64_t write_hf_folder(const fs::path& dir, const Shape& s, int64_t seq_len) {
   }
   tensors.push_back({"ln_f.weight", {h}});
   tensors.push_back({"ln_f.bias", {h}});
-  json header = json::object();
+  // Streamed one tensor at a time (the project's own safetensors writer), values in [-0.05, 0.05)
+  // from a xorshift stream: quick to make, and a model that trains.
+  std::vector<pstar::formats::SafetensorsStreamWriter::Entry> entries;
   int64_t offset = 0;
+  for (const auto& [name, shape] : tensors) {
+    entries.push_back({name, pstar::formats::DType::kF32, shape});
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    offset += 4 * numel;
+  }
+  pstar::formats::SafetensorsStreamWriter out((dir / "model.safetensors").string(), entries);
+  std::vector<float> values;
+  uint64_t state = 0x9E3779B97F4A7C15ull;
   for (const auto& [name, shape] : tensors) {
     int64_t numel = 1;
     for (int64_t d : shape) numel *= d;
-    header[name] = {
-        {"dtype", "F32"}, {"shape", shape}, {"data_offsets", {offset, offset + 4 * numel}}};
-    offset += 4 * numel;
-  }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  std::ofstream out(dir / "model.safetensors", std::ios::binary);
-  const uint64_t length = text.size();
-  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((length >> (8 * i)) & 0xFF));
-  out << text;
-  // Values in [-0.05, 0.05) from a xorshift stream: quick to make, and a model that trains.
-  std::vector<float> buffer(int64_t{1} << 20);
-  uint64_t state = 0x9E3779B97F4A7C15ull;
-  for (int64_t left = offset / 4; left > 0;) {
-    const int64_t n = std::min<int64_t>(left, static_cast<int64_t>(buffer.size()));
-    for (int64_t i = 0; i < n; ++i) {
+    values.resize(static_cast<size_t>(numel));
+    for (float& v : values) {
       state ^= state << 13;
       state ^= state >> 7;
       state ^= state << 17;
-      buffer[static_cast<size_t>(i)] = static_cast<float>(state >> 40) * 0x1p-24f * 0.1f - 0.05f;
+      v = static_cast<float>(state >> 40) * 0x1p-24f * 0.1f - 0.05f;
     }
-    out.write(reinterpret_cast<const char*>(buffer.data()), n * 4);
-    left -= n;
+    out.write(name, values.data(), values.size() * sizeof(float));
   }
+  out.commit();
   return offset;
 }
 
