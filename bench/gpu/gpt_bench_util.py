@@ -402,8 +402,8 @@ def bound_figures(d, a, fpt, row):
     model-FLOPs rate is the plain reference's at this size when it ran, else its run at the
     largest size that fits (plain-rate.json, same width, fewer layers)."""
     rate, source = None, None
-    for name in ("plain", "plain-rate"):
-        ref = row["plain"] if name == "plain" else reference_figures(d, name, 1)
+    for name, ref in (("plain", row["plain"]),
+                      ("plain-rate", read_last_json_line(os.path.join(d, "plain-rate.json")))):
         if ref and ref.get("tflops") and not ref.get("dry_run"):
             rate, source = ref["tflops"] * 1e12, name
             break
