@@ -1,6 +1,7 @@
 // Helpers shared by the benchmarks in bench/.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,8 +37,10 @@ struct TempCorpus {
 };
 
 // Runs a program (argv[0] a path) and waits: its exit code, or 128 + the signal that ended it.
-// `usage`, when given, receives the child's resource usage (page faults, CPU time).
-inline int run_program(const std::vector<std::string>& args, struct rusage* usage = nullptr) {
+// `usage`, when given, receives the child's resource usage (page faults, CPU time); a non-empty
+// `stderr_path` receives the child's standard error (truncated first).
+inline int run_program(const std::vector<std::string>& args, struct rusage* usage = nullptr,
+                       const std::string& stderr_path = "") {
   std::vector<std::string> storage(args);
   std::vector<char*> argv;
   for (auto& a : storage) argv.push_back(a.data());
@@ -45,6 +48,11 @@ inline int run_program(const std::vector<std::string>& args, struct rusage* usag
   std::fflush(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
+    if (!stderr_path.empty()) {
+      const int fd = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd < 0 || dup2(fd, STDERR_FILENO) < 0) _exit(126);
+      close(fd);
+    }
     execv(argv[0], argv.data());
     _exit(127);
   }

@@ -176,10 +176,10 @@ Run run_pstar(const std::string& binary, const fs::path& dir, const std::string&
                  log = dir / (name + ".log");
   std::ofstream(config_path) << config.dump(2);
   // stderr to a file: the child's log (set-up and release lines) is parsed afterwards.
-  const std::string command = binary + " train " + config_path.string() +
-                              " --device cpu --metrics " + metrics.string() + " 2> " + log.string();
   const double begin = now_s();
-  const int code = std::system(command.c_str());
+  const int code = pstar::bench::run_program(
+      {binary, "train", config_path.string(), "--device", "cpu", "--metrics", metrics.string()},
+      nullptr, log.string());
   Run r;
   r.process_s = now_s() - begin;
   if (code != 0) {
