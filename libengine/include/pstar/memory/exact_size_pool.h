@@ -157,6 +157,21 @@ class ExactSizePool;
 
 namespace detail {
 
+// Runs work() on `threads` threads, this one among them, and returns when all are done; work
+// takes its pieces itself (an atomic counter), so a thread that cannot be started leaves its share
+// to the others.
+template <typename Work>
+void on_threads(size_t threads, const Work& work) {
+  std::vector<std::thread> helpers;
+  try {
+    for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+  } catch (...) {
+    // No thread to spare: the ones started and this one do it all.
+  }
+  work();
+  for (auto& h : helpers) h.join();
+}
+
 // Note [parallel release]
 // A run's end gives back every chunk payload at once: tens of GiB at 8B parameters, each block's
 // pages freed by the kernel (and on the CUDA tier unpinned) one after another, which took 3.0 s at
@@ -188,14 +203,7 @@ void release_in_parallel(const std::vector<std::pair<void*, int64_t>>& blocks, R
       }
     }
   };
-  std::vector<std::thread> helpers;
-  try {
-    for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
-  } catch (...) {
-    // No thread to spare: the ones started and this one do it all.
-  }
-  work();
-  for (auto& h : helpers) h.join();
+  on_threads(threads, work);
 }
 
 // Lives until the pool object and all its blocks are gone; then gives every block back (Note
@@ -332,15 +340,8 @@ class ExactSizePool {
       else
         work();
     };
-    const size_t helpers = std::min<size_t>(std::max(threads, 1u), static_cast<size_t>(count)) - 1;
-    std::vector<std::thread> pool;
-    try {
-      for (size_t t = 0; t < helpers; ++t) pool.emplace_back(in_thread);
-    } catch (...) {
-      // No thread to spare: the ones started and this one do it all.
-    }
-    in_thread();
-    for (auto& t : pool) t.join();
+    detail::on_threads(std::min<size_t>(std::max(threads, 1u), static_cast<size_t>(count)),
+                       in_thread);
     {
       const std::lock_guard<std::mutex> lock(state_->mutex);
       for (void* p : made)
