@@ -166,12 +166,11 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
   impl_ = make_impl(plan, layout, comm, std::move(device_tier));
   Impl& s = *impl_;
   ChunkStore& store = s.store;
-  // Gathers and reductions go through Gloo over host memory (Note [ring collectives]).
-  PSTAR_CHECK(comm == nullptr || store.tier().compute_device().is_cpu(), ConfigError,
-              "training on ", store.sharding().world_size, " ranks with the device tier ",
-              store.tier().describe(),
-              " needs NCCL collectives, which this build of pstar does not have; train on one rank "
-              "or with --device cpu");
+  // Gathers and reductions go through Gloo over host memory (Note [ring collectives]); the run
+  // plan refuses several ranks on GPUs with the message users see (plan::check_rank_collectives).
+  PSTAR_INTERNAL_ASSERT(comm == nullptr || store.tier().compute_device().is_cpu(),
+                        "a chunk engine of several ranks on ", store.tier().describe(),
+                        ", which the run plan refuses");
   s.registering.expected_leaves = static_cast<int64_t>(leaves.size());
   s.registering.total_bytes = layout.params * store.format().payload.whole();
   const int64_t world = store.sharding().world_size;
