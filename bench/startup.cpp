@@ -210,7 +210,6 @@ Run run_pstar(const std::string& binary, const fs::path& dir, const std::string&
 const char* kPhases[] = {"ranks", "plan",   "tier", "model",      "init",   "weights", "chunks",
                          "alloc", "engine", "data", "checkpoint", "resume", "other"};
 
-double median_of(std::vector<double> v) { return pstar::bench::median(std::move(v)); }
 double best_of(const std::vector<double>& v) {
   return v.empty() ? 0 : *std::min_element(v.begin(), v.end());
 }
@@ -330,30 +329,32 @@ int main(int argc, char** argv) {
     std::printf(
         "%-15s set-up best %6.2f s, median %6.2f s; fill best %.2f s (%.2f GB/s); set-up "
         "/ fill: best/best %.2f, median paired %.2f\n",
-        key.c_str(), best_of(setup), median_of(setup), best_of(fill),
+        key.c_str(), best_of(setup), pstar::bench::median(setup), best_of(fill),
         static_cast<double>(payload_bytes) / best_of(fill) / 1e9, best_of(setup) / best_of(fill),
-        median_of(ratio));
+        pstar::bench::median(ratio));
     // A pstar that logs the release from 1 s only: none logged means under 1 s each time.
     const std::string released = release.empty()
                                      ? std::string("under 1 s (not logged)")
-                                     : std::to_string(median_of(release)).substr(0, 5) + " s (" +
-                                           std::to_string(release.size()) + " logged)";
+                                     : std::to_string(pstar::bench::median(release)).substr(0, 5) +
+                                           " s (" + std::to_string(release.size()) + " logged)";
     std::printf(
         "%-15s step 1 best %.2f s, median %.2f s; step 2 median %.2f s; release median %s; "
         "fastest set-up's phases:%s\n",
-        "", best_of(step1), median_of(step1), median_of(step2), released.c_str(), phases.c_str());
+        "", best_of(step1), pstar::bench::median(step1), pstar::bench::median(step2),
+        released.c_str(), phases.c_str());
     rows.push_back(
         {{"run", key},
          {"setup_s_best", best_of(setup)},
-         {"setup_s_median", median_of(setup)},
+         {"setup_s_median", pstar::bench::median(setup)},
          {"fill_s_best", best_of(fill)},
          {"setup_over_fill_best", best_of(setup) / best_of(fill)},
-         {"setup_over_fill_median_paired", median_of(ratio)},
+         {"setup_over_fill_median_paired", pstar::bench::median(ratio)},
          {"payload_gb_per_s_best", static_cast<double>(payload_bytes) / best_of(setup) / 1e9},
          {"step1_s_best", best_of(step1)},
-         {"step1_s_median", median_of(step1)},
-         {"step2_s_median", median_of(step2)},
-         {"release_s_median", release.empty() ? json(nullptr) : json(median_of(release))},
+         {"step1_s_median", pstar::bench::median(step1)},
+         {"step2_s_median", pstar::bench::median(step2)},
+         {"release_s_median",
+          release.empty() ? json(nullptr) : json(pstar::bench::median(release))},
          {"fastest_startup", fastest.startup}});
   }
   std::error_code ignored;
