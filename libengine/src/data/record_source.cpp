@@ -22,17 +22,7 @@ using FilePtr = std::shared_ptr<const formats::RecordFile>;
 
 text::RecordOptions record_options(const config::DataConfig& data) {
   text::RecordOptions o;
-  switch (data.loss_on) {
-    case config::LossOn::kAssistant:
-      o.loss_on = text::LossOn::kAssistant;
-      break;
-    case config::LossOn::kLastAssistant:
-      o.loss_on = text::LossOn::kLastAssistant;
-      break;
-    case config::LossOn::kAll:
-      o.loss_on = text::LossOn::kAll;
-      break;
-  }
+  o.loss_on = data.loss_on;
   o.date = data.chat_date;
   o.skip_bad_records = data.skip_bad_records;
   return o;

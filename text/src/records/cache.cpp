@@ -22,18 +22,6 @@ using Json = nlohmann::json;
 // Part of every cache key: a new version of the masking rules makes new files.
 constexpr std::string_view kRecordsVersion = "pstar records 1";
 
-const char* loss_on_name(LossOn value) {
-  switch (value) {
-    case LossOn::kAssistant:
-      return "assistant";
-    case LossOn::kLastAssistant:
-      return "last_assistant";
-    case LossOn::kAll:
-      return "all";
-  }
-  return "?";
-}
-
 }  // namespace
 
 int64_t RecordStats::skipped_total() const {
@@ -130,7 +118,7 @@ std::string record_cache_path(const Tokenizer& tokenizer, const ChatTemplate* ch
   fnv1a_field(h, tokenizer.fingerprint());
   fnv1a_field(h, chat != nullptr ? chat->source() : "");
   fnv1a_field(h, chat != nullptr ? chat->bos_token() + "\n" + chat->eos_token() : "");
-  fnv1a_field(h, loss_on_name(options.loss_on));
+  fnv1a_field(h, config::loss_on_name(options.loss_on));
   fnv1a_field(h, options.date);
   fnv1a_field(h, options.skip_bad_records ? "skip" : "");
   const formats::MappedFile jsonl(jsonl_path);

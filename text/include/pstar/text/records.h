@@ -42,12 +42,14 @@
 #include <string_view>
 #include <vector>
 
+#include "pstar/formats/config.h"
 #include "pstar/text/chat_template.h"
 #include "pstar/text/tokenizer.h"
 
 namespace pstar::text {
 
-enum class LossOn { kAssistant, kLastAssistant, kAll };
+// Which tokens count in the loss: data.loss_on (Note [record masks]).
+using LossOn = config::LossOn;
 
 struct RecordOptions {
   LossOn loss_on = LossOn::kAssistant;
