@@ -10,6 +10,7 @@
 
 #include "pstar/base/error.h"
 #include "pstar_test_paths.h"
+#include "text/record_fixtures.h"
 
 namespace pstar::text {
 namespace {
@@ -19,27 +20,7 @@ using Ids = std::vector<uint32_t>;
 
 const std::string kSmall = PSTAR_SOURCE_DIR "/tests/data/tokenizer/small/";
 
-// GPT-2's byte-level alphabet, written out here from its definition: printable bytes stand for
-// themselves, the others for U+0100 + n in byte order.
-std::string byte_char(unsigned byte) {
-  const bool printable = (byte >= 33 && byte <= 126) || (byte >= 161 && byte <= 172) || byte >= 174;
-  unsigned cp = byte;
-  if (!printable) {
-    unsigned n = 0;
-    for (unsigned b = 0; b < byte; ++b) {
-      if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)) ++n;
-    }
-    cp = 256 + n;
-  }
-  std::string s;
-  if (cp < 0x80) {
-    s.push_back(static_cast<char>(cp));
-  } else {
-    s.push_back(static_cast<char>(0xc0 | (cp >> 6)));
-    s.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  }
-  return s;
-}
+using testing::byte_char;  // GPT-2's byte-level alphabet (record_fixtures.h)
 
 // A text in the byte-level alphabet (a vocabulary key).
 std::string byte_key(const std::string& raw) {
