@@ -99,9 +99,10 @@ struct RunResult {
   int64_t device_budget_bytes = 0;
   int64_t margin_chunks = 0;
   int64_t non_model_peak_bytes = 0;  // max of the trace's per-moment non-model peaks
+  int64_t chunk_elements = 0;        // all chunks' (they may differ in size)
 
   int64_t model_data_bytes() const {
-    return num_chunks * (compute_chunk_bytes + optimizer_chunk_bytes);
+    return chunk_elements * (compute_chunk_bytes + optimizer_chunk_bytes) / chunk_size;
   }
 };
 
@@ -136,6 +137,7 @@ class Training {
     RunResult r = result_;
     r.num_chunks = engine_->num_chunks();
     r.chunk_size = engine_->chunk_size();
+    for (int64_t size : engine_->chunk_sizes()) r.chunk_elements += size;
     r.compute_chunk_bytes = engine_->compute_chunk_bytes();
     r.optimizer_chunk_bytes = engine_->optimizer_chunk_bytes();
     r.device_budget_bytes = engine_->device_budget_bytes();

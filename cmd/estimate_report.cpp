@@ -65,23 +65,27 @@ json model_json(const model::ModelShape& s, int64_t params) {
 Tiers memory_items(const plan::Evaluation& e, int64_t gpu_capacity, int64_t host_capacity,
                    int64_t ranks_per_host, int64_t nvme_capacity) {
   const auto& f = e.fit;
-  const int64_t chunk = e.layout.chunk_size;
-  // The padding is spread over the chunks, each tier holding its payloads' share of it.
-  const auto owned = static_cast<double>(f.owned_chunks);
+  // The padding is spread over the chunks' elements, each tier holding its payloads' share of it
+  // (chunks may differ in size: Note [chunk sizes]).
+  const auto owned = static_cast<double>(f.owned.host_elements + f.owned.device_elements +
+                                         f.owned.nvme_host_elements + f.owned.nvme_device_elements);
   const double compute_share =
       static_cast<double>(e.payload.compute()) / static_cast<double>(e.payload.whole());
-  const double device_share = f.owned_chunks
-                                  ? (static_cast<double>(f.device_chunks) +
-                                     static_cast<double>(f.nvme_device_chunks) * compute_share) /
-                                        owned
-                                  : 0;
+  const double device_share =
+      owned > 0 ? (static_cast<double>(f.owned.device_elements) +
+                   static_cast<double>(f.owned.nvme_device_elements) * compute_share) /
+                      owned
+                : 0;
   const double nvme_share =
-      f.owned_chunks ? static_cast<double>(f.nvme_chunks) * (1 - compute_share) / owned : 0;
-  const double padding = static_cast<double>(f.padding_bytes);
+      owned > 0 ? static_cast<double>(f.owned.nvme_host_elements + f.owned.nvme_device_elements) *
+                      (1 - compute_share) / owned
+                : 0;
+  const double padding = static_cast<double>(f.owned.padding_bytes);
   Tiers t;
   t.gpu = json{
-      {"param_grad_chunks", (f.device_chunks + f.nvme_device_chunks) * chunk * e.payload.compute()},
-      {"optimizer_chunks", f.device_chunks * chunk * e.payload.optimizer()},
+      {"param_grad_chunks",
+       (f.owned.device_elements + f.owned.nvme_device_elements) * e.payload.compute()},
+      {"optimizer_chunks", f.owned.device_elements * e.payload.optimizer()},
       {"activations", e.activations.peak},
       {"activations_checkpointing_on",
        e.activations.stored_with_checkpointing + (e.activations.peak - e.activations.stored)},
@@ -99,8 +103,8 @@ Tiers memory_items(const plan::Evaluation& e, int64_t gpu_capacity, int64_t host
   };
   t.host = json{
       {"param_grad_chunks",
-       ranks_per_host * (f.host_chunks + f.nvme_host_chunks) * chunk * e.payload.compute()},
-      {"optimizer_chunks", ranks_per_host * f.host_chunks * chunk * e.payload.optimizer()},
+       ranks_per_host * (f.owned.host_elements + f.owned.nvme_host_elements) * e.payload.compute()},
+      {"optimizer_chunks", ranks_per_host * f.owned.host_elements * e.payload.optimizer()},
       {"activations", 0},
       {"working_set", 0},
       {"staging", f.host_staging},
@@ -256,6 +260,9 @@ json evaluation_json(const plan::Evaluation& e, const Tiers& tiers) {
       {"chunks",
        {{"chunk_size", e.layout.chunk_size},
         {"num_chunks", e.layout.num_chunks},
+        {"oversized_chunks", e.layout.oversized_chunks},
+        {"largest_chunk", e.layout.largest_chunk()},
+        {"padding_elements", e.layout.padding_elements()},
         {"per_rank", e.fit.owned_chunks},
         {"on_host_per_rank", e.fit.host_chunks},
         {"on_device_per_rank", e.fit.device_chunks},
@@ -297,12 +304,20 @@ void print_report(const EstimateCommandOptions& o, const plan::Hardware& hw,
               params_text(e.params).c_str(), static_cast<long long>(e.params),
               model_text(e.shape).c_str());
   std::printf("  search: %s\n", est.how.c_str());
+  const std::string larger =
+      e.layout.oversized_chunks > 0
+          ? str_cat(" (", e.layout.oversized_chunks, " of them larger, one module each, up to ",
+                    e.layout.largest_chunk(), ")")
+          : std::string();
   std::printf(
-      "  %lld chunks of %lld elements at %lld bytes/parameter; per GPU %lld owned: %lld "
-      "on the host, %lld kept on the GPU\n",
+      "  %lld chunks of %lld elements%s at %lld bytes/parameter, padding %.2f%%; per GPU %lld "
+      "owned: %lld on the host, %lld kept on the GPU\n",
       static_cast<long long>(e.layout.num_chunks), static_cast<long long>(e.layout.chunk_size),
-      static_cast<long long>(e.payload.whole()), static_cast<long long>(e.fit.owned_chunks),
-      static_cast<long long>(e.fit.host_chunks), static_cast<long long>(e.fit.device_chunks));
+      larger.c_str(), static_cast<long long>(e.payload.whole()),
+      100.0 * static_cast<double>(e.layout.padding_elements()) /
+          static_cast<double>(e.layout.total_elements()),
+      static_cast<long long>(e.fit.owned_chunks), static_cast<long long>(e.fit.host_chunks),
+      static_cast<long long>(e.fit.device_chunks));
   if (hw.nvme_capacity > 0)
     std::printf(
         "  NVMe: %lld more chunks per GPU keep their optimizer state (%lld B/parameter) on NVMe, "

@@ -418,6 +418,57 @@ TEST_F(MergeCkptTest, ReshardedCheckpointsResume) {
   EXPECT_TRUE(contains(r.err, "already exists")) << r;
 }
 
+// Note [chunk sizes]: one rank lays gpt-tiny out with chunks of several sizes (modules larger than
+// default_chunk_size in chunks of their own), two ranks with one raised size. Checkpoints hold
+// named parameters, so either resumes on the other, directly and through merge-ckpt --reshard,
+// continuing the run within the bound one and two ranks keep (Note [reshard]).
+TEST_F(MergeCkptTest, CheckpointsMoveBetweenChunkLayouts) {
+  json c = config(6, 3, "mx");
+  c["default_chunk_size"] = 4000;
+  c["engine"]["device_memory"] = "32MB";  // two ranks' raised chunks are large
+  const std::string cfg = write_config(c, "mx.json");
+  auto r = train(cfg, {"--nproc", "1", "--metrics", "one.jsonl"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(contains(r.err, "get a chunk of their own")) << r;
+  // The same global batch on two ranks: one sequence each.
+  const std::string half = "train_micro_batch_size_per_gpu=1";
+  r = train(cfg, {"--nproc", "2", "--metrics", "two.jsonl", "--set", "training.save_dir=mx2",
+                  "--set", half});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(contains(r.err, "raising the chunk size")) << r;
+  const auto one = read_metrics(dir_.file("one.jsonl"));
+  const auto two = read_metrics(dir_.file("two.jsonl"));
+  ASSERT_EQ(one.size(), 6u);
+  ASSERT_EQ(two.size(), 6u);
+  auto resume = [&](const std::string& from, int nproc, const std::string& metrics) {
+    const auto t = train(cfg, {"--nproc", std::to_string(nproc), "--resume", from, "--metrics",
+                               metrics, "--set", "training.save_dir=ck-" + metrics, "--set",
+                               nproc == 2 ? half : "train_micro_batch_size_per_gpu=2"});
+    EXPECT_EQ(t.exit_code, 0) << t;
+    return read_metrics(dir_.file(metrics));
+  };
+  auto expect_near = [](const std::vector<json>& got, const std::vector<json>& full,
+                        const std::string& what) {
+    ASSERT_EQ(got.size(), 3u) << what;
+    for (size_t i = 0; i < 3; ++i) {
+      const double want = full[i + 3]["loss"].get<double>();
+      EXPECT_NEAR(got[i]["loss"].get<double>(), want, 1e-5 * std::abs(want))
+          << what << ", step " << i + 4;
+    }
+  };
+  // One rank's several sizes -> two ranks, directly and through merge-ckpt: the same numbers.
+  const auto direct = resume("mx/step-00000003", 2, "direct2.jsonl");
+  r = merge({"--dir", "mx/step-00000003", "--reshard", "2", "-o", "re2"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const auto merged = resume("re2", 2, "merged2.jsonl");
+  expect_near(direct, one, "1 -> 2 directly");
+  ASSERT_EQ(merged.size(), direct.size());
+  for (size_t i = 0; i < direct.size(); ++i)
+    EXPECT_EQ(merged[i]["loss"].get<double>(), direct[i]["loss"].get<double>()) << i;
+  // Two ranks' one size -> one rank's several sizes.
+  expect_near(resume("mx2/step-00000003", 1, "back1.jsonl"), two, "2 -> 1");
+}
+
 // Sets of files that are not one checkpoint: each a clear error naming the file, with the exit
 // code of its kind (docs/cli.md), and nothing written.
 TEST_F(MergeCkptTest, BadFileSetsAreClearErrorsAndWriteNothing) {
@@ -550,7 +601,7 @@ TEST_F(MergeCkptTest, StreamingMergeHoldsOneFileNotTheModel) {
                       {"use_cpu_embedding", true}};
     write_text((step / "config.json").string(), cfg.dump(2));
     const plan::ModelChunkMap map =
-        plan::model_chunk_map(config::load_train_config((step / "config.json").string()));
+        plan::model_chunk_map(config::load_train_config((step / "config.json").string()), ranks);
     int64_t largest = 0, params = 0;
     std::vector<checkpoint::FileDigest> digests;
     torch::manual_seed(7);

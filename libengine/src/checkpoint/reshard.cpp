@@ -31,7 +31,7 @@ namespace {
 // than ranks.
 std::map<std::string, int64_t> new_owners(const config::TrainConfig& config, int64_t world,
                                           const char* what) {
-  const plan::ModelChunkMap map = plan::model_chunk_map(config);
+  const plan::ModelChunkMap map = plan::model_chunk_map(config, world);
   PSTAR_CHECK(map.layout.num_chunks >= world, ConfigError, what, " ", world, ": the model fits in ",
               map.layout.num_chunks, " chunk(s) of ", map.layout.chunk_size,
               " elements, fewer than the ", world,

@@ -1,6 +1,8 @@
 #include "chunk_store.h"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
@@ -11,9 +13,15 @@ namespace pstar::engine {
 using core::seconds_since;
 
 ChunkStore::ChunkStore(std::unique_ptr<tier::DeviceTier> tier, const ChunkFormat& format,
-                       chunk::Sharding sharding)
-    : tier_(std::move(tier)), format_(format), sharding_(sharding) {
+                       chunk::Sharding sharding, std::vector<int64_t> sizes)
+    : tier_(std::move(tier)), format_(format), sharding_(sharding), sizes_(std::move(sizes)) {
   PSTAR_INTERNAL_ASSERT(format_.payload.compute() == format_.elem_bytes + (format_.reuse ? 0 : 4));
+}
+
+int64_t ChunkStore::largest_size() const {
+  int64_t largest = format_.chunk_size;
+  for (int64_t size : sizes_) largest = std::max(largest, size);
+  return largest;
 }
 
 const std::vector<int64_t>& ChunkStore::tensors_of(torch::nn::Module& module) const {
@@ -44,14 +52,18 @@ void ChunkStore::add_bytes(Place place, int64_t bytes) {
 int64_t ChunkStore::gathered_device_bytes() const {
   int64_t bytes = 0;
   for (const Chunk& c : chunks_)
-    bytes += c.remote && c.param && c.compute_place == Place::kDevice ? compute_bytes() : 0;
+    bytes += c.remote && c.param && c.compute_place == Place::kDevice
+                 ? c.size * format_.payload.compute()
+                 : 0;
   return bytes;
 }
 
 int64_t ChunkStore::margin_bytes() const {
   int64_t bytes = 0;
   for (const Chunk& c : chunks_)
-    bytes += c.margin() ? compute_bytes() + (c.nvme ? 0 : optimizer_bytes()) : 0;
+    bytes += c.margin()
+                 ? c.size * (format_.payload.compute() + (c.nvme ? 0 : format_.payload.optimizer()))
+                 : 0;
   return bytes;
 }
 
@@ -116,6 +128,8 @@ void ChunkStore::synchronize() {
 void ChunkStore::new_chunk(Residence residence, Place place, bool on_nvme) {
   Chunk c;
   const int64_t k = num_chunks();
+  c.size =
+      k < static_cast<int64_t>(sizes_.size()) ? sizes_[static_cast<size_t>(k)] : format_.chunk_size;
   c.residence = residence;
   if (!sharding_.owns(k)) {
     // Another rank's: its payloads exist here only while gathered (Note [gathering]).
@@ -129,10 +143,13 @@ void ChunkStore::new_chunk(Residence residence, Place place, bool on_nvme) {
                         "an embedding chunk was planned onto the device");
   PSTAR_INTERNAL_ASSERT(!on_nvme || (nvme_ != nullptr && !c.host_only()), "chunk ", k,
                         " was planned onto NVMe without the tier");
+  PSTAR_INTERNAL_ASSERT(!on_nvme || c.size == format_.chunk_size, "chunk ", k, " of ", c.size,
+                        " elements was planned onto NVMe, whose slots are ordinary chunks");
   c.compute_place = c.optimizer_place = place;
   core::PhaseTimer timer(&setup_, core::SetupPhase::kAlloc);
-  timer.set_bytes(on_nvme ? compute_bytes() : whole_bytes());
-  const int64_t size = format_.chunk_size;
+  const int64_t size = c.size;
+  const int64_t bytes = size * (on_nvme ? format_.payload.compute() : format_.payload.whole());
+  timer.set_bytes(bytes);
   // Note [pinned what moves]: compute payloads move unless the chunk always computes on the
   // host; optimizer state moves at most once, if the plan promotes the chunk to the margin.
   const bool compute_moves = !c.host_only();
@@ -151,7 +168,7 @@ void ChunkStore::new_chunk(Residence residence, Place place, bool on_nvme) {
   }
   chunks_.push_back(std::move(c));
   timer.stop();
-  add_bytes(place, on_nvme ? compute_bytes() : whole_bytes());
+  add_bytes(place, bytes);
   check_host();
   if (on_nvme) {
     // Filled by add_module now, written to its slot when the next NVMe chunk is made or
@@ -171,12 +188,16 @@ void ChunkStore::add_module(torch::nn::Module& module, const std::string& prefix
   auto params = module.named_parameters(/*recurse=*/false);
   int64_t numel = 0;
   for (const auto& p : params) numel += p.value().numel();
-  PSTAR_INTERNAL_ASSERT(numel <= format_.chunk_size, "module ", prefix,
-                        " was not in the chunk plan");
-  // A chunk holds only embedding (host-only) or only other tensors.
-  if (chunks_.empty() || chunks_.back().used + numel > format_.chunk_size ||
-      chunks_.back().host_only() != host_only)
+  // The rule of plan::leaf_chunks: a chunk holds only embedding (host-only) or only other tensors,
+  // and a module larger than the ordinary chunk has one of its own.
+  const bool oversized = numel > format_.chunk_size;
+  if (chunks_.empty() || chunks_.back().used + numel > chunks_.back().size ||
+      chunks_.back().host_only() != host_only || oversized ||
+      chunks_.back().size > format_.chunk_size)
     new_chunk_for(residence);
+  PSTAR_INTERNAL_ASSERT(numel <= chunks_.back().size, "module ", prefix, " (", numel,
+                        " parameters) was not in the chunk plan: chunk ", num_chunks() - 1,
+                        " holds ", chunks_.back().size);
   const int64_t k = num_chunks() - 1;
   Chunk& c = chunks_.back();
   torch::NoGradGuard no_grad;
@@ -269,23 +290,22 @@ Block ChunkStore::allocate_payload(Place place, int64_t bytes, bool moves, bool 
   return host_only ? tier_->allocate_host_only(bytes) : tier_->allocate(place, bytes);
 }
 
-void ChunkStore::reserve_host_compute(int64_t chunks) {
-  if (chunks <= 0) return;
+void ChunkStore::reserve_host_compute(const std::vector<int64_t>& sizes) {
+  if (sizes.empty()) return;
   core::PhaseTimer timer(&setup_, core::SetupPhase::kAlloc);
-  const int64_t param = format_.chunk_size * format_.elem_bytes, grad = format_.chunk_size * 4;
-  if (!format_.reuse && grad == param) {
-    tier_->reserve_host(param, 2 * chunks);
-  } else {
-    tier_->reserve_host(param, chunks);
-    if (!format_.reuse) tier_->reserve_host(grad, chunks);
+  std::map<int64_t, int64_t> blocks;  // bytes -> count: one reservation per size
+  for (int64_t size : sizes) {
+    ++blocks[size * format_.elem_bytes];
+    if (!format_.reuse) ++blocks[size * 4];
   }
+  for (const auto& [bytes, count] : blocks) tier_->reserve_host(bytes, count);
 }
 
 void ChunkStore::zero_padding(int64_t k) {
   Chunk& c = chunks_[static_cast<size_t>(k)];
-  if (c.remote || c.used == format_.chunk_size) return;
+  if (c.remote || c.used == c.size) return;
   torch::NoGradGuard no_grad;
-  const std::vector<int64_t> rest = {format_.chunk_size - c.used};
+  const std::vector<int64_t> rest = {c.size - c.used};
   view(c.param, format_.dtype, c.used, rest).zero_();
   // An NVMe chunk's master weights were staged zeroed (NvmeOptimizer::Use::kFresh).
   if (c.master && !c.nvme) view(c.master, torch::kFloat32, c.used, rest).zero_();
@@ -293,12 +313,10 @@ void ChunkStore::zero_padding(int64_t k) {
 
 void ChunkStore::allocate_remote(int64_t k) {
   Chunk& c = chunks_[static_cast<size_t>(k)];
-  c.param =
-      allocate_payload(c.compute_place, format_.chunk_size * format_.elem_bytes, !c.host_only());
-  if (!format_.reuse)
-    c.grad = allocate_payload(c.compute_place, format_.chunk_size * 4, !c.host_only());
-  add_bytes(c.compute_place, compute_bytes());
-  record(k, formats::ChunkEventKind::kAllocate, compute_bytes());
+  c.param = allocate_payload(c.compute_place, c.size * format_.elem_bytes, !c.host_only());
+  if (!format_.reuse) c.grad = allocate_payload(c.compute_place, c.size * 4, !c.host_only());
+  add_bytes(c.compute_place, compute_bytes(k));
+  record(k, formats::ChunkEventKind::kAllocate, compute_bytes(k));
 }
 
 void ChunkStore::free_remote(int64_t k) {
@@ -306,9 +324,9 @@ void ChunkStore::free_remote(int64_t k) {
   PSTAR_INTERNAL_ASSERT(c.compute_count == 0, "releasing chunk ", k, " while it is in use");
   c.param.reset();
   c.grad.reset();
-  add_bytes(c.compute_place, -compute_bytes());
+  add_bytes(c.compute_place, -compute_bytes(k));
   repoint(k);
-  record(k, formats::ChunkEventKind::kRelease, compute_bytes());
+  record(k, formats::ChunkEventKind::kRelease, compute_bytes(k));
 }
 
 // ---- the NVMe tier -----------------------------------------------------------------------------
@@ -322,10 +340,12 @@ void ChunkStore::attach_nvme(std::unique_ptr<NvmeOptimizer> nvme) {
 
 void ChunkStore::allocate_nvme_compute_buffers() {
   core::PhaseTimer timer(&setup_, core::SetupPhase::kAlloc);
-  timer.set_bytes(compute_bytes());
+  // NVMe chunks are ordinary ones.
+  const int64_t bytes = format_.chunk_size * format_.payload.compute();
+  timer.set_bytes(bytes);
   nvme_param_ = tier_->allocate(Place::kHost, format_.chunk_size * format_.elem_bytes);
   if (!format_.reuse) nvme_grad_ = tier_->allocate(Place::kHost, format_.chunk_size * 4);
-  add_bytes(Place::kHost, compute_bytes());
+  add_bytes(Place::kHost, bytes);
   check_host();
 }
 
@@ -384,10 +404,11 @@ void ChunkStore::move_compute(int64_t k, Place to, bool ahead) {
   moved_to(c.param, to, ahead);
   if (!format_.reuse) moved_to(c.grad, to, ahead);
   c.upload = ahead ? Upload::kInFlight : Upload::kSettled;
-  add_bytes(c.compute_place, -compute_bytes());
-  add_bytes(to, compute_bytes());
-  (to == Place::kDevice ? traffic_.h2d : traffic_.d2h) += compute_bytes();
-  if (ahead) traffic_.prefetched += compute_bytes();
+  const int64_t bytes = compute_bytes(k);
+  add_bytes(c.compute_place, -bytes);
+  add_bytes(to, bytes);
+  (to == Place::kDevice ? traffic_.h2d : traffic_.d2h) += bytes;
+  if (ahead) traffic_.prefetched += bytes;
   c.compute_place = to;
   repoint(k);
   const double seconds = seconds_since(begin);
@@ -395,7 +416,7 @@ void ChunkStore::move_compute(int64_t k, Place to, bool ahead) {
   record(
       k,
       to == Place::kDevice ? formats::ChunkEventKind::kMoveH2D : formats::ChunkEventKind::kMoveD2H,
-      compute_bytes(), seconds);
+      bytes, seconds);
 }
 
 void ChunkStore::move_optimizer_state(int64_t k, Place to) {
@@ -405,14 +426,15 @@ void ChunkStore::move_optimizer_state(int64_t k, Place to) {
   for (Block* b : {&c.master, &c.exp_avg, &c.exp_avg_sq})
     if (*b) moved_to(*b, to, /*ahead=*/false);
   traffic_.move_s += seconds_since(begin);
-  add_bytes(c.optimizer_place, -optimizer_bytes());
-  add_bytes(to, optimizer_bytes());
-  (to == Place::kDevice ? traffic_.h2d : traffic_.d2h) += optimizer_bytes();
+  const int64_t bytes = optimizer_bytes(k);
+  add_bytes(c.optimizer_place, -bytes);
+  add_bytes(to, bytes);
+  (to == Place::kDevice ? traffic_.h2d : traffic_.d2h) += bytes;
   c.optimizer_place = to;
   record(
       k,
       to == Place::kDevice ? formats::ChunkEventKind::kMoveH2D : formats::ChunkEventKind::kMoveD2H,
-      optimizer_bytes());
+      bytes);
 }
 
 void ChunkStore::await_upload(int64_t k) {

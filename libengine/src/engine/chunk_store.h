@@ -70,6 +70,7 @@ struct AdamJob {
 };
 
 struct Chunk {
+  int64_t size = 0;  // capacity, elements (Note [mixed chunk sizes] in pstar/chunk/eviction.h)
   int64_t used = 0;  // elements
   std::vector<int64_t> tensors;
   // Compute payloads: they move together between places.
@@ -115,7 +116,9 @@ struct ChunkFormat {
   bool fp32 = true;    // the param payload is the master
   bool reuse = false;  // gradients overwrite the parameter slot
   plan::PayloadBytes payload;
-  int64_t chunk_size = 0;  // elements
+  // The ordinary chunk's elements; a module larger than it has a chunk of its own, sized to it
+  // (Note [mixed chunk sizes] in pstar/chunk/eviction.h). NVMe slots are ordinary chunks.
+  int64_t chunk_size = 0;
 };
 
 // Traffic of one step.
@@ -128,16 +131,26 @@ struct Traffic {
 
 class ChunkStore {
  public:
+  // `sizes`: each chunk's planned capacity (plan::ChunkLayout::sizes); chunks past them (the
+  // empty ones that complete the last group) are ordinary.
   ChunkStore(std::unique_ptr<tier::DeviceTier> tier, const ChunkFormat& format,
-             chunk::Sharding sharding);
+             chunk::Sharding sharding, std::vector<int64_t> sizes);
 
   tier::DeviceTier& tier() const { return *tier_; }
   const ChunkFormat& format() const { return format_; }
   const chunk::Sharding& sharding() const { return sharding_; }
-  int64_t chunk_size() const { return format_.chunk_size; }
-  int64_t compute_bytes() const { return format_.chunk_size * format_.payload.compute(); }
-  int64_t optimizer_bytes() const { return format_.chunk_size * format_.payload.optimizer(); }
-  int64_t whole_bytes() const { return format_.chunk_size * format_.payload.whole(); }
+  int64_t chunk_size() const { return format_.chunk_size; }  // the ordinary one
+  int64_t size(int64_t k) const { return chunks_[static_cast<size_t>(k)].size; }
+  // Chunk k's payloads: compute (they move), optimizer (they stay), and both.
+  int64_t compute_bytes(int64_t k) const { return size(k) * format_.payload.compute(); }
+  int64_t optimizer_bytes(int64_t k) const { return size(k) * format_.payload.optimizer(); }
+  int64_t whole_bytes(int64_t k) const { return size(k) * format_.payload.whole(); }
+  // An ordinary chunk's optimizer payloads: an NVMe slot.
+  int64_t ordinary_optimizer_bytes() const {
+    return format_.chunk_size * format_.payload.optimizer();
+  }
+  // The largest chunk's elements.
+  int64_t largest_size() const;
 
   std::vector<Chunk>& chunks() { return chunks_; }
   const std::vector<Chunk>& chunks() const { return chunks_; }
@@ -209,9 +222,10 @@ class ChunkStore {
   // it is read); `moves`: copies between the places will take it back and forth (Note [pinned
   // what moves]).
   Block allocate_payload(Place place, int64_t bytes, bool moves, bool zeroed = true);
-  // Note [reserved blocks]: sets aside the copyable host memory of the compute payloads of
-  // `chunks` chunks that will start on the host and move (pinned on the CUDA tier), made at once.
-  void reserve_host_compute(int64_t chunks);
+  // Note [reserved blocks]: sets aside the copyable host memory of the compute payloads of the
+  // chunks of `sizes` (elements) that will start on the host and move (pinned on the CUDA tier),
+  // made at once.
+  void reserve_host_compute(const std::vector<int64_t>& sizes);
   // Zeroes the padding of chunk k's parameters and master weights (the elements past `used`), which
   // new_chunk leaves unfilled; once its last leaf has come.
   void zero_padding(int64_t k);
@@ -251,6 +265,7 @@ class ChunkStore {
   std::unique_ptr<tier::DeviceTier> tier_;
   ChunkFormat format_;
   chunk::Sharding sharding_;
+  std::vector<int64_t> sizes_;  // planned
   std::vector<Chunk> chunks_;
   std::vector<ManagedTensor> tensors_;
   std::unordered_map<const torch::nn::Module*, std::vector<int64_t>> module_tensors_;

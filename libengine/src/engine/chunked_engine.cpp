@@ -52,11 +52,19 @@ optim::AdamHyper adam_settings(const plan::RunPlan& plan) {
   return hyper;
 }
 
+std::string padding_percent(const plan::ChunkLayout& layout) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f%% of the chunks",
+                100.0 * static_cast<double>(layout.padding_elements()) /
+                    static_cast<double>(layout.total_elements()));
+  return text;
+}
+
 plan::ChunkLayout chosen_layout(const plan::RunPlan& plan, const std::vector<LeafModule>& leaves) {
   const config::TrainConfig& config = plan.config;
   const plan::ChunkLayout layout = plan::plan_layout(
       leaves, plan::LayoutOptions{config.default_chunk_size, config.engine.chunk_size_search,
-                                  plan::decided_cpu_embedding(config)});
+                                  plan::decided_cpu_embedding(config), plan.world_size});
   switch (layout.choice) {
     case plan::ChunkLayout::Choice::kConfigured:
       break;
@@ -70,10 +78,24 @@ plan::ChunkLayout chosen_layout(const plan::RunPlan& plan, const std::vector<Lea
                 layout.searched_lo, "..", layout.searched_hi);
       break;
     case plan::ChunkLayout::Choice::kRaised:
+      // Note [chunk sizes]: several ranks need chunks of one size.
       log::warn("default_chunk_size ", config.default_chunk_size,
-                " is smaller than the largest module (", layout.largest_leaf,
-                " parameters); raising the chunk size to ", layout.chunk_size, " elements");
+                " is smaller than the largest module (", layout.largest_leaf, " parameters); with ",
+                plan.world_size, " ranks every chunk takes its size: raising the chunk size to ",
+                layout.chunk_size, " elements (", layout.padding_elements(),
+                " elements of padding)");
       break;
+    case plan::ChunkLayout::Choice::kMixed: {
+      const int64_t ordinary = layout.num_chunks - layout.oversized_chunks;
+      log::info("chunk sizes: ", layout.oversized_chunks,
+                " module(s) larger than default_chunk_size ", config.default_chunk_size,
+                " (the largest ", layout.largest_leaf,
+                " parameters) get a chunk of their own, and ", ordinary, " ordinary chunk(s) of ",
+                layout.chunk_size, " elements (searched among ", layout.searched_lo, "..",
+                layout.searched_hi, ") hold the rest; ", layout.padding_elements(),
+                " elements of padding (", padding_percent(layout), ")");
+      break;
+    }
   }
   return layout;
 }
@@ -86,6 +108,11 @@ std::unique_ptr<ChunkedEngine::Impl> make_impl(const plan::RunPlan& plan,
   PSTAR_INTERNAL_ASSERT(sharding.world_size == plan.world_size, "the plan is for ", plan.world_size,
                         " ranks, the communicator has ", sharding.world_size);
   const ChunkFormat format = chunk_format(plan, layout.chunk_size);
+  // Every chunk's capacity, and ordinary ones for the empty chunks that complete the last group.
+  std::vector<int64_t> sizes;
+  for (int64_t k = 0; k < layout.num_chunks; ++k) sizes.push_back(layout.size_of(k));
+  while (static_cast<int64_t>(sizes.size()) % sharding.world_size != 0)
+    sizes.push_back(layout.chunk_size);
   EngineSettings settings;
   settings.accumulation = plan.accumulation;
   settings.warmup_iterations = plan.config.engine.warmup_iterations;
@@ -96,11 +123,13 @@ std::unique_ptr<ChunkedEngine::Impl> make_impl(const plan::RunPlan& plan,
   placement.warmup_iterations = settings.warmup_iterations;
   placement.prefetch = plan.prefetch;
   placement.device_budget = plan.budgets.device;
-  placement.compute_chunk_bytes = format.chunk_size * format.payload.compute();
-  placement.whole_chunk_bytes = format.chunk_size * format.payload.whole();
+  for (int64_t size : sizes) {
+    placement.compute_bytes.push_back(size * format.payload.compute());
+    placement.whole_bytes.push_back(size * format.payload.whole());
+  }
   return std::make_unique<ChunkedEngine::Impl>(
-      device_tier ? std::move(device_tier) : tier::make_emulated_tier(), format, sharding, comm,
-      settings, placement, adam_settings(plan), plan.overlap_adam);
+      device_tier ? std::move(device_tier) : tier::make_emulated_tier(), format, sharding,
+      std::move(sizes), comm, settings, placement, adam_settings(plan), plan.overlap_adam);
 }
 
 // The free bytes the fit may plan on NVMe with (Note [nvme fit]): what the disk has free, or, where
@@ -147,12 +176,12 @@ nvme::StoreOptions nvme_store_options() {
 std::unique_ptr<NvmeOptimizer> open_nvme(const std::string& nvme_path, const plan::Fit& fit,
                                          const ChunkStore& store) {
   const std::string run_id = str_cat(core::random_id(), "-rank", store.sharding().rank);
-  auto slots = nvme::NvmeStore::open(nvme_path, run_id, store.optimizer_bytes(), fit.nvme_chunks,
-                                     nvme_store_options());
+  auto slots = nvme::NvmeStore::open(nvme_path, run_id, store.ordinary_optimizer_bytes(),
+                                     fit.nvme_chunks, nvme_store_options());
   const int64_t buffers = std::min(fit.nvme_chunks, plan::kNvmeStagingChunks);
   auto tier = std::make_unique<NvmeOptimizer>(std::move(slots), store.chunk_size(),
                                               !store.format().fp32, buffers);
-  PSTAR_INTERNAL_ASSERT(tier->payload_bytes() == store.optimizer_bytes());
+  PSTAR_INTERNAL_ASSERT(tier->payload_bytes() == store.ordinary_optimizer_bytes());
   return tier;
 }
 
@@ -202,12 +231,6 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
                                             format_bytes(in.nvme_capacity), " free"),
                 "; `pstar estimate --config` shows the breakdown)");
   }
-  // Note [nvme tier]: owned chunks in order: NVMe ones computing on the host, whole ones on the
-  // host, then on the device whole (static) ones and NVMe ones computing there.
-  s.making.first_device = s.fit.host_chunks + s.fit.nvme_host_chunks;
-  s.making.nvme_host_left = s.fit.nvme_host_chunks;
-  s.making.device_whole_left = s.fit.device_chunks;
-  s.making.nvme_device_left = s.fit.nvme_device_chunks;
   if (s.fit.nvme_chunks > 0) {
     store.attach_nvme(open_nvme(nvme_path, s.fit, store));
     if (s.fit.nvme_device_chunks > 0) store.allocate_nvme_compute_buffers();
@@ -215,12 +238,21 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
     log::info("engine.nvme_path ", nvme_path,
               ": the model fits host and device memory, so nothing goes to NVMe");
   }
-  // Note [reserved blocks]: the owned chunks before first_device start on the host and move, so
+  // Note [reserved blocks]: the owned chunks the fit puts on the host start there and move, so
   // their compute payloads come from the tier's copyable (pinned) pool. With use_cpu_embedding
   // some of them are host-only instead, which pinned blocks set aside would waste.
-  if (!s.settings.use_cpu_embedding) store.reserve_host_compute(s.making.first_device);
+  if (!s.settings.use_cpu_embedding) {
+    std::vector<int64_t> on_host;  // sizes; the empty chunks completing the last group too
+    for (int64_t i = 0; i < s.fit.owned_chunks; ++i) {
+      const int64_t k = i * world + store.sharding().rank;
+      const plan::Fit::Home home = s.fit.owned.homes[static_cast<size_t>(i)];
+      if (home == plan::Fit::Home::kHost || home == plan::Fit::Home::kHostNvme)
+        on_host.push_back(k < layout.num_chunks ? layout.size_of(k) : layout.chunk_size);
+    }
+    store.reserve_host_compute(on_host);
+  }
   const int64_t capacity = store.tier().device_capacity_bytes();
-  const int64_t whole = store.whole_bytes();
+  const int64_t whole = store.format().payload.whole();  // per element
   PSTAR_CHECK(s.fit.device_static <= capacity, OutOfMemoryError, s.fit.device_chunks, " chunks",
               s.fit.nvme_device_chunks > 0
                   ? str_cat(" and the compute payloads of ", s.fit.nvme_device_chunks, " more")
@@ -232,11 +264,11 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
       "chunk plan: ", layout.num_chunks, " chunks of ", layout.chunk_size, " elements, ",
       store.format().payload.whole(), " bytes per parameter (",
       store.format().reuse ? "param/grad reuse" : "separate fp32 gradients", "), model data ",
-      format_bytes(layout.num_chunks * whole),
-      world > 1
-          ? str_cat(", ", s.fit.owned_chunks, " chunks (", format_bytes(s.fit.owned_chunks * whole),
-                    ") owned by each of ", world, " ranks")
-          : std::string(),
+      format_bytes(layout.total_elements() * whole),
+      world > 1 ? str_cat(", ", s.fit.owned_chunks, " chunks (",
+                          format_bytes(s.fit.owned_chunks * layout.chunk_size * whole),
+                          ") owned by each of ", world, " ranks")
+                : std::string(),
       "; ", s.fit.host_chunks, " chunks on the host tier (", format_bytes(store.host_budget()),
       // A node's ranks share its host memory (Note [fit]): say what the node holds in all.
       plan.ranks_per_host > 1 ? str_cat(" per rank, ", format_bytes(plan.budgets.host), " for the ",
@@ -246,10 +278,11 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
       ", ", store.tier().describe(), ")",
       s.fit.nvme_chunks > 0
           ? str_cat(", ", s.fit.nvme_chunks, " with their optimizer payloads on NVMe (",
-                    format_bytes(s.fit.nvme_chunks * store.optimizer_bytes()), " in ", nvme_path,
-                    ", compute payloads of ", s.fit.nvme_host_chunks, " on the host and ",
-                    s.fit.nvme_device_chunks, " on the device, a staging pool of ",
-                    format_bytes(store.nvme()->pool_bytes()), ")")
+                    format_bytes(s.fit.nvme_chunks * store.ordinary_optimizer_bytes()), " in ",
+                    nvme_path, ", compute payloads of ", s.fit.nvme_host_chunks,
+                    " on the host and ", s.fit.nvme_device_chunks,
+                    " on the device, a staging pool of ", format_bytes(store.nvme()->pool_bytes()),
+                    ")")
           : std::string(),
       "; predicted non-model peak ", format_bytes(predicted_non_model));
 }
@@ -275,8 +308,12 @@ model::ModuleHooks* ChunkedEngine::eval_hooks() {
 
 void ChunkedEngine::end_eval() { eval_->end(); }
 const chunk::AccessTrace& ChunkedEngine::trace() const { return impl_->placement.trace(); }
-int64_t ChunkedEngine::compute_chunk_bytes() const { return impl_->store.compute_bytes(); }
-int64_t ChunkedEngine::optimizer_chunk_bytes() const { return impl_->store.optimizer_bytes(); }
+int64_t ChunkedEngine::compute_chunk_bytes() const {
+  return impl_->store.chunk_size() * impl_->store.format().payload.compute();
+}
+int64_t ChunkedEngine::optimizer_chunk_bytes() const {
+  return impl_->store.ordinary_optimizer_bytes();
+}
 int64_t ChunkedEngine::device_budget_bytes() const { return impl_->store.device_budget(); }
 const plan::Fit& ChunkedEngine::fit() const { return impl_->fit; }
 int64_t ChunkedEngine::margin_chunks() const {
@@ -286,6 +323,11 @@ int64_t ChunkedEngine::margin_chunks() const {
 }
 int64_t ChunkedEngine::chunk_size() const { return impl_->store.chunk_size(); }
 int64_t ChunkedEngine::num_chunks() const { return impl_->store.num_chunks(); }
+std::vector<int64_t> ChunkedEngine::chunk_sizes() const {
+  std::vector<int64_t> sizes;
+  for (const Chunk& c : impl_->store.chunks()) sizes.push_back(c.size);
+  return sizes;
+}
 int64_t ChunkedEngine::startup_peak_bytes() const { return impl_->startup_peak; }
 
 bool ChunkedEngine::set_observer(EngineObserver* observer) {
@@ -297,8 +339,9 @@ bool ChunkedEngine::set_observer(EngineObserver* observer) {
   EngineShape shape;
   shape.chunk_size = store.chunk_size();
   shape.num_chunks = store.num_chunks();
-  shape.compute_bytes_per_chunk = store.compute_bytes();
-  shape.optimizer_bytes_per_chunk = store.optimizer_bytes();
+  // An ordinary chunk's; the table gives each chunk's capacity.
+  shape.compute_bytes_per_chunk = store.chunk_size() * store.format().payload.compute();
+  shape.optimizer_bytes_per_chunk = store.ordinary_optimizer_bytes();
   shape.device_budget = store.device_budget();
   shape.host_budget = store.host_budget();
   shape.world_size = sharding.world_size;
@@ -310,7 +353,7 @@ bool ChunkedEngine::set_observer(EngineObserver* observer) {
     const Chunk& c = store.chunks()[static_cast<size_t>(k)];
     table.id.push_back(k);
     table.numel.push_back(c.used);
-    table.capacity.push_back(f.chunk_size);
+    table.capacity.push_back(c.size);
     table.group.push_back(sharding.group_of(k));
     table.owner.push_back(sharding.owner_of(k));
     table.embedding.push_back(c.host_only() ? 1 : 0);

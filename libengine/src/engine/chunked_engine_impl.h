@@ -39,8 +39,9 @@ struct StepMemory {
 };
 
 struct ChunkedEngine::Impl : public model::ModuleHooks {
+  // `sizes`: every chunk's capacity (ChunkStore).
   Impl(std::unique_ptr<tier::DeviceTier> tier, const ChunkFormat& format, chunk::Sharding sharding,
-       dist::Communicator* comm, const EngineSettings& settings,
+       std::vector<int64_t> sizes, dist::Communicator* comm, const EngineSettings& settings,
        const PlacementSettings& placement_settings, const optim::AdamHyper& adam_settings,
        bool overlap_adam);
 
@@ -49,13 +50,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   Placement placement;
   GroupSync sync;
   Gradients grads;
-  plan::Fit fit;  // the start-up plan (Note [fit])
-  // Where the chunks being made go (Note [fit], Note [nvme tier]): owned chunks from the ordinal
-  // first_device on start in the margin; how many of each kind are still to be made.
-  struct Making {
-    int64_t first_device = 0;
-    int64_t nvme_host_left = 0, device_whole_left = 0, nvme_device_left = 0;
-  } making;
+  // The start-up plan (Note [fit]): where each chunk this rank owns is made (fit.homes).
+  plan::Fit fit;
   // Registration (registration.cpp): the leaves planned and taken so far; Note [set-up phases]:
   // the time spent in register_unit and finish_registration (the store's payload allocation and
   // the initial values are part of it), the initial values' own time (kInit), and the progress line

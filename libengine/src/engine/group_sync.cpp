@@ -33,7 +33,8 @@ void GroupSync::gather(int64_t g) {
   Group& group = groups_[static_cast<size_t>(g)];
   if (group.gathered) return;
   const chunk::Sharding& sharding = store_.sharding();
-  const int64_t param_bytes = store_.chunk_size() * store_.format().elem_bytes;
+  // A group's chunks are of one size (several sizes only with one rank, plan::plan_layout).
+  const int64_t param_bytes = store_.size(group_chunk(g, 0)) * store_.format().elem_bytes;
   std::vector<void*> parts;
   for (int64_t part = 0; part < sharding.world_size; ++part) {
     const int64_t k = group_chunk(g, part);
@@ -74,10 +75,11 @@ void GroupSync::reduce(int64_t g) {
   const chunk::Sharding& sharding = store_.sharding();
   const ChunkFormat& format = store_.format();
   const int64_t mine = own_chunk(g);
-  reduced_.resize(static_cast<size_t>(format.chunk_size));
+  const int64_t size = store_.size(mine);
+  reduced_.resize(static_cast<size_t>(size));
   const auto begin = std::chrono::steady_clock::now();
   comm_->reduce_scatter(
-      format.chunk_size,
+      size,
       [&](int64_t part, float* acc) {
         const Chunk& c = store_.chunk(group_chunk(g, part));
         if (!c.param || c.used == 0) return;  // never gathered: no gradient here
@@ -98,7 +100,7 @@ void GroupSync::reduce(int64_t g) {
   group.reduced = true;
   ++reductions_;
   store_.record(group_chunk(g, 0), formats::ChunkEventKind::kReduce,
-                (sharding.world_size - 1) * format.chunk_size * 4, seconds_since(begin));
+                (sharding.world_size - 1) * size * 4, seconds_since(begin));
 }
 
 bool GroupSync::in_use(int64_t g) const {

@@ -93,7 +93,7 @@ void HybridAdam::record_finished() {
 void HybridAdam::record_host(int64_t k, double seconds, bool nvme, double read_wait_s) {
   figures_.host_s += seconds;
   figures_.host_bytes += 2 * store_.chunk(k).used * store_.format().payload.whole();
-  const int64_t bytes = store_.optimizer_bytes();
+  const int64_t bytes = store_.optimizer_bytes(k);
   if (nvme) store_.record(k, formats::ChunkEventKind::kNvmeRead, bytes, read_wait_s);
   store_.record(k, formats::ChunkEventKind::kAdamHost, bytes, seconds);
   if (nvme) store_.record(k, formats::ChunkEventKind::kNvmeWrite, bytes);
@@ -123,11 +123,13 @@ double HybridAdam::device_nvme_step(int64_t k, const optim::AdamHyper& hyper, fl
   tier::DeviceTier& tier = store_.tier();
   Block& param = store_.nvme_param_buffer();
   Block& grad = store_.nvme_grad_buffer();
+  // NVMe chunks are ordinary ones (the buffers' size).
   const int64_t param_bytes = f.chunk_size * f.elem_bytes;
+  PSTAR_INTERNAL_ASSERT(c.size == f.chunk_size, "NVMe chunk ", k, " of ", c.size, " elements");
   store_.synchronize();
   tier.copy(param, c.param, param_bytes);
   if (!f.reuse) tier.copy(grad, c.grad, f.chunk_size * 4);
-  store_.traffic().d2h += store_.compute_bytes();
+  store_.traffic().d2h += store_.compute_bytes(k);
   store_.synchronize();
   const double read_wait_s =
       host_step(tier, store_.nvme(), k, hyper, multiplier,
@@ -235,8 +237,9 @@ void HybridAdam::start_early_updates(const std::function<bool(int64_t)>& final_g
     if (c.remote || c.margin() || c.adam.early() || c.used == 0 || !final_grads(k)) continue;
     int slot = -1;
     if (expected_->speculative) {
-      // Note [speculative adam]: not the chunks whose state a rollback could not keep beside them.
-      if (c.nvme || c.host_only()) continue;
+      // Note [speculative adam]: not the chunks whose state a rollback could not keep beside them,
+      // nor a module's own oversized chunk (the slots are ordinary chunks).
+      if (c.nvme || c.host_only() || c.size != store_.chunk_size()) continue;
       slot = slots_->take();
       if (slot < 0) return;  // every slot is taken: the rest wait for the norm
     }
@@ -315,7 +318,7 @@ void HybridAdam::update(double lr, double grad_multiplier, bool planned) {
     const auto begin = std::chrono::steady_clock::now();
     store_.tier().adam_step(Place::kDevice, h, m, span(k));
     ++figures_.device_chunks;
-    store_.record(k, formats::ChunkEventKind::kAdamDevice, store_.optimizer_bytes(),
+    store_.record(k, formats::ChunkEventKind::kAdamDevice, store_.optimizer_bytes(k),
                   seconds_since(begin));
   }
   // After the warm-up, with engine.overlap_adam, the host's share goes to the worker in the order

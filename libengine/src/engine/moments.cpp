@@ -13,12 +13,12 @@
 namespace pstar::engine {
 
 ChunkedEngine::Impl::Impl(std::unique_ptr<tier::DeviceTier> tier, const ChunkFormat& format,
-                          chunk::Sharding sharding, dist::Communicator* comm,
-                          const EngineSettings& engine_settings,
+                          chunk::Sharding sharding, std::vector<int64_t> sizes,
+                          dist::Communicator* comm, const EngineSettings& engine_settings,
                           const PlacementSettings& placement_settings,
                           const optim::AdamHyper& adam_settings, bool overlap_adam)
     : settings(engine_settings),
-      store(std::move(tier), format, sharding),
+      store(std::move(tier), format, sharding, std::move(sizes)),
       placement(placement_settings),
       sync(store, comm),
       grads(store),
@@ -74,7 +74,8 @@ void ChunkedEngine::Impl::make_resident(const std::vector<int64_t>& needed,
   const std::set<int64_t> need_set(needed.begin(), needed.end());
   const std::vector<int64_t> need(need_set.begin(), need_set.end());
   int64_t missing = 0;
-  for (int64_t k : need) missing += store.chunk(k).compute_place == Place::kHost ? 1 : 0;
+  for (int64_t k : need)
+    missing += store.chunk(k).compute_place == Place::kHost ? store.compute_bytes(k) : 0;
   for (int64_t k : placement.evictions(need, missing, device_room(), what))
     store.move_compute(k, Place::kHost);
   for (int64_t k : need) {
@@ -110,8 +111,7 @@ void ChunkedEngine::Impl::prefetch(const std::vector<int64_t>& need_now) {
     wanted.push_back(k);
   }
   if (wanted.empty()) return;
-  const PrefetchPlan plan =
-      placement.prefetch(static_cast<int64_t>(wanted.size()), need_now, device_room());
+  const PrefetchPlan plan = placement.prefetch(wanted, need_now, device_room());
   if (plan.fetch <= 0) return;
   for (int64_t k : plan.evict) store.move_compute(k, Place::kHost);
   for (int64_t i = 0; i < plan.fetch; ++i)
@@ -234,19 +234,24 @@ std::vector<int64_t> ChunkedEngine::Impl::forward_order() const {
 
 void ChunkedEngine::Impl::plan_margin() {
   const int64_t num = store.num_chunks();
-  int64_t movable = 0;
-  for (const Chunk& c : store.chunks()) movable += c.host_only() || c.remote ? 0 : 1;
-  const int64_t margin = placement.margin_size(movable, store.tier().device_capacity_bytes());
+  // The chunks that may join the margin, in the order they join: those placed on the device at
+  // start-up (Note [fit]) are in it already. NVMe chunks come last and stay out (the fit sent
+  // their optimizer state there for want of room), but count when deciding whether all fit.
+  std::vector<int64_t> candidates;
+  for (int64_t k = 0; k < num; ++k)
+    if (store.chunk(k).margin()) candidates.push_back(k);
+  const auto fixed = static_cast<int64_t>(candidates.size());
+  for (const bool nvme : {false, true})
+    for (int64_t k = 0; k < num; ++k)
+      if (store.chunk(k).movable() && store.chunk(k).nvme == nvme) candidates.push_back(k);
+  const int64_t margin = placement.margin_size(candidates, store.tier().device_capacity_bytes());
   const int64_t max_non_model = placement.peak_non_model();
   const int64_t max_needed = placement.largest_working_set();
-  // Chunks placed on the device at start-up (Note [fit]) are in the margin already.
-  int64_t given = 0;
-  for (const Chunk& c : store.chunks()) given += c.margin() ? 1 : 0;
-  const int64_t fixed = given;
-  for (int64_t k = 0; k < num && given < margin; ++k) {
+  int64_t given = fixed;
+  for (int64_t i = fixed; i < margin; ++i) {
+    const int64_t k = candidates[static_cast<size_t>(i)];
     Chunk& c = store.chunk(k);
-    // An NVMe chunk stays out: the fit sent its optimizer state there for want of room.
-    if (!c.movable() || c.nvme) continue;
+    if (c.nvme) break;
     c.residence = Residence::kMargin;
     ++given;
     // The margin is permanent device memory: count it against the budget now.
@@ -263,8 +268,8 @@ void ChunkedEngine::Impl::plan_margin() {
   log::info("chunk plan after warm-up: ", placement.trace().num_moments(),
             " moments, peak non-model ", format_bytes(max_non_model), ", ", given, " of ", num,
             " chunks in the device margin (Adam on the device; ", fixed,
-            " of them placed there at start-up), working set up to ", max_needed, " chunk(s) of ",
-            format_bytes(store.compute_bytes()));
+            " of them placed there at start-up), working set up to ", max_needed, " chunk(s) (",
+            format_bytes(placement.largest_working_set_bytes()), ")");
   if (settings.speculation) provide_speculation_slots();
 }
 

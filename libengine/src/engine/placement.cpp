@@ -11,9 +11,18 @@
 namespace pstar::engine {
 
 Placement::Placement(const PlacementSettings& settings) : settings_(settings) {
-  PSTAR_INTERNAL_ASSERT(settings_.compute_chunk_bytes > 0 && settings_.whole_chunk_bytes > 0,
-                        "chunk bytes ", settings_.compute_chunk_bytes, ", ",
-                        settings_.whole_chunk_bytes);
+  PSTAR_INTERNAL_ASSERT(settings_.compute_bytes.size() == settings_.whole_bytes.size(),
+                        settings_.compute_bytes.size(), " compute sizes but ",
+                        settings_.whole_bytes.size(), " whole sizes");
+  for (size_t k = 0; k < settings_.compute_bytes.size(); ++k)
+    PSTAR_INTERNAL_ASSERT(settings_.compute_bytes[k] > 0 && settings_.whole_bytes[k] > 0, "chunk ",
+                          k, " bytes ", settings_.compute_bytes[k], ", ", settings_.whole_bytes[k]);
+}
+
+int64_t Placement::bytes_of(const std::vector<int64_t>& chunks) const {
+  int64_t bytes = 0;
+  for (int64_t k : chunks) bytes += compute_bytes(k);
+  return bytes;
 }
 
 void Placement::begin_iteration() {
@@ -85,16 +94,34 @@ int64_t Placement::largest_working_set() const {
   return largest;
 }
 
-int64_t Placement::margin_size(int64_t movable, int64_t capacity_bytes) const {
-  const int64_t whole = settings_.whole_chunk_bytes;
+int64_t Placement::largest_working_set_bytes() const {
+  int64_t largest = 0;
+  for (const auto& used : trace_.accesses) largest = std::max(largest, bytes_of(used));
+  return largest;
+}
+
+int64_t Placement::margin_size(const std::vector<int64_t>& candidates,
+                               int64_t capacity_bytes) const {
   const double usable = std::min(
       plan::device_fill_bytes(settings_.device_budget) - static_cast<double>(peak_non_model()),
       static_cast<double>(capacity_bytes));
-  if (static_cast<double>(movable * whole) <= usable) return movable;
-  // Keep room for the largest working set of the chunks that stay movable, plus one spare.
-  const double left =
-      usable - static_cast<double>((largest_working_set() + 1) * settings_.compute_chunk_bytes);
-  return std::clamp<int64_t>(static_cast<int64_t>(left / static_cast<double>(whole)), 0, movable);
+  int64_t all = 0;
+  for (int64_t k : candidates) all += settings_.whole_bytes[static_cast<size_t>(k)];
+  const auto count = static_cast<int64_t>(candidates.size());
+  if (static_cast<double>(all) <= usable) return count;
+  // Keep room for the largest working set of the chunks that stay movable, plus the largest
+  // chunk as a spare.
+  const int64_t largest_chunk =
+      *std::max_element(settings_.compute_bytes.begin(), settings_.compute_bytes.end());
+  const double left = usable - static_cast<double>(largest_working_set_bytes() + largest_chunk);
+  int64_t taken = 0;
+  double held = 0;
+  for (int64_t k : candidates) {
+    held += static_cast<double>(settings_.whole_bytes[static_cast<size_t>(k)]);
+    if (held > left) break;
+    ++taken;
+  }
+  return taken;
 }
 
 void Placement::set_margin(const std::vector<int64_t>& margin, int64_t num_chunks) {
@@ -130,31 +157,31 @@ const std::vector<int64_t>& Placement::kept_after(int64_t moment) const {
 
 // The budget rule (the larger non-model peak of this moment and the next) or the tier's capacity,
 // less the margin and the gathered copies.
-int64_t Placement::movable_capacity(const DeviceRoom& room) const {
+int64_t Placement::movable_room_bytes(const DeviceRoom& room) const {
   const int64_t bytes =
       std::min(chunk::device_chunk_budget_bytes(trace_, moment_, settings_.device_budget),
                room.capacity_bytes) -
       room.margin_bytes - room.gathered_bytes;
-  return std::max<int64_t>(0, bytes / settings_.compute_chunk_bytes);
+  return std::max<int64_t>(0, bytes);
 }
 
-std::vector<int64_t> Placement::evictions(const std::vector<int64_t>& need, int64_t missing,
+std::vector<int64_t> Placement::evictions(const std::vector<int64_t>& need, int64_t missing_bytes,
                                           const DeviceRoom& room, const std::string& what) const {
   std::vector<int64_t> candidates;  // resident, movable, idle, not needed now
   for (int64_t k : room.idle)
     if (!std::binary_search(need.begin(), need.end(), k)) candidates.push_back(k);
   // The warm-up keeps only what is in use.
   if (!planned_ || moment_ >= trace_.num_moments()) return candidates;
-  const int64_t capacity = movable_capacity(room);
-  const auto resident = static_cast<int64_t>(room.resident.size());
-  const int64_t evict = std::max<int64_t>(0, resident + missing - capacity);
-  PSTAR_CHECK(evict <= static_cast<int64_t>(candidates.size()), OutOfMemoryError,
-              "device tier: ", what, " needs ", need.size(), " chunk(s) of ",
-              format_bytes(settings_.compute_chunk_bytes),
-              " on the device, but after non-model memory and the pinned margin only ", capacity,
-              " fit in engine.device_memory ", format_bytes(settings_.device_budget),
+  const int64_t capacity = movable_room_bytes(room);
+  const int64_t excess = bytes_of(room.resident) + missing_bytes - capacity;
+  PSTAR_CHECK(excess <= bytes_of(candidates), OutOfMemoryError, "device tier: ", what, " needs ",
+              need.size(), " chunk(s) of ", format_bytes(bytes_of(need)),
+              " on the device, but after non-model memory and the pinned margin only ",
+              format_bytes(capacity), " of chunks fit in engine.device_memory ",
+              format_bytes(settings_.device_budget),
               "; raise engine.device_memory or lower default_chunk_size");
-  return chunk::choose_evictions(*next_use_, moment_, candidates, evict);
+  return chunk::choose_evictions_by_size(*next_use_, moment_, candidates, settings_.compute_bytes,
+                                         excess);
 }
 
 std::vector<int64_t> Placement::prefetch_candidates() const {
@@ -163,10 +190,11 @@ std::vector<int64_t> Placement::prefetch_candidates() const {
   return trace_.accesses[moment_ + 1];
 }
 
-PrefetchPlan Placement::prefetch(int64_t wanted, const std::vector<int64_t>& need_now,
+PrefetchPlan Placement::prefetch(const std::vector<int64_t>& wanted,
+                                 const std::vector<int64_t>& need_now,
                                  const DeviceRoom& room) const {
   PrefetchPlan out;
-  if (wanted <= 0) return out;
+  if (wanted.empty()) return out;
   const std::vector<int64_t>& next = trace_.accesses[moment_ + 1];
   const auto listed = [](const std::vector<int64_t>& list, int64_t k) {
     return std::find(list.begin(), list.end(), k) != list.end();
@@ -174,15 +202,18 @@ PrefetchPlan Placement::prefetch(int64_t wanted, const std::vector<int64_t>& nee
   std::vector<int64_t> candidates;  // resident, movable, idle, used neither now nor next
   for (int64_t k : room.idle)
     if (!listed(need_now, k) && !listed(next, k)) candidates.push_back(k);
-  const int64_t capacity = movable_capacity(room);
-  const auto resident = static_cast<int64_t>(room.resident.size());
-  out.fetch = std::min(wanted, capacity - resident + static_cast<int64_t>(candidates.size()));
-  if (out.fetch <= 0) {
-    out.fetch = 0;
-    return out;
+  // Free room first, then what the candidates can give: the first uploads that fit in both.
+  const int64_t free = movable_room_bytes(room) - bytes_of(room.resident);
+  const int64_t room_for = free + bytes_of(candidates);
+  int64_t fetched = 0;
+  for (int64_t k : wanted) {
+    if (fetched + compute_bytes(k) > room_for) break;
+    fetched += compute_bytes(k);
+    ++out.fetch;
   }
-  const int64_t evict = std::max<int64_t>(0, resident + out.fetch - capacity);
-  out.evict = chunk::choose_evictions(*next_use_, moment_, candidates, evict);
+  if (out.fetch == 0) return out;
+  out.evict = chunk::choose_evictions_by_size(*next_use_, moment_, candidates,
+                                              settings_.compute_bytes, fetched - free);
   return out;
 }
 

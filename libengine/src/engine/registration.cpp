@@ -31,26 +31,21 @@ void ChunkedEngine::Impl::sample_startup() {
 void ChunkedEngine::Impl::append_chunk(Residence residence) {
   const int64_t k = store.num_chunks();
   const chunk::Sharding& sharding = store.sharding();
-  // The i-th chunk this rank owns is chunk i * N + rank.
-  if (sharding.owns(k) && k / sharding.world_size >= making.first_device) {
-    // Past the host's share (Note [fit]): the chunk lives on the device for good.
-    PSTAR_INTERNAL_ASSERT(residence != Residence::kHostOnly,
-                          "an embedding chunk was planned onto the device");
-    // Whole static chunks first, then those whose optimizer payloads are on NVMe (Note [nvme
-    // tier]).
-    const bool on_nvme = making.device_whole_left == 0 && making.nvme_device_left > 0;
-    if (on_nvme)
-      --making.nvme_device_left;
-    else if (making.device_whole_left > 0)
-      --making.device_whole_left;
-    store.new_chunk(Residence::kMargin, Place::kDevice, on_nvme);
+  if (!sharding.owns(k)) {
+    store.new_chunk(residence, Place::kHost);  // another rank's: no payloads here
     return;
   }
-  // Note [nvme tier]: the first movable chunks this rank owns keep their optimizer payloads there.
-  const bool on_nvme =
-      sharding.owns(k) && residence == Residence::kMovable && making.nvme_host_left > 0;
-  if (on_nvme) --making.nvme_host_left;
-  store.new_chunk(residence, Place::kHost, on_nvme);
+  // The i-th chunk this rank owns is chunk i * N + rank; the fit chose its home (Note [fit],
+  // Note [nvme tier]).
+  using Home = plan::Fit::Home;
+  const Home home = fit.owned.homes[static_cast<size_t>(k / sharding.world_size)];
+  const bool on_nvme = home == Home::kHostNvme || home == Home::kDeviceNvme;
+  PSTAR_INTERNAL_ASSERT(residence != Residence::kHostOnly || home == Home::kHost,
+                        "an embedding chunk was planned onto the device or NVMe");
+  if (home == Home::kDevice || home == Home::kDeviceNvme)
+    store.new_chunk(Residence::kMargin, Place::kDevice, on_nvme);  // on the device for good
+  else
+    store.new_chunk(residence, Place::kHost, on_nvme);
 }
 
 void ChunkedEngine::Impl::register_leaf(torch::nn::Module& module, const std::string& prefix,
@@ -199,15 +194,16 @@ void ChunkedEngine::finish_registration() {
   for (const Chunk& c : store.chunks()) used += c.used;
   const ChunkFormat& f = store.format();
   const int64_t n = store.num_chunks();
-  const int64_t capacity = n * f.chunk_size;
-  const int64_t per_chunk = store.compute_bytes() + store.optimizer_bytes();
+  int64_t capacity = 0;
+  for (const Chunk& c : store.chunks()) capacity += c.size;
+  const int64_t per_element = f.payload.whole();
   log::info("chunks: ", n, " x {param ", f.fp32 ? "fp32" : c10::toString(f.dtype),
             f.reuse ? "+grad" : "", f.reuse ? "" : ", grad fp32", f.fp32 ? "" : ", master fp32",
             ", momentum fp32, variance fp32} = ", n * (f.reuse ? 4 : 5) - (f.fp32 ? n : 0),
             " payloads holding ", used, " parameters; ", capacity - used, " elements (",
-            format_bytes((capacity - used) * per_chunk / f.chunk_size), ") of padding");
+            format_bytes((capacity - used) * per_element), ") of padding");
   log::info("start-up peak: ", format_bytes(s.startup_peak), " of host memory for ",
-            format_bytes(n * per_chunk),
+            format_bytes(capacity * per_element),
             " of model data (units taken into chunks as they are built)");
 }
 

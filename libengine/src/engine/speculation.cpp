@@ -11,6 +11,7 @@ SpeculationSlots::~SpeculationSlots() {
   if (!slots_.empty()) store_.add_host_bytes(-bytes());
 }
 
+// Slots hold ordinary chunks: a module's own oversized chunk is not speculated.
 int64_t SpeculationSlots::slot_bytes() const {
   const ChunkFormat& f = store_.format();
   return f.chunk_size * (f.elem_bytes + (f.fp32 ? 0 : 4) + 8);

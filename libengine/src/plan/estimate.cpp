@@ -26,11 +26,15 @@ Evaluation evaluate_with(const FitInput& base, const Workload& w, const model::M
   Evaluation e;
   e.shape = shape;
   e.params = shape.num_params();
-  e.layout = plan_layout(model_leaf_modules(shape),
-                         LayoutOptions{w.chunk_size, w.chunk_size_search, w.use_cpu_embedding});
+  e.layout = plan_layout(
+      model_leaf_modules(shape),
+      LayoutOptions{w.chunk_size, w.chunk_size_search, w.use_cpu_embedding, base.world_size});
   e.payload = payload_bytes(w.elem_bytes, w.gradient_accumulation);
   e.activations = estimate_model_activations(shape, w.micro_batch, w.elem_bytes, w.checkpointing);
   FitInput in = base;
+  // Pinned staging per GPU (hardware_input): the largest chunk's compute payload each way.
+  if (in.staging_per_rank > 0)
+    in.staging_per_rank = 2 * e.layout.largest_chunk() * e.payload.compute();
   in.layout = e.layout;
   in.payload = e.payload;
   in.non_model = e.activations.peak;
@@ -64,14 +68,18 @@ StepTime step_time(const Hardware& hw, const Workload& w, const Evaluation& e) {
   // and their gradients go down: three compute payloads per chunk per step over PCIe. An NVMe
   // chunk whose compute payload stays on the device sends its gradient down for host Adam and
   // takes the updated parameters back: two.
-  const double chunk_compute = static_cast<double>(e.layout.chunk_size * e.payload.compute());
-  const auto host_compute = static_cast<double>(e.fit.host_chunks + e.fit.nvme_host_chunks);
-  t.transfer_s = (3.0 * host_compute + 2.0 * static_cast<double>(e.fit.nvme_device_chunks)) *
-                 chunk_compute / (hw.pcie_gbps * 1e9);
+  const auto compute = static_cast<double>(e.payload.compute());  // per element
+  const auto host_compute =
+      static_cast<double>(e.fit.owned.host_elements + e.fit.owned.nvme_host_elements);
+  t.transfer_s =
+      (3.0 * host_compute + 2.0 * static_cast<double>(e.fit.owned.nvme_device_elements)) * compute /
+      (hw.pcie_gbps * 1e9);
   // Host Adam (every chunk but the device's static ones) for every rank of a node shares the
   // node's memory bandwidth.
-  const double host_params = static_cast<double>((e.fit.host_chunks + e.fit.nvme_chunks) *
-                                                 e.layout.chunk_size * hw.gpus_per_node);
+  const double host_params =
+      static_cast<double>((e.fit.owned.host_elements + e.fit.owned.nvme_host_elements +
+                           e.fit.owned.nvme_device_elements) *
+                          hw.gpus_per_node);
   t.host_adam_s = host_params * kHostAdamBytesPerParam / (hw.cpu_mem_gbps * 1e9);
   // Note [nvme time].
   if (e.fit.nvme_chunks > 0) {

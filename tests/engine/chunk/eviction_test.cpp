@@ -171,7 +171,7 @@ TEST(SimulateOptTest, OutOfMemoryNamesMomentChunksAndCapacity) {
   const std::string message = error_of([&] { simulate_opt(trace, 4, capacity, 2, 1); });
   EXPECT_NE(message.find("moment 1 needs 3 chunks"), std::string::npos) << message;
   EXPECT_NE(message.find("chunks 3 1 2"), std::string::npos) << message;
-  EXPECT_NE(message.find("holds only 2 chunks"), std::string::npos) << message;
+  EXPECT_NE(message.find("holds only 2"), std::string::npos) << message;
   EXPECT_THROW(simulate_opt(trace, 4, capacity, 2, 1), OutOfMemoryError);
   EXPECT_EQ(error_of([&] { optimal_moves_exhaustive(trace, 4, capacity, 2, 1); }), message);
   EXPECT_THROW(optimal_moves_exhaustive(trace, 4, capacity, 2, 1), OutOfMemoryError);
@@ -310,6 +310,110 @@ TEST(SimulateOptTest, ShortWindowsLoseAtMostTheLargestCapacity) {
   }
   std::cout << "[ eviction ] short windows (1-2 iterations): worst ratio " << worst
             << ", worst gap " << worst_gap << " moves\n";
+}
+
+// Note [mixed chunk sizes]: chunks of two sizes, as a model with a few oversized modules has them.
+struct SizedInstance {
+  AccessTrace trace;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> capacity;
+};
+
+// C in 3..8 ordinary chunks of size 4, of which up to two are oversized (size 6..16); 1..6
+// moments using up to 3 chunks each, with a capacity per moment of their size plus up to twice
+// the largest chunk, capped at the model.
+SizedInstance random_sized_instance(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  SizedInstance in;
+  const int64_t chunks = uniform(3, 8);
+  in.sizes.assign(static_cast<size_t>(chunks), 4);
+  const int64_t oversized = uniform(1, 2);
+  for (int64_t i = 0; i < oversized; ++i)
+    in.sizes[static_cast<size_t>(uniform(0, chunks - 1))] = uniform(6, 16);
+  int64_t total = 0, largest = 0;
+  for (int64_t s : in.sizes) {
+    total += s;
+    largest = std::max(largest, s);
+  }
+  const int64_t num_moments = uniform(1, 6);
+  std::vector<int64_t> ids(static_cast<size_t>(chunks));
+  for (int64_t t = 0; t < num_moments; ++t) {
+    const int64_t used = uniform(0, 3);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    in.trace.accesses.emplace_back(ids.begin(), ids.begin() + used);
+    in.trace.non_model_bytes.push_back(0);
+    int64_t need = 0;
+    for (int64_t i = 0; i < used; ++i) need += in.sizes[static_cast<size_t>(ids[i])];
+    in.capacity.push_back(std::min(total, need + uniform(0, 2 * largest)));
+  }
+  return in;
+}
+
+TEST(SimulateOptTest, EqualSizesGiveTheCountsTimesTheSize) {
+  for (int seed = 0; seed < 200; ++seed) {
+    const Instance in = random_instance(seed);
+    std::vector<int64_t> capacity = in.capacity;
+    for (int64_t& c : capacity) c *= 3;
+    const std::vector<int64_t> sizes(static_cast<size_t>(in.num_chunks), 3);
+    const MoveCounts counted = simulate_opt(in.trace, in.num_chunks, in.capacity, 4, 1);
+    const MoveCounts sized = simulate_opt(in.trace, sizes, capacity, 4, 1);
+    ASSERT_EQ(sized.loads, 3 * counted.loads) << "seed " << seed;
+    ASSERT_EQ(sized.evictions, 3 * counted.evictions) << "seed " << seed;
+    ASSERT_EQ(optimal_moves_exhaustive(in.trace, sizes, capacity, 4, 1).total(),
+              3 * optimal_moves_exhaustive(in.trace, in.num_chunks, in.capacity, 4, 1).total())
+        << "seed " << seed;
+  }
+}
+
+// Evicting until the bytes fit, furthest next use first: one large chunk frees the room of two
+// small ones, and a small one is not enough for a large load.
+TEST(ChooseEvictionsBySizeTest, EvictsFurthestFirstUntilTheExcessIsFree) {
+  // Chunk 0 (size 8) is used next at moment 3, chunk 1 (4) at 2, chunk 2 (4) at 1.
+  const NextUse next(trace_of({{}, {2}, {1}, {0}}), 3);
+  const std::vector<int64_t> sizes = {8, 4, 4};
+  EXPECT_EQ(choose_evictions_by_size(next, 0, {0, 1, 2}, sizes, 5), (std::vector<int64_t>{0}));
+  EXPECT_EQ(choose_evictions_by_size(next, 0, {1, 2}, sizes, 5), (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(choose_evictions_by_size(next, 0, {0, 1, 2}, sizes, 0).empty());
+  EXPECT_NE(error_of([&] {
+              choose_evictions_by_size(next, 0, {1, 2}, sizes, 9);
+            }).find("free only 8"),
+            std::string::npos);
+}
+
+// With sizes, furthest-next-use is a heuristic (Note [mixed chunk sizes]): never better than the
+// optimum, and the gap is reported, not bounded. The engine is held to this simulator instead.
+TEST(SimulateOptTest, MixedSizesNeverBeatTheExhaustiveOptimumAndTheGapIsReported) {
+  constexpr int kIterations = 20, kMeasureFrom = 4;
+  double worst = 1.0, total_ratio = 0;
+  int worst_seed = -1, counted = 0;
+  for (int seed = 0; seed < kRandomInstances; ++seed) {
+    const SizedInstance in = random_sized_instance(seed);
+    const int64_t planner =
+        simulate_opt(in.trace, in.sizes, in.capacity, kIterations, kMeasureFrom).total();
+    const int64_t best =
+        optimal_moves_exhaustive(in.trace, in.sizes, in.capacity, kIterations, kMeasureFrom)
+            .total();
+    ASSERT_GE(planner, best) << "seed " << seed;
+    if (best == 0) {
+      ASSERT_EQ(planner, 0) << "seed " << seed;
+      continue;
+    }
+    const double ratio = static_cast<double>(planner) / static_cast<double>(best);
+    total_ratio += ratio;
+    ++counted;
+    if (ratio > worst) {
+      worst = ratio;
+      worst_seed = seed;
+    }
+  }
+  std::cout << "[ eviction ] mixed sizes: worst steady-state ratio (planner / exhaustive optimum "
+            << "of moved size, iterations " << kMeasureFrom << ".." << kIterations - 1 << ", "
+            << kRandomInstances << " traces): " << worst << " (seed " << worst_seed << "), mean "
+            << (counted > 0 ? total_ratio / counted : 1.0) << "\n";
 }
 
 }  // namespace

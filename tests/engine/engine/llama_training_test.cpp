@@ -70,6 +70,47 @@ class LlamaTrainingTest : public ::testing::Test {
 
 using pstar::testing::losses;
 
+// Note [chunk sizes]: the untied embedding and LM head (256 x 64 each) beside chunks of 3000
+// elements get chunks of their own, like Llama-3's 128256 x 4096 beside 64Mi-element chunks; the
+// engine matches the torch engine and a tight budget changes no loss.
+TEST_F(LlamaTrainingTest, AnOversizedEmbeddingAndHeadGetChunksOfTheirOwn) {
+  auto c = tiny();
+  c.default_chunk_size = 3000;
+  c.use_cpu_embedding = config::OnOffAuto::kOff;
+  c.training.steps = 6;
+  ChunkedEngine* engine = nullptr;
+  std::unique_ptr<Trainer> keep;
+  const auto free_run = run(c, &engine, &keep);
+  const std::vector<int64_t> sizes = engine->chunk_sizes();
+  const int64_t ordinary = engine->chunk_size();
+  std::vector<int64_t> own;
+  for (int64_t size : sizes)
+    if (size > ordinary) own.push_back(size);
+  EXPECT_EQ(own.size(), 2u) << "the embedding and the LM head";
+  for (int64_t size : own) EXPECT_GE(size, 256 * 64);
+  const int64_t per = engine->compute_chunk_bytes() / ordinary;
+  int64_t non_model = 0, largest_moment = 0;
+  for (int64_t b : engine->trace().non_model_bytes) non_model = std::max(non_model, b);
+  for (const auto& used : engine->trace().accesses) {
+    int64_t bytes = 0;
+    for (int64_t k : used) bytes += sizes[static_cast<size_t>(k)] * per;
+    largest_moment = std::max(largest_moment, bytes);
+  }
+  keep.reset();
+  auto tight = c;
+  tight.engine.device_memory = non_model + largest_moment + 2 * ordinary * per;
+  const auto budgeted = run(tight, &engine, &keep);
+  EXPECT_EQ(losses(budgeted), losses(free_run));
+  int64_t moved = 0;
+  for (const auto& m : budgeted) moved += m.engine.moved_h2d_bytes;
+  EXPECT_GT(moved, 0);
+  keep.reset();
+  c.engine.mode = config::EngineMode::kTorch;
+  const auto reference = run(c);
+  for (size_t i = 0; i < reference.size(); ++i)
+    EXPECT_NEAR(free_run[i].loss, reference[i].loss, 1e-5 * reference[i].loss) << "step " << i + 1;
+}
+
 TEST_F(LlamaTrainingTest, Fp32ChunkEngineMatchesTheTorchEngineAfterAdamSteps) {
   auto c = tiny();
   auto chunked = run(c);

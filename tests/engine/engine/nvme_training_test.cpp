@@ -56,7 +56,9 @@ class ScopedEnv {
 // The chunks' sizes and the non-model peak of an unconstrained run, from which the tight budgets
 // are made.
 struct Sizes {
-  int64_t compute = 0, optimizer = 0, chunks = 0, non_model = 0;
+  int64_t compute = 0, optimizer = 0, chunks = 0, non_model = 0;  // compute, optimizer: ordinary
+  std::vector<int64_t> elements;  // each chunk's (Note [chunk sizes])
+  int64_t ordinary = 0;           // an ordinary chunk's elements
   int64_t whole() const { return compute + optimizer; }
 };
 
@@ -111,6 +113,8 @@ class NvmeTrainingTest : public ::testing::Test {
       sizes->compute = engine->compute_chunk_bytes();
       sizes->optimizer = engine->optimizer_chunk_bytes();
       sizes->chunks = engine->num_chunks();
+      sizes->elements = engine->chunk_sizes();
+      sizes->ordinary = engine->chunk_size();
     }
     Trainer trainer(c, std::move(built), o);
     std::vector<StepMetrics> out;
@@ -180,6 +184,43 @@ TEST_F(NvmeTrainingTest, ThreeTimesTheBudgetsTrainBitIdenticallyUnderTheHostBudg
     EXPECT_GE(read, (steps - 1) * on_nvme_at_least * s.optimizer);
     // The run directory is gone with the engine.
     EXPECT_TRUE(fs::is_empty(nvme_dir())) << fs::directory_iterator(nvme_dir())->path();
+  }
+}
+
+// Note [chunk sizes]: with modules in chunks of their own, only ordinary chunks keep their
+// optimizer payloads on NVMe (its slots are ordinary chunks); the larger ones stay in memory, and
+// the losses are those of the run without budgets.
+TEST_F(NvmeTrainingTest, ChunksOfSeveralSizesSendOnlyOrdinaryOnesToNvme) {
+  auto c = deep_config(/*bf16=*/true);
+  c.default_chunk_size = 4000;  // the embedding and the MLP weights are larger
+  Sizes s;
+  const auto free_run = run(c, &s);
+  const int64_t compute_per = s.compute / s.ordinary, optimizer_per = s.optimizer / s.ordinary;
+  int64_t all_compute = 0, oversized_optimizer = 0, largest = 0, oversized = 0;
+  for (int64_t n : s.elements) {
+    all_compute += n * compute_per;
+    largest = std::max(largest, n * compute_per);
+    if (n > s.ordinary) {
+      oversized_optimizer += n * optimizer_per;
+      ++oversized;
+    }
+  }
+  ASSERT_GT(oversized, 0) << "the layout has no chunk of its own";
+  c.engine.device_memory = s.non_model + 3 * largest + largest / 2;
+  c.engine.host_memory = all_compute + oversized_optimizer + 4 * s.optimizer + s.compute;
+  c.engine.nvme_path = nvme_dir();
+  plan::Fit fit;
+  const auto tight = run(c, nullptr, "", &fit);
+  EXPECT_EQ(losses(tight), losses(free_run));
+  ASSERT_GT(fit.nvme_chunks, 0);
+  for (size_t i = 0; i < fit.owned.homes.size(); ++i) {
+    const plan::Fit::Home home = fit.owned.homes[i];
+    if (home == plan::Fit::Home::kHostNvme || home == plan::Fit::Home::kDeviceNvme)
+      EXPECT_EQ(s.elements[i], s.ordinary) << "chunk " << i << " is on NVMe";
+  }
+  for (const auto& m : tight) {
+    EXPECT_LE(m.engine.host_peak_bytes, *c.engine.host_memory) << "step " << m.step;
+    EXPECT_LE(m.engine.device_peak_bytes, *c.engine.device_memory) << "step " << m.step;
   }
 }
 

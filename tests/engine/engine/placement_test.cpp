@@ -20,15 +20,27 @@ namespace {
 
 constexpr int64_t kChunkBytes = 100;  // one chunk's compute payloads
 constexpr int64_t kWholeBytes = 400;  // with its optimizer state
+constexpr int64_t kChunks = 128;      // chunks the settings describe
 
-PlacementSettings settings(int64_t budget, int64_t warmup = 1, bool prefetch = true) {
+// `kChunks` equal chunks, or with `sizes` their multiples of kChunkBytes.
+PlacementSettings settings(int64_t budget, int64_t warmup = 1, bool prefetch = true,
+                           const std::vector<int64_t>& sizes = {}) {
   PlacementSettings s;
   s.warmup_iterations = warmup;
   s.prefetch = prefetch;
   s.device_budget = budget;
-  s.compute_chunk_bytes = kChunkBytes;
-  s.whole_chunk_bytes = kWholeBytes;
+  for (int64_t k = 0; k < kChunks; ++k) {
+    const int64_t size = k < static_cast<int64_t>(sizes.size()) ? sizes[k] : 1;
+    s.compute_bytes.push_back(size * kChunkBytes);
+    s.whole_bytes.push_back(size * kWholeBytes);
+  }
   return s;
+}
+
+std::vector<int64_t> first_ids(int64_t n) {
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) ids[static_cast<size_t>(k)] = k;
+  return ids;
 }
 
 // One iteration as the engine records it: moment t opens, uses accesses[t] (and groups[t]), and
@@ -60,8 +72,10 @@ TEST(Placement, WarmUpKeepsOnlyWhatIsInUseAndRecordsTheLastIteration) {
   const std::vector<std::vector<int64_t>> second = {{1, 0}, {2, 3}, {}};
   record_iteration(p, first, {300, 50, 0});
   // Warm-up: every idle chunk not needed leaves, in id order, whatever the budget.
-  EXPECT_EQ(p.evictions({2}, 1, room_of({0, 1, 3}), "x"), (std::vector<int64_t>{0, 1, 3}));
-  EXPECT_EQ(p.evictions({2}, 1, room_of({0, 1, 3}, {1}), "x"), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(p.evictions({2}, kChunkBytes, room_of({0, 1, 3}), "x"),
+            (std::vector<int64_t>{0, 1, 3}));
+  EXPECT_EQ(p.evictions({2}, kChunkBytes, room_of({0, 1, 3}, {1}), "x"),
+            (std::vector<int64_t>{0, 3}));
   EXPECT_TRUE(p.prefetch_candidates().empty());
   EXPECT_FALSE(p.end_iteration());
   EXPECT_FALSE(p.planned());
@@ -97,12 +111,13 @@ TEST(Placement, TheMarginFillsTheDeviceShareOrLeavesRoomForTheWorkingSet) {
   record_iteration(p, {{0, 1, 2}, {3}, {}}, {1000, 0, 0});
   ASSERT_TRUE(p.end_iteration());
   const int64_t usable = static_cast<int64_t>(plan::device_fill_bytes(10000)) - p.peak_non_model();
-  EXPECT_EQ(p.margin_size(usable / kWholeBytes, int64_t{1} << 40), usable / kWholeBytes);
+  EXPECT_EQ(p.margin_size(first_ids(usable / kWholeBytes), int64_t{1} << 40), usable / kWholeBytes);
   // More than fit: room for the largest working set (3) plus one spare stays movable.
-  EXPECT_EQ(p.margin_size(100, int64_t{1} << 40), (usable - 4 * kChunkBytes) / kWholeBytes);
+  EXPECT_EQ(p.margin_size(first_ids(100), int64_t{1} << 40),
+            (usable - 4 * kChunkBytes) / kWholeBytes);
   // The tier's capacity bounds it too, and it is never negative.
-  EXPECT_EQ(p.margin_size(100, 2000), (2000 - 4 * kChunkBytes) / kWholeBytes);
-  EXPECT_EQ(p.margin_size(100, 300), 0);
+  EXPECT_EQ(p.margin_size(first_ids(100), 2000), (2000 - 4 * kChunkBytes) / kWholeBytes);
+  EXPECT_EQ(p.margin_size(first_ids(100), 300), 0);
   p.set_margin({5, 6}, 8);
   // The optimizer moment now keeps the margin.
   EXPECT_EQ(p.trace().accesses.back(), (std::vector<int64_t>{5, 6}));
@@ -137,18 +152,19 @@ TEST(Placement, AMomentThatCannotMakeRoomIsRefusedByName) {
   p.open_moment("forward of h.0", false);
   // Resident 0, 1, 3, all in use: chunk 2 finds no room.
   try {
-    p.evictions({2}, 1, room_of({0, 1, 3}, {0, 1, 3}), "forward of h.0");
+    p.evictions({2}, kChunkBytes, room_of({0, 1, 3}, {0, 1, 3}), "forward of h.0");
     FAIL() << "no room was found, and none was refused";
   } catch (const OutOfMemoryError& e) {
     EXPECT_NE(std::string(e.what()).find("forward of h.0"), std::string::npos) << e.what();
   }
   // With chunk 3 idle it goes: exactly one eviction.
-  EXPECT_EQ(p.evictions({2}, 1, room_of({0, 1, 3}, {0, 1}), "x"), (std::vector<int64_t>{3}));
+  EXPECT_EQ(p.evictions({2}, kChunkBytes, room_of({0, 1, 3}, {0, 1}), "x"),
+            (std::vector<int64_t>{3}));
   // The margin and gathered copies take room first: with one chunk's worth gone, two leave.
   DeviceRoom room = room_of({0, 1, 3}, {0});
   room.margin_bytes = kChunkBytes;
-  EXPECT_EQ(p.movable_capacity(room), 2);
-  EXPECT_EQ(p.evictions({2}, 1, room, "x").size(), 2u);
+  EXPECT_EQ(p.movable_room_bytes(room), 2 * kChunkBytes);
+  EXPECT_EQ(p.evictions({2}, kChunkBytes, room, "x").size(), 2u);
 }
 
 // The placement's evictions, played over whole runs of a random trace, make exactly the moves of
@@ -184,7 +200,7 @@ TEST(Placement, EvictionsMakeTheMovesOfTheOptSimulator) {
         const std::vector<int64_t>& need = accesses[t];
         int64_t missing = 0;
         for (int64_t k : need) missing += resident.count(k) ? 0 : 1;
-        for (int64_t k : p.evictions(need, missing, room_of(resident), "m")) {
+        for (int64_t k : p.evictions(need, missing * kChunkBytes, room_of(resident), "m")) {
           ASSERT_EQ(resident.erase(k), 1u);
           ++played.evictions;
         }
@@ -214,15 +230,15 @@ TEST(Placement, PrefetchUsesFreeRoomThenEvictsOnlyWhatNeitherMomentUses) {
   p.open_moment("m0", false);
   EXPECT_EQ(p.prefetch_candidates(), (std::vector<int64_t>{1, 2}));
   // Resident {0, 4}: one free slot, and 4 (used neither now nor next) may leave for the other.
-  PrefetchPlan plan = p.prefetch(2, {0}, room_of({0, 4}));
+  PrefetchPlan plan = p.prefetch({1, 2}, {0}, room_of({0, 4}));
   EXPECT_EQ(plan.fetch, 2);
   EXPECT_EQ(plan.evict, (std::vector<int64_t>{4}));
   // With 4 in use nothing may leave: only the free slot.
-  plan = p.prefetch(2, {0}, room_of({0, 4}, {4}));
+  plan = p.prefetch({1, 2}, {0}, room_of({0, 4}, {4}));
   EXPECT_EQ(plan.fetch, 1);
   EXPECT_TRUE(plan.evict.empty());
   // No room at all: nothing.
-  plan = p.prefetch(2, {0, 4}, room_of({0, 4, 3}, {3}));
+  plan = p.prefetch({1, 2}, {0, 4}, room_of({0, 4, 3}, {3}));
   EXPECT_EQ(plan.fetch, 0);
   p.close_window(0);
   p.open_moment("m1", false);
@@ -237,6 +253,86 @@ TEST(Placement, PrefetchUsesFreeRoomThenEvictsOnlyWhatNeitherMomentUses) {
   off.begin_iteration();
   off.open_moment("m0", false);
   EXPECT_TRUE(off.prefetch_candidates().empty()) << "engine.prefetch false";
+}
+
+// Note [mixed chunk sizes]: evictions free bytes, not chunks, and the placement plays the moves of
+// the sized simulator (chunk::simulate_opt with sizes) over random traces with one large chunk.
+TEST(Placement, MixedSizesEvictBytesAndPlayTheSizedSimulator) {
+  // Chunk 0 is three ordinary chunks' size.
+  const std::vector<int64_t> sizes = {3};
+  {
+    Placement p(settings(4 * kChunkBytes, 1, true, sizes));
+    record_iteration(p, {{0}, {1}, {2}, {}}, {0, 0, 0, 0});
+    ASSERT_TRUE(p.end_iteration());
+    p.set_margin({}, 4);
+    p.begin_iteration();
+    p.open_moment("m0", false);
+    // Resident 1, 2 and 3 (3 of 4 units): the large chunk needs two of them to leave.
+    const std::vector<int64_t> out = p.evictions({0}, 3 * kChunkBytes, room_of({1, 2, 3}), "m0");
+    EXPECT_EQ(out.size(), 2u);
+    // Resident the large chunk (3 units): an ordinary one fits beside it, a second one evicts it.
+    p.close_window(0);
+    p.open_moment("m1", false);
+    EXPECT_TRUE(p.evictions({1}, kChunkBytes, room_of({0}), "m1").empty());
+    EXPECT_EQ(p.evictions({1, 2}, 2 * kChunkBytes, room_of({0}), "m1"), (std::vector<int64_t>{0}));
+    EXPECT_EQ(p.largest_working_set_bytes(), 3 * kChunkBytes);
+    // Prefetch takes the wanted chunks in order while they fit: after 1 (free room) chunk 2 does
+    // not fit beside the busy large chunk.
+    const PrefetchPlan plan = p.prefetch({1, 2}, {0}, room_of({0}, {0}));
+    EXPECT_EQ(plan.fetch, 1);
+    EXPECT_TRUE(plan.evict.empty());
+  }
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int64_t chunks = 6, moments = 10;
+    std::vector<int64_t> units(static_cast<size_t>(chunks), 1);
+    units[static_cast<size_t>(rng() % chunks)] = 2 + static_cast<int64_t>(rng() % 3);
+    std::vector<std::vector<int64_t>> accesses(moments);
+    std::vector<int64_t> non_model(moments, 0);
+    for (int64_t t = 0; t + 1 < moments; ++t) {
+      std::set<int64_t> used;
+      const int n = 1 + static_cast<int>(rng() % 2);
+      while (static_cast<int>(used.size()) < n) used.insert(static_cast<int64_t>(rng() % chunks));
+      accesses[t].assign(used.begin(), used.end());
+      non_model[t] = kChunkBytes * static_cast<int64_t>(rng() % 2);
+    }
+    const int64_t budget = 7 * kChunkBytes;
+    Placement p(settings(budget, 1, true, units));
+    record_iteration(p, accesses, non_model);
+    ASSERT_TRUE(p.end_iteration());
+    p.set_margin({}, chunks);
+    chunk::MoveCounts played;
+    std::set<int64_t> resident;
+    const int iterations = 4;
+    for (int it = 0; it < iterations; ++it) {
+      p.begin_iteration();
+      for (int64_t t = 0; t < moments; ++t) {
+        if (t > 0) p.close_window(non_model[t - 1]);
+        p.open_moment("m", false);
+        const std::vector<int64_t>& need = accesses[t];
+        int64_t missing = 0;
+        for (int64_t k : need) missing += resident.count(k) ? 0 : p.compute_bytes(k);
+        for (int64_t k : p.evictions(need, missing, room_of(resident), "m")) {
+          ASSERT_EQ(resident.erase(k), 1u);
+          played.evictions += p.compute_bytes(k);
+        }
+        for (int64_t k : need) resident.insert(k);
+        played.loads += missing;
+        int64_t held = 0;
+        for (int64_t k : resident) held += p.compute_bytes(k);
+        EXPECT_LE(held, chunk::device_chunk_budget_bytes(p.trace(), t, budget))
+            << "trial " << trial << " moment " << t;
+      }
+      EXPECT_FALSE(p.end_iteration());
+    }
+    std::vector<int64_t> bytes, capacity;
+    for (int64_t k = 0; k < chunks; ++k) bytes.push_back(p.compute_bytes(k));
+    for (int64_t t = 0; t < moments; ++t)
+      capacity.push_back(chunk::device_chunk_budget_bytes(p.trace(), t, budget));
+    const chunk::MoveCounts sim = chunk::simulate_opt(p.trace(), bytes, capacity, iterations, 0);
+    EXPECT_EQ(played.loads, sim.loads) << "trial " << trial;
+    EXPECT_EQ(played.evictions, sim.evictions) << "trial " << trial;
+  }
 }
 
 }  // namespace

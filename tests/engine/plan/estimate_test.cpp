@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <iostream>
+
 #include "pstar/formats/config.h"
 #include "pstar/model/llama_shape.h"
 #include "pstar/model/model_shape.h"
@@ -69,7 +71,7 @@ TEST(LlamaEstimateTest, LayoutIsTheOneTrainingUses) {
   config.model.preset = "llama-3.2-1b";
   config.default_chunk_size = int64_t{64} << 20;
   config.use_cpu_embedding = config::OnOffAuto::kOff;  // as a run on a GPU decides it
-  const ModelChunkMap map = model_chunk_map(config);
+  const ModelChunkMap map = model_chunk_map(config, 1);
   Workload w;
   w.chunk_size = config.default_chunk_size;
   const Evaluation e = evaluate_budgets(80 * kGB, 80 * kGB, w, preset("llama-3.2-1b"));
@@ -135,6 +137,41 @@ TEST(LlamaEstimateTest, ShapeRuleReproducesLlama3) {
   EXPECT_NO_THROW(model::validate_llama_config(c, "rule"));
 }
 
+// Note [chunk sizes]: with one rank, Llama-3's and Qwen2.5's embedding and LM head get chunks of
+// their own, and the ordinary chunks (searched) hold whole layers with almost no padding; with
+// several ranks every chunk is raised to the embedding, as before.
+TEST(LlamaEstimateTest, OversizedModulesGetChunksOfTheirOwn) {
+  for (const char* name : {"llama-3.1-8b", "qwen2.5-7b"}) {
+    Workload w;
+    w.micro_batch = 1;
+    const model::ModelShape s = preset(name);
+    const Evaluation e = evaluate(hardware("H100-80GB", 1, 128 * kGB), w, s);
+    EXPECT_TRUE(e.fit.fits) << name << ": " << e.fit.reason;
+    EXPECT_EQ(e.layout.choice, ChunkLayout::Choice::kMixed) << name;
+    EXPECT_EQ(e.layout.oversized_chunks, 2) << name << ": the embedding and the LM head";
+    EXPECT_LE(e.layout.chunk_size, int64_t{256} << 20) << name;
+    EXPECT_GE(e.layout.largest_chunk(), s.llama.vocab_size * s.llama.hidden) << name;
+    const double padding =
+        static_cast<double>(e.layout.padding_elements()) / static_cast<double>(e.params);
+    EXPECT_LE(padding, 0.01) << name << ": " << e.layout.padding_elements() << " elements";
+    // The layout is the engine's: every leaf lands in a chunk that holds it.
+    const std::vector<LeafModule> leaves = model_leaf_modules(s);
+    const std::vector<int64_t> chunk_of = leaf_chunks(leaves, e.layout, false);
+    std::vector<int64_t> used(static_cast<size_t>(e.layout.num_chunks), 0);
+    for (size_t i = 0; i < leaves.size(); ++i)
+      used[static_cast<size_t>(chunk_of[i])] += leaves[i].numel;
+    for (int64_t k = 0; k < e.layout.num_chunks; ++k)
+      EXPECT_LE(used[static_cast<size_t>(k)], e.layout.size_of(k)) << name << " chunk " << k;
+    std::cout << "[ layout ] " << name << ": " << e.layout.num_chunks << " chunks, ordinary "
+              << e.layout.chunk_size << " elements, largest " << e.layout.largest_chunk()
+              << ", padding " << 100 * padding << "%\n";
+    // Two GPUs: one size for all, raised to the embedding.
+    const Evaluation two = evaluate(hardware("H100-80GB", 2, 256 * kGB), w, s);
+    EXPECT_EQ(two.layout.choice, ChunkLayout::Choice::kRaised) << name;
+    EXPECT_TRUE(two.layout.sizes.empty()) << name;
+  }
+}
+
 TEST(LlamaEstimateTest, FitFollowsTheBudgets) {
   const model::ModelShape s = preset("llama-3.1-8b");
   Workload w;
@@ -150,16 +187,21 @@ TEST(LlamaEstimateTest, FitFollowsTheBudgets) {
   const Evaluation rtx_more = evaluate(hardware("RTX4090-24GB", 1, 160 * kGB), w, s);
   EXPECT_TRUE(rtx_more.fit.fits) << rtx_more.fit.reason;
   EXPECT_EQ(rtx_more.fit.device_chunks, 0);
-  // Explicit budgets: a device with room for one and a half chunks beside its working set and
-  // activations keeps one chunk the host cannot hold, not two.
-  const int64_t whole = h100.layout.chunk_size * h100.payload.whole();
-  const int64_t all = h100.layout.num_chunks * whole;
-  const int64_t fixed = 2 * h100.layout.chunk_size * h100.payload.compute() + h100.activations.peak;
-  const auto device = static_cast<int64_t>(static_cast<double>(fixed + 3 * whole / 2) / 0.9);
-  const Evaluation one = evaluate_budgets(device, all - whole, w, s);
+  // Explicit budgets: the host holds the chunks in order and the device the last ones for good.
+  // A device with room for the last chunk and half the one before, beside its working set and
+  // activations, keeps the last when the host cannot hold it, but not the two last.
+  const int64_t per = h100.payload.whole();
+  const int64_t n = h100.layout.num_chunks;
+  const int64_t all = h100.layout.total_elements() * per;
+  const int64_t last = h100.layout.size_of(n - 1) * per;
+  const int64_t before_last = h100.layout.size_of(n - 2) * per;
+  const int64_t fixed = h100.fit.device_working + h100.activations.peak;
+  const auto device =
+      static_cast<int64_t>(static_cast<double>(fixed + last + before_last / 2) / 0.9);
+  const Evaluation one = evaluate_budgets(device, all - last, w, s);
   EXPECT_EQ(one.fit.device_chunks, 1);
   EXPECT_TRUE(one.fit.fits) << one.fit.reason;
-  const Evaluation two = evaluate_budgets(device, all - 2 * whole, w, s);
+  const Evaluation two = evaluate_budgets(device, all - last - before_last, w, s);
   EXPECT_EQ(two.fit.device_chunks, 2);
   EXPECT_FALSE(two.fit.fits);
   // Checkpointing off at seq 2048, micro-batch 8: the activations alone exceed a 24 GB card.

@@ -43,12 +43,47 @@ TEST(ChunkLayoutTest, HostPinnedEmbeddingsGetChunksOfTheirOwn) {
   EXPECT_EQ(layout.padding_elements(), 2 * 5 - 7);
 }
 
-TEST(ChunkLayoutTest, RaisesToTheLargestLeafOnTheGrid) {
+TEST(ChunkLayoutTest, SeveralRanksRaiseToTheLargestLeafOnTheGrid) {
   const std::vector<LeafModule> leaves = {{100000}, {70000}, {300000}};
-  const auto layout = plan_layout(leaves, LayoutOptions{1 << 17, false, false});
+  const auto layout = plan_layout(leaves, LayoutOptions{1 << 17, false, false, 2});
   EXPECT_EQ(layout.choice, ChunkLayout::Choice::kRaised);
   EXPECT_EQ(layout.chunk_size, 5 * 65536);  // 300000 rounded up to 64Ki elements
   EXPECT_EQ(layout.num_chunks, 2);          // [100000, 70000] [300000]
+  EXPECT_TRUE(layout.sizes.empty());
+}
+
+// Note [chunk sizes]: with one rank the large leaf gets a chunk of its own, and the ordinary size
+// is searched among 128Ki..512Ki for the rest, the large leaf too big for all of them. Hand-worked:
+// 128Ki needs [100000] [75000] and the large leaf's 640Ki = 896Ki; 192Ki needs [175000] + 640Ki =
+// 832Ki; every larger size needs more.
+TEST(ChunkLayoutTest, OneRankGivesALargeLeafAChunkOfItsOwn) {
+  const std::vector<LeafModule> leaves = {{100000}, {70000}, {5000}, {600000}};
+  const auto layout = plan_layout(leaves, LayoutOptions{1 << 17, false, false, 1});
+  EXPECT_EQ(layout.choice, ChunkLayout::Choice::kMixed);
+  EXPECT_EQ(layout.chunk_size, 3 * 65536);
+  EXPECT_EQ(layout.sizes, (std::vector<int64_t>{3 * 65536, 10 * 65536}));
+  EXPECT_EQ(layout.oversized_chunks, 1);
+  EXPECT_EQ(layout.largest_chunk(), 10 * 65536);
+  EXPECT_EQ(layout.padding_elements(), 13 * 65536 - 775000);
+  EXPECT_EQ(leaf_chunks(leaves, layout, false), (std::vector<int64_t>{0, 0, 0, 1}));
+  EXPECT_EQ(layout.searched_lo, 2 * 65536);
+  EXPECT_EQ(layout.searched_hi, 8 * 65536);
+  // Below the 64Ki grid (small test models) the grid is the configured size; the leaf after an
+  // oversized one starts a chunk of its own. 1000: [300] [6000] [200] = 8000 beats 2000's 10000.
+  const auto small = plan_layout({{300}, {5500}, {200}}, LayoutOptions{1000, false, false, 1});
+  EXPECT_EQ(small.chunk_size, 1000);
+  EXPECT_EQ(small.sizes, (std::vector<int64_t>{1000, 6000, 1000}));
+  // A larger ordinary size that avoids the oversized chunk comes first (such chunks keep their
+  // optimizer state in memory): 3000 holds all three.
+  const auto avoided = plan_layout({{300}, {2500}, {200}}, LayoutOptions{1000, false, false, 1});
+  EXPECT_EQ(avoided.chunk_size, 3000);
+  EXPECT_EQ(avoided.oversized_chunks, 0);
+  EXPECT_EQ(avoided.num_chunks, 1);
+  // A host-pinned oversized embedding is still pinned, in its own chunk.
+  const auto pinned =
+      plan_layout({{5500, true}, {300}, {200}}, LayoutOptions{1000, false, true, 1});
+  EXPECT_EQ(pinned.sizes, (std::vector<int64_t>{6000, 1000}));
+  EXPECT_EQ(pinned.host_pinned_chunks, 1);
 }
 
 TEST(ChunkLayoutTest, GptLeavesCountTheModelExactly) {
@@ -79,7 +114,7 @@ TEST(ChunkLayoutTest, ModelChunkMapPlacesEveryParameterByItsLeaf) {
   config.model.preset = "gpt-tiny";  // hidden 64, 2 layers, vocab 256, seq 64
   config.default_chunk_size = 20000;
   config.use_cpu_embedding = config::OnOffAuto::kOn;
-  const ModelChunkMap map = model_chunk_map(config);
+  const ModelChunkMap map = model_chunk_map(config, 1);
   EXPECT_EQ(map.layout.chunk_size, 20000);
   ASSERT_EQ(map.params.size(), map.chunks.size());
   ASSERT_EQ(map.params.size(), 2u + 2 * 12 + 2);
@@ -123,7 +158,7 @@ TEST(FitTest, HostFirstThenTheDeviceKeepsTheRest) {
   EXPECT_EQ(f.device_used, 4 * 14000 + 4000 + 5000);
   EXPECT_EQ(f.device_limit, 72000);
   EXPECT_EQ(f.host_used, 3 * 14000);
-  EXPECT_EQ(f.padding_bytes, 10 * 14);
+  EXPECT_EQ(f.owned.padding_bytes, 10 * 14);
   // One more chunk needs 79000 > 72000.
   in.layout.num_chunks = 8;
   f = check_fit(in);

@@ -5,10 +5,11 @@
 // class runs each moment through them.
 //
 // Note [chunk layout]
-// Every parameter lives in chunks of `chunk_size` elements. Chunk k has a compute payload (the
-// fp16/bf16 or fp32 parameters, and an fp32 gradient payload when gradients cannot reuse the
-// parameter slot) and optimizer payloads (fp32 master — absent in fp32 training, where the
-// parameter is the master — momentum and variance) laid out exactly like it. A leaf module's
+// Every parameter lives in chunks of `chunk_size` elements, or in a chunk of its module's own when
+// that module is larger (Note [chunk sizes] in pstar/plan/chunk_layout.h). Chunk k has a compute
+// payload (the fp16/bf16 or fp32 parameters, and an fp32 gradient payload when gradients cannot
+// reuse the parameter slot) and optimizer payloads (fp32 master — absent in fp32 training, where
+// the parameter is the master — momentum and variance) laid out exactly like it. A leaf module's
 // parameters share one chunk, placed in order of construction. Chunk k belongs to communication
 // group k / N and rank k % N owns it (N = world size): only the owner keeps its payloads between
 // uses (Note [gathering]).
@@ -189,11 +190,15 @@ class ChunkedEngine : public ParamEngine {
   // After the last register_unit: checks every expected parameter arrived.
   void finish_registration();
 
-  int64_t chunk_size() const;
+  int64_t chunk_size() const;  // the ordinary chunk's elements
   int64_t num_chunks() const;
+  // Every chunk's elements: a module larger than the ordinary chunk has one of its own (Note
+  // [chunk sizes] in pstar/plan/chunk_layout.h).
+  std::vector<int64_t> chunk_sizes() const;
 
   // For tests and reports: the trace the plan was made from (empty before the plan), the bytes of
-  // one chunk's compute payloads, the device budget, and how many chunks are in the margin.
+  // an ordinary chunk's compute and optimizer payloads (chunk k's: chunk_sizes()[k] times those
+  // over chunk_size()), the device budget, and how many chunks are in the margin.
   const chunk::AccessTrace& trace() const;
   int64_t compute_chunk_bytes() const;
   int64_t optimizer_chunk_bytes() const;

@@ -34,9 +34,11 @@ struct PrefetchPlan {
 struct PlacementSettings {
   int64_t warmup_iterations = 1;
   bool prefetch = true;
-  int64_t device_budget = 0;        // bytes
-  int64_t compute_chunk_bytes = 1;  // one chunk's compute payloads
-  int64_t whole_chunk_bytes = 1;    // one chunk's compute and optimizer payloads
+  int64_t device_budget = 0;  // bytes
+  // Per chunk (Note [mixed chunk sizes] in pstar/chunk/eviction.h): its compute payloads, and
+  // those with its optimizer payloads.
+  std::vector<int64_t> compute_bytes;
+  std::vector<int64_t> whole_bytes;
 };
 
 class Placement {
@@ -64,39 +66,45 @@ class Placement {
   const std::vector<std::string>& moment_names() const { return moment_names_; }
 
   // ---- the plan after the warm-up ----
-  // How many of `movable` chunks stay on the device for good (with their optimizer state): all
-  // of them when they fit under kDeviceFillRatio of the budget less the peak non-model bytes (and
-  // the tier's capacity), else as many as leave room for the largest working set plus one.
-  int64_t margin_size(int64_t movable, int64_t capacity_bytes) const;
+  // How many of `candidates` (in the order they would join) stay on the device for good, with
+  // their optimizer state: all of them when they fit under kDeviceFillRatio of the budget less the
+  // peak non-model bytes (and the tier's capacity), else the first ones that leave room for the
+  // largest working set plus the largest chunk.
+  int64_t margin_size(const std::vector<int64_t>& candidates, int64_t capacity_bytes) const;
   // The margin is fixed: the optimizer moment keeps `margin` (ascending) on the device, and the
   // next-use index is built over `num_chunks`.
   void set_margin(const std::vector<int64_t>& margin, int64_t num_chunks);
   // After the plan, per moment: the groups used again before the moment's pass ends.
   const std::vector<int64_t>& kept_after(int64_t moment) const;
-  // Over the trace's moments: the highest non-model peak, and the most chunks one moment uses (the
-  // optimizer moment's are the margin once set_margin ran).
+  // Over the trace's moments: the highest non-model peak, and the most chunks one moment uses and
+  // the most compute bytes (the optimizer moment's are the margin once set_margin ran).
   int64_t peak_non_model() const;
   int64_t largest_working_set() const;
+  int64_t largest_working_set_bytes() const;
+  int64_t compute_bytes(int64_t chunk) const {
+    return settings_.compute_bytes[static_cast<size_t>(chunk)];
+  }
 
   // ---- decisions at a moment ----
-  // How many movable compute payloads fit on the device at the current moment of the plan.
-  int64_t movable_capacity(const DeviceRoom& room) const;
-  // The chunks to evict so that `need` (ascending, distinct), of which `missing` are off the
-  // device, fit: in the warm-up every idle chunk not needed; after it, furthest next use first
-  // (Note [eviction order]) as few as the capacity requires. OutOfMemoryError naming `what` when
-  // the idle chunks cannot make room.
-  std::vector<int64_t> evictions(const std::vector<int64_t>& need, int64_t missing,
+  // The bytes of movable compute payloads that fit on the device at the current moment of the plan.
+  int64_t movable_room_bytes(const DeviceRoom& room) const;
+  // The chunks to evict so that `need` (ascending, distinct), of whose compute payloads
+  // `missing_bytes` are off the device, fit: in the warm-up every idle chunk not needed; after it,
+  // furthest next use first (Note [eviction order]) until the bytes fit. OutOfMemoryError naming
+  // `what` when the idle chunks cannot make room.
+  std::vector<int64_t> evictions(const std::vector<int64_t>& need, int64_t missing_bytes,
                                  const DeviceRoom& room, const std::string& what) const;
   // The chunks the next moment uses, when uploads may start for it now (after the warm-up, and
   // not for the optimizer step); empty otherwise.
   std::vector<int64_t> prefetch_candidates() const;
-  // Room for `wanted` uploads (those of prefetch_candidates the caller can start) beside
-  // `need_now`.
-  PrefetchPlan prefetch(int64_t wanted, const std::vector<int64_t>& need_now,
+  // Room for the first of `wanted` uploads (those of prefetch_candidates the caller can start, in
+  // order) beside `need_now`.
+  PrefetchPlan prefetch(const std::vector<int64_t>& wanted, const std::vector<int64_t>& need_now,
                         const DeviceRoom& room) const;
 
  private:
   void plan_kept_groups();
+  int64_t bytes_of(const std::vector<int64_t>& chunks) const;
 
   PlacementSettings settings_;
   int64_t iteration_ = 0;  // iterations finished

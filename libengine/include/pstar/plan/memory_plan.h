@@ -33,6 +33,7 @@
 
 #include "pstar/model/gpt_shape.h"
 #include "pstar/model/model_shape.h"
+#include "pstar/plan/chunk_layout.h"
 
 namespace pstar::config {
 struct TrainConfig;
@@ -75,46 +76,6 @@ struct Budgets {
 Budgets config_budgets(const config::TrainConfig& config);
 // The same on a machine of `physical_memory_bytes` (the run plan's facts, or a hypothetical one).
 Budgets budgets_for(const config::TrainConfig& config, int64_t physical_memory_bytes);
-
-// A leaf module that owns parameters, as the chunk plan sees it.
-struct LeafModule {
-  int64_t numel = 0;
-  bool embedding = false;  // kept on the host with use_cpu_embedding
-};
-
-// ---- chunk layout ----------------------------------------------------------------------------
-
-struct LayoutOptions {
-  int64_t configured_size = 0;  // default_chunk_size, elements
-  bool search = false;          // engine.chunk_size_search
-  bool use_cpu_embedding = false;
-};
-
-struct ChunkLayout {
-  enum class Choice { kConfigured, kSearched, kShrunk, kRaised };
-  int64_t chunk_size = 0;  // elements
-  int64_t num_chunks = 0;
-  int64_t host_pinned_chunks = 0;  // embedding chunks with use_cpu_embedding
-  int64_t params = 0;
-  int64_t largest_leaf = 0;
-  Choice choice = Choice::kConfigured;
-  int64_t searched_lo = 0, searched_hi = 0;  // the searched range, for kSearched and kShrunk
-
-  int64_t padding_elements() const { return num_chunks * chunk_size - params; }
-};
-
-// Chunks needed for `leaves` (in construction order) at `size` elements per chunk: first fit in
-// order, a new chunk whenever a leaf does not fit, host-pinned leaves in chunks of their own.
-int64_t count_chunks(const std::vector<LeafModule>& leaves, int64_t size, bool use_cpu_embedding);
-
-// The chunk of each leaf in `leaves` (same rule as count_chunks): the chunk engine registers
-// parameters this way (Note [chunk layout] in engine/chunked_engine.h).
-std::vector<int64_t> leaf_chunks(const std::vector<LeafModule>& leaves, int64_t size,
-                                 bool use_cpu_embedding);
-
-// The chunk size: the configured one, raised to the largest leaf, or the least wasteful size on a
-// 64Ki-element grid when searching (and when the configured size exceeds the whole model).
-ChunkLayout plan_layout(const std::vector<LeafModule>& leaves, const LayoutOptions& options);
 
 // ---- bytes per element of a chunk --------------------------------------------------------------
 
@@ -168,15 +129,16 @@ std::vector<LeafModule> gpt_leaf_modules(const model::GptConfig& shape);
 std::vector<LeafModule> model_leaf_modules(const model::ModelShape& shape);
 
 // Where the chunk engine puts each parameter of the model a config describes, as
-// build_model_and_engine builds it: the layout plan_layout chooses (default_chunk_size,
-// engine.chunk_size_search, use_cpu_embedding) and every parameter's chunk. Rank chunk % N of N
-// owns it (chunk::Sharding). This is what resharding a checkpoint to another number of ranks needs.
+// build_model_and_engine builds it on `world_size` ranks: the layout plan_layout chooses
+// (default_chunk_size, engine.chunk_size_search, use_cpu_embedding, and the world size: Note [chunk
+// sizes]) and every parameter's chunk. Rank chunk % N of N owns it (chunk::Sharding). This is what
+// resharding a checkpoint to another number of ranks needs.
 struct ModelChunkMap {
   ChunkLayout layout;
   std::vector<model::ParameterShape> params;  // construction order
   std::vector<int64_t> chunks;                // params[i]'s chunk
 };
-ModelChunkMap model_chunk_map(const config::TrainConfig& config);
+ModelChunkMap model_chunk_map(const config::TrainConfig& config, int64_t world_size);
 
 // ---- the fit ----------------------------------------------------------------------------------
 
@@ -196,8 +158,20 @@ struct FitInput {
 };
 
 struct Fit {
+  // Where the i-th chunk a rank owns (chunk i * N + rank) lives: its whole payloads on the host
+  // (or, host-pinned, always there), or on the device for good; or its optimizer payloads on NVMe
+  // with its compute payloads on the host or on the device for good (Note [nvme fit]).
+  enum class Home : uint8_t { kHost, kHostNvme, kDevice, kDeviceNvme };
   bool fits = false;
-  int64_t owned_chunks = 0;   // per rank
+  int64_t owned_chunks = 0;  // per rank
+  // Per rank: each owned chunk's home, in order (chunk i * N + rank is the i-th), the elements in
+  // each home (chunks differ in size: Note [chunk sizes]), and the owned share of chunk padding.
+  struct Owned {
+    std::vector<Home> homes;
+    int64_t host_elements = 0, device_elements = 0;
+    int64_t nvme_host_elements = 0, nvme_device_elements = 0;
+    int64_t padding_bytes = 0;  // all payloads
+  } owned;
   int64_t host_chunks = 0;    // per rank, on the host
   int64_t device_chunks = 0;  // per rank, static on the device
   // Per rank, optimizer payloads on NVMe (Note [nvme fit]); of those, the ones whose compute
@@ -205,7 +179,7 @@ struct Fit {
   int64_t nvme_chunks = 0, nvme_host_chunks = 0, nvme_device_chunks = 0;
   // Per rank, on the device.
   int64_t device_static = 0;   // device_chunks * whole + nvme_device_chunks * compute payload
-  int64_t device_working = 0;  // two groups of gathered compute payloads
+  int64_t device_working = 0;  // two groups of gathered compute payloads (the two largest)
   int64_t device_non_model = 0;
   int64_t device_used = 0;
   int64_t device_limit = 0;  // kDeviceFillRatio * device_budget
@@ -215,16 +189,16 @@ struct Fit {
   int64_t host_nvme_staging = 0;  // the NVMe staging pool, all ranks
   int64_t host_used = 0;
   // Per host, on NVMe.
-  int64_t nvme_used = 0;      // ranks_per_host * nvme_chunks * optimizer payload
-  int64_t nvme_limit = 0;     // kNvmeFillRatio * nvme_capacity
-  int64_t padding_bytes = 0;  // per rank: the owned share of chunk padding, all payloads
-  std::string reason;         // why not, naming the tier and what to change; empty when it fits
+  int64_t nvme_used = 0;   // ranks_per_host * nvme_chunks * optimizer payload
+  int64_t nvme_limit = 0;  // kNvmeFillRatio * nvme_capacity
+  std::string reason;      // why not, naming the tier and what to change; empty when it fits
 
   int64_t device_margin() const { return device_limit - device_used; }
 };
 
 // Bytes of the NVMe staging pool per rank for `nvme_chunks` chunks on NVMe (Note [nvme fit]), each
-// buffer a whole number of `block` bytes.
+// buffer a whole number of `block` bytes. NVMe chunks are ordinary ones (`chunk_size`): a module's
+// own larger chunk keeps its optimizer payloads in memory.
 int64_t nvme_staging_per_rank(int64_t nvme_chunks, int64_t chunk_size, const PayloadBytes& payload,
                               int64_t block = 1);
 
