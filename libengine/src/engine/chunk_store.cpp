@@ -383,10 +383,9 @@ void ChunkStore::unstage_optimizer() {
 
 // ---- moves -------------------------------------------------------------------------------------
 
-// Replaces `block` by a copy of it at `to`; `ahead`: a prefetch (Note [prefetch]).
-void ChunkStore::moved_to(Block& block, Place to, bool ahead) {
-  // The copy below writes all of it.
-  Block moved = tier_->allocate_uninitialized(to, block.bytes());
+// Replaces `block` by a copy of it in `moved`, a block of its size at the destination; `ahead`: a
+// prefetch (Note [prefetch]).
+void ChunkStore::moved_to(Block& block, Block moved, bool ahead) {
   if (ahead)
     tier_->copy_ahead(moved, block, block.bytes());
   else
@@ -401,8 +400,12 @@ void ChunkStore::move_compute(int64_t k, Place to, bool ahead) {
   PSTAR_INTERNAL_ASSERT(!c.adam.queued(), "moving chunk ", k, " while its host Adam is queued");
   PSTAR_INTERNAL_ASSERT(c.compute_count == 0, "moving chunk ", k, " while it is in use");
   const auto begin = std::chrono::steady_clock::now();
-  moved_to(c.param, to, ahead);
-  if (!format_.reuse) moved_to(c.grad, to, ahead);
+  // Both destinations first (the copies write all of them): when the device has no room (Note
+  // [fragmented arena]) the chunk stays whole where it was.
+  Block param = tier_->allocate_uninitialized(to, c.param.bytes());
+  Block grad = format_.reuse ? Block() : tier_->allocate_uninitialized(to, c.grad.bytes());
+  moved_to(c.param, std::move(param), ahead);
+  if (!format_.reuse) moved_to(c.grad, std::move(grad), ahead);
   c.upload = ahead ? Upload::kInFlight : Upload::kSettled;
   const int64_t bytes = compute_bytes(k);
   add_bytes(c.compute_place, -bytes);
@@ -424,7 +427,7 @@ void ChunkStore::move_optimizer_state(int64_t k, Place to) {
   if (c.optimizer_place == to) return;
   const auto begin = std::chrono::steady_clock::now();
   for (Block* b : {&c.master, &c.exp_avg, &c.exp_avg_sq})
-    if (*b) moved_to(*b, to, /*ahead=*/false);
+    if (*b) moved_to(*b, tier_->allocate_uninitialized(to, b->bytes()), /*ahead=*/false);
   traffic_.move_s += seconds_since(begin);
   const int64_t bytes = optimizer_bytes(k);
   add_bytes(c.optimizer_place, -bytes);

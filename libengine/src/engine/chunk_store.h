@@ -260,7 +260,7 @@ class ChunkStore {
  private:
   void add_bytes(Place place, int64_t bytes);
   void stage(int64_t k, NvmeOptimizer::Use use);
-  void moved_to(Block& block, Place to, bool ahead);
+  void moved_to(Block& block, Block moved, bool ahead);
 
   std::unique_ptr<tier::DeviceTier> tier_;
   ChunkFormat format_;

@@ -323,6 +323,9 @@ int64_t ChunkedEngine::margin_chunks() const {
 }
 int64_t ChunkedEngine::chunk_size() const { return impl_->store.chunk_size(); }
 int64_t ChunkedEngine::num_chunks() const { return impl_->store.num_chunks(); }
+int64_t ChunkedEngine::largest_working_set_bytes() const {
+  return impl_->placement.largest_working_set_bytes();
+}
 std::vector<int64_t> ChunkedEngine::chunk_sizes() const {
   std::vector<int64_t> sizes;
   for (const Chunk& c : impl_->store.chunks()) sizes.push_back(c.size);

@@ -104,6 +104,8 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   DeviceRoom device_room() const;
   // Makes `needed` resident on the device, evicting others as placement says.
   void make_resident(const std::vector<int64_t>& needed, const std::string& what);
+  // Note [fragmented arena]: uploads chunk k for a moment that needs `need` (ascending).
+  void upload_making_room(int64_t k, const std::vector<int64_t>& need, const std::string& what);
   // Note [prefetch]: starts the uploads of the next moment's chunks.
   void prefetch(const std::vector<int64_t>& need_now);
   // The moment's row for the observer: its chunk bytes now; its non-model peak comes at its end.

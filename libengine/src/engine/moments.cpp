@@ -80,7 +80,7 @@ void ChunkedEngine::Impl::make_resident(const std::vector<int64_t>& needed,
     store.move_compute(k, Place::kHost);
   for (int64_t k : need) {
     if (store.chunk(k).remote) continue;
-    store.move_compute(k, Place::kDevice);
+    upload_making_room(k, need, what);
     store.await_upload(k);
   }
   const int64_t device_bytes = store.device_bytes().current;
@@ -90,6 +90,29 @@ void ChunkedEngine::Impl::make_resident(const std::vector<int64_t>& needed,
               format_bytes(store.device_budget()),
               "; raise engine.device_memory or lower default_chunk_size");
   interval_chunk_bytes = device_bytes;
+}
+
+// Note [fragmented arena]
+// Placement counts bytes, but a device tier's arena allocates contiguous ranges: with chunks of
+// several sizes (Note [chunk sizes]) its free bytes can lie in pieces none of which holds a large
+// chunk. Then the idle chunks this moment does not need leave one by one, furthest next use first,
+// until the upload finds a range; moves change no number. Only when none is left does the
+// device's out-of-memory error stand.
+void ChunkedEngine::Impl::upload_making_room(int64_t k, const std::vector<int64_t>& need,
+                                             const std::string& what) {
+  while (true) {
+    try {
+      store.move_compute(k, Place::kDevice);
+      return;
+    } catch (const OutOfMemoryError& e) {
+      const std::vector<int64_t> order = placement.eviction_order(need, device_room());
+      if (order.empty()) throw;
+      log::debug("device tier: ", what, ": no contiguous room for chunk ", k, " (",
+                 format_bytes(store.compute_bytes(k)), "); evicting chunk ", order.front(),
+                 " too (", e.what(), ")");
+      store.move_compute(order.front(), Place::kHost);
+    }
+  }
 }
 
 // Room comes first from free space, then from evicting chunks furthest-next-use first; those are
@@ -114,8 +137,13 @@ void ChunkedEngine::Impl::prefetch(const std::vector<int64_t>& need_now) {
   const PrefetchPlan plan = placement.prefetch(wanted, need_now, device_room());
   if (plan.fetch <= 0) return;
   for (int64_t k : plan.evict) store.move_compute(k, Place::kHost);
-  for (int64_t i = 0; i < plan.fetch; ++i)
-    store.move_compute(wanted[static_cast<size_t>(i)], Place::kDevice, /*ahead=*/true);
+  for (int64_t i = 0; i < plan.fetch; ++i) {
+    try {
+      store.move_compute(wanted[static_cast<size_t>(i)], Place::kDevice, /*ahead=*/true);
+    } catch (const OutOfMemoryError&) {
+      break;  // Note [fragmented arena]: no contiguous room; the chunk comes at its own moment
+    }
+  }
   interval_chunk_bytes = store.device_bytes().current;
 }
 

@@ -184,6 +184,18 @@ std::vector<int64_t> Placement::evictions(const std::vector<int64_t>& need, int6
                                          excess);
 }
 
+std::vector<int64_t> Placement::eviction_order(const std::vector<int64_t>& need,
+                                               const DeviceRoom& room) const {
+  std::vector<int64_t> candidates;
+  for (int64_t k : room.idle)
+    if (!std::binary_search(need.begin(), need.end(), k)) candidates.push_back(k);
+  if (!planned_ || moment_ >= trace_.num_moments() || candidates.empty()) return candidates;
+  int64_t all = 0;
+  for (int64_t k : candidates) all += compute_bytes(k);
+  return chunk::choose_evictions_by_size(*next_use_, moment_, candidates, settings_.compute_bytes,
+                                         all);
+}
+
 std::vector<int64_t> Placement::prefetch_candidates() const {
   // The last moment is the optimizer step, which keeps only the margin on the device.
   if (!settings_.prefetch || !planned_ || moment_ + 2 >= trace_.num_moments()) return {};

@@ -314,13 +314,9 @@ TEST_F(ChunkedEngineTest, OversizedModulesGetChunksOfTheirOwn) {
     EXPECT_GE(oversized, 3 * 4) << "each block's attention and MLP weights, and the embeddings";
     // The device must hold the largest moment's chunks and one more ordinary chunk.
     const int64_t per = engine->compute_chunk_bytes() / ordinary;  // bytes per element
-    int64_t non_model = 0, largest_moment = 0;
+    int64_t non_model = 0;
     for (int64_t b : engine->trace().non_model_bytes) non_model = std::max(non_model, b);
-    for (const auto& used : engine->trace().accesses) {
-      int64_t bytes = 0;
-      for (int64_t k : used) bytes += sizes[static_cast<size_t>(k)] * per;
-      largest_moment = std::max(largest_moment, bytes);
-    }
+    const int64_t largest_moment = engine->largest_working_set_bytes();
     keep.reset();
     auto tight_config = c;
     tight_config.engine.device_memory = non_model + largest_moment + 2 * ordinary * per;
@@ -361,12 +357,7 @@ TEST_F(ChunkedEngineTest, EvictionIsWithinTenPercentOfOpt) {
     const std::vector<int64_t> sizes = engine->chunk_sizes();
     const int64_t compute_per = engine->compute_chunk_bytes() / engine->chunk_size();
     const int64_t whole_per = compute_per + engine->optimizer_chunk_bytes() / engine->chunk_size();
-    int64_t largest_moment = 0;
-    for (const auto& used : engine->trace().accesses) {
-      int64_t bytes = 0;
-      for (int64_t k : used) bytes += sizes[static_cast<size_t>(k)] * compute_per;
-      largest_moment = std::max(largest_moment, bytes);
-    }
+    const int64_t largest_moment = engine->largest_working_set_bytes();
     keep.reset();
     c.engine.device_memory = non_model + largest_moment + 2 * engine->compute_chunk_bytes();
     c.training.steps = 8;

@@ -89,13 +89,9 @@ TEST_F(LlamaTrainingTest, AnOversizedEmbeddingAndHeadGetChunksOfTheirOwn) {
   EXPECT_EQ(own.size(), 2u) << "the embedding and the LM head";
   for (int64_t size : own) EXPECT_GE(size, 256 * 64);
   const int64_t per = engine->compute_chunk_bytes() / ordinary;
-  int64_t non_model = 0, largest_moment = 0;
+  int64_t non_model = 0;
   for (int64_t b : engine->trace().non_model_bytes) non_model = std::max(non_model, b);
-  for (const auto& used : engine->trace().accesses) {
-    int64_t bytes = 0;
-    for (int64_t k : used) bytes += sizes[static_cast<size_t>(k)] * per;
-    largest_moment = std::max(largest_moment, bytes);
-  }
+  const int64_t largest_moment = engine->largest_working_set_bytes();
   keep.reset();
   auto tight = c;
   tight.engine.device_memory = non_model + largest_moment + 2 * ordinary * per;

@@ -167,57 +167,66 @@ TEST(Placement, AMomentThatCannotMakeRoomIsRefusedByName) {
   EXPECT_EQ(p.evictions({2}, kChunkBytes, room, "x").size(), 2u);
 }
 
+// Plays `iterations` iterations of a random trace of `chunks` chunks (chunk k of units[k] ordinary
+// chunks' size, 1 where units is short) through the placement's evictions under `budget`, and
+// holds the moved bytes to the simulator's (chunk::simulate_opt with sizes) for the same
+// capacities, checking the budget at every moment.
+void play_against_the_simulator(std::mt19937& rng, int64_t chunks, int max_used, int64_t budget,
+                                const std::vector<int64_t>& units, const std::string& what) {
+  const int64_t moments = 12;
+  std::vector<std::vector<int64_t>> accesses(moments);
+  std::vector<int64_t> non_model(moments, 0);
+  for (int64_t t = 0; t + 1 < moments; ++t) {
+    std::set<int64_t> used;
+    const int n = 1 + static_cast<int>(rng() % static_cast<unsigned>(max_used));
+    while (static_cast<int>(used.size()) < n) used.insert(static_cast<int64_t>(rng() % chunks));
+    accesses[t].assign(used.begin(), used.end());
+    non_model[t] = kChunkBytes * static_cast<int64_t>(rng() % 3);
+  }
+  // The last moment is the optimizer step, which keeps the margin (none here).
+  Placement p(settings(budget, 1, true, units));
+  record_iteration(p, accesses, non_model);
+  ASSERT_TRUE(p.end_iteration());
+  p.set_margin({}, chunks);
+  const int iterations = 4;
+  chunk::MoveCounts played;
+  std::set<int64_t> resident;
+  for (int it = 0; it < iterations; ++it) {
+    p.begin_iteration();
+    for (int64_t t = 0; t < moments; ++t) {
+      if (t > 0) p.close_window(non_model[t - 1]);
+      p.open_moment("m", false);
+      const std::vector<int64_t>& need = accesses[t];
+      int64_t missing = 0;
+      for (int64_t k : need) missing += resident.count(k) ? 0 : p.compute_bytes(k);
+      for (int64_t k : p.evictions(need, missing, room_of(resident), "m")) {
+        ASSERT_EQ(resident.erase(k), 1u);
+        played.evictions += p.compute_bytes(k);
+      }
+      for (int64_t k : need) resident.insert(k);
+      played.loads += missing;
+      int64_t held = 0;
+      for (int64_t k : resident) held += p.compute_bytes(k);
+      EXPECT_LE(held, chunk::device_chunk_budget_bytes(p.trace(), t, budget))
+          << what << " moment " << t;
+    }
+    EXPECT_FALSE(p.end_iteration());
+  }
+  std::vector<int64_t> bytes, capacity;
+  for (int64_t k = 0; k < chunks; ++k) bytes.push_back(p.compute_bytes(k));
+  for (int64_t t = 0; t < moments; ++t)
+    capacity.push_back(chunk::device_chunk_budget_bytes(p.trace(), t, budget));
+  const chunk::MoveCounts sim = chunk::simulate_opt(p.trace(), bytes, capacity, iterations, 0);
+  EXPECT_EQ(played.loads, sim.loads) << what;
+  EXPECT_EQ(played.evictions, sim.evictions) << what;
+}
+
 // The placement's evictions, played over whole runs of a random trace, make exactly the moves of
 // the OPT simulator (chunk::simulate_opt) for the same capacities (Note [eviction order]).
 TEST(Placement, EvictionsMakeTheMovesOfTheOptSimulator) {
   std::mt19937 rng(2024);
-  for (int trial = 0; trial < 50; ++trial) {
-    const int64_t chunks = 8;
-    const int64_t moments = 12;
-    std::vector<std::vector<int64_t>> accesses(moments);
-    std::vector<int64_t> non_model(moments, 0);
-    for (int64_t t = 0; t + 1 < moments; ++t) {
-      std::set<int64_t> used;
-      const int n = 1 + static_cast<int>(rng() % 3);
-      while (static_cast<int>(used.size()) < n) used.insert(static_cast<int64_t>(rng() % chunks));
-      accesses[t].assign(used.begin(), used.end());
-      non_model[t] = kChunkBytes * static_cast<int64_t>(rng() % 3);
-    }
-    // The last moment is the optimizer step, which keeps the margin (none here).
-    const int64_t budget = 5 * kChunkBytes;
-    Placement p(settings(budget));
-    record_iteration(p, accesses, non_model);
-    ASSERT_TRUE(p.end_iteration());
-    p.set_margin({}, chunks);
-    const int iterations = 4;
-    chunk::MoveCounts played;
-    std::set<int64_t> resident;
-    for (int it = 0; it < iterations; ++it) {
-      p.begin_iteration();
-      for (int64_t t = 0; t < moments; ++t) {
-        if (t > 0) p.close_window(non_model[t - 1]);
-        p.open_moment("m", false);
-        const std::vector<int64_t>& need = accesses[t];
-        int64_t missing = 0;
-        for (int64_t k : need) missing += resident.count(k) ? 0 : 1;
-        for (int64_t k : p.evictions(need, missing * kChunkBytes, room_of(resident), "m")) {
-          ASSERT_EQ(resident.erase(k), 1u);
-          ++played.evictions;
-        }
-        for (int64_t k : need) resident.insert(k);
-        played.loads += missing;
-        EXPECT_LE(static_cast<int64_t>(resident.size()) * kChunkBytes,
-                  chunk::device_chunk_budget_bytes(p.trace(), t, budget))
-            << "trial " << trial << " moment " << t;
-      }
-      EXPECT_FALSE(p.end_iteration());
-    }
-    const chunk::MoveCounts opt = chunk::simulate_opt(
-        p.trace(), chunks, chunk::device_chunk_capacities(p.trace(), budget, kChunkBytes),
-        iterations, 0);
-    EXPECT_EQ(played.loads, opt.loads) << "trial " << trial;
-    EXPECT_EQ(played.evictions, opt.evictions) << "trial " << trial;
-  }
+  for (int trial = 0; trial < 50; ++trial)
+    play_against_the_simulator(rng, 8, 3, 5 * kChunkBytes, {}, "trial " + std::to_string(trial));
 }
 
 TEST(Placement, PrefetchUsesFreeRoomThenEvictsOnlyWhatNeitherMomentUses) {
@@ -282,56 +291,12 @@ TEST(Placement, MixedSizesEvictBytesAndPlayTheSizedSimulator) {
     EXPECT_EQ(plan.fetch, 1);
     EXPECT_TRUE(plan.evict.empty());
   }
+  // Over random traces, one chunk 2-4x the others: the moves of the sized simulator.
   std::mt19937 rng(7);
   for (int trial = 0; trial < 50; ++trial) {
-    const int64_t chunks = 6, moments = 10;
-    std::vector<int64_t> units(static_cast<size_t>(chunks), 1);
-    units[static_cast<size_t>(rng() % chunks)] = 2 + static_cast<int64_t>(rng() % 3);
-    std::vector<std::vector<int64_t>> accesses(moments);
-    std::vector<int64_t> non_model(moments, 0);
-    for (int64_t t = 0; t + 1 < moments; ++t) {
-      std::set<int64_t> used;
-      const int n = 1 + static_cast<int>(rng() % 2);
-      while (static_cast<int>(used.size()) < n) used.insert(static_cast<int64_t>(rng() % chunks));
-      accesses[t].assign(used.begin(), used.end());
-      non_model[t] = kChunkBytes * static_cast<int64_t>(rng() % 2);
-    }
-    const int64_t budget = 7 * kChunkBytes;
-    Placement p(settings(budget, 1, true, units));
-    record_iteration(p, accesses, non_model);
-    ASSERT_TRUE(p.end_iteration());
-    p.set_margin({}, chunks);
-    chunk::MoveCounts played;
-    std::set<int64_t> resident;
-    const int iterations = 4;
-    for (int it = 0; it < iterations; ++it) {
-      p.begin_iteration();
-      for (int64_t t = 0; t < moments; ++t) {
-        if (t > 0) p.close_window(non_model[t - 1]);
-        p.open_moment("m", false);
-        const std::vector<int64_t>& need = accesses[t];
-        int64_t missing = 0;
-        for (int64_t k : need) missing += resident.count(k) ? 0 : p.compute_bytes(k);
-        for (int64_t k : p.evictions(need, missing, room_of(resident), "m")) {
-          ASSERT_EQ(resident.erase(k), 1u);
-          played.evictions += p.compute_bytes(k);
-        }
-        for (int64_t k : need) resident.insert(k);
-        played.loads += missing;
-        int64_t held = 0;
-        for (int64_t k : resident) held += p.compute_bytes(k);
-        EXPECT_LE(held, chunk::device_chunk_budget_bytes(p.trace(), t, budget))
-            << "trial " << trial << " moment " << t;
-      }
-      EXPECT_FALSE(p.end_iteration());
-    }
-    std::vector<int64_t> bytes, capacity;
-    for (int64_t k = 0; k < chunks; ++k) bytes.push_back(p.compute_bytes(k));
-    for (int64_t t = 0; t < moments; ++t)
-      capacity.push_back(chunk::device_chunk_budget_bytes(p.trace(), t, budget));
-    const chunk::MoveCounts sim = chunk::simulate_opt(p.trace(), bytes, capacity, iterations, 0);
-    EXPECT_EQ(played.loads, sim.loads) << "trial " << trial;
-    EXPECT_EQ(played.evictions, sim.evictions) << "trial " << trial;
+    std::vector<int64_t> units(6, 1);
+    units[rng() % 6] = 2 + static_cast<int64_t>(rng() % 3);
+    play_against_the_simulator(rng, 6, 2, 7 * kChunkBytes, units, "trial " + std::to_string(trial));
   }
 }
 

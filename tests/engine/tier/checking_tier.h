@@ -148,6 +148,12 @@ class CheckingTier final : public DeviceTier {
     reserved_extra_ = reserved_extra;
   }
 
+  // Note [fragmented arena]: a move's device destination that would take the device's live bytes
+  // past `bytes` fails as an arena with no contiguous range left would, though placement counted
+  // room for it; `refused` counts those.
+  void set_contiguous_limit(int64_t bytes) { contiguous_limit_ = bytes; }
+  int64_t refused() const { return refused_; }
+
   std::string describe() const override { return "checked, " + inner_->describe(); }
   c10::Device compute_device() const override { return inner_->compute_device(); }
   c10::Device device_of(Side side) const override { return inner_->device_of(side); }
@@ -159,6 +165,14 @@ class CheckingTier final : public DeviceTier {
   // Filled with a pattern that no payload holds at start-up (NaNs in every float type): whatever
   // reads it before a copy has written it would show in the losses.
   Block allocate_uninitialized(Side side, int64_t bytes) override {
+    if (side == Side::kDevice) {
+      const std::lock_guard<std::mutex> lock(ledger_->mutex);
+      if (ledger_->live_bytes[0] + bytes > contiguous_limit_) {
+        ++refused_;
+        PSTAR_THROW(OutOfMemoryError, "checking tier: no contiguous range of ", bytes,
+                    " bytes (a fragmented arena)");
+      }
+    }
     Block block = inner_->allocate_uninitialized(side, bytes);
     std::memset(block.data(), 0xFF, static_cast<size_t>(bytes));
     {
@@ -354,6 +368,8 @@ class CheckingTier final : public DeviceTier {
   std::unique_ptr<DeviceTier> inner_;
   std::shared_ptr<Ledger> ledger_;
   int64_t capacity_;
+  int64_t contiguous_limit_ = std::numeric_limits<int64_t>::max();
+  int64_t refused_ = 0;
   const std::thread::id owner_thread_ = std::this_thread::get_id();
   std::chrono::milliseconds delay_{0};
   Footprint footprint_;

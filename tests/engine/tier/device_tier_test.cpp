@@ -328,6 +328,35 @@ TEST_F(ChunkedEngineOnATier, KernelsSeeTheirSideAndReportsMatchTheTiersLedger) {
   }
 }
 
+// Note [fragmented arena]: with chunks of several sizes (Note [chunk sizes]), a device whose free
+// bytes are in pieces refuses an upload that placement made room for in bytes; the engine evicts
+// more idle chunks until it fits (an upload ahead is dropped instead), and no loss changes, with
+// and without prefetch.
+TEST_F(ChunkedEngineOnATier, AFragmentedDeviceEvictsMoreAndChangesNoLoss) {
+  for (const bool prefetch : {true, false}) {
+    SCOPED_TRACE(prefetch ? "prefetch" : "no prefetch");
+    auto c = small_config(/*bf16=*/true);
+    c.engine.prefetch = prefetch;
+    c.default_chunk_size = 1000;  // modules larger than that get chunks of their own
+    Plan plan;
+    const auto reference = run(c, nullptr, nullptr, &plan);
+    const int64_t chunk = plan.compute_chunk_bytes;  // an ordinary chunk's
+    // Room for the largest moment's chunks (a block's MLP weights: 16640 elements) and more.
+    const int64_t largest = 17 * chunk;
+    c.engine.device_memory = plan.non_model_peak + 3 * largest;
+    auto ledger = std::make_shared<Ledger>();
+    auto tier = std::make_unique<CheckingTier>(ledger, std::numeric_limits<int64_t>::max());
+    CheckingTier* checking = tier.get();
+    checking->set_contiguous_limit(2 * largest);
+    const auto checked = run(c, std::move(tier));
+    EXPECT_EQ(losses(checked), losses(reference));
+    EXPECT_GT(checking->refused(), 0) << "the device never ran out of contiguous room";
+    for (const auto& m : checked)
+      EXPECT_LE(m.engine.device_peak_bytes, *c.engine.device_memory) << "step " << m.step;
+    for (const auto& v : ledger->violations) ADD_FAILURE() << v;
+  }
+}
+
 // Note [prefetch]: with a tight budget the engine copies the next module's chunks ahead, awaits
 // each before the module that uses it runs (the checking tier lands a copy ahead only then), stays
 // under the budget, and computes the same losses as without prefetching.

@@ -195,6 +195,8 @@ class ChunkedEngine : public ParamEngine {
   // Every chunk's elements: a module larger than the ordinary chunk has one of its own (Note
   // [chunk sizes] in pstar/plan/chunk_layout.h).
   std::vector<int64_t> chunk_sizes() const;
+  // The most compute payload bytes one moment of the trace uses (0 before the plan).
+  int64_t largest_working_set_bytes() const;
 
   // For tests and reports: the trace the plan was made from (empty before the plan), the bytes of
   // an ordinary chunk's compute and optimizer payloads (chunk k's: chunk_sizes()[k] times those

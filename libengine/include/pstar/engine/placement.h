@@ -94,6 +94,10 @@ class Placement {
   // `what` when the idle chunks cannot make room.
   std::vector<int64_t> evictions(const std::vector<int64_t>& need, int64_t missing_bytes,
                                  const DeviceRoom& room, const std::string& what) const;
+  // The idle resident chunks not in `need` (ascending), in the order they would leave: furthest
+  // next use first after the warm-up, by id during it (Note [fragmented arena]).
+  std::vector<int64_t> eviction_order(const std::vector<int64_t>& need,
+                                      const DeviceRoom& room) const;
   // The chunks the next moment uses, when uploads may start for it now (after the warm-up, and
   // not for the optimizer step); empty otherwise.
   std::vector<int64_t> prefetch_candidates() const;
