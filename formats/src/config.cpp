@@ -153,6 +153,7 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
                           "\"auto\" follows the compute device: nccl on a GPU, gloo on the CPU");
   c.distributed.backend = dist_backend_from_name(backend);
   distributed.read_bool("share_gpus", &c.distributed.share_gpus);
+  distributed.read_bool("numa_bind", &c.distributed.numa_bind);
 
   // Checks across keys. train_batch_size is micro × accumulation × the world size, which a config
   // does not know: the run plan checks it (plan::resolve_run).

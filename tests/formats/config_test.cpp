@@ -145,6 +145,12 @@ TEST(ConfigParse, DistributedKeys) {
   EXPECT_TRUE(parse(with_data(), {"distributed.share_gpus=true"}).distributed.share_gpus);
   expect_contains(to_json_text(parse(with_data(), {"distributed.share_gpus=true"})),
                   {R"("share_gpus": true)"});
+  // Note [numa binding]: on by default, off from the file or --set, written back.
+  EXPECT_TRUE(defaults.distributed.numa_bind);
+  EXPECT_FALSE(parse(with_data(R"("distributed": {"numa_bind": false})")).distributed.numa_bind);
+  const TrainConfig unbound = parse(with_data(), {"distributed.numa_bind=false"});
+  EXPECT_FALSE(unbound.distributed.numa_bind);
+  expect_same(parse(to_json_text(unbound)), unbound);
 }
 
 // Every config error of the distributed keys names the key and the value found, and says what

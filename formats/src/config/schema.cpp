@@ -103,6 +103,7 @@ Json to_json(const TrainConfig& c) {
   Json distributed = Json::object();
   distributed["backend"] = dist_backend_name(c.distributed.backend);
   distributed["share_gpus"] = c.distributed.share_gpus;
+  distributed["numa_bind"] = c.distributed.numa_bind;
 
   Json j = Json::object();
   j["train_micro_batch_size_per_gpu"] = c.train_micro_batch_size_per_gpu;

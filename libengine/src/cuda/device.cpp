@@ -63,6 +63,10 @@ DeviceInfo device_info(int device) {
   info.memory_clock_khz = clock_khz;
   info.peak_memory_bandwidth_bytes_per_s =
       2.0 * static_cast<double>(clock_khz) * 1e3 * static_cast<double>(prop.memoryBusWidth) / 8.0;
+  char bus_id[32] = {0};
+  PSTAR_CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device), "cudaDeviceGetPCIBusId(",
+                   device, ")");
+  info.pci_bus_id = bus_id;
   return info;
 }
 

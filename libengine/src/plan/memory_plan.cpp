@@ -12,12 +12,6 @@
 #include "pstar/plan/run_plan.h"
 
 namespace pstar::plan {
-namespace {
-
-int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
-int64_t ceil_div(int64_t n, int64_t d) { return (n + d - 1) / d; }
-
-}  // namespace
 
 int64_t physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);

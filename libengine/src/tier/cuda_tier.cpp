@@ -449,6 +449,11 @@ int64_t cuda_free_bytes(int device_index) {
   return cuda::memory_info(device_index).free_bytes;
 }
 
+std::string cuda_pci_bus_id(int device_index) {
+  check_device_exists(device_index);
+  return cuda::device_info(device_index).pci_bus_id;
+}
+
 int64_t cuda_library_workspace_bytes(int device_index, c10::ScalarType dtype) {
   check_device_exists(device_index);
   try {

@@ -26,6 +26,8 @@ std::unique_ptr<DeviceTier> make_cuda_tier(int device_index, int64_t) {
 
 int64_t cuda_free_bytes(int device_index) { no_cuda_tier(device_index); }
 
+std::string cuda_pci_bus_id(int device_index) { no_cuda_tier(device_index); }
+
 int64_t cuda_library_workspace_bytes(int device_index, c10::ScalarType) {
   no_cuda_tier(device_index);
 }

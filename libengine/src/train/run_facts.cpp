@@ -2,6 +2,9 @@
 
 #include <torch/torch.h>
 
+#include "pstar/base/error.h"
+#include "pstar/base/strings.h"
+#include "pstar/core/numa.h"
 #include "pstar/dist/communicator.h"
 #include "pstar/dist/world.h"
 #include "pstar/model/model_shape.h"
@@ -11,6 +14,53 @@
 
 namespace pstar::train {
 
+plan::RankDevice rank_device(const config::TrainConfig& config, const std::string& device_option,
+                             int64_t local_rank, int64_t local_world_size) {
+  plan::RankDeviceFacts facts;
+  const bool cuda = compute_device(config, device_option).is_cuda();
+  facts.requested = cuda ? plan::DeviceKind::kCuda : plan::DeviceKind::kCpu;
+  facts.visible_gpus = static_cast<int64_t>(torch::cuda::device_count());
+  facts.local_rank = local_rank;
+  facts.local_world_size = local_world_size;
+  facts.nccl_missing = dist::nccl_missing_reason();
+  return plan::choose_rank_device(config.distributed, facts);
+}
+
+NumaReport bind_rank_to_numa(const config::TrainConfig& config, const plan::RankDevice& device,
+                             int64_t local_rank, int64_t local_world_size) {
+  const std::vector<core::NumaNode> nodes = core::read_numa_nodes("/sys");
+  NumaReport report;
+  report.notable = nodes.size() > 1;
+  if (!config.distributed.numa_bind) {
+    report.line = "numa: not bound (distributed.numa_bind is false)";
+    return report;
+  }
+  const bool gpu = device.kind == plan::DeviceKind::kCuda;
+  int device_node = -1;
+  if (gpu && nodes.size() > 1) {
+    try {
+      device_node =
+          core::read_pci_numa_node("/sys", tier::cuda_pci_bus_id(static_cast<int>(device.index)));
+    } catch (const ConfigError&) {
+      // A build without the CUDA tier cannot say; the choice below reports the node unknown.
+    }
+  }
+  const core::NumaChoice choice =
+      core::choose_numa_node(nodes, gpu, device_node, local_rank, local_world_size);
+  if (choice.node == nullptr) {
+    report.line = str_cat("numa: not bound (", choice.reason, ")");
+    return report;
+  }
+  const std::string failed = core::bind_to_numa_node(*choice.node);
+  const std::vector<int>& cpus = choice.node->cpus;
+  report.line = failed.empty() ? str_cat("numa: bound to node ", choice.node->id, " (",
+                                         choice.reason, "; ", cpus.size(), " CPUs, ", cpus.front(),
+                                         " to ", cpus.back(), ", memory preferred there)")
+                               : str_cat("numa: not bound to node ", choice.node->id, " (",
+                                         choice.reason, "): ", failed);
+  return report;
+}
+
 plan::RunFacts gather_run_facts(const config::TrainConfig& config, const std::string& device_option,
                                 dist::Communicator* comm) {
   plan::RunFacts facts;
@@ -19,16 +69,8 @@ plan::RunFacts gather_run_facts(const config::TrainConfig& config, const std::st
     facts.ranks_per_host = comm->world().local_world_size;
   }
   // Note [rank device]: this rank's GPU, before the bf16 probe and the free-memory query use it.
-  plan::RankDeviceFacts rank_facts;
-  const bool cuda = compute_device(config, device_option).is_cuda();
-  rank_facts.requested = cuda ? plan::DeviceKind::kCuda : plan::DeviceKind::kCpu;
-  rank_facts.visible_gpus = static_cast<int64_t>(torch::cuda::device_count());
-  if (comm != nullptr) {
-    rank_facts.local_rank = comm->world().local_rank;
-    rank_facts.local_world_size = comm->world().local_world_size;
-  }
-  rank_facts.nccl_missing = dist::nccl_missing_reason();
-  facts.rank = plan::choose_rank_device(config.distributed, rank_facts);
+  facts.rank = rank_device(config, device_option, comm != nullptr ? comm->world().local_rank : 0,
+                           comm != nullptr ? comm->world().local_world_size : 1);
   facts.device = facts.rank->kind;
   facts.device_name = facts.rank->name();
   const c10::Device device(facts.device_name);

@@ -209,6 +209,14 @@ PreparedRun prepare_run(const config::TrainConfig& config, const TrainOptions& o
   ranks_timer.stop();
   log::info("config: ", config.source);
   core::PhaseTimer plan_timer(&phases, core::SetupPhase::kPlan);
+  // Note [numa binding]: before the thread pools and the payloads exist; every rank says where.
+  const NumaReport numa = bind_rank_to_numa(
+      config, rank_device(config, options.device, world.local_rank, world.local_world_size),
+      world.local_rank, world.local_world_size);
+  if (numa.notable && info_wanted)
+    log::write(log::Level::kInfo, numa.line);
+  else
+    log::debug(numa.line);
   core::configure_runtime(world.local_world_size);  // before the precision probe, which it times
   // The run's shape, decided once (Note [run plan]); the Trainer finds nothing left to decide.
   const plan::RunPlan plan = plan_run(config, options.device, run.comm.get());

@@ -7,4 +7,5 @@ pstar_add_test(NAME engine_core_tests LABEL unit PCH
           ${CMAKE_CURRENT_LIST_DIR}/ordered_worker_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/setup_phases_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/parallel_fill_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/numa_test.cpp
   LIBS pstar::engine pstar_test_fs_clash ${CMAKE_DL_LIBS})

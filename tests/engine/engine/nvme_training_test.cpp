@@ -215,8 +215,9 @@ TEST_F(NvmeTrainingTest, ChunksOfSeveralSizesSendOnlyOrdinaryOnesToNvme) {
   ASSERT_GT(fit.nvme_chunks, 0);
   for (size_t i = 0; i < fit.owned.homes.size(); ++i) {
     const plan::Fit::Home home = fit.owned.homes[i];
-    if (home == plan::Fit::Home::kHostNvme || home == plan::Fit::Home::kDeviceNvme)
+    if (home == plan::Fit::Home::kHostNvme || home == plan::Fit::Home::kDeviceNvme) {
       EXPECT_EQ(s.elements[i], s.ordinary) << "chunk " << i << " is on NVMe";
+    }
   }
   for (const auto& m : tight) {
     EXPECT_LE(m.engine.host_peak_bytes, *c.engine.host_memory) << "step " << m.step;

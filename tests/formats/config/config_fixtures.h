@@ -104,6 +104,7 @@ inline void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.engine.overlap_adam, b.engine.overlap_adam);
   EXPECT_EQ(a.distributed.backend, b.distributed.backend);
   EXPECT_EQ(a.distributed.share_gpus, b.distributed.share_gpus);
+  EXPECT_EQ(a.distributed.numa_bind, b.distributed.numa_bind);
 }
 
 // Every key set, none to its default.

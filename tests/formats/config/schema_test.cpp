@@ -84,7 +84,8 @@ TEST(ConfigRoundTrip, TextHasEveryKeyIndentedByTwoSpaces) {
                           "mode",
                           "distributed",
                           "backend",
-                          "share_gpus"}) {
+                          "share_gpus",
+                          "numa_bind"}) {
     expect_contains(text, {"\"" + std::string(key) + "\": "});
   }
   expect_contains(

@@ -175,6 +175,9 @@ struct DistributedConfig {
   // count, over Gloo: NCCL refuses two ranks on one GPU), so that several ranks can be tested on a
   // machine with one GPU. Off, that many ranks is a ConfigError giving both counts.
   bool share_gpus = false;
+  // Binds each rank to a NUMA node where the machine has several: its GPU's, or spread for CPU
+  // ranks (Note [numa binding] in pstar/core/numa.h).
+  bool numa_bind = true;
 };
 
 struct TrainConfig {

@@ -27,6 +27,9 @@ struct DeviceInfo {
   // 2 (double data rate) x memory clock x bus width: the figure vendors quote (3.35 TB/s for an
   // H100 SXM); 0 when the driver reports no memory clock.
   double peak_memory_bandwidth_bytes_per_s = 0.0;
+  // "0000:3B:00.0" (cudaDeviceGetPCIBusId): where sysfs says which NUMA node the GPU is on (Note
+  // [numa binding] in pstar/core/numa.h).
+  std::string pci_bus_id;
 };
 
 // Throws ConfigError when `device` is not in [0, device_count()).

@@ -239,6 +239,10 @@ std::unique_ptr<DeviceTier> make_cuda_tier(int device_index, int64_t arena_bytes
 // the device does not exist.
 int64_t cuda_free_bytes(int device_index);
 
+// The PCI bus id of a CUDA device ("0000:3B:00.0"), for Note [numa binding]. ConfigError like
+// cuda_free_bytes.
+std::string cuda_pci_bus_id(int device_index);
+
 // The tier for a compute device: emulated for kCPU, CUDA (an arena of `arena_bytes`) for kCUDA.
 std::unique_ptr<DeviceTier> make_device_tier(c10::Device device, int64_t arena_bytes);
 

@@ -26,6 +26,22 @@ namespace pstar::train {
 plan::RunFacts gather_run_facts(const config::TrainConfig& config, const std::string& device_option,
                                 dist::Communicator* comm);
 
+// This rank's compute device for `device_option` (Note [rank device]): compute_device, then
+// plan::choose_rank_device with the GPUs this process sees and the launcher's local rank.
+plan::RankDevice rank_device(const config::TrainConfig& config, const std::string& device_option,
+                             int64_t local_rank, int64_t local_world_size);
+
+// Note [numa binding] in pstar/core/numa.h: binds this process to its rank's NUMA node, unless
+// distributed.numa_bind is false, and says what it did: the node and why, or why none; `notable`
+// where the machine has several nodes (elsewhere the line is for debug logs). Call it before the
+// thread pools and the payloads exist.
+struct NumaReport {
+  std::string line;
+  bool notable = false;
+};
+NumaReport bind_rank_to_numa(const config::TrainConfig& config, const plan::RankDevice& device,
+                             int64_t local_rank, int64_t local_world_size);
+
 // gather_run_facts, then plan::resolve_run: the run plan for `config` on this machine. ConfigError
 // for several ranks on GPUs (plan::check_rank_collectives) until the device communicator exists.
 plan::RunPlan plan_run(const config::TrainConfig& config, const std::string& device_option,
