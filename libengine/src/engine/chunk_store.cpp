@@ -181,25 +181,21 @@ void ChunkStore::new_chunk(Residence residence, Place place, bool on_nvme) {
 }
 
 void ChunkStore::add_module(torch::nn::Module& module, const std::string& prefix,
-                            Residence residence,
+                            Residence residence, int64_t k,
                             const std::function<void(Residence)>& new_chunk_for,
                             const std::function<void(int64_t)>& on_grad, bool copy_values) {
   const bool host_only = residence == Residence::kHostOnly;
   auto params = module.named_parameters(/*recurse=*/false);
   int64_t numel = 0;
   for (const auto& p : params) numel += p.value().numel();
-  // The rule of plan::leaf_chunks: a chunk holds only embedding (host-only) or only other tensors,
-  // and a module larger than the ordinary chunk has one of its own.
-  const bool oversized = numel > format_.chunk_size;
-  if (chunks_.empty() || chunks_.back().used + numel > chunks_.back().size ||
-      chunks_.back().host_only() != host_only || oversized ||
-      chunks_.back().size > format_.chunk_size)
-    new_chunk_for(residence);
-  PSTAR_INTERNAL_ASSERT(numel <= chunks_.back().size, "module ", prefix, " (", numel,
-                        " parameters) was not in the chunk plan: chunk ", num_chunks() - 1,
-                        " holds ", chunks_.back().size);
-  const int64_t k = num_chunks() - 1;
+  // Leaves come in the plan's order: each in the last chunk or the next one.
+  if (k == num_chunks()) new_chunk_for(residence);
+  PSTAR_INTERNAL_ASSERT(k == num_chunks() - 1, "module ", prefix, " was planned into chunk ", k,
+                        " while chunk ", num_chunks() - 1, " is being filled");
   Chunk& c = chunks_.back();
+  PSTAR_INTERNAL_ASSERT(c.used + numel <= c.size && c.host_only() == host_only, "module ", prefix,
+                        " (", numel, " parameters) does not fit chunk ", k, " as planned: ", c.used,
+                        " of ", c.size, " used");
   torch::NoGradGuard no_grad;
   for (const auto& p : params) {
     ManagedTensor t;

@@ -199,11 +199,11 @@ class ChunkStore {
   // NVMe slot instead, and stay staged (zeroed) until the next chunk is made or
   // unstage_optimizer(); its Adam runs on the host (optimizer_place kHost).
   void new_chunk(Residence residence, Place place, bool on_nvme = false);
-  // Takes `module`'s own parameters into the last chunk (or a new one, through `new_chunk_for`,
-  // when they do not fit or the residence differs); `on_grad` runs as each one's gradient arrives.
+  // Takes `module`'s own parameters into chunk `k`, the plan's (plan::leaf_chunks): the last chunk,
+  // or a new one made through `new_chunk_for`; `on_grad` runs as each one's gradient arrives.
   // `copy_values`: their values are copied in; otherwise the caller writes them into the chunk.
   void add_module(torch::nn::Module& module, const std::string& prefix, Residence residence,
-                  const std::function<void(Residence)>& new_chunk_for,
+                  int64_t k, const std::function<void(Residence)>& new_chunk_for,
                   const std::function<void(int64_t)>& on_grad, bool copy_values = true);
   void set_state(ManagedTensor& t, TensorState state);
 

@@ -201,6 +201,8 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
                         "a chunk engine of several ranks on ", store.tier().describe(),
                         ", which the run plan refuses");
   s.registering.expected_leaves = static_cast<int64_t>(leaves.size());
+  // The store follows the plan's layout leaf by leaf (Note [chunk sizes]): one rule, in plan.
+  s.registering.leaf_chunk = plan::leaf_chunks(leaves, layout, s.settings.use_cpu_embedding);
   s.registering.total_bytes = layout.params * store.format().payload.whole();
   const int64_t world = store.sharding().world_size;
   PSTAR_CHECK(layout.num_chunks >= world, ConfigError, "the model fits in ", layout.num_chunks,

@@ -58,6 +58,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   // (the parameters taken so far, in bytes of model data).
   struct Registering {
     int64_t expected_leaves = 0, registered_leaves = 0;
+    std::vector<int64_t> leaf_chunk;  // each leaf's chunk, as the plan lays them out
     double seconds = 0;
     int64_t total_bytes = 0;
     core::SetupPhases values;

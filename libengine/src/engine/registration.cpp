@@ -50,8 +50,11 @@ void ChunkedEngine::Impl::append_chunk(Residence residence) {
 
 void ChunkedEngine::Impl::register_leaf(torch::nn::Module& module, const std::string& prefix,
                                         bool host_only, const UnitValues& values) {
+  PSTAR_INTERNAL_ASSERT(registering.registered_leaves < registering.expected_leaves, "module ",
+                        prefix, " is one more than the ", registering.expected_leaves, " planned");
   store.add_module(
       module, prefix, host_only ? Residence::kHostOnly : Residence::kMovable,
+      registering.leaf_chunk[static_cast<size_t>(registering.registered_leaves)],
       [this](Residence residence) { append_chunk(residence); }, [this](int64_t id) { on_grad(id); },
       values.from == UnitValues::From::kModule);
   // Written now, while the leaf's chunk is the last one: an NVMe chunk's optimizer payloads are

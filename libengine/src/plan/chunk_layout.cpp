@@ -52,6 +52,8 @@ std::vector<int64_t> leaf_chunks(const std::vector<LeafModule>& leaves, int64_t 
 
 std::vector<int64_t> leaf_chunks(const std::vector<LeafModule>& leaves, const ChunkLayout& layout,
                                  bool use_cpu_embedding) {
+  // The grid only rounds the capacity of a module's own chunk, which takes no other leaf: the
+  // assignment is the same on any grid.
   const bool mixed = layout.choice == ChunkLayout::Choice::kMixed;
   const Packing p = pack_leaves(leaves, layout.chunk_size, use_cpu_embedding, mixed,
                                 size_grid(layout.chunk_size));

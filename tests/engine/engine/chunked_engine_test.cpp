@@ -358,8 +358,9 @@ TEST_F(ChunkedEngineTest, EvictionIsWithinTenPercentOfOpt) {
     const int64_t compute_per = engine->compute_chunk_bytes() / engine->chunk_size();
     const int64_t whole_per = compute_per + engine->optimizer_chunk_bytes() / engine->chunk_size();
     const int64_t largest_moment = engine->largest_working_set_bytes();
-    keep.reset();
-    c.engine.device_memory = non_model + largest_moment + 2 * engine->compute_chunk_bytes();
+    const int64_t ordinary_bytes = engine->compute_chunk_bytes();
+    keep.reset();  // the engine goes with its trainer
+    c.engine.device_memory = non_model + largest_moment + 2 * ordinary_bytes;
     c.training.steps = 8;
     auto tight = run(c, &engine, &keep);
 
