@@ -18,12 +18,6 @@ ChunkStore::ChunkStore(std::unique_ptr<tier::DeviceTier> tier, const ChunkFormat
   PSTAR_INTERNAL_ASSERT(format_.payload.compute() == format_.elem_bytes + (format_.reuse ? 0 : 4));
 }
 
-int64_t ChunkStore::largest_size() const {
-  int64_t largest = format_.chunk_size;
-  for (int64_t size : sizes_) largest = std::max(largest, size);
-  return largest;
-}
-
 const std::vector<int64_t>& ChunkStore::tensors_of(torch::nn::Module& module) const {
   auto it = module_tensors_.find(&module);
   PSTAR_CHECK(it != module_tensors_.end(), ConfigError, "a module (", module.name(),

@@ -149,8 +149,6 @@ class ChunkStore {
   int64_t ordinary_optimizer_bytes() const {
     return format_.chunk_size * format_.payload.optimizer();
   }
-  // The largest chunk's elements.
-  int64_t largest_size() const;
 
   std::vector<Chunk>& chunks() { return chunks_; }
   const std::vector<Chunk>& chunks() const { return chunks_; }

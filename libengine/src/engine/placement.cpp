@@ -165,11 +165,18 @@ int64_t Placement::movable_room_bytes(const DeviceRoom& room) const {
   return std::max<int64_t>(0, bytes);
 }
 
-std::vector<int64_t> Placement::evictions(const std::vector<int64_t>& need, int64_t missing_bytes,
-                                          const DeviceRoom& room, const std::string& what) const {
-  std::vector<int64_t> candidates;  // resident, movable, idle, not needed now
+// Resident, movable, idle and not needed now: what may leave.
+std::vector<int64_t> Placement::idle_not_needed(const std::vector<int64_t>& need,
+                                                const DeviceRoom& room) {
+  std::vector<int64_t> candidates;
   for (int64_t k : room.idle)
     if (!std::binary_search(need.begin(), need.end(), k)) candidates.push_back(k);
+  return candidates;
+}
+
+std::vector<int64_t> Placement::evictions(const std::vector<int64_t>& need, int64_t missing_bytes,
+                                          const DeviceRoom& room, const std::string& what) const {
+  const std::vector<int64_t> candidates = idle_not_needed(need, room);
   // The warm-up keeps only what is in use.
   if (!planned_ || moment_ >= trace_.num_moments()) return candidates;
   const int64_t capacity = movable_room_bytes(room);
@@ -186,9 +193,7 @@ std::vector<int64_t> Placement::evictions(const std::vector<int64_t>& need, int6
 
 std::vector<int64_t> Placement::eviction_order(const std::vector<int64_t>& need,
                                                const DeviceRoom& room) const {
-  std::vector<int64_t> candidates;
-  for (int64_t k : room.idle)
-    if (!std::binary_search(need.begin(), need.end(), k)) candidates.push_back(k);
+  const std::vector<int64_t> candidates = idle_not_needed(need, room);
   if (!planned_ || moment_ >= trace_.num_moments() || candidates.empty()) return candidates;
   int64_t all = 0;
   for (int64_t k : candidates) all += compute_bytes(k);

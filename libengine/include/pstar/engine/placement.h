@@ -109,6 +109,8 @@ class Placement {
  private:
   void plan_kept_groups();
   int64_t bytes_of(const std::vector<int64_t>& chunks) const;
+  static std::vector<int64_t> idle_not_needed(const std::vector<int64_t>& need,
+                                              const DeviceRoom& room);
 
   PlacementSettings settings_;
   int64_t iteration_ = 0;  // iterations finished
