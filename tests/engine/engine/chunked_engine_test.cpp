@@ -421,9 +421,14 @@ using pstar::testing::cpu_plan;
 class CheckpointTest : public ChunkedEngineTest {};
 
 TEST_F(CheckpointTest, ResumeIsBitIdentical) {
-  for (const char* mode : {"chunked", "torch"}) {
+  // Beside both engines, the chunk engine's settings a GPU run takes by default and the CPU's
+  // "auto" does not: host Adam on its worker, and the embedding in ordinary chunks.
+  for (const char* mode : {"chunked", "torch", "chunked-overlap", "chunked-gpu-embedding"}) {
     for (bool bf16 : {true, false}) {
-      auto c = small_config(mode);
+      const std::string variant = mode;
+      auto c = small_config(variant == "torch" ? "torch" : "chunked");
+      if (variant == "chunked-overlap") c.engine.overlap_adam = config::OnOffAuto::kOn;
+      if (variant == "chunked-gpu-embedding") c.use_cpu_embedding = config::OnOffAuto::kOff;
       c.bf16.enabled = config::on_off(bf16);
       c.training.steps = 10;
       c.training.lr_schedule.type = "cosine";

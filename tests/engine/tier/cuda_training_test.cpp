@@ -199,6 +199,50 @@ TEST_F(CudaTraining, ResumeIsExact) {
   }
 }
 
+// Where ResumeIsExact's failure on an H100 (issue 34: the same loss at the resumed step, another
+// gradient norm) can come from, one setting at a time: a second engine in one process must repeat
+// the first step for step (stale device or pinned memory would show here, without a checkpoint),
+// and a resume must be exact with host Adam waiting, with the host embedding and in fp32.
+TEST_F(CudaTraining, ResumeIsExactInEachSetting) {
+  struct Setting {
+    const char* name;
+    bool bf16;
+    config::OnOffAuto overlap_adam;
+    config::OnOffAuto use_cpu_embedding;
+  };
+  using config::OnOffAuto;
+  const Setting settings[] = {{"bf16", true, OnOffAuto::kAuto, OnOffAuto::kAuto},
+                              {"bf16 overlap_adam off", true, OnOffAuto::kOff, OnOffAuto::kAuto},
+                              {"bf16 use_cpu_embedding on", true, OnOffAuto::kAuto, OnOffAuto::kOn},
+                              {"fp32", false, OnOffAuto::kAuto, OnOffAuto::kAuto}};
+  for (const Setting& s : settings) {
+    SCOPED_TRACE(s.name);
+    auto c = small_config();
+    c.bf16.enabled = config::on_off(s.bf16);
+    c.engine.overlap_adam = s.overlap_adam;
+    c.use_cpu_embedding = s.use_cpu_embedding;
+    c.training.steps = 8;
+    const auto full = run(c);
+    const auto again = run(c);
+    ASSERT_EQ(again.size(), full.size());
+    for (size_t i = 0; i < full.size(); ++i) {
+      EXPECT_EQ(again[i].loss, full[i].loss) << "second engine, step " << i + 1;
+      EXPECT_EQ(again[i].grad_norm, full[i].grad_norm) << "second engine, step " << i + 1;
+    }
+    c.training.save_dir = dir_.file("ck-" + std::to_string(&s - settings));
+    c.training.save_interval = 4;
+    c.training.steps = 4;
+    run(c);
+    c.training.steps = 8;
+    const auto resumed = run(c, checkpoint::checkpoint_dir(c.training.save_dir, 4));
+    ASSERT_EQ(resumed.size(), 4u);
+    for (size_t i = 0; i < resumed.size(); ++i) {
+      EXPECT_EQ(resumed[i].loss, full[i + 4].loss) << "resumed, step " << i + 5;
+      EXPECT_EQ(resumed[i].grad_norm, full[i + 4].grad_norm) << "resumed, step " << i + 5;
+    }
+  }
+}
+
 // Note [pinned what moves]: the CUDA tier pins the blocks fit for copies and serves host-only
 // blocks from pageable memory, copies through either give the bytes back, and trim() returns the
 // free blocks of both pools.
