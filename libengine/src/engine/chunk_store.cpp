@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 
+#include "grad_accumulator.h"
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
 #include "pstar/core/clock.h"
@@ -266,10 +267,12 @@ void ChunkStore::repoint(int64_t k) {
   for (int64_t id : c.tensors) {
     auto& t = tensors_[static_cast<size_t>(id)];
     // A remote chunk between uses has no payload: its tensors hold nothing (Note [gathering]).
-    t.param.set_data(
+    set_data_keeping_accumulator(
+        t.param,
         present ? param_view(t)
                 : torch::empty(
-                      {0}, torch::dtype(format_.dtype).device(tier_->device_of(c.compute_place))));
+                      {0}, torch::dtype(format_.dtype).device(tier_->device_of(c.compute_place))),
+        t.accumulator);
     t.param.mutable_grad() = present ? grad_view(t) : torch::Tensor();
   }
 }

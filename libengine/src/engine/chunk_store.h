@@ -106,6 +106,8 @@ struct ManagedTensor {
   TensorState state = TensorState::kHold;
   bool grad_seen = false;     // its gradient arrived this micro-batch (its group's count)
   bool grad_arrived = false;  // its gradient arrived this micro-batch (Chunk::grads_missing)
+  // Its gradient accumulator across moves (Note [one accumulator per tensor]).
+  std::weak_ptr<torch::autograd::Node> accumulator;
 };
 
 // The element type of a chunk's compute payloads and which payloads exist (Note [param/grad

@@ -2,19 +2,25 @@
 
 #include <vector>
 
+#include "pstar/base/error.h"
+
 namespace pstar::engine {
 
 void Gradients::arrive(int64_t id) {
   ManagedTensor& t = store_.tensors()[static_cast<size_t>(id)];
+  // One accumulation per tensor and micro-batch, of every use's gradient summed (Note [one
+  // accumulator per tensor]): a second one would find the slot holding the first gradient, which
+  // zeroing would lose, and the chunk counted complete before it was.
+  PSTAR_INTERNAL_ASSERT(!t.grad_arrived, "a second gradient accumulation for ", t.name,
+                        " in one micro-batch: its uses fed two accumulators (Note [one accumulator "
+                        "per tensor])");
   if (store_.format().reuse) {
     torch::NoGradGuard no_grad;
     store_.param_view(t).zero_();
   }
   store_.set_state(t, TensorState::kHoldAfterBwd);
-  if (!t.grad_arrived) {
-    t.grad_arrived = true;
-    --store_.chunk(t.chunk).grads_missing;
-  }
+  t.grad_arrived = true;
+  --store_.chunk(t.chunk).grads_missing;
 }
 
 void Gradients::reset_arrivals() {

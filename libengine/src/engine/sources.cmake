@@ -10,6 +10,7 @@ target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/hybrid_adam.cpp
   ${CMAKE_CURRENT_LIST_DIR}/speculation.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gradients.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/grad_accumulator.cpp
   ${CMAKE_CURRENT_LIST_DIR}/moments.cpp
   ${CMAKE_CURRENT_LIST_DIR}/evaluation.cpp
   ${CMAKE_CURRENT_LIST_DIR}/chunked_engine.cpp

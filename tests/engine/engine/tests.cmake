@@ -22,3 +22,9 @@ pstar_add_test(NAME engine_init_tests LABEL unit PCH
 pstar_add_test(NAME engine_init_ranks_tests LABEL multiprocess PCH
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/init_ranks_test.cpp
   LIBS pstar::engine)
+# Note [one accumulator per tensor]: a tensor keeps its gradient accumulator across moves.
+pstar_add_test(NAME engine_grad_accumulator_tests LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/grad_accumulator_test.cpp
+  LIBS pstar::engine)
+target_include_directories(engine_grad_accumulator_tests
+  PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../../../libengine/src/engine)
