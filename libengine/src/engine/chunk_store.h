@@ -3,6 +3,7 @@
 // engine/placement.h). Private to the chunk engine.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -62,8 +63,12 @@ struct AdamJob {
   AdamStage stage = AdamStage::kIdle;
   int64_t ticket = 0;     // the worker's ticket while queued
   int64_t sq_ticket = 0;  // the early sum of squares' job until the optimizer step waits for it
-  double early_sq = 0;    // its result, valid once sq_ticket was waited for
-  int slot = -1;          // speculated into this rollback slot (Note [speculative adam]), or -1
+  double early_sq = 0;    // its result, valid once sq_ticket was waited for (or the sum taken)
+  // A speculated chunk's sum goes to whichever thread claims it first: the worker's job, or the
+  // gradient norm, which takes a sum not started yet instead of waiting behind the updates queued
+  // before it (Note [speculative adam]).
+  std::shared_ptr<std::atomic<bool>> sq_claim;
+  int slot = -1;  // speculated into this rollback slot (Note [speculative adam]), or -1
   SlotFate fate = SlotFate::kUndecided;
   bool queued() const { return stage == AdamStage::kQueued || stage == AdamStage::kEarlyQueued; }
   bool early() const { return stage == AdamStage::kEarlyQueued || stage == AdamStage::kEarlyDone; }

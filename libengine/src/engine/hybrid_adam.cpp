@@ -204,7 +204,13 @@ void HybridAdam::queue_host(int64_t k, const optim::AdamHyper& hyper, float mult
   tier::DeviceTier* tier = &store_.tier();
   if (with_sq) {
     double* out = &c.adam.early_sq;
-    c.adam.sq_ticket = worker_->submit([tier, span, out] {
+    // Only a speculated chunk's gradient outlives its Adam (which writes elsewhere): an Adam in
+    // place overwrites it under param/grad reuse, so its sum is the worker's, before that Adam.
+    std::shared_ptr<std::atomic<bool>> claim;
+    if (slot >= 0) claim = std::make_shared<std::atomic<bool>>(false);
+    c.adam.sq_claim = claim;
+    c.adam.sq_ticket = worker_->submit([tier, span, out, claim] {
+      if (claim && claim->exchange(true)) return;  // the norm took it
       *out = tier->grad_sq_sum(Place::kHost, span.grad, span.grad_type, span.numel);
     });
   }
@@ -289,9 +295,20 @@ void HybridAdam::await_for_optimizer() {
   await_queued();
   for (Chunk& c : store_.chunks()) {
     if (c.adam.sq_ticket == 0) continue;
-    const auto begin = std::chrono::steady_clock::now();
-    worker_->wait(c.adam.sq_ticket);
-    figures_.wait_s += seconds_since(begin);
+    // A speculated chunk's sum the worker has not started is taken here: queued behind the
+    // speculative updates before it, it would hold the norm until nearly all of host Adam ran (the
+    // H200 ledger of 2026-11-27). The same function of the same bytes, under the same
+    // floating-point state (the worker runs a job with its submitter's), gives the same bits.
+    const std::shared_ptr<std::atomic<bool>> claim = std::move(c.adam.sq_claim);
+    if (claim && !worker_->done(c.adam.sq_ticket) && !claim->exchange(true)) {
+      const optim::AdamSpan grads = compute_span(c, c.param.data(), store_.grad_data(c));
+      c.adam.early_sq =
+          store_.tier().grad_sq_sum(Place::kHost, grads.grad, grads.grad_type, grads.numel);
+    } else {
+      const auto begin = std::chrono::steady_clock::now();
+      worker_->wait(c.adam.sq_ticket);
+      figures_.wait_s += seconds_since(begin);
+    }
     c.adam.sq_ticket = 0;
   }
 }

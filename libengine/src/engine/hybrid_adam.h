@@ -26,6 +26,12 @@
 // (logged), counted in the host budget; a chunk without a free slot waits for the norm as before.
 // NVMe chunks and host-only chunks (use_cpu_embedding) are not speculated. Whether a step
 // speculates is the trainer's call (plan::RunPlan::Speculation).
+// The norm needs every speculated chunk's sum of squares, which the worker computes just before
+// that chunk's Adam. On the ordered worker it would wait behind the updates queued before it, so
+// the norm would wait for nearly all of host Adam (the H200 ledger of 2026-11-27: the optimizer
+// part grew from 0.33 to 1.16 s at 7.46B). Since speculation leaves the gradient intact, the norm
+// takes a sum the worker has not started itself (AdamJob::sq_claim: the first thread to claim it
+// computes it, with the same function and floating-point state, so the bits are the same).
 #pragma once
 
 #include <cstdint>

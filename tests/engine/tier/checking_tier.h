@@ -86,16 +86,27 @@ struct Ledger {
   // and the ranges such an Adam is updating right now: nothing else may touch them meanwhile.
   int64_t adam_off_thread = 0;
   int64_t adam_out_of_place = 0;  // Adam calls that wrote the state elsewhere (speculation)
+  // Gradients summed on the thread that built the tier by the single-buffer call: the norm taking
+  // a speculated chunk's sum the worker had not started (Note [speculative adam]).
+  int64_t sums_on_owner_thread = 0;
   std::vector<std::pair<uintptr_t, uintptr_t>> busy;
+  // What an off-thread Adam out of place only reads (its state and gradient): another read may
+  // share them, a write may not.
+  std::vector<std::pair<uintptr_t, uintptr_t>> reading;
   // Calls may come from the engine's Adam worker too: the tier holds this while it reads or
   // writes the ledger (not while the inner tier works).
   std::mutex mutex;
 
-  void expect_idle(const void* p, int64_t bytes, const char* what) {
+  // `read`: the caller only reads [p, p + bytes), which an Adam's reads may share.
+  void expect_idle(const void* p, int64_t bytes, const char* what, bool read = false) {
     const auto a = reinterpret_cast<uintptr_t>(p);
-    for (const auto& [begin, end] : busy)
-      if (p != nullptr && a < end && begin < a + static_cast<uintptr_t>(bytes))
-        violations.push_back(std::string(what) + " overlaps a host Adam still running");
+    const auto overlaps = [&](const std::vector<std::pair<uintptr_t, uintptr_t>>& ranges) {
+      for (const auto& [begin, end] : ranges)
+        if (p != nullptr && a < end && begin < a + static_cast<uintptr_t>(bytes)) return true;
+      return false;
+    };
+    if (overlaps(busy) || (!read && overlaps(reading)))
+      violations.push_back(std::string(what) + " overlaps a host Adam still running");
   }
 
   // Lands a copy ahead into the block at `p`, if one is outstanding.
@@ -311,10 +322,11 @@ class CheckingTier final : public DeviceTier {
       if (off_thread) {
         if (side != Side::kHost) ledger_->violations.push_back("device Adam off the main thread");
         ++ledger_->adam_off_thread;
-        for (const auto& [p, bytes] : buffers) {
+        for (size_t i = 0; i < std::size(buffers); ++i) {
+          const auto& [p, bytes] = buffers[i];
           if (p == nullptr) continue;
           const auto a = reinterpret_cast<uintptr_t>(p);
-          ledger_->busy.emplace_back(a, a + static_cast<uintptr_t>(bytes));
+          ranges_of(span, i).emplace_back(a, a + static_cast<uintptr_t>(bytes));
         }
       }
     }
@@ -322,22 +334,30 @@ class CheckingTier final : public DeviceTier {
     inner_->adam_step(side, hyper, grad_multiplier, span);
     if (off_thread) {
       const std::lock_guard<std::mutex> lock(ledger_->mutex);
-      for (const auto& [p, bytes] : buffers) {
+      for (size_t i = 0; i < std::size(buffers); ++i) {
+        const auto& [p, bytes] = buffers[i];
         if (p == nullptr) continue;
         const auto a = reinterpret_cast<uintptr_t>(p);
-        const auto it = std::find(ledger_->busy.begin(), ledger_->busy.end(),
+        auto& ranges = ranges_of(span, i);
+        const auto it = std::find(ranges.begin(), ranges.end(),
                                   std::make_pair(a, a + static_cast<uintptr_t>(bytes)));
-        if (it != ledger_->busy.end()) ledger_->busy.erase(it);
+        if (it != ranges.end()) ranges.erase(it);
       }
     }
+  }
+  // Where adam_step's buffer i (in its order: master, moments, gradient, then what it writes) is
+  // held while an off-thread Adam runs: out of place, the first four are only read.
+  std::vector<std::pair<uintptr_t, uintptr_t>>& ranges_of(const optim::AdamSpan& span, size_t i) {
+    return span.master_out != nullptr && i < 4 ? ledger_->reading : ledger_->busy;
   }
   double grad_sq_sum(Side side, const void* grad, optim::GradType grad_type,
                      int64_t numel) override {
     {
       const std::lock_guard<std::mutex> lock(ledger_->mutex);
       const int64_t bytes = numel * (grad_type == optim::GradType::kF32 ? 4 : 2);
-      ledger_->expect_idle(grad, bytes, "a gradient summed");
+      ledger_->expect_idle(grad, bytes, "a gradient summed", /*read=*/true);
       ledger_->expect_inside(grad, bytes, side, "a gradient summed");
+      if (std::this_thread::get_id() == owner_thread_) ++ledger_->sums_on_owner_thread;
       ledger_->expect_landed(grad, "a gradient summed");
     }
     return inner_->grad_sq_sum(side, grad, grad_type, numel);

@@ -3,8 +3,9 @@
 // the final optimizer state equal those of Adam run in place without the worker, bit for bit,
 // whether steps clip always, sometimes or never; the metrics count what was speculated and
 // redone; nothing touches a chunk while its speculative Adam or its redo runs (the checking tier
-// flags overlaps); a step without an update drops its speculation; too little host room gives
-// fewer rollback slots, not other numbers.
+// flags overlaps; reads may share what an Adam out of place only reads); the gradient norm takes
+// the sums of squares the worker has not started; a step without an update drops its
+// speculation; too little host room gives fewer rollback slots, not other numbers.
 #include <gtest/gtest.h>
 
 #include "engine/tier/checking_tier.h"
@@ -65,6 +66,7 @@ class SpeculativeAdam : public ChunkedEngineOnATier {
     }
     const std::lock_guard<std::mutex> lock(got.ledger->mutex);
     EXPECT_TRUE(got.ledger->busy.empty());
+    EXPECT_TRUE(got.ledger->reading.empty());
     for (const auto& v : got.ledger->violations) ADD_FAILURE() << v;
   }
 
@@ -119,6 +121,9 @@ TEST_F(SpeculativeAdam, BitIdenticalWhetherStepsClipAlwaysSometimesOrNever) {
     const Counts n = counts(got, c.gradient_clipping);
     EXPECT_GT(n.speculated, 0) << "nothing was speculated";
     EXPECT_GT(got.ledger->adam_out_of_place, 0);
+    // The norm took the sums the slowed worker had not started (over 8 steps, some always are),
+    // and its numbers are the worker's, bit for bit (expect_same above).
+    EXPECT_GT(got.ledger->sums_on_owner_thread, 0);
     if (k.clip < 1) {
       EXPECT_EQ(n.rolled_back, n.speculated) << "every step clips";
     }
@@ -174,9 +179,11 @@ TEST_F(SpeculativeAdam, HostAdamBytesAreEveryPayloadReadAndWrittenOncePerPass) {
       ASSERT_EQ(m.engine.adam.device_chunks, 0) << "the budget leaves no device margin";
       EXPECT_EQ(m.engine.adam.host_bytes, 2 * whole_per_element * plan.params) << m.step;
     }
-    // On the worker a job counts in the step during which it finished (the next forward's for
-    // the chunks queued after the norm), so only the sum over the run is exact: every step's
-    // pass, the redone chunks' second one, less whatever the last step left queued.
+    // On the worker a job counts in the step whose engine saw it finish (the next one's for the
+    // chunks queued after the norm, and since the norm no longer waits for speculative updates,
+    // for those too), so only the sum over the run is bounded: at most every step's pass and the
+    // redone chunks' second one; at least every step's pass but the last (whose work may still be
+    // queued when the run ends), and more than that, for the chunks redone before the last step.
     const Outcome got = speculated(c);
     int64_t bytes = 0, redone = 0;
     for (const auto& m : got.steps) {
@@ -186,9 +193,7 @@ TEST_F(SpeculativeAdam, HostAdamBytesAreEveryPayloadReadAndWrittenOncePerPass) {
     const auto steps_run = static_cast<int64_t>(got.steps.size());
     EXPECT_GT(redone, 0);
     EXPECT_LE(bytes, 2 * whole_per_element * (steps_run * plan.params + redone * plan.chunk_size));
-    EXPECT_GE(bytes,
-              2 * whole_per_element *
-                  ((steps_run - 1) * plan.params + (redone - plan.num_chunks) * plan.chunk_size));
+    EXPECT_GT(bytes, 2 * whole_per_element * (steps_run - 1) * plan.params);
   }
 }
 
