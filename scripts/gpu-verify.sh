@@ -66,8 +66,9 @@ all_phases=(build gpu gpt7b gpt7bclip gpt7bspec gpt7bspecloose llama8b llama8bsp
 # with every target, gpu 71, gpt7b 158, gpt7bclip 52, llama8b 47, llama8bfolder 63 with the folder
 # written, llama3b 105, suite 39) with about 20% added; --deadline uses them. bench depends on
 # BENCH_ARGS: its figure is the 7.46B size's. Since the step bound (Note [step bound]), gpt7b and the
-# Llama phases also run machine_rates.py and a short plain PyTorch run for the model-FLOPs rate: about
-# 35 s more each, not yet measured (gpt7bclip and gpt7bspec reuse gpt7b's rate).
+# Llama phases also run machine_rates.py and a short plain PyTorch run for the model-FLOPs rate. On
+# an H200 (2026-11-27, with those runs): build 119 s cold (pstar and the gpu tests), gpu 73,
+# gpt7bclip 76 (it measured the rate), gpt7bspec 61, gpt7bspecloose 58, llama8b 66, llama8bspec 68.
 phase_seconds() {
   local name=$1 pair
   local overrides=${PHASE_SECONDS:-}
