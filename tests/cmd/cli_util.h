@@ -162,6 +162,14 @@ inline RunResult run_pstar(const std::vector<std::string>& args, const fs::path&
   return wait_pstar(child);
 }
 
+// `pstar train CONFIG --device cpu EXTRA...` in `cwd`.
+inline RunResult train_on_cpu(const std::string& config_path, const std::vector<std::string>& extra,
+                              const fs::path& cwd) {
+  std::vector<std::string> args{"train", config_path, "--device", "cpu"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return run_pstar(args, cwd);
+}
+
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }

@@ -98,9 +98,7 @@ class DistTrainTest : public ::testing::Test {
   }
 
   RunResult train(const std::string& config_path, const std::vector<std::string>& extra) {
-    std::vector<std::string> args{"train", config_path, "--device", "cpu"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return run_pstar(args, dir_.path());
+    return train_on_cpu(config_path, extra, dir_.path());
   }
 
   // One rank started by hand with torchrun's variables.
