@@ -256,6 +256,7 @@ def pstar_figures(d, a, params, fpt):
            "moved_h2d_bytes_per_step": None, "moved_d2h_bytes_per_step": None,
            "prefetched_h2d_bytes_per_step": None, "adam_device_chunks": None,
            "adam_queued_chunks": None, "adam_early_chunks": None, "adam_wait_s_per_step": None,
+           "grad_norms": None, "adam_speculated_chunks": None, "adam_rolled_back_chunks": None,
            "split_s_per_step": None, "wall_s": measure["wall_s"]}
     if steps:
         out["loss_first"], out["loss_last"] = steps[0]["loss"], steps[-1]["loss"]
@@ -289,6 +290,12 @@ def pstar_figures(d, a, params, fpt):
         out["device_syncs_per_step"] = sum(syncs) / len(syncs) if syncs else None
         waits = [s["adam_wait_s"] for s in timed if s.get("adam_wait_s") is not None]
         out["adam_wait_s_per_step"] = sum(waits) / len(waits) if waits else None
+        # Note [speculative adam]: whether the timed steps clipped is read off their norms, and
+        # what speculation did from its counts (absent from the metrics when it is off).
+        out["grad_norms"] = [s.get("grad_norm") for s in timed]
+        for key in ("adam_speculated_chunks", "adam_rolled_back_chunks"):
+            vals = [s[key] for s in timed if s.get(key) is not None]
+            out[key] = sum(vals) if vals else None
         # Note [step split] (train/trainer_step.cpp): the training thread's parts of a step, and
         # inside them its time in chunk moves and waiting for queued host Adam; mean per step.
         split = {}

@@ -97,6 +97,7 @@ def figures(row):
     keep = ("tokens_per_s", "tflops", "s_per_step_median", "s_per_step_min", "s_per_step_max",
             "setup_s", "step1_s", "release_s", "host_bytes_per_param", "split_s_per_step",
             "device_peak_bytes", "moved_h2d_bytes_per_step", "moved_d2h_bytes_per_step",
+            "grad_norms", "adam_speculated_chunks", "adam_rolled_back_chunks",
             "exit_code", "error", "startup")
     out = {"model": row.get("model", "gpt"), "hidden": row.get("hidden"),
            "layers": row.get("layers"), "params": row.get("params"), "seq": row.get("seq"),
