@@ -18,6 +18,7 @@
 #include "pstar/checkpoint/schema.h"
 #include "pstar/checkpoint/store.h"
 #include "pstar/chunk/access_trace.h"
+#include "pstar/core/clock.h"
 #include "pstar/core/log.h"
 #include "pstar/core/random_id.h"
 #include "pstar/nvme/aligned_buffer.h"
@@ -191,6 +192,7 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
                              int64_t predicted_non_model, dist::Communicator* comm,
                              std::unique_ptr<tier::DeviceTier> device_tier) {
   PSTAR_INTERNAL_ASSERT(plan.chunked, "a chunk engine for a plan of engine.mode \"torch\"");
+  const auto construction_begin = core::Clock::now();
   const plan::ChunkLayout layout = chosen_layout(plan, leaves);
   impl_ = make_impl(plan, layout, comm, std::move(device_tier));
   Impl& s = *impl_;
@@ -287,6 +289,10 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
                     ")")
           : std::string(),
       "; predicted non-model peak ", format_bytes(predicted_non_model));
+  // Note [set-up phases]: what the constructor did besides allocating is the plan's.
+  s.registering.construction_alloc_s = store.setup_phases().total_seconds();
+  s.registering.construction_plan_s =
+      std::max(0.0, core::seconds_since(construction_begin) - s.registering.construction_alloc_s);
 }
 
 ChunkedEngine::~ChunkedEngine() = default;

@@ -62,6 +62,9 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
     double seconds = 0;
     int64_t total_bytes = 0;
     core::SetupPhases values;
+    // The constructor's own time: the layout and fit (kPlan), and the allocation it made (the
+    // pinned reservation, NVMe buffers), which the store's phases hold already.
+    double construction_plan_s = 0, construction_alloc_s = 0;
     std::unique_ptr<core::SetupProgress> progress;
   } registering;
   // Start-up is on the host whatever the tier: LibTorch's CPU allocations are what the model holds

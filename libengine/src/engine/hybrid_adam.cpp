@@ -301,9 +301,8 @@ void HybridAdam::await_for_optimizer() {
     // floating-point state (the worker runs a job with its submitter's), gives the same bits.
     const std::shared_ptr<std::atomic<bool>> claim = std::move(c.adam.sq_claim);
     if (claim && !worker_->done(c.adam.sq_ticket) && !claim->exchange(true)) {
-      const optim::AdamSpan grads = compute_span(c, c.param.data(), store_.grad_data(c));
       c.adam.early_sq =
-          store_.tier().grad_sq_sum(Place::kHost, grads.grad, grads.grad_type, grads.numel);
+          store_.tier().grad_sq_sum(Place::kHost, store_.grad_data(c), store_.grad_type(), c.used);
     } else {
       const auto begin = std::chrono::steady_clock::now();
       worker_->wait(c.adam.sq_ticket);

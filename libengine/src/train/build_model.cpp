@@ -106,15 +106,11 @@ ModelAndEngine build_model_and_engine(const plan::RunPlan& plan, dist::Communica
               " on the device, counted as non-model memory from the start");
   std::unique_ptr<tier::DeviceTier> tier = make_tier(plan, non_model);
   tier_timer.stop();
-  // The layout and fit are the plan's; the pinned reservation the constructor makes is timed as
-  // allocation by the engine itself (setup_phases below), so it is taken out here, not counted
-  // twice.
-  const auto construct_begin = core::Clock::now();
+  // The engine times its own construction: the layout and fit as plan, its reservations as
+  // allocation (setup_phases below, which kModel is the rest of).
+  const auto build_begin = core::Clock::now();
   auto engine = std::make_unique<ChunkedEngine>(plan, plan::model_leaf_modules(shape), non_model,
                                                 comm, std::move(tier));
-  phases.add(core::SetupPhase::kPlan,
-             core::seconds_since(construct_begin) - engine->setup_phases().total_seconds());
-  const auto build_begin = core::Clock::now();
   torch::manual_seed(config.training.seed);  // as build_model
   // Note [counter-based init]: the engine writes each unit's values straight into its chunks, or
   // leaves them to the weights loaded next.

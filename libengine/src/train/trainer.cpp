@@ -106,13 +106,10 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
     core::PhaseTimer tier_timer(&setup, core::SetupPhase::kTier);
     std::unique_ptr<tier::DeviceTier> tier = make_tier(plan, 0);
     tier_timer.stop();
-    // As build_model_and_engine: the constructor's allocation is the engine's own phase.
-    const auto construct_begin = core::Clock::now();
+    // The engine times its own construction (layout and fit as plan) in setup_phases().
     auto chunk_engine =
         std::make_unique<engine::ChunkedEngine>(plan, engine::ChunkedEngine::leaf_modules(*model),
                                                 /*predicted_non_model=*/0, comm, std::move(tier));
-    setup.add(core::SetupPhase::kPlan,
-              core::seconds_since(construct_begin) - chunk_engine->setup_phases().total_seconds());
     chunk_engine->register_unit(*model, "");
     chunk_engine->finish_registration();
     setup.merge(chunk_engine->setup_phases());
