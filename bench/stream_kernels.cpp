@@ -50,6 +50,8 @@ struct Kernels {
   double (*read)(const double*, int64_t, int64_t);
   void (*same_shape)(float*, float*, float*, const float*, int64_t, int64_t);
   void (*same_shape_bf16)(float*, float*, float*, const uint16_t*, uint16_t*, int64_t, int64_t);
+  void (*redirected)(const Redirected&, int64_t, int64_t);
+  bool redirected_nontemporal;
 };
 
 // A bf16 value as fp32 (exact), and fp32 truncated to bf16: the same-shape loops' stand-ins for
@@ -133,6 +135,36 @@ __attribute__((target("avx512f,prefer-vector-width=512"))) void same_shape_bf16_
   }
 }
 
+// Lanes [i, i + n) of the redirected loop one at a time (heads and tails), ordinary stores.
+inline void redirected_scalar(const Redirected& r, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    const float gi = from_bf16(r.g[i]);
+    r.m_out[i] = r.m[i] * 0.5f + gi;
+    r.v_out[i] = r.v[i] * 0.5f + gi;
+    r.p_out[i] = r.p[i] - gi;
+    r.out[i] = to_bf16(r.p_out[i]);
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,prefer-vector-width=512"))) void redirected_avx512(
+    const Redirected& r, int64_t begin, int64_t end) {
+  int64_t i = aligned_from(r.p_out, begin, end);
+  redirected_scalar(r, begin, i);
+  const __m512 half = _mm512_set1_ps(0.5f);
+  for (; i + 16 <= end; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.g + i));
+    const __m512 g = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    _mm512_stream_ps(r.m_out + i, _mm512_fmadd_ps(_mm512_loadu_ps(r.m + i), half, g));
+    _mm512_stream_ps(r.v_out + i, _mm512_fmadd_ps(_mm512_loadu_ps(r.v + i), half, g));
+    const __m512 p = _mm512_sub_ps(_mm512_loadu_ps(r.p + i), g);
+    _mm512_stream_ps(r.p_out + i, p);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(r.out + i),
+                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(p), 16)));
+  }
+  redirected_scalar(r, i, end);
+  _mm_sfence();
+}
+
 // ---- AVX2 --------------------------------------------------------------------------------------
 
 __attribute__((target("avx2,fma"))) void triad_avx2(double* __restrict a, const double* b,
@@ -201,6 +233,27 @@ __attribute__((target("avx2,fma"))) void same_shape_bf16_avx2(
   }
 }
 
+__attribute__((target("avx2,fma"))) void redirected_avx2(const Redirected& r, int64_t begin,
+                                                         int64_t end) {
+  int64_t i = aligned_from(r.p_out, begin, end);
+  redirected_scalar(r, begin, i);
+  const __m256 half = _mm256_set1_ps(0.5f);
+  for (; i + 8 <= end; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.g + i));
+    const __m256 g = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    _mm256_stream_ps(r.m_out + i, _mm256_fmadd_ps(_mm256_loadu_ps(r.m + i), half, g));
+    _mm256_stream_ps(r.v_out + i, _mm256_fmadd_ps(_mm256_loadu_ps(r.v + i), half, g));
+    const __m256 p = _mm256_sub_ps(_mm256_loadu_ps(r.p + i), g);
+    _mm256_stream_ps(r.p_out + i, p);
+    const __m256i top = _mm256_srli_epi32(_mm256_castps_si256(p), 16);
+    _mm_stream_si128(
+        reinterpret_cast<__m128i*>(r.out + i),
+        _mm_packus_epi32(_mm256_castsi256_si128(top), _mm256_extracti128_si256(top, 1)));
+  }
+  redirected_scalar(r, i, end);
+  _mm_sfence();
+}
+
 // ---- SSE2 (every x86-64) -----------------------------------------------------------------------
 
 void triad_sse2(double* __restrict a, const double* b, const double* c, double s, int64_t begin,
@@ -266,10 +319,17 @@ void same_shape_bf16_sse2(float* __restrict p, float* __restrict m, float* __res
   }
 }
 
-constexpr Kernels kAvx512{triad_avx512, copy_avx512, read_avx512, same_shape_avx512,
-                          same_shape_bf16_avx512};
-constexpr Kernels kAvx2{triad_avx2, copy_avx2, read_avx2, same_shape_avx2, same_shape_bf16_avx2};
-constexpr Kernels kSse2{triad_sse2, copy_sse2, read_sse2, same_shape_sse2, same_shape_bf16_sse2};
+// Host Adam's scalar kernel stores ordinarily (Note [streaming stores]): so does this one.
+void redirected_sse2(const Redirected& r, int64_t begin, int64_t end) {
+  redirected_scalar(r, begin, end);
+}
+
+constexpr Kernels kAvx512{triad_avx512,           copy_avx512,       read_avx512, same_shape_avx512,
+                          same_shape_bf16_avx512, redirected_avx512, true};
+constexpr Kernels kAvx2{triad_avx2,           copy_avx2,       read_avx2, same_shape_avx2,
+                        same_shape_bf16_avx2, redirected_avx2, true};
+constexpr Kernels kSse2{triad_sse2,           copy_sse2,       read_sse2, same_shape_sse2,
+                        same_shape_bf16_sse2, redirected_sse2, false};
 
 const Kernels* g_kernels = &kSse2;
 const char* g_isa = "sse2";
@@ -334,6 +394,12 @@ void same_shape_bf16(float* p, float* m, float* v, const uint16_t* g, uint16_t* 
   const Kernels& k = *g_kernels;
   for_each_thread_range(
       n, [&](int64_t begin, int64_t end) { k.same_shape_bf16(p, m, v, g, out, begin, end); });
+}
+
+int redirected(const Redirected& r, int64_t n) {
+  const Kernels& k = *g_kernels;
+  for_each_thread_range(n, [&](int64_t begin, int64_t end) { k.redirected(r, begin, end); });
+  return k.redirected_nontemporal ? 28 : 42;
 }
 
 }  // namespace pstar::bench::stream

@@ -35,4 +35,18 @@ void same_shape(float* p, float* m, float* v, const float* g, int64_t n);
 // unless the CPU skips it for whole-line writes).
 void same_shape_bf16(float* p, float* m, float* v, const uint16_t* g, uint16_t* out, int64_t n);
 
+// Speculative host Adam's access pattern (Note [streaming stores] in host_adam.cpp): reads p, m, v
+// and a bf16 g, writes *_out and out, other arrays, with non-temporal stores where host Adam's
+// vector kernels use them (AVX-512, AVX2) and ordinary ones otherwise. The outputs must be aligned
+// alike (64-byte aligned arrays are).
+struct Redirected {
+  const float *p, *m, *v;
+  const uint16_t* g;
+  float *p_out, *m_out, *v_out;
+  uint16_t* out;
+};
+// Returns the real bytes it moved per element: 28 (14 read, 14 written), or 42 with ordinary stores
+// (write-allocate on every output line).
+int redirected(const Redirected& r, int64_t n);
+
 }  // namespace pstar::bench::stream

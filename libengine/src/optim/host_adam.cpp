@@ -205,6 +205,44 @@ void check_param_out_type(ParamOutType type) {
 
 }  // namespace
 
+// Note [streaming stores]
+// Speculation (Note [speculative adam] in engine/hybrid_adam.h) redirects a chunk's new state into
+// a rollback slot, lines this step has not read. An ordinary store to such a line makes the core
+// read it first (write-allocate): a redirected bf16 step moves 42 bytes a parameter where in place
+// moves 28, and took 1.57x as long as in place (pstar-bench-adam on a 2-core EPYC with AVX-512). On
+// a GPU host, where host Adam's memory traffic bounds the step, the 7.46B step that speculated and
+// never rolled back took 2.49 s against 1.98 s waiting for the norm (the H200 ledger of
+// 2026-11-27). So the vector kernels store a redirected span's outputs with non-temporal stores,
+// which write whole lines without reading them (and leave the caches to the next step's work; the
+// next reader of those gigabytes, a copy to the device or the next Adam, would not find them
+// cached anyway). They need aligned addresses: a kernel stores ordinarily up to the first index
+// where every output is aligned for its vector, then streams; it never streams when the outputs are
+// not aligned alike (pstar's blocks all start on pages, so its slots always are). The values are
+// the same bits; only the way they reach memory changes. Non-temporal stores are weakly ordered, so
+// a kernel fences them (sfence) at the end of its range, before the OpenMP barrier or the worker's
+// completion makes them visible to another thread. The scalar kernel, a fallback, stores
+// ordinarily.
+int64_t streaming_begin(const AdamSpan& s, int64_t begin, int64_t end, int lanes) {
+  if (s.master_out == nullptr || lanes <= 0) return -1;
+  const uintptr_t vector_bytes = static_cast<uintptr_t>(lanes) * 4;
+  const auto address = [](const void* p, int64_t index, int64_t elem_bytes) {
+    return reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(index * elem_bytes);
+  };
+  const uintptr_t first = address(s.master_out, begin, 4);
+  if (first % 4 != 0) return -1;
+  const auto behind = static_cast<int64_t>((first % vector_bytes) / 4);
+  const int64_t i = behind == 0 ? begin : begin + lanes - behind;
+  if (i + lanes > end) return -1;
+  if (address(s.exp_avg_out, i, 4) % vector_bytes != 0 ||
+      address(s.exp_avg_sq_out, i, 4) % vector_bytes != 0)
+    return -1;
+  // The parameters' vector holds as many 2-byte values: half the bytes.
+  if (s.param_out_type != ParamOutType::kNone &&
+      address(s.param_out, i, 2) % (vector_bytes / 2) != 0)
+    return -1;
+  return i;
+}
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::kScalar:

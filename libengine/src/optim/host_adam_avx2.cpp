@@ -79,35 +79,40 @@ void adam_lanes(const Consts& k, __m256 grad, __m256& p, __m256& m, __m256& v) {
   p = _mm256_add_ps(p, _mm256_div_ps(_mm256_mul_ps(k.neg_step_size, m), denom));
 }
 
+// Lanes [i, i + 8): ordinary unaligned stores, or non-temporal aligned ones (Note [streaming
+// stores] in host_adam.cpp).
+template <GradType G, ParamOutType P, int kWd, bool kStream>
+void adam_lanes_at(const Consts& k, const AdamSpan& s, int64_t i) {
+  __m256 p = _mm256_loadu_ps(s.master + i);
+  __m256 m = _mm256_loadu_ps(s.exp_avg + i);
+  __m256 v = _mm256_loadu_ps(s.exp_avg_sq + i);
+  adam_lanes<kWd>(k, load_grad<G>(s.grad, i), p, m, v);
+  __m128i half = _mm_setzero_si128();
+  if constexpr (P == ParamOutType::kBF16) half = to_bf16(p);
+  if constexpr (P == ParamOutType::kF16) half = to_f16(p);
+  auto* out = reinterpret_cast<__m128i*>(static_cast<uint16_t*>(s.param_out) + i);
+  if constexpr (kStream) {
+    _mm256_stream_ps(s.master_dst() + i, p);
+    _mm256_stream_ps(s.exp_avg_dst() + i, m);
+    _mm256_stream_ps(s.exp_avg_sq_dst() + i, v);
+    if constexpr (P != ParamOutType::kNone) _mm_stream_si128(out, half);
+  } else {
+    _mm256_storeu_ps(s.master_dst() + i, p);
+    _mm256_storeu_ps(s.exp_avg_dst() + i, m);
+    _mm256_storeu_ps(s.exp_avg_sq_dst() + i, v);
+    if constexpr (P != ParamOutType::kNone) _mm_storeu_si128(out, half);
+  }
+}
+
+// Fewer than 8 elements [i, end) through the same lanes via zero-padded copies (zeros compute
+// harmlessly).
 template <GradType G, ParamOutType P, int kWd>
-void adam_impl(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int64_t end) {
-  const Consts k(c);
+void adam_partial(const Consts& k, const AdamSpan& s, int64_t i, int64_t end) {
+  const int64_t rest = end - i;
+  if (rest <= 0) return;
   const float* master = s.master;
   const float* exp_avg = s.exp_avg;
   const float* exp_avg_sq = s.exp_avg_sq;
-  float* master_dst = s.master_dst();
-  float* exp_avg_dst = s.exp_avg_dst();
-  float* exp_avg_sq_dst = s.exp_avg_sq_dst();
-  uint16_t* out = static_cast<uint16_t*>(s.param_out);
-  int64_t i = begin;
-  for (; i + kLanes <= end; i += kLanes) {
-    __m256 p = _mm256_loadu_ps(master + i);
-    __m256 m = _mm256_loadu_ps(exp_avg + i);
-    __m256 v = _mm256_loadu_ps(exp_avg_sq + i);
-    adam_lanes<kWd>(k, load_grad<G>(s.grad, i), p, m, v);
-    _mm256_storeu_ps(master_dst + i, p);
-    _mm256_storeu_ps(exp_avg_dst + i, m);
-    _mm256_storeu_ps(exp_avg_sq_dst + i, v);
-    if constexpr (P == ParamOutType::kBF16) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), to_bf16(p));
-    }
-    if constexpr (P == ParamOutType::kF16) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), to_f16(p));
-    }
-  }
-  const int64_t rest = end - i;
-  if (rest == 0) return;
-  // The tail goes through the same lanes via zero-padded copies (zeros compute harmlessly).
   alignas(32) float pb[kLanes] = {}, mb[kLanes] = {}, vb[kLanes] = {}, gf[kLanes] = {};
   alignas(16) uint16_t gh[kLanes] = {}, ob[kLanes] = {};
   for (int64_t j = 0; j < rest; ++j) {
@@ -136,12 +141,32 @@ void adam_impl(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int64_t en
   if constexpr (P == ParamOutType::kBF16)
     _mm_store_si128(reinterpret_cast<__m128i*>(ob), to_bf16(p));
   if constexpr (P == ParamOutType::kF16) _mm_store_si128(reinterpret_cast<__m128i*>(ob), to_f16(p));
+  float* master_dst = s.master_dst();
+  float* exp_avg_dst = s.exp_avg_dst();
+  float* exp_avg_sq_dst = s.exp_avg_sq_dst();
+  uint16_t* out = static_cast<uint16_t*>(s.param_out);
   for (int64_t j = 0; j < rest; ++j) {
     master_dst[i + j] = pb[j];
     exp_avg_dst[i + j] = mb[j];
     exp_avg_sq_dst[i + j] = vb[j];
     if constexpr (P != ParamOutType::kNone) out[i + j] = ob[j];
   }
+}
+
+template <GradType G, ParamOutType P, int kWd>
+void adam_impl(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int64_t end) {
+  const Consts k(c);
+  int64_t i = begin;
+  // A redirected span's outputs are stored non-temporally from the first index where all of them
+  // are aligned (Note [streaming stores] in host_adam.cpp).
+  const int64_t stream = streaming_begin(s, begin, end, kLanes);
+  if (stream >= 0) {
+    adam_partial<G, P, kWd>(k, s, i, stream);
+    for (i = stream; i + kLanes <= end; i += kLanes) adam_lanes_at<G, P, kWd, true>(k, s, i);
+    _mm_sfence();
+  }
+  for (; i + kLanes <= end; i += kLanes) adam_lanes_at<G, P, kWd, false>(k, s, i);
+  adam_partial<G, P, kWd>(k, s, i, end);
 }
 
 template <GradType G, ParamOutType P>

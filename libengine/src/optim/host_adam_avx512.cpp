@@ -85,27 +85,51 @@ void adam_lanes(const Consts& k, __m512 grad, __m512& p, __m512& m, __m512& v) {
   p = _mm512_add_ps(p, _mm512_div_ps(_mm512_mul_ps(k.neg_step_size, m), denom));
 }
 
-template <GradType G, ParamOutType P, int kWd>
+// Lanes [i, i + 16) within `mask`: ordinary masked stores, or (kStream, whole vectors only)
+// non-temporal aligned ones (Note [streaming stores] in host_adam.cpp).
+template <GradType G, ParamOutType P, int kWd, bool kStream>
 void adam_lanes_at(const Consts& k, const AdamSpan& s, int64_t i, __mmask16 mask) {
   __m512 p = _mm512_maskz_loadu_ps(mask, s.master + i);
   __m512 m = _mm512_maskz_loadu_ps(mask, s.exp_avg + i);
   __m512 v = _mm512_maskz_loadu_ps(mask, s.exp_avg_sq + i);
   adam_lanes<kWd>(k, load_grad<G>(s.grad, i, mask), p, m, v);
-  _mm512_mask_storeu_ps(s.master_dst() + i, mask, p);
-  _mm512_mask_storeu_ps(s.exp_avg_dst() + i, mask, m);
-  _mm512_mask_storeu_ps(s.exp_avg_sq_dst() + i, mask, v);
-  uint16_t* out = static_cast<uint16_t*>(s.param_out);
-  if constexpr (P == ParamOutType::kBF16) _mm256_mask_storeu_epi16(out + i, mask, to_bf16(p));
-  if constexpr (P == ParamOutType::kF16) _mm256_mask_storeu_epi16(out + i, mask, to_f16(p));
+  __m256i half = _mm256_setzero_si256();
+  if constexpr (P == ParamOutType::kBF16) half = to_bf16(p);
+  if constexpr (P == ParamOutType::kF16) half = to_f16(p);
+  uint16_t* out = static_cast<uint16_t*>(s.param_out) + i;
+  if constexpr (kStream) {
+    _mm512_stream_ps(s.master_dst() + i, p);
+    _mm512_stream_ps(s.exp_avg_dst() + i, m);
+    _mm512_stream_ps(s.exp_avg_sq_dst() + i, v);
+    if constexpr (P != ParamOutType::kNone)
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(out), half);
+  } else {
+    _mm512_mask_storeu_ps(s.master_dst() + i, mask, p);
+    _mm512_mask_storeu_ps(s.exp_avg_dst() + i, mask, m);
+    _mm512_mask_storeu_ps(s.exp_avg_sq_dst() + i, mask, v);
+    if constexpr (P != ParamOutType::kNone) _mm256_mask_storeu_epi16(out, mask, half);
+  }
 }
+
+__mmask16 first_lanes(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
 
 template <GradType G, ParamOutType P, int kWd>
 void adam_impl(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int64_t end) {
   const Consts k(c);
   int64_t i = begin;
-  for (; i + kLanes <= end; i += kLanes) adam_lanes_at<G, P, kWd>(k, s, i, 0xFFFF);
+  // A redirected span's outputs are stored non-temporally from the first index where all of them
+  // are aligned (Note [streaming stores] in host_adam.cpp); the fewer than 16 before it,
+  // ordinarily.
+  const int64_t stream = streaming_begin(s, begin, end, kLanes);
+  if (stream >= 0) {
+    if (stream > i) adam_lanes_at<G, P, kWd, false>(k, s, i, first_lanes(stream - i));
+    for (i = stream; i + kLanes <= end; i += kLanes)
+      adam_lanes_at<G, P, kWd, true>(k, s, i, 0xFFFF);
+    _mm_sfence();
+  }
+  for (; i + kLanes <= end; i += kLanes) adam_lanes_at<G, P, kWd, false>(k, s, i, 0xFFFF);
   const int64_t rest = end - i;
-  if (rest > 0) adam_lanes_at<G, P, kWd>(k, s, i, static_cast<__mmask16>((1u << rest) - 1));
+  if (rest > 0) adam_lanes_at<G, P, kWd, false>(k, s, i, first_lanes(rest));
 }
 
 template <GradType G, ParamOutType P>
@@ -152,7 +176,7 @@ double sq_sum_impl(const void* grad, int64_t begin, int64_t end) {
   for (; i + kLanes <= end; i += kLanes) sq_accumulate<G>(grad, i, 0xFFFF, acc0, acc1);
   const int64_t rest = end - i;
   if (rest > 0) {
-    sq_accumulate<G>(grad, i, static_cast<__mmask16>((1u << rest) - 1), acc0, acc1);
+    sq_accumulate<G>(grad, i, first_lanes(rest), acc0, acc1);
   }
   alignas(64) double lanes[kSqSumLanes];
   _mm512_store_pd(lanes, acc0);

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "host_adam_test_util.h"
 #include "pstar/base/error.h"
 #include "pstar/core/torch_compat.h"
 #include "pstar/optim/host_adam.h"
@@ -25,32 +26,11 @@ using pstar::optim::AdamSpan;
 using pstar::optim::GradType;
 using pstar::optim::ParamOutType;
 using pstar::optim::detail::Isa;
-
-// Forces an ISA for the scope of a test and restores the default afterwards.
-class ScopedIsa {
- public:
-  explicit ScopedIsa(Isa isa) { pstar::optim::detail::set_isa_for_testing(&isa); }
-  ~ScopedIsa() { pstar::optim::detail::set_isa_for_testing(nullptr); }
-};
-
-class ScopedOmpThreads {
- public:
-  explicit ScopedOmpThreads(int threads) : saved_(omp_get_max_threads()) {
-    omp_set_num_threads(threads);
-  }
-  ~ScopedOmpThreads() { omp_set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
-std::vector<Isa> available_isas() {
-  std::vector<Isa> isas = {Isa::kScalar};
-  const Isa best = pstar::optim::detail::detected_isa();
-  if (static_cast<int>(best) >= static_cast<int>(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
-  if (best == Isa::kAvx512) isas.push_back(Isa::kAvx512);
-  return isas;
-}
+using pstar::test::available_isas;
+using pstar::test::bits_of;
+using pstar::test::expect_same_bits;
+using pstar::test::ScopedIsa;
+using pstar::test::ScopedOmpThreads;
 
 torch::ScalarType grad_dtype(GradType type) {
   switch (type) {
@@ -169,20 +149,11 @@ void expect_close(const torch::Tensor& ours, const torch::Tensor& ref, double rt
   EXPECT_EQ(n_far, 0) << detail;
 }
 
-torch::Tensor bits_of(const torch::Tensor& t) {
-  return t.element_size() == 4 ? t.view(torch::kInt32) : t.view(torch::kInt16);
-}
-
 // Bit-identical, except that two NaNs may carry different payloads.
 void expect_same_bits_or_nan(const torch::Tensor& a, const torch::Tensor& b,
                              const std::string& what) {
   const auto same = bits_of(a).eq(bits_of(b)).logical_or(a.isnan().logical_and(b.isnan()));
   const int64_t n_diff = a.numel() - same.sum().item<int64_t>();
-  EXPECT_EQ(n_diff, 0) << what << ": " << n_diff << " elements differ in their bits";
-}
-
-void expect_same_bits(const torch::Tensor& a, const torch::Tensor& b, const std::string& what) {
-  const int64_t n_diff = bits_of(a).ne(bits_of(b)).sum().item<int64_t>();
   EXPECT_EQ(n_diff, 0) << what << ": " << n_diff << " elements differ in their bits";
 }
 
@@ -582,54 +553,6 @@ TEST(HostAdam, RejectsInvalidArguments) {
   expect_config_error(AdamHyper(), no_grad, 1, "must not be null");
   // An empty span is a no-op, null pointers included.
   pstar::optim::host_adam_step(AdamHyper(), 1, AdamSpan());
-}
-
-// Note [speculative adam]: with the *_out pointers set the kernel reads the state where it is and
-// writes elsewhere, the same bits as in place, on every ISA; the originals keep their values.
-TEST(HostAdam, OutOfPlaceWritesTheInPlaceBitsAndKeepsTheOriginals) {
-  const int64_t n = 100003;
-  for (Isa isa : available_isas()) {
-    ScopedIsa scoped(isa);
-    torch::manual_seed(10);
-    auto master = torch::randn({n}), m = torch::randn({n}), v = torch::rand({n});
-    auto grad = torch::randn({n}).to(torch::kBFloat16);
-    const auto master0 = master.clone(), m0 = m.clone(), v0 = v.clone(), grad0 = grad.clone();
-    auto in_master = master.clone(), in_m = m.clone(), in_v = v.clone();
-    auto in_out = torch::empty({n}, torch::kBFloat16), out = torch::empty({n}, torch::kBFloat16);
-    auto master_out = torch::full({n}, 7.0f), m_out = torch::full({n}, 7.0f),
-         v_out = torch::full({n}, 7.0f);
-    AdamHyper hyper;
-    hyper.lr = 0.01f;
-    hyper.weight_decay = 0.1f;
-    hyper.step = 3;
-    host_adam_step(
-        hyper, 0.5f,
-        AdamSpan{in_master.data_ptr<float>(), in_m.data_ptr<float>(), in_v.data_ptr<float>(),
-                 grad.data_ptr(), GradType::kBF16, in_out.data_ptr(), ParamOutType::kBF16, n});
-    AdamSpan span{
-        master.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), grad.data_ptr(),
-        GradType::kBF16,          out.data_ptr(),      ParamOutType::kBF16, n};
-    span.master_out = master_out.data_ptr<float>();
-    span.exp_avg_out = m_out.data_ptr<float>();
-    span.exp_avg_sq_out = v_out.data_ptr<float>();
-    host_adam_step(hyper, 0.5f, span);
-    const std::string isa_name = pstar::optim::detail::isa_name(isa);
-    expect_same_bits(master_out, in_master, isa_name + " master");
-    expect_same_bits(m_out, in_m, isa_name + " exp_avg");
-    expect_same_bits(v_out, in_v, isa_name + " exp_avg_sq");
-    expect_same_bits(out, in_out, isa_name + " param_out");
-    expect_same_bits(master, master0, isa_name + " master kept");
-    expect_same_bits(m, m0, isa_name + " exp_avg kept");
-    expect_same_bits(v, v0, isa_name + " exp_avg_sq kept");
-    EXPECT_TRUE(torch::equal(grad, grad0));
-  }
-  AdamSpan half;
-  auto x = torch::zeros({4});
-  half.master = half.exp_avg = half.exp_avg_sq = x.data_ptr<float>();
-  half.grad = x.data_ptr();
-  half.numel = 4;
-  half.master_out = x.data_ptr<float>();
-  EXPECT_THROW(host_adam_step(AdamHyper{}, 1.0f, half), pstar::ConfigError);
 }
 
 // The chunk engine's param/grad reuse passes the same buffer as grad and param_out: each element's

@@ -96,6 +96,12 @@ Isa resolve_isa(const char* env_value, Isa detected);
 // kernels.
 Isa set_isa_for_testing(const Isa* isa);
 
+// Note [streaming stores] in host_adam.cpp: the first index in [begin, end) from which a vector
+// kernel of `lanes` fp32 lanes may store a redirected span's outputs (the *_out pointers set)
+// non-temporally, every output aligned for its vector there and a whole vector left; -1 when the
+// span is in place, its outputs are not aligned alike, or no whole vector is left.
+int64_t streaming_begin(const AdamSpan& span, int64_t begin, int64_t end, int lanes);
+
 // Scalar coefficients of one step, computed in double as LibTorch does and rounded to float where
 // LibTorch converts a Scalar to the tensor's dtype.
 struct AdamCoeffs {
