@@ -1,6 +1,7 @@
 #include "pstar/model/hooks.h"
 
 #include <atomic>
+#include <utility>
 
 #include <torch/autograd.h>
 
@@ -8,6 +9,7 @@ namespace pstar::model {
 namespace {
 
 std::atomic<ModuleHooks*> g_hooks{nullptr};
+thread_local ModuleHooks* t_hooks = nullptr;
 
 // Identity in forward; in backward it calls pre_backward before the module's own backward runs
 // (the gradient reaches this node first because it wraps the module's output).
@@ -53,12 +55,18 @@ struct Checkpoint : public torch::autograd::Function<Checkpoint> {
 
 }  // namespace
 
-ModuleHooks* active_hooks() { return g_hooks.load(std::memory_order_acquire); }
+ModuleHooks* active_hooks() {
+  return t_hooks != nullptr ? t_hooks : g_hooks.load(std::memory_order_acquire);
+}
 
 ScopedModuleHooks::ScopedModuleHooks(ModuleHooks* hooks)
-    : previous_(g_hooks.exchange(hooks, std::memory_order_acq_rel)) {}
+    : previous_(g_hooks.exchange(hooks, std::memory_order_acq_rel)),
+      previous_on_thread_(std::exchange(t_hooks, hooks)) {}
 
-ScopedModuleHooks::~ScopedModuleHooks() { g_hooks.store(previous_, std::memory_order_release); }
+ScopedModuleHooks::~ScopedModuleHooks() {
+  t_hooks = previous_on_thread_;
+  g_hooks.store(previous_, std::memory_order_release);
+}
 
 torch::Tensor run_module(torch::nn::Module& module, const std::function<torch::Tensor()>& forward) {
   ModuleHooks* hooks = active_hooks();

@@ -202,7 +202,7 @@ PreparedRun prepare_run(const config::TrainConfig& config, const TrainOptions& o
     run_options.progress = options.progress && world.rank == 0;
     log::info("rank ", world.rank, " of ", world.world_size, " (", world.launcher,
               "), rendezvous at ", world.master_addr, ":", world.port);
-    run.comm = std::make_unique<dist::Communicator>(world, options.dist_timeout);
+    run.comm = dist::connect_gloo(world, options.dist_timeout);
     check_same_config(*run.comm, config);
     run_options.comm = run.comm.get();
   }

@@ -55,8 +55,8 @@ inline void run_ranks(int n, const std::function<bool(dist::Communicator&)>& bod
     if (pid == 0) {
       bool ok = false;
       try {
-        dist::Communicator comm(world_of(r), timeout);
-        ok = body(comm);
+        const auto comm = dist::connect_gloo(world_of(r), timeout);
+        ok = body(*comm);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
       }
@@ -65,8 +65,8 @@ inline void run_ranks(int n, const std::function<bool(dist::Communicator&)>& bod
     children.push_back(pid);
   }
   try {
-    dist::Communicator comm(world_of(0), timeout);
-    EXPECT_TRUE(body(comm)) << "rank 0";
+    const auto comm = dist::connect_gloo(world_of(0), timeout);
+    EXPECT_TRUE(body(*comm)) << "rank 0";
   } catch (const std::exception& e) {
     ADD_FAILURE() << "rank 0: " << e.what();
   }

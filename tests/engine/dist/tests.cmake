@@ -1,5 +1,6 @@
 pstar_add_test(NAME engine_dist_tests LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/world_test.cpp ${CMAKE_CURRENT_LIST_DIR}/nccl_missing_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/thread_ranks_test.cpp
   LIBS pstar::engine)
 # The collectives between forked processes.
 pstar_add_test(NAME engine_dist_comm_tests LABEL multiprocess

@@ -1,6 +1,6 @@
-// Collectives between the ranks of a data-parallel run, over LibTorch's c10d: a TCPStore for the
-// rendezvous (rank 0 hosts it) and ProcessGroupGloo between CPU tensors. The chunk engine needs
-// only what this class offers, so no c10d header leaks into the engine.
+// Collectives between the ranks of a data-parallel run. The run's are LibTorch's c10d: a TCPStore
+// for the rendezvous (rank 0 hosts it) and ProcessGroupGloo between CPU tensors. The chunk engine
+// needs only what Communicator offers, so no c10d header leaks into the engine.
 //
 // Note [ring collectives]
 // LibTorch 1.13's Gloo group has no reduce_scatter and no bf16 at all. Chunk groups are therefore
@@ -26,40 +26,46 @@ struct CommStats {
   double seconds = 0;      // wall time inside collectives, waiting for other ranks included
 };
 
+// What the chunk engine needs of the other ranks. The run's communicator is a GlooCommunicator
+// (connect_gloo); tests may stand in one of their own (tests/engine/dist/thread_ranks.h runs ranks
+// as threads of one process), and the device communicator of issue 36 is to be another. Every
+// rank calls the collectives in the same order; each call returns once this rank's result is
+// complete.
 class Communicator {
  public:
-  // Joins the run `world` describes. DistError naming the address, the port and what to change
-  // when the port is taken, the master cannot be reached within `timeout`, or a peer is missing.
-  // A collective that waits longer than `timeout` fails the same way (never a hang).
-  Communicator(const WorldInfo& world, std::chrono::seconds timeout);
-  ~Communicator();
+  virtual ~Communicator() = default;
+  Communicator() = default;
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
-  const WorldInfo& world() const;
+  virtual const WorldInfo& world() const = 0;
   int64_t rank() const { return world().rank; }
   int64_t world_size() const { return world().world_size; }
 
   // parts[r] is rank r's `bytes` bytes: this rank's is read, every other one is written.
-  void all_gather(const std::vector<void*>& parts, int64_t bytes);
+  virtual void all_gather(const std::vector<void*>& parts, int64_t bytes) = 0;
   // Sums part j over the ranks for every j and leaves the sum of part rank() in `out` (numel
   // floats). add_local(j, acc) adds this rank's contribution to part j into acc.
-  void reduce_scatter(int64_t numel, const std::function<void(int64_t part, float* acc)>& add_local,
-                      float* out);
+  virtual void reduce_scatter(int64_t numel,
+                              const std::function<void(int64_t part, float* acc)>& add_local,
+                              float* out) = 0;
   // In place, over all ranks.
-  void all_reduce_sum(std::vector<double>& values);
+  virtual void all_reduce_sum(std::vector<double>& values) = 0;
   double all_reduce_sum(double value);
-  void barrier();
+  virtual void barrier() = 0;
   // Every rank's `mine`, in rank order, through the store: for start-up checks.
-  std::vector<std::string> exchange(const std::string& key, const std::string& mine);
+  virtual std::vector<std::string> exchange(const std::string& key, const std::string& mine) = 0;
 
-  // Counters since the last call.
-  CommStats take_stats();
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  // Counters since the last call: payload bytes this rank sent (N - 1 parts per all-gather and
+  // reduce-scatter, the values of an all-reduce) and the seconds spent in collectives.
+  virtual CommStats take_stats() = 0;
 };
+
+// Joins the run `world` describes over c10d's Gloo (Note [ring collectives]). DistError naming
+// the address, the port and what to change when the port is taken, the master cannot be reached
+// within `timeout`, or a peer is missing. A collective that waits longer than `timeout` fails the
+// same way (never a hang).
+std::unique_ptr<Communicator> connect_gloo(const WorldInfo& world, std::chrono::seconds timeout);
 
 // Why this build of pstar has no NCCL communicator, for messages (Note [rank device] in
 // pstar/plan/rank_device.h); empty in a build that has one. None has yet: the communicator over

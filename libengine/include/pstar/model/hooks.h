@@ -36,8 +36,10 @@ inline bool is_embedding_leaf(const torch::nn::Module& module) {
   return dynamic_cast<const EmbeddingLeaf*>(&module) != nullptr;
 }
 
-// The engine's hooks while it trains; nullptr otherwise. Process-wide, because autograd may run
-// backward on its own threads.
+// The engine's hooks while it trains; nullptr otherwise. The hooks installed on this thread, or,
+// on a thread that installed none, the process's (autograd runs a CUDA backward on threads of its
+// own). Per thread first, so that ranks run as threads of one process (tests) each reach their
+// own engine; a CPU backward runs on the thread that called it.
 ModuleHooks* active_hooks();
 
 class ScopedModuleHooks {
@@ -49,6 +51,7 @@ class ScopedModuleHooks {
 
  private:
   ModuleHooks* previous_;
+  ModuleHooks* previous_on_thread_;
 };
 
 // Runs `forward` as `module`'s forward, with the active hooks around it.

@@ -1,0 +1,137 @@
+// ZeRO on four ranks without processes: each rank a thread of this process with the thread double
+// of the communicator (engine/dist/thread_ranks.h), the chunk engine and the trainer exactly as
+// `pstar train --nproc 4` runs them. Checks what the forked-process tests cannot see from outside:
+// which chunks each rank owns (a quarter each, every parameter once, at the offsets a one-rank
+// model has them, with its values), the collectives each step issues, and losses that track one
+// rank.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "engine/cpu_plan.h"
+#include "engine/dist/thread_ranks.h"
+#include "engine/small_gpt_config.h"
+#include "engine/step_losses.h"
+#include "pstar/base/strings.h"
+#include "pstar/checkpoint/schema.h"
+#include "pstar/dist/communicator.h"
+#include "pstar/engine/chunked_engine.h"
+#include "pstar/model/factory.h"
+#include "pstar/model/model_shape.h"
+#include "pstar/train/trainer.h"
+#include "test_util.h"
+
+namespace pstar::train {
+namespace {
+
+constexpr int kRanks = 4;
+constexpr int64_t kSteps = 4, kGlobalBatch = 4;
+
+// What one rank saw.
+struct RankRun {
+  std::vector<std::string> owned;  // parameter names whose chunk this rank owns
+  std::vector<StepMetrics> steps;
+};
+
+TEST(ThreadRanksTest, FourRanksOwnAQuarterEachAndTrackOneRank) {
+  pstar::testing::ScratchDir dir;
+  const std::string corpus = dir.file("corpus.txt");
+  pstar::testing::write_text(corpus, pstar::testing::repetitive_corpus());
+  config::TrainConfig c = pstar::testing::small_gpt_config(corpus, "chunked");
+  c.training.steps = kSteps;
+  c.train_micro_batch_size_per_gpu = kGlobalBatch;
+  c.train_batch_size = kGlobalBatch;
+  TrainOptions o;
+  o.device = "cpu";
+  o.progress = false;
+
+  // One rank, and the initial model it holds.
+  std::map<std::string, at::Tensor> reference;
+  model::BuildOptions build;
+  build.seed = c.training.seed;
+  for (const auto& item :
+       model::build_causal_lm(model::resolve_model_shape(c.model), build)->named_parameters())
+    reference[item.key()] = item.value().detach().clone();
+  std::vector<StepMetrics> one;
+  {
+    Trainer trainer(c, build_model_and_engine(pstar::testing::cpu_plan(c)), o);
+    while (trainer.steps_done() < kSteps) one.push_back(trainer.step());
+  }
+  const int64_t whole_model_data = one.back().engine.model_data_bytes;
+
+  config::TrainConfig c4 = c;
+  c4.train_micro_batch_size_per_gpu = kGlobalBatch / kRanks;
+  std::vector<RankRun> runs(kRanks);
+  pstar::testing::run_thread_ranks(kRanks, [&](dist::Communicator& comm) {
+    RankRun& run = runs[static_cast<size_t>(comm.rank())];
+    ModelAndEngine built = build_model_and_engine(pstar::testing::cpu_plan(c4, &comm), &comm);
+    auto* engine = dynamic_cast<engine::ChunkedEngine*>(built.engine.get());
+    if (engine == nullptr) return false;
+    checkpoint::TensorList state;
+    engine->state_dict(state);  // the chunks this rank owns, before any step
+    bool ok = true;
+    for (const auto& [name, tensor] : state) {
+      if (name == checkpoint::kAdamStep || ends_with(name, checkpoint::exp_avg_of("")) ||
+          ends_with(name, checkpoint::exp_avg_sq_of("")))
+        continue;
+      const auto it = reference.find(name);
+      const at::Tensor got = tensor.contiguous();
+      if (it == reference.end() || got.sizes() != it->second.sizes() ||
+          std::memcmp(got.data_ptr(), it->second.data_ptr(),
+                      static_cast<size_t>(it->second.nbytes())) != 0) {
+        std::fprintf(stderr, "rank %lld: %s is not the one-rank parameter\n",
+                     static_cast<long long>(comm.rank()), name.c_str());
+        ok = false;
+      }
+      run.owned.push_back(name);
+    }
+    TrainOptions ranked = o;
+    ranked.comm = &comm;
+    Trainer trainer(c4, std::move(built), ranked);
+    while (trainer.steps_done() < kSteps) run.steps.push_back(trainer.step());
+    return ok;
+  });
+  ASSERT_FALSE(::testing::Test::HasFailure());
+
+  // Every parameter is owned by exactly one rank, and each rank owns about a quarter of the data.
+  std::map<std::string, int> owners;
+  for (const RankRun& run : runs)
+    for (const std::string& name : run.owned) ++owners[name];
+  EXPECT_EQ(owners.size(), reference.size());
+  for (const auto& [name, count] : owners) EXPECT_EQ(count, 1) << name;
+  for (int r = 0; r < kRanks; ++r) {
+    const RankRun& run = runs[static_cast<size_t>(r)];
+    ASSERT_EQ(run.steps.size(), static_cast<size_t>(kSteps)) << "rank " << r;
+    for (const StepMetrics& m : run.steps) {
+      // A quarter of the whole, give or take a chunk (about a tenth of this small model).
+      EXPECT_NEAR(static_cast<double>(m.engine.model_data_bytes),
+                  static_cast<double>(whole_model_data) / kRanks,
+                  static_cast<double>(whole_model_data) / 8)
+          << "rank " << r << ", step " << m.step;
+      EXPECT_GT(m.engine.gathers, 0) << "rank " << r;
+      EXPECT_GT(m.engine.reductions, 0) << "rank " << r;
+      EXPECT_GT(m.engine.comm_bytes, 0) << "rank " << r;
+      // Every rank issues the same collectives (the double would have failed otherwise).
+      EXPECT_EQ(m.engine.gathers, runs[0].steps[static_cast<size_t>(m.step - 1)].engine.gathers);
+    }
+  }
+  // The losses are all-reduced, so every rank reports the same; they track one rank's.
+  for (int64_t i = 0; i < kSteps; ++i) {
+    const double loss = one[static_cast<size_t>(i)].loss;
+    for (int r = 0; r < kRanks; ++r) {
+      const double got = runs[static_cast<size_t>(r)].steps[static_cast<size_t>(i)].loss;
+      EXPECT_NEAR(got, loss, 2e-6 * std::abs(loss)) << "rank " << r << ", step " << i + 1;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pstar::train
