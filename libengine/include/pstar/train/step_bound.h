@@ -10,6 +10,16 @@
 // (measure_rates, on a tier of its own once the engine is released): a dense matmul in the
 // training dtype, which no model's mixture of kernels outruns, so its (a) is a lower bound on
 // the bench's, which divides by plain PyTorch's model-FLOPs rate (bench/gpu/gpt_bench.sh).
+//
+// Note [host rate]
+// A term is sound only if its rate is one the step's own work cannot beat. The host memory rate
+// was a copy's, bytes read plus bytes written, and the copy's ordinary stores also read each line
+// before writing it (write-allocate, not counted), so host Adam, which writes only lines it has
+// read and keeps more streams in flight, moved its bytes faster than that rate. On the H200
+// (2026-11-27, Llama-3.1-8B speculating) steps came out at 0.97-1.00 of their bound. The rate is
+// now the faster of that copy and host Adam's own in-place pass over fp32 state (28 bytes a
+// parameter), in pstar train (measure_rates) and in bench/gpu/machine_rates.py (there a four-stream
+// in-place PyTorch op stands in for host Adam).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +38,7 @@ struct MachineRates {
   double d2h_bytes = 0;          // device to host, one direction alone
   double two_way_bytes = 0;      // both directions at once: their bytes together per second
   double host_memory_bytes = 0;  // host memory, bytes read plus bytes written per second
+                                 // (Note [host rate])
 };
 
 // One step's work, per rank.
@@ -47,7 +58,8 @@ struct StepBound {
 StepBound step_bound(const StepWork& work, const MachineRates& rates);
 
 // How much each measurement moves: copies of `copy_bytes` each way, a square matmul of side
-// `matmul_side`, a copy of `host_bytes` in host memory; each the best of `repeats`.
+// `matmul_side`, a copy of `host_bytes` in host memory and a host Adam pass over arrays of as many
+// bytes; each the best of `repeats`.
 struct RateSizes {
   int64_t copy_bytes = int64_t{256} << 20;
   int64_t matmul_side = 8192;
@@ -56,7 +68,8 @@ struct RateSizes {
 };
 
 // The rates of `tier` (its copies between host and device blocks, its compute device's matmul in
-// bf16 when `half` or fp32) and of host memory (a copy over every core LibTorch uses).
+// bf16 when `half` or fp32) and of host memory (Note [host rate]: the faster of a copy over
+// every core LibTorch uses and host Adam's in-place pass).
 MachineRates measure_rates(tier::DeviceTier& tier, bool half, const RateSizes& sizes = {});
 
 // "step 1.569 s = 1.21 x the bound 1.297 s (compute 1.297, copies 0.412, host Adam 0.361; set by
