@@ -20,6 +20,9 @@
 #            and step / bound beside gpt7bclip's
 #   gpt7bspecloose  the same with gradient_clipping 100: the norm is still needed, but no step
 #            clips, so nothing is rolled back (what speculation gains where steps do not clip)
+#   gpt7bnostream  gpt7bspecloose with PSTAR_ADAM_STREAMING=0: speculation's slot writes with
+#            ordinary stores (Note [streaming stores]), so that one call measures what the
+#            non-temporal stores gain
 #   llama8b  Llama-3.1-8B from random initialisation (llama_bench.sh: seq 2048, micro-batch 4,
 #            clipping 1.0)
 #   llama8bspec  the same with engine.speculative_adam true
@@ -60,8 +63,8 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 usage() { sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
-all_phases=(build gpu gpt7b gpt7bclip gpt7bspec gpt7bspecloose llama8b llama8bspec llama8bfolder
-            llama3b trace suite kernels bench variants largest)
+all_phases=(build gpu gpt7b gpt7bclip gpt7bspec gpt7bspecloose gpt7bnostream llama8b llama8bspec
+            llama8bfolder llama3b trace suite kernels bench variants largest)
 # Expected seconds of each phase on an H100 (16 cores): the ledger run of 2026-11-27 (build 165 s
 # with every target, gpu 71, gpt7b 158, gpt7bclip 52, llama8b 47, llama8bfolder 63 with the folder
 # written, llama3b 105, suite 39) with about 20% added; --deadline uses them. bench depends on
@@ -80,7 +83,7 @@ phase_seconds() {
     gpu) echo 85 ;;
     gpt7b) echo 230 ;;
     gpt7bclip) echo 70 ;;
-    gpt7bspec|gpt7bspecloose) echo 70 ;;
+    gpt7bspec|gpt7bspecloose|gpt7bnostream) echo 70 ;;
     llama8b|llama8bspec) echo 100 ;;
     llama8bfolder) echo 120 ;;
     llama3b) echo 160 ;;
@@ -254,6 +257,7 @@ clip_run() {  # clip_run NAME SPECULATIVE CLIPPING
 phase_gpt7bclip() { clip_run gpt7bclip false 1.0; }
 phase_gpt7bspec() { clip_run gpt7bspec true 1.0; }
 phase_gpt7bspecloose() { clip_run gpt7bspecloose true 100; }
+phase_gpt7bnostream() { PSTAR_ADAM_STREAMING=0 clip_run gpt7bnostream true 100; }
 
 llama_common=(--pstar "$build/pstar" --python "$python" --steps 3 --warmup 2 --timeout 200)
 phase_llama8b() {
@@ -350,6 +354,7 @@ else
   run_phase gpt7bclip phase_gpt7bclip
   run_phase gpt7bspec phase_gpt7bspec
   run_phase gpt7bspecloose phase_gpt7bspecloose
+  run_phase gpt7bnostream phase_gpt7bnostream
   run_phase llama8b phase_llama8b
   run_phase llama8bspec phase_llama8bspec
   run_phase llama8bfolder phase_llama8bfolder

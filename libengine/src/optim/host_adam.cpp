@@ -221,9 +221,25 @@ void check_param_out_type(ParamOutType type) {
 // the same bits; only the way they reach memory changes. Non-temporal stores are weakly ordered, so
 // a kernel fences them (sfence) at the end of its range, before the OpenMP barrier or the worker's
 // completion makes them visible to another thread. The scalar kernel, a fallback, stores
-// ordinarily.
+// ordinarily. PSTAR_ADAM_STREAMING=0 turns them off, so that one machine can measure both (the GPU
+// ledger's gpt7bnostream phase).
+bool resolve_streaming(const char* env_value) {
+  if (env_value == nullptr || *env_value == '\0') return true;
+  const std::string value = env_value;
+  if (value == "1") return true;
+  if (value == "0") return false;
+  PSTAR_THROW(ConfigError, "PSTAR_ADAM_STREAMING='", value,
+              "' is not valid: use 1 (the default: a redirected step's outputs are stored "
+              "non-temporally) or 0 (ordinary stores, to measure what they cost)");
+}
+
+bool streaming_stores() {
+  static const bool on = resolve_streaming(std::getenv("PSTAR_ADAM_STREAMING"));
+  return on;
+}
+
 int64_t streaming_begin(const AdamSpan& s, int64_t begin, int64_t end, int lanes) {
-  if (s.master_out == nullptr || lanes <= 0) return -1;
+  if (s.master_out == nullptr || lanes <= 0 || !streaming_stores()) return -1;
   const uintptr_t vector_bytes = static_cast<uintptr_t>(lanes) * 4;
   const auto address = [](const void* p, int64_t index, int64_t elem_bytes) {
     return reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(index * elem_bytes);

@@ -2,6 +2,7 @@
 // every ISA, the originals kept, and the non-temporal stores of Note [streaming stores] used only
 // where every output is aligned, without touching a byte outside the span.
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,6 +102,8 @@ Outputs make_outputs(int64_t n) {
 }
 
 TEST(HostAdamStreaming, StreamingBeginIsTheFirstIndexWhereEveryOutputIsAligned) {
+  if (!pstar::optim::detail::resolve_streaming(std::getenv("PSTAR_ADAM_STREAMING")))
+    GTEST_SKIP() << "PSTAR_ADAM_STREAMING=0 turns the streaming stores off in this process";
   const Outputs out = make_outputs(256);
   auto master = torch::zeros({256}), m = torch::zeros({256}), v = torch::zeros({256});
   auto grad = torch::zeros({256}, torch::kBFloat16);
@@ -128,6 +131,22 @@ TEST(HostAdamStreaming, StreamingBeginIsTheFirstIndexWhereEveryOutputIsAligned) 
   fp32.param_out = nullptr;
   fp32.param_out_type = ParamOutType::kNone;
   EXPECT_EQ(streaming_begin(fp32, 0, 200, 16), 13);
+}
+
+TEST(HostAdamStreaming, PstarAdamStreamingIsOnUnlessZero) {
+  using pstar::optim::detail::resolve_streaming;
+  EXPECT_TRUE(resolve_streaming(nullptr));
+  EXPECT_TRUE(resolve_streaming(""));
+  EXPECT_TRUE(resolve_streaming("1"));
+  EXPECT_FALSE(resolve_streaming("0"));
+  try {
+    resolve_streaming("yes");
+    ADD_FAILURE() << "accepted 'yes'";
+  } catch (const pstar::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("PSTAR_ADAM_STREAMING='yes' is not valid: use 1"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // Every ISA, outputs aligned or not (alike or not), spans with a head, whole vectors and a tail,

@@ -100,7 +100,10 @@ Isa set_isa_for_testing(const Isa* isa);
 // kernel of `lanes` fp32 lanes may store a redirected span's outputs (the *_out pointers set)
 // non-temporally, every output aligned for its vector there and a whole vector left; -1 when the
 // span is in place, its outputs are not aligned alike, or no whole vector is left.
+// -1 also when PSTAR_ADAM_STREAMING=0 (read once; resolve_streaming says what a value means:
+// unset, empty or "1" on, "0" off, anything else a ConfigError).
 int64_t streaming_begin(const AdamSpan& span, int64_t begin, int64_t end, int lanes);
+bool resolve_streaming(const char* env_value);
 
 // Scalar coefficients of one step, computed in double as LibTorch does and rounded to float where
 // LibTorch converts a Scalar to the tensor's dtype.
