@@ -14,6 +14,7 @@
 
 #include "engine/cpu_plan.h"
 #include "engine/dist/forked_ranks.h"
+#include "engine/engine/owned_parameters.h"
 #include "engine/small_gpt_config.h"
 #include "pstar/base/strings.h"
 #include "pstar/checkpoint/schema.h"
@@ -36,21 +37,11 @@ std::string check_rank(dist::Communicator& comm, const config::TrainConfig& c,
   ModelAndEngine built = build_model_and_engine(pstar::testing::cpu_plan(c, &comm), &comm);
   auto* engine = dynamic_cast<engine::ChunkedEngine*>(built.engine.get());
   if (engine == nullptr) return "no chunk engine";
-  checkpoint::TensorList state;
-  engine->state_dict(state);  // the chunks this rank owns
+  std::vector<std::string> owned;
+  const std::string error = pstar::testing::check_owned_parameters(*engine, reference, owned);
+  if (!error.empty()) return error;
   std::string names;
-  for (const auto& [name, tensor] : state) {
-    if (name == checkpoint::kAdamStep || ends_with(name, checkpoint::exp_avg_of("")) ||
-        ends_with(name, checkpoint::exp_avg_sq_of("")))
-      continue;
-    const auto it = reference.find(name);
-    if (it == reference.end()) return "unknown parameter " + name;
-    const at::Tensor got = tensor.contiguous(), want = it->second;
-    if (got.sizes() != want.sizes() ||
-        std::memcmp(got.data_ptr(), want.data_ptr(), static_cast<size_t>(want.nbytes())) != 0)
-      return name + " differs from the one-rank model";
-    names += name + "\n";
-  }
+  for (const std::string& name : owned) names += name + "\n";
   pstar::testing::write_text(names_path, names);
   return "";
 }
@@ -62,12 +53,7 @@ TEST(InitRanksTest, EachRankWritesTheOneRankValuesOfTheChunksItOwns) {
   config::TrainConfig c = pstar::testing::small_gpt_config(corpus, "chunked");
   c.train_micro_batch_size_per_gpu = 2;
   c.train_batch_size = 4;  // two ranks of 2
-  std::map<std::string, at::Tensor> reference;
-  model::BuildOptions options;
-  options.seed = c.training.seed;
-  for (const auto& item :
-       model::build_causal_lm(model::resolve_model_shape(c.model), options)->named_parameters())
-    reference[item.key()] = item.value().detach().clone();
+  const std::map<std::string, at::Tensor> reference = pstar::testing::one_rank_parameters(c);
 
   pstar::testing::run_ranks(
       2,

@@ -18,6 +18,7 @@
 
 #include "engine/cpu_plan.h"
 #include "engine/dist/thread_ranks.h"
+#include "engine/engine/owned_parameters.h"
 #include "engine/small_gpt_config.h"
 #include "engine/step_losses.h"
 #include "pstar/base/strings.h"
@@ -54,12 +55,7 @@ TEST(ThreadRanksTest, FourRanksOwnAQuarterEachAndTrackOneRank) {
   o.progress = false;
 
   // One rank, and the initial model it holds.
-  std::map<std::string, at::Tensor> reference;
-  model::BuildOptions build;
-  build.seed = c.training.seed;
-  for (const auto& item :
-       model::build_causal_lm(model::resolve_model_shape(c.model), build)->named_parameters())
-    reference[item.key()] = item.value().detach().clone();
+  const std::map<std::string, at::Tensor> reference = pstar::testing::one_rank_parameters(c);
   std::vector<StepMetrics> one;
   {
     Trainer trainer(c, build_model_and_engine(pstar::testing::cpu_plan(c)), o);
@@ -75,29 +71,14 @@ TEST(ThreadRanksTest, FourRanksOwnAQuarterEachAndTrackOneRank) {
     ModelAndEngine built = build_model_and_engine(pstar::testing::cpu_plan(c4, &comm), &comm);
     auto* engine = dynamic_cast<engine::ChunkedEngine*>(built.engine.get());
     if (engine == nullptr) return false;
-    checkpoint::TensorList state;
-    engine->state_dict(state);  // the chunks this rank owns, before any step
-    bool ok = true;
-    for (const auto& [name, tensor] : state) {
-      if (name == checkpoint::kAdamStep || ends_with(name, checkpoint::exp_avg_of("")) ||
-          ends_with(name, checkpoint::exp_avg_sq_of("")))
-        continue;
-      const auto it = reference.find(name);
-      const at::Tensor got = tensor.contiguous();
-      if (it == reference.end() || got.sizes() != it->second.sizes() ||
-          std::memcmp(got.data_ptr(), it->second.data_ptr(),
-                      static_cast<size_t>(it->second.nbytes())) != 0) {
-        std::fprintf(stderr, "rank %lld: %s is not the one-rank parameter\n",
-                     static_cast<long long>(comm.rank()), name.c_str());
-        ok = false;
-      }
-      run.owned.push_back(name);
-    }
+    const std::string error = pstar::testing::check_owned_parameters(*engine, reference, run.owned);
+    if (!error.empty())
+      std::fprintf(stderr, "rank %lld: %s\n", static_cast<long long>(comm.rank()), error.c_str());
     TrainOptions ranked = o;
     ranked.comm = &comm;
     Trainer trainer(c4, std::move(built), ranked);
     while (trainer.steps_done() < kSteps) run.steps.push_back(trainer.step());
-    return ok;
+    return error.empty();
   });
   ASSERT_FALSE(::testing::Test::HasFailure());
 
