@@ -507,6 +507,7 @@ void ChunkedEngine::fill_metrics(EngineMetrics& m) {
     const SyncFigures comm = s.sync.take_figures();
     m.comm_bytes = comm.bytes_sent;
     m.comm_s = comm.seconds;
+    m.comm_staged_bytes = comm.staged_bytes;
   }
 }
 

@@ -1,6 +1,7 @@
 #include "group_sync.h"
 
 #include <chrono>
+#include <utility>
 
 #include "pstar/base/error.h"
 #include "pstar/core/clock.h"
@@ -17,6 +18,11 @@ chunk::Sharding sharding_of(const dist::Communicator* comm) {
 
 GroupSync::GroupSync(ChunkStore& store, dist::Communicator* comm) : store_(store), comm_(comm) {}
 
+GroupSync::~GroupSync() {
+  for (const tier::Block& block : staging_)
+    if (block) store_.add_host_bytes(-block.bytes());
+}
+
 void GroupSync::build_groups() {
   const chunk::Sharding& sharding = store_.sharding();
   groups_.assign(static_cast<size_t>(store_.num_chunks() / sharding.world_size), Group{});
@@ -29,22 +35,62 @@ int64_t GroupSync::group_chunk(int64_t g, int64_t part) const {
 
 int64_t GroupSync::own_chunk(int64_t g) const { return group_chunk(g, store_.sharding().rank); }
 
+bool GroupSync::staged(const tier::Block& block) const {
+  return block.side() == tier::Side::kDevice && !store_.tier().host_addresses_device();
+}
+
+tier::Block& GroupSync::staging(int64_t part, int64_t bytes) {
+  staging_.resize(static_cast<size_t>(store_.sharding().world_size));
+  tier::Block& block = staging_[static_cast<size_t>(part)];
+  if (block.bytes() < bytes) {
+    if (block) store_.add_host_bytes(-block.bytes());
+    block.reset();
+    block = store_.tier().allocate_uninitialized(tier::Side::kHost, bytes);
+    store_.add_host_bytes(bytes);
+    store_.check_host();
+  }
+  return block;
+}
+
 void GroupSync::gather(int64_t g) {
   Group& group = groups_[static_cast<size_t>(g)];
   if (group.gathered) return;
   const chunk::Sharding& sharding = store_.sharding();
   // A group's chunks are of one size (several sizes only with one rank, plan::plan_layout).
   const int64_t param_bytes = store_.size(group_chunk(g, 0)) * store_.format().elem_bytes;
+  tier::DeviceTier& tier = store_.tier();
   std::vector<void*> parts;
+  bool any_staged = false;
   for (int64_t part = 0; part < sharding.world_size; ++part) {
     const int64_t k = group_chunk(g, part);
     if (store_.chunk(k).remote) store_.allocate_remote(k);
-    parts.push_back(store_.chunk(k).param.data());
+    tier::Block& payload = store_.chunk(k).param;
+    if (!staged(payload)) {
+      parts.push_back(payload.data());
+      continue;
+    }
+    // Note [staged collectives]: this rank's part out to the host, the others in afterwards.
+    tier::Block& host = staging(part, param_bytes);
+    if (!store_.chunk(k).remote) {
+      tier.copy(host, payload, param_bytes);
+      staged_bytes_ += param_bytes;
+    }
+    parts.push_back(host.data());
+    any_staged = true;
   }
+  if (any_staged) tier.synchronize();
   const auto begin = std::chrono::steady_clock::now();
   comm_->all_gather(parts, param_bytes);
   store_.record(group_chunk(g, 0), formats::ChunkEventKind::kGather,
                 (sharding.world_size - 1) * param_bytes, seconds_since(begin));
+  for (int64_t part = 0; part < sharding.world_size; ++part) {
+    Chunk& c = store_.chunk(group_chunk(g, part));
+    if (c.remote && staged(c.param)) {
+      tier.copy(c.param, staging_[static_cast<size_t>(part)], param_bytes);
+      staged_bytes_ += param_bytes;
+    }
+  }
+  if (any_staged) tier.synchronize();  // the copies in have read the staging blocks
   for (int64_t part = 0; part < sharding.world_size; ++part) {
     const int64_t k = group_chunk(g, part);
     if (store_.chunk(k).remote) store_.repoint(k);
@@ -77,25 +123,43 @@ void GroupSync::reduce(int64_t g) {
   const int64_t mine = own_chunk(g);
   const int64_t size = store_.size(mine);
   reduced_.resize(static_cast<size_t>(size));
+  tier::DeviceTier& tier = store_.tier();
+  const auto type = format.reuse ? format.dtype : torch::kFloat32;
+  const int64_t grad_elem_bytes = format.reuse ? format.elem_bytes : 4;
+  // The gradient payload of chunk c (under param/grad reuse, its parameter payload).
+  const auto grad_block = [&](Chunk& c) -> tier::Block& { return format.reuse ? c.param : c.grad; };
   const auto begin = std::chrono::steady_clock::now();
   comm_->reduce_scatter(
       size,
       [&](int64_t part, float* acc) {
-        const Chunk& c = store_.chunk(group_chunk(g, part));
+        Chunk& c = store_.chunk(group_chunk(g, part));
         if (!c.param || c.used == 0) return;  // never gathered: no gradient here
+        const void* grad = store_.grad_data(c);
+        if (staged(grad_block(c))) {  // Note [staged collectives]
+          tier::Block& host = staging(part, size * grad_elem_bytes);
+          tier.copy(host, grad_block(c), c.used * grad_elem_bytes);
+          tier.synchronize();
+          staged_bytes_ += c.used * grad_elem_bytes;
+          grad = host.data();
+        }
         auto dst = torch::from_blob(acc, {c.used}, torch::kFloat32);
-        const auto type = format.reuse ? format.dtype : torch::kFloat32;
-        dst.add_(
-            torch::from_blob(const_cast<void*>(store_.grad_data(c)), {c.used}, torch::dtype(type)));
+        dst.add_(torch::from_blob(const_cast<void*>(grad), {c.used}, torch::dtype(type)));
       },
       reduced_.data());
-  const Chunk& own = store_.chunk(mine);
+  Chunk& own = store_.chunk(mine);
   if (own.used > 0) {
     torch::NoGradGuard no_grad;
     auto src = torch::from_blob(reduced_.data(), {own.used}, torch::kFloat32);
-    torch::from_blob(const_cast<void*>(store_.grad_data(own)), {own.used},
-                     torch::dtype(format.reuse ? format.dtype : torch::kFloat32))
-        .copy_(src);
+    const bool staged_own = staged(grad_block(own));
+    void* out = staged_own ? staging(store_.sharding().rank, size * grad_elem_bytes).data()
+                           : const_cast<void*>(store_.grad_data(own));
+    torch::from_blob(out, {own.used}, torch::dtype(type)).copy_(src);
+    if (staged_own) {
+      tier.copy(grad_block(own), staging_[static_cast<size_t>(store_.sharding().rank)],
+                own.used * grad_elem_bytes);
+      tier.synchronize();
+      staged_bytes_ += own.used * grad_elem_bytes;
+    }
   }
   group.reduced = true;
   ++reductions_;
@@ -153,7 +217,7 @@ void GroupSync::begin_step() { gathers_ = reductions_ = 0; }
 
 SyncFigures GroupSync::take_figures() {
   const dist::CommStats stats = comm_->take_stats();
-  return SyncFigures{stats.bytes_sent, stats.seconds};
+  return SyncFigures{stats.bytes_sent, stats.seconds, std::exchange(staged_bytes_, 0)};
 }
 
 }  // namespace pstar::engine

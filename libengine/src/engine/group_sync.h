@@ -15,6 +15,17 @@ class Communicator;
 
 namespace pstar::engine {
 
+// Note [staged collectives]
+// The communicator moves host memory (Gloo's rings, Note [ring collectives]). Where the host
+// cannot address the tier's device blocks (the CUDA tier: ranks sharing a GPU over Gloo), a group's
+// device-side payloads travel through host blocks of GroupSync's own, one per part: before an
+// all-gather this rank's part is copied out, after it the others' are copied in; a reduce-scatter
+// reads each device-side gradient from a host copy and writes this rank's sum back through one.
+// Each copy is waited for before the bytes are used or the host block is reused. The staging
+// blocks count in the host budget. On the emulated tier nothing is staged; tests stage through a
+// tier that says it cannot address its device side (CheckingTier), and the losses are the same
+// bits. The device communicator (NCCL) will move device payloads without staging.
+
 // A communication group: world_size consecutive chunks, one per rank (Note [chunk layout]).
 struct Group {
   bool gathered = false;  // the remote chunks hold this step's parameters
@@ -23,10 +34,12 @@ struct Group {
   bool grads_pending() const { return grads_seen > 0 && !reduced; }
 };
 
-// The communicator's figures for the step's metrics.
+// The communicator's figures for the step's metrics, and the bytes staged between device blocks
+// and host blocks around the collectives (Note [staged collectives]).
 struct SyncFigures {
   int64_t bytes_sent = 0;
   double seconds = 0;
+  int64_t staged_bytes = 0;
 };
 
 // This rank's share of the chunks with `comm` (null: one rank owns every chunk).
@@ -36,6 +49,9 @@ class GroupSync {
  public:
   // `comm` null: one rank.
   GroupSync(ChunkStore& store, dist::Communicator* comm);
+  ~GroupSync();
+  GroupSync(const GroupSync&) = delete;
+  GroupSync& operator=(const GroupSync&) = delete;
 
   bool active() const { return comm_ != nullptr; }
   // After registration: one group per world_size chunks, and each group's tensor count.
@@ -74,6 +90,10 @@ class GroupSync {
 
  private:
   int64_t group_chunk(int64_t g, int64_t part) const;
+  // Note [staged collectives]: whether `block` must travel through a host block, and part's host
+  // block of at least `bytes`.
+  bool staged(const tier::Block& block) const;
+  tier::Block& staging(int64_t part, int64_t bytes);
   // A tensor of the group is between its module's pre-hook and its end of use (a tied weight
   // waits in kCompute for its gradient through the whole backward).
   bool in_use(int64_t g) const;
@@ -81,8 +101,9 @@ class GroupSync {
   ChunkStore& store_;
   dist::Communicator* comm_;
   std::vector<Group> groups_;
-  std::vector<float> reduced_;  // reduce's fp32 sum of this rank's chunk
-  int64_t gathers_ = 0, reductions_ = 0;
+  std::vector<float> reduced_;        // reduce's fp32 sum of this rank's chunk
+  std::vector<tier::Block> staging_;  // Note [staged collectives], one per part
+  int64_t gathers_ = 0, reductions_ = 0, staged_bytes_ = 0;
 };
 
 }  // namespace pstar::engine

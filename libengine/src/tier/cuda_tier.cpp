@@ -94,6 +94,7 @@ class CudaTier final : public DeviceTier {
     PSTAR_INTERNAL_ASSERT(false, "unknown side ", static_cast<int>(side));
   }
   int64_t device_capacity_bytes() const override { return state_->arena.capacity_bytes(); }
+  bool host_addresses_device() const override { return false; }
 
   Block allocate(Side side, int64_t bytes) override {
     Block block = allocate_uninitialized(side, bytes);

@@ -53,6 +53,7 @@ void MetricsWriter::write(const StepMetrics& m) {
         {"pageable_bytes", m.engine.pageable.current},
         {"pageable_peak_bytes", m.engine.pageable.peak},
         {"comm_bytes", m.engine.comm_bytes},
+        {"comm_staged_bytes", m.engine.comm_staged_bytes},
         {"nvme_read_bytes", m.engine.nvme.read_bytes},
         {"nvme_write_bytes", m.engine.nvme.write_bytes},
         {"gathers", m.engine.gathers},

@@ -21,6 +21,7 @@
 #include "engine/engine/owned_parameters.h"
 #include "engine/small_gpt_config.h"
 #include "engine/step_losses.h"
+#include "engine/tier/checking_tier.h"
 #include "pstar/base/strings.h"
 #include "pstar/checkpoint/schema.h"
 #include "pstar/dist/communicator.h"
@@ -110,6 +111,81 @@ TEST(ThreadRanksTest, FourRanksOwnAQuarterEachAndTrackOneRank) {
     for (int r = 0; r < kRanks; ++r) {
       const double got = runs[static_cast<size_t>(r)].steps[static_cast<size_t>(i)].loss;
       EXPECT_NEAR(got, loss, 2e-6 * std::abs(loss)) << "rank " << r << ", step " << i + 1;
+    }
+  }
+}
+
+// Note [staged collectives]: two ranks whose tier says the host cannot address its device side
+// (the CUDA tier's case) gather and reduce their device-side payloads through host blocks. Their
+// losses are the bits of the same two ranks on a tier the host addresses, the staged bytes are
+// counted, and the checking tier sees every kernel told the right side.
+TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
+  pstar::testing::ScratchDir dir;
+  const std::string corpus = dir.file("corpus.txt");
+  pstar::testing::write_text(corpus, pstar::testing::repetitive_corpus());
+  config::TrainConfig c = pstar::testing::small_gpt_config(corpus, "chunked");
+  c.training.steps = 4;
+  c.train_micro_batch_size_per_gpu = 2;
+  c.train_batch_size = 4;
+  c.bf16.enabled = config::on_off(true);  // param/grad reuse: the gradients in the param payloads
+  std::map<bool, std::vector<std::vector<StepMetrics>>> runs;
+  for (const bool staged : {false, true}) {
+    std::vector<std::vector<StepMetrics>> steps(2);
+    std::vector<std::shared_ptr<tier::testing::Ledger>> ledgers(2);
+    pstar::testing::run_thread_ranks(2, [&](dist::Communicator& comm) {
+      const size_t r = static_cast<size_t>(comm.rank());
+      ledgers[r] = std::make_shared<tier::testing::Ledger>();
+      auto checking = std::make_unique<tier::testing::CheckingTier>(
+          ledgers[r], std::numeric_limits<int64_t>::max());
+      checking->set_host_addresses_device(!staged);
+      const auto shape = model::resolve_gpt_config(c.model);
+      auto engine = std::make_unique<engine::ChunkedEngine>(
+          pstar::testing::cpu_plan(c, &comm), plan::gpt_leaf_modules(shape),
+          plan::estimate_gpt_activations(plan::gpt_activation_input(c, shape)).peak, &comm,
+          std::move(checking));
+      engine::UnitValues values;
+      values.from = engine::UnitValues::From::kInit;
+      values.seed = c.training.seed;
+      model::ModelShape model_shape;
+      model_shape.family = model::ModelFamily::kGpt;
+      model_shape.gpt = shape;
+      values.init = [&](const std::string& name) {
+        return model::parameter_init(model_shape, name);
+      };
+      model::BuildOptions options;
+      options.on_unit_built = [&](torch::nn::Module& unit, const std::string& prefix) {
+        engine->register_unit(unit, prefix, values);
+      };
+      auto gpt = std::make_shared<model::Gpt>(shape, options);
+      engine->finish_registration();
+      TrainOptions o;
+      o.device = "cpu";
+      o.progress = false;
+      o.comm = &comm;
+      Trainer trainer(c, ModelAndEngine{gpt, std::move(engine), {}}, o);
+      while (trainer.steps_done() < c.training.steps) steps[r].push_back(trainer.step());
+      return true;
+    });
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    for (size_t r = 0; r < 2; ++r) {
+      EXPECT_TRUE(ledgers[r]->violations.empty())
+          << "rank " << r << ": " << ledgers[r]->violations.front();
+      for (const StepMetrics& m : steps[r]) {
+        if (staged) {
+          EXPECT_GT(m.engine.comm_staged_bytes, 0) << "rank " << r << ", step " << m.step;
+        } else {
+          EXPECT_EQ(m.engine.comm_staged_bytes, 0) << "rank " << r << ", step " << m.step;
+        }
+      }
+    }
+    runs[staged] = std::move(steps);
+  }
+  for (size_t r = 0; r < 2; ++r) {
+    ASSERT_EQ(runs[true][r].size(), runs[false][r].size());
+    for (size_t i = 0; i < runs[false][r].size(); ++i) {
+      EXPECT_EQ(runs[true][r][i].loss, runs[false][r][i].loss)
+          << "rank " << r << ", step " << i + 1;
+      EXPECT_EQ(runs[true][r][i].grad_norm, runs[false][r][i].grad_norm) << "rank " << r;
     }
   }
 }

@@ -163,6 +163,10 @@ class CheckingTier final : public DeviceTier {
   // past `bytes` fails as an arena with no contiguous range left would, though placement counted
   // room for it; `refused` counts those.
   void set_contiguous_limit(int64_t bytes) { contiguous_limit_ = bytes; }
+  // Says that the host cannot address the device side, as the CUDA tier does, so that collectives
+  // stage device payloads through host blocks (Note [staged collectives]).
+  void set_host_addresses_device(bool yes) { host_addresses_device_ = yes; }
+  bool host_addresses_device() const override { return host_addresses_device_; }
   int64_t refused() const { return refused_; }
 
   std::string describe() const override { return "checked, " + inner_->describe(); }
@@ -390,6 +394,7 @@ class CheckingTier final : public DeviceTier {
   int64_t capacity_;
   int64_t contiguous_limit_ = std::numeric_limits<int64_t>::max();
   int64_t refused_ = 0;
+  bool host_addresses_device_ = true;
   const std::thread::id owner_thread_ = std::this_thread::get_id();
   std::chrono::milliseconds delay_{0};
   Footprint footprint_;

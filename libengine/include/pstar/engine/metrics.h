@@ -70,6 +70,9 @@ struct EngineMetrics {
   // in them, and the chunk groups gathered and reduced.
   int64_t comm_bytes = -1;
   double comm_s = -1;
+  // Bytes copied between device blocks and host blocks around the collectives (Note [staged
+  // collectives]): 0 where the host addresses the device side.
+  int64_t comm_staged_bytes = -1;
   int64_t gathers = -1;
   int64_t reductions = -1;
 };

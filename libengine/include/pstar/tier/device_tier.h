@@ -112,6 +112,11 @@ class DeviceTier {
   // for: the CUDA tier's arena (engine.device_memory less what LibTorch's own allocations need);
   // for the emulated tier, no limit of its own (INT64_MAX): the budget decides.
   virtual int64_t device_capacity_bytes() const = 0;
+  // Whether host code may read and write device-side blocks through their pointers: yes on the
+  // emulated tier, whose device side is host memory; no on the CUDA tier. Where not, collectives
+  // over host memory stage device payloads through host blocks (Note [staged collectives] in
+  // engine/group_sync.h).
+  virtual bool host_addresses_device() const { return true; }
 
   // Zeroed memory of `bytes` (> 0) on `side`; host memory is zeroed over every intra-op thread
   // (Note [parallel first touch]). Throws OutOfMemoryError naming the side and the size when there
