@@ -1,5 +1,5 @@
 pstar_add_test(NAME engine_tier_tests LABEL unit PCH
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/device_tier_test.cpp
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/device_tier_test.cpp ${CMAKE_CURRENT_LIST_DIR}/emulated_tier_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/speculative_adam_test.cpp
   LIBS pstar::engine)
 # Chunk-engine training on the CUDA tier: runs where the build has it and a GPU is present, and
