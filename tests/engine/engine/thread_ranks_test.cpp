@@ -138,31 +138,11 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
       auto checking = std::make_unique<tier::testing::CheckingTier>(
           ledgers[r], std::numeric_limits<int64_t>::max());
       checking->set_host_addresses_device(!staged);
-      const auto shape = model::resolve_gpt_config(c.model);
-      auto engine = std::make_unique<engine::ChunkedEngine>(
-          pstar::testing::cpu_plan(c, &comm), plan::gpt_leaf_modules(shape),
-          plan::estimate_gpt_activations(plan::gpt_activation_input(c, shape)).peak, &comm,
-          std::move(checking));
-      engine::UnitValues values;
-      values.from = engine::UnitValues::From::kInit;
-      values.seed = c.training.seed;
-      model::ModelShape model_shape;
-      model_shape.family = model::ModelFamily::kGpt;
-      model_shape.gpt = shape;
-      values.init = [&](const std::string& name) {
-        return model::parameter_init(model_shape, name);
-      };
-      model::BuildOptions options;
-      options.on_unit_built = [&](torch::nn::Module& unit, const std::string& prefix) {
-        engine->register_unit(unit, prefix, values);
-      };
-      auto gpt = std::make_shared<model::Gpt>(shape, options);
-      engine->finish_registration();
       TrainOptions o;
       o.device = "cpu";
       o.progress = false;
       o.comm = &comm;
-      Trainer trainer(c, ModelAndEngine{gpt, std::move(engine), {}}, o);
+      Trainer trainer(c, tier::testing::build_small_gpt(c, std::move(checking), &comm), o);
       while (trainer.steps_done() < c.training.steps) steps[r].push_back(trainer.step());
       return true;
     });

@@ -28,6 +28,7 @@
 #include "pstar/checkpoint/run_checkpoint.h"
 #include "pstar/chunk/access_trace.h"
 #include "pstar/data/training_data.h"
+#include "pstar/dist/communicator.h"
 #include "pstar/engine/chunked_engine.h"
 #include "pstar/formats/config.h"
 #include "pstar/memory/cpu_counter.h"
@@ -401,6 +402,33 @@ class CheckingTier final : public DeviceTier {
   int64_t reserved_extra_ = 0;
 };
 
+// The small GPT built into a chunk engine on `tier`, as build_model_and_engine does, for one
+// rank or for this rank of `comm`.
+inline train::ModelAndEngine build_small_gpt(const config::TrainConfig& c,
+                                             std::unique_ptr<DeviceTier> tier,
+                                             dist::Communicator* comm = nullptr) {
+  auto shape = model::resolve_gpt_config(c.model);
+  const int64_t predicted =
+      plan::estimate_gpt_activations(plan::gpt_activation_input(c, shape)).peak;
+  auto engine = std::make_unique<engine::ChunkedEngine>(pstar::testing::cpu_plan(c, comm),
+                                                        plan::gpt_leaf_modules(shape), predicted,
+                                                        comm, std::move(tier));
+  engine::UnitValues values;
+  values.from = engine::UnitValues::From::kInit;
+  values.seed = c.training.seed;
+  model::ModelShape model_shape;
+  model_shape.family = model::ModelFamily::kGpt;
+  model_shape.gpt = shape;
+  values.init = [&](const std::string& name) { return model::parameter_init(model_shape, name); };
+  model::BuildOptions options;
+  options.on_unit_built = [&](torch::nn::Module& unit, const std::string& prefix) {
+    engine->register_unit(unit, prefix, values);
+  };
+  auto gpt = std::make_shared<model::Gpt>(shape, options);
+  engine->finish_registration();
+  return train::ModelAndEngine{gpt, std::move(engine), {}};
+}
+
 class ChunkedEngineOnATier : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -429,30 +457,9 @@ class ChunkedEngineOnATier : public ::testing::Test {
   // next run's non-model memory on the emulated tier.
   using StateBytes = std::vector<std::pair<std::string, std::vector<uint8_t>>>;
 
-  // Trains `c` on `tier` (null: the default), as build_model_and_engine does, step by step.
-  // The small GPT built into a chunk engine on `tier`, as build_model_and_engine does.
   static train::ModelAndEngine build(const config::TrainConfig& c,
                                      std::unique_ptr<DeviceTier> tier) {
-    auto shape = model::resolve_gpt_config(c.model);
-    const int64_t predicted =
-        plan::estimate_gpt_activations(plan::gpt_activation_input(c, shape)).peak;
-    auto engine = std::make_unique<engine::ChunkedEngine>(pstar::testing::cpu_plan(c),
-                                                          plan::gpt_leaf_modules(shape), predicted,
-                                                          nullptr, std::move(tier));
-    engine::UnitValues values;
-    values.from = engine::UnitValues::From::kInit;
-    values.seed = c.training.seed;
-    model::ModelShape model_shape;
-    model_shape.family = model::ModelFamily::kGpt;
-    model_shape.gpt = shape;
-    values.init = [&](const std::string& name) { return model::parameter_init(model_shape, name); };
-    model::BuildOptions options;
-    options.on_unit_built = [&](torch::nn::Module& unit, const std::string& prefix) {
-      engine->register_unit(unit, prefix, values);
-    };
-    auto gpt = std::make_shared<model::Gpt>(shape, options);
-    engine->finish_registration();
-    return train::ModelAndEngine{gpt, std::move(engine), {}};
+    return build_small_gpt(c, std::move(tier));
   }
 
   // Trains `c` on `tier` (null: the default), as build_model_and_engine does, step by step.
