@@ -133,31 +133,21 @@ HostBuffers make_host_buffers(int64_t numel, GradType grad_type, ParamOutType ou
 // array, and the new parameters are written over it (in place) or, redirected, into a slot's own
 // arrays as speculation does. The slot's arrays are touched once here, so no case pays page faults.
 struct ReuseBuffers {
-  torch::Tensor master, exp_avg, exp_avg_sq, param;
+  HostBuffers state;  // master, moments and the bf16 gradient that is also the parameter array
   torch::Tensor slot_master, slot_exp_avg, slot_exp_avg_sq, slot_param;
   AdamSpan in_place, redirected;
 };
 
 ReuseBuffers make_reuse_buffers(int64_t numel) {
   ReuseBuffers b;
-  b.master = torch::randn({numel});
-  b.exp_avg = torch::zeros({numel});
-  b.exp_avg_sq = torch::zeros({numel});
-  b.param = (torch::randn({numel}) * 1e-2).to(torch::kBFloat16);
+  b.state = make_host_buffers(numel, GradType::kBF16, ParamOutType::kBF16);
+  b.in_place = b.state.span;
+  b.in_place.param_out = const_cast<void*>(b.in_place.grad);  // the new parameters over it
   b.slot_master = torch::zeros({numel});
   b.slot_exp_avg = torch::zeros({numel});
   b.slot_exp_avg_sq = torch::zeros({numel});
   b.slot_param = torch::zeros({numel}, torch::kBFloat16);
-  AdamSpan& s = b.in_place;
-  s.master = b.master.data_ptr<float>();
-  s.exp_avg = b.exp_avg.data_ptr<float>();
-  s.exp_avg_sq = b.exp_avg_sq.data_ptr<float>();
-  s.grad = b.param.data_ptr();
-  s.grad_type = GradType::kBF16;
-  s.param_out = b.param.data_ptr();
-  s.param_out_type = ParamOutType::kBF16;
-  s.numel = numel;
-  b.redirected = s;
+  b.redirected = b.in_place;
   b.redirected.master_out = b.slot_master.data_ptr<float>();
   b.redirected.exp_avg_out = b.slot_exp_avg.data_ptr<float>();
   b.redirected.exp_avg_sq_out = b.slot_exp_avg_sq.data_ptr<float>();
