@@ -173,7 +173,7 @@ run_phase() {
 build_targets() {
   if wanted suite; then echo all; return; fi
   local targets=(pstar)
-  wanted gpu && targets+=(engine_cuda_tests engine_tier_gpu_tests engine_model_gpu_tests)
+  wanted gpu && targets+=(engine_cuda_tests engine_tier_gpu_tests engine_model_gpu_tests cmd_gpu_tests)
   wanted kernels && targets+=(pstar-bench-adam-kernel)
   echo "${targets[*]}"
 }

@@ -123,7 +123,7 @@ std::unique_ptr<ChunkedEngine::Impl> make_impl(const plan::RunPlan& plan,
   PlacementSettings placement;
   placement.warmup_iterations = settings.warmup_iterations;
   placement.prefetch = plan.prefetch;
-  placement.device_budget = plan.budgets.device;
+  placement.device_budget = plan.device_budget_per_rank;
   for (int64_t size : sizes) {
     placement.compute_bytes.push_back(size * format.payload.compute());
     placement.whole_bytes.push_back(size * format.payload.whole());
@@ -197,11 +197,8 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
   impl_ = make_impl(plan, layout, comm, std::move(device_tier));
   Impl& s = *impl_;
   ChunkStore& store = s.store;
-  // Gathers and reductions go through Gloo over host memory (Note [ring collectives]); the run
-  // plan refuses several ranks on GPUs with the message users see (plan::check_rank_collectives).
-  PSTAR_INTERNAL_ASSERT(comm == nullptr || store.tier().compute_device().is_cpu(),
-                        "a chunk engine of several ranks on ", store.tier().describe(),
-                        ", which the run plan refuses");
+  // Gathers and reductions go through Gloo over host memory (Note [ring collectives]); on a tier
+  // whose device blocks the host cannot address, through host blocks (Note [staged collectives]).
   s.registering.expected_leaves = static_cast<int64_t>(leaves.size());
   // The store follows the plan's layout leaf by leaf (Note [chunk sizes]): one rule, in plan.
   s.registering.leaf_chunk = plan::leaf_chunks(leaves, layout, s.settings.use_cpu_embedding);
@@ -213,13 +210,13 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
               std::max<int64_t>(1, layout.params / world), ") or use fewer ranks");
 
   // Tier budgets and the fit check (Note [fit]), before anything is allocated.
-  store.set_budgets(plan.budgets.device, plan.host_budget_per_rank);
+  store.set_budgets(plan.device_budget_per_rank, plan.host_budget_per_rank);
   plan::FitInput in;
   in.layout = layout;
   in.payload = store.format().payload;
   in.world_size = world;
   in.ranks_per_host = plan.ranks_per_host;
-  in.device_budget = plan.budgets.device;
+  in.device_budget = plan.device_budget_per_rank;
   in.host_budget = plan.budgets.host;
   in.non_model = predicted_non_model;
   const std::string& nvme_path = plan.config.engine.nvme_path;
@@ -279,6 +276,11 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
                                         plan.ranks_per_host, " ranks of this node")
                               : std::string(),
       "), ", s.fit.device_chunks, " on the device tier (", format_bytes(store.device_budget()),
+      // Ranks sharing a GPU share its budget too (RunPlan::device_budget_per_rank).
+      plan.rank.gpu_ranks > 1
+          ? str_cat(" per rank, ", format_bytes(plan.budgets.device), " for the ",
+                    plan.rank.gpu_ranks, " ranks on ", plan.rank.name())
+          : std::string(),
       ", ", store.tier().describe(), ")",
       s.fit.nvme_chunks > 0
           ? str_cat(", ", s.fit.nvme_chunks, " with their optimizer payloads on NVMe (",
@@ -298,7 +300,7 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
 ChunkedEngine::~ChunkedEngine() = default;
 
 int64_t ChunkedEngine::device_arena_bytes(const plan::RunPlan& plan, int64_t predicted_non_model) {
-  return plan::device_arena_bytes(plan.budgets.device, predicted_non_model);
+  return plan::device_arena_bytes(plan.device_budget_per_rank, predicted_non_model);
 }
 
 tier::DeviceTier& ChunkedEngine::device_tier() { return impl_->store.tier(); }

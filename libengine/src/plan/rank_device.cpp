@@ -62,6 +62,8 @@ RankDevice choose_gpu(const config::DistributedConfig& distributed, const RankDe
       "let the ranks share them over Gloo (for testing, not speed), or use --device cpu");
   d.index = f.local_rank % f.visible_gpus;
   d.shares_gpu = true;
+  // Local ranks index, index + visible, ... take this GPU.
+  d.gpu_ranks = (f.local_world_size - d.index + f.visible_gpus - 1) / f.visible_gpus;
   d.why = str_cat("local rank ", f.local_rank, " of ", f.local_world_size, " sharing ", gpus,
                   " (distributed.share_gpus)");
   return d;
@@ -107,14 +109,16 @@ RankDevice choose_rank_device(const config::DistributedConfig& distributed,
   return d;
 }
 
-void check_rank_collectives(const RunPlan& plan) {
-  PSTAR_CHECK(!(plan.chunked && plan.world_size > 1 && plan.device == DeviceKind::kCuda),
+void check_rank_collectives(const RunPlan& plan, const std::string& nccl_missing) {
+  const bool gpu_ranks = plan.chunked && plan.world_size > 1 && plan.device == DeviceKind::kCuda;
+  PSTAR_CHECK(!(gpu_ranks && plan.rank.backend == CommBackend::kNccl && !nccl_missing.empty()),
               ConfigError, "training ", plan.world_size, " ranks on GPUs (this one on ",
-              plan.rank.name(), ", collectives over ", comm_backend_name(plan.rank.backend),
-              ") is not built yet: the chunk engine gathers and reduces chunks through Gloo over "
-              "host memory, and the device communicator that would move GPU payloads (NCCL, or "
-              "Gloo staged through host buffers for distributed.share_gpus) is issue 36's next "
-              "step; train on one GPU (--nproc 1), or on several ranks with --device cpu");
+              plan.rank.name(), ") over nccl (distributed.backend \"",
+              config::dist_backend_name(plan.config.distributed.backend),
+              "\"), but this build of pstar has no NCCL communicator (", nccl_missing,
+              "); set distributed.backend \"gloo\" to gather and reduce the GPU payloads "
+              "through host memory (correct, slower), train on one GPU (--nproc 1), or on "
+              "several ranks with --device cpu");
 }
 
 }  // namespace pstar::plan

@@ -160,13 +160,19 @@ RunPlan resolve_run(const config::TrainConfig& config, const RunFacts& facts) {
                           "the CUDA budget's default needs the device's free memory");
     c.engine.device_memory =
         static_cast<int64_t>(kCudaFreeMemoryRatio * static_cast<double>(*facts.free_device_bytes));
-    plan.decisions.push_back(
-        str_cat("engine.device_memory: ", format_bytes(*c.engine.device_memory), " (",
-                static_cast<int>(kCudaFreeMemoryRatio * 100), "% of the free memory of ",
-                facts.device_name, ")"));
+    plan.decisions.push_back(str_cat(
+        "engine.device_memory: ", format_bytes(*c.engine.device_memory), " (",
+        static_cast<int>(kCudaFreeMemoryRatio * 100), "% of the free memory of ", facts.device_name,
+        plan.rank.gpu_ranks > 1
+            ? str_cat(", shared by the ", plan.rank.gpu_ranks, " ranks computing on it")
+            : std::string(),
+        ")"));
   }
   plan.budgets = budgets_for(c, facts.physical_memory_bytes);
   plan.host_budget_per_rank = plan.budgets.host / plan.ranks_per_host;
+  plan.device_budget_per_rank = plan.device == DeviceKind::kCuda
+                                    ? plan.budgets.device / plan.rank.gpu_ranks
+                                    : plan.budgets.device;
 
   const bool overlap = overlap_adam_on(c.engine.overlap_adam, plan.device);
   c.engine.overlap_adam = config::on_off(overlap);

@@ -1,5 +1,8 @@
 #include "pstar/train/run_facts.h"
 
+#include <algorithm>
+#include <string>
+
 #include <torch/torch.h>
 
 #include "pstar/base/error.h"
@@ -89,8 +92,17 @@ plan::RunFacts gather_run_facts(const config::TrainConfig& config, const std::st
     warn_if_bf16_slow(device);
   }
   if (config.engine.mode == config::EngineMode::kChunked && device.is_cuda() &&
-      !config.engine.device_memory)
+      !config.engine.device_memory) {
     facts.free_device_bytes = tier::cuda_free_bytes(device.has_index() ? device.index() : 0);
+    // Every rank plans with the least free memory any rank saw: ranks sharing a GPU read it while
+    // the others start, and one budget for all keeps the fit check's verdict the same on every
+    // rank (a refusal on one rank alone would leave the others waiting in a collective).
+    if (comm != nullptr) {
+      for (const std::string& seen :
+           comm->exchange("free_device_bytes", std::to_string(*facts.free_device_bytes)))
+        facts.free_device_bytes = std::min<int64_t>(*facts.free_device_bytes, std::stoll(seen));
+    }
+  }
   facts.physical_memory_bytes = plan::physical_memory_bytes();
   // Only where the decision's reason needs it (Note [cpu embedding]): a caller's own model may
   // leave model.* to the defaults.
@@ -105,7 +117,7 @@ plan::RunFacts gather_run_facts(const config::TrainConfig& config, const std::st
 plan::RunPlan plan_run(const config::TrainConfig& config, const std::string& device_option,
                        dist::Communicator* comm) {
   plan::RunPlan plan = plan::resolve_run(config, gather_run_facts(config, device_option, comm));
-  plan::check_rank_collectives(plan);
+  plan::check_rank_collectives(plan, dist::nccl_missing_reason());
   return plan;
 }
 

@@ -1,6 +1,6 @@
 // plan::choose_rank_device (Note [rank device]) as tables: local ranks × visible GPUs × sharing →
-// each rank's device, the backend, and every ConfigError's message; and the run plan's refusal of
-// several ranks on GPUs until the device communicator exists.
+// each rank's device, the backend, and every ConfigError's message; the run plan's refusal of
+// several GPU ranks over nccl where the build lacks it; and the budget of ranks sharing a GPU.
 #include "pstar/plan/rank_device.h"
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "pstar/base/error.h"
+#include "pstar/base/strings.h"
 #include "pstar/formats/config.h"
 #include "pstar/plan/run_plan.h"
 
@@ -212,34 +213,51 @@ TEST(RankDevice, TheRunPlanCarriesTheChoice) {
   EXPECT_EQ(resolve_run(config::TrainConfig(), hypothetical).rank.backend, CommBackend::kGloo);
 }
 
-// Several ranks on GPUs are refused until the chunk engine has a device communicator (issue 36):
-// with a message that says what is missing and what works. One GPU rank, and CPU ranks, run.
-TEST(RankDevice, SeveralGpuRanksWaitForTheDeviceCommunicator) {
+// Several ranks on GPUs train over gloo (Note [staged collectives]); over nccl, which this build
+// lacks, they are refused with a message that says what is missing and what works. One GPU rank,
+// and CPU ranks, run whatever the build.
+TEST(RankDevice, SeveralGpuRanksTrainOverGlooUntilTheBuildHasNccl) {
   RunFacts f;
   f.physical_memory_bytes = int64_t{16} << 30;
   f.free_device_bytes = int64_t{70} << 30;
   f.device = DeviceKind::kCuda;
-  for (const bool share : {false, true}) {
-    SCOPED_TRACE(share ? "sharing one GPU" : "a GPU each");
-    f.world_size = 2;
-    f.ranks_per_host = 2;
-    f.rank = choose_rank_device(dist(DistBackend::kAuto, share), gpu_rank(1, 2, share ? 1 : 2));
+  f.world_size = 2;
+  f.ranks_per_host = 2;
+  struct Row {
+    bool share;
+    DistBackend asked;
+    bool refused;
+  };
+  for (const Row row :
+       {Row{false, DistBackend::kAuto, true}, Row{false, DistBackend::kGloo, false},
+        Row{true, DistBackend::kAuto, false}, Row{true, DistBackend::kGloo, false}}) {
+    SCOPED_TRACE(str_cat(row.share ? "sharing one GPU" : "a GPU each", ", backend ",
+                         config::dist_backend_name(row.asked)));
+    config::TrainConfig c;
+    c.distributed = dist(row.asked, row.share);
+    f.rank = choose_rank_device(c.distributed, gpu_rank(1, 2, row.share ? 1 : 2));
     f.device_name = f.rank->name();
-    const RunPlan plan = resolve_run(config::TrainConfig(), f);
+    const RunPlan plan = resolve_run(c, f);
+    EXPECT_NO_THROW(check_rank_collectives(plan, "")) << "a build with NCCL runs every row";
+    if (!row.refused) {
+      EXPECT_NO_THROW(check_rank_collectives(plan, kNoNccl));
+      continue;
+    }
     try {
-      check_rank_collectives(plan);
-      ADD_FAILURE() << "two GPU ranks were let through";
+      check_rank_collectives(plan, kNoNccl);
+      ADD_FAILURE() << "two GPU ranks over nccl were let through without NCCL";
     } catch (const ConfigError& e) {
-      expect_contains(e.what(), {"training 2 ranks on GPUs (this one on ", f.device_name,
-                                 share ? "collectives over gloo" : "collectives over nccl",
-                                 "is not built yet", "issue 36", "--nproc 1", "--device cpu"});
+      expect_contains(e.what(),
+                      {"training 2 ranks on GPUs (this one on cuda:1) over nccl",
+                       "(distributed.backend \"auto\")", "no NCCL communicator (", kNoNccl,
+                       "set distributed.backend \"gloo\"", "--nproc 1", "--device cpu"});
     }
   }
   f.world_size = 1;
   f.ranks_per_host = 1;
   f.rank = choose_rank_device(DistributedConfig(), gpu_rank(0, 1, 1));
   f.device_name = "cuda:0";
-  EXPECT_NO_THROW(check_rank_collectives(resolve_run(config::TrainConfig(), f)));
+  EXPECT_NO_THROW(check_rank_collectives(resolve_run(config::TrainConfig(), f), kNoNccl));
 
   RunFacts cpu;
   cpu.physical_memory_bytes = int64_t{16} << 30;
@@ -248,7 +266,53 @@ TEST(RankDevice, SeveralGpuRanksWaitForTheDeviceCommunicator) {
   RankDeviceFacts rf = gpu_rank(2, 4, 0);
   rf.requested = DeviceKind::kCpu;
   cpu.rank = choose_rank_device(DistributedConfig(), rf);
-  EXPECT_NO_THROW(check_rank_collectives(resolve_run(config::TrainConfig(), cpu)));
+  EXPECT_NO_THROW(check_rank_collectives(resolve_run(config::TrainConfig(), cpu), kNoNccl));
+}
+
+// Ranks sharing a GPU share its budget as a node's ranks share its host memory: each of the GPU's
+// ranks gets an equal part of engine.device_memory (or of its default). gpu_ranks counts the local
+// ranks that land on each GPU: 5 ranks on 2 GPUs put 3 on cuda:0 and 2 on cuda:1.
+TEST(RankDevice, RanksSharingAGpuShareItsBudget) {
+  struct Row {
+    int64_t local_rank, local_world, visible, gpu_ranks;
+  };
+  for (const Row row : {Row{0, 1, 1, 1}, Row{1, 2, 2, 1}, Row{1, 2, 1, 2}, Row{3, 4, 1, 4},
+                        Row{0, 5, 2, 3}, Row{4, 5, 2, 3}, Row{1, 5, 2, 2}, Row{3, 5, 2, 2}}) {
+    SCOPED_TRACE(str_cat("local rank ", row.local_rank, " of ", row.local_world, " on ",
+                         row.visible, " GPUs"));
+    const RankDevice d = choose_rank_device(dist(DistBackend::kAuto, true),
+                                            gpu_rank(row.local_rank, row.local_world, row.visible));
+    EXPECT_EQ(d.gpu_ranks, row.gpu_ranks);
+    RunFacts f;
+    f.physical_memory_bytes = int64_t{16} << 30;
+    f.free_device_bytes = int64_t{60} << 30;
+    f.device = DeviceKind::kCuda;
+    f.world_size = row.local_world;
+    f.ranks_per_host = row.local_world;
+    f.rank = d;
+    f.device_name = d.name();
+    config::TrainConfig c;
+    const RunPlan by_default = resolve_run(c, f);
+    const auto whole = static_cast<int64_t>(kCudaFreeMemoryRatio * static_cast<double>(60LL << 30));
+    EXPECT_EQ(by_default.budgets.device, whole) << "the config keeps the GPU's budget";
+    EXPECT_EQ(by_default.device_budget_per_rank, whole / row.gpu_ranks);
+    if (row.gpu_ranks > 1) {
+      std::string decisions;
+      for (const std::string& line : by_default.decisions) decisions += line + "\n";
+      expect_contains(decisions,
+                      {str_cat("shared by the ", row.gpu_ranks, " ranks computing on it")});
+    }
+    c.engine.device_memory = int64_t{12} << 30;
+    EXPECT_EQ(resolve_run(c, f).device_budget_per_rank, (int64_t{12} << 30) / row.gpu_ranks);
+  }
+  // The CPU's emulated tier: every rank has the whole budget.
+  RunFacts cpu;
+  cpu.physical_memory_bytes = int64_t{16} << 30;
+  cpu.world_size = 2;
+  cpu.ranks_per_host = 2;
+  config::TrainConfig c;
+  c.engine.device_memory = int64_t{1} << 30;
+  EXPECT_EQ(resolve_run(c, cpu).device_budget_per_rank, int64_t{1} << 30);
 }
 
 }  // namespace

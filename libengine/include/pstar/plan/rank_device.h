@@ -48,7 +48,10 @@ struct RankDevice {
   int64_t index = -1;  // the CUDA ordinal; -1 on the CPU
   CommBackend backend = CommBackend::kGloo;
   bool shares_gpu = false;  // other local ranks compute on the same GPU (distributed.share_gpus)
-  std::string why;          // for the log: "local rank 1 of 2, 8 GPUs visible"
+  // The local ranks computing on this rank's GPU, itself included: they share its memory and so
+  // engine.device_memory (RunPlan::device_budget_per_rank). 1 on the CPU.
+  int64_t gpu_ranks = 1;
+  std::string why;  // for the log: "local rank 1 of 2, 8 GPUs visible"
 
   std::string name() const;  // "cpu", "cuda:3": c10::Device's spelling
   // The start-up log's line: "device: cuda:1 (local rank 1 of 2, 8 GPUs visible), collectives
@@ -64,10 +67,11 @@ RankDevice choose_rank_device(const config::DistributedConfig& distributed,
 
 struct RunPlan;
 
-// Throws ConfigError when `plan` trains several ranks on GPUs: the chunk engine's gathers and
-// reductions move host memory through Gloo (dist::Communicator, Note [ring collectives]), and the
-// device communicator that would move GPU payloads is issue 36's next step. train::plan_run
-// refuses such a run here, before anything is built, saying what works instead. Pure.
-void check_rank_collectives(const RunPlan& plan);
+// Throws ConfigError when `plan` trains several ranks on GPUs over nccl and `nccl_missing` (why
+// this build has no NCCL communicator, dist::nccl_missing_reason()) is not empty: the chunk
+// engine's only communicator is Gloo's, which moves GPU payloads staged through host memory (Note
+// [staged collectives] in engine/group_sync.h), so the message says to set distributed.backend
+// "gloo". train::plan_run refuses such a run here, before anything is built. Pure.
+void check_rank_collectives(const RunPlan& plan, const std::string& nccl_missing);
 
 }  // namespace pstar::plan

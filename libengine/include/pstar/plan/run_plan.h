@@ -76,6 +76,10 @@ struct RunPlan {
   int64_t global_batch = 1;  // sequences per step over every rank: micro × accumulation × world
   Budgets budgets;           // engine.device_memory and engine.host_memory, defaults applied
   int64_t host_budget_per_rank = 0;  // the ranks on a host share its budget
+  // Ranks sharing one GPU (distributed.share_gpus) share its budget the same way:
+  // engine.device_memory (or its default, a share of the GPU's free memory) is the GPU's, and each
+  // of its rank.gpu_ranks ranks gets an equal part. budgets.device on the CPU's emulated tier.
+  int64_t device_budget_per_rank = 0;
   bool prefetch = true;
   bool overlap_adam = false;
   // Note [speculative adam]: kOff, kAlways (engine.speculative_adam true) or kAfterCalmSteps

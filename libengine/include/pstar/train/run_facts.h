@@ -43,7 +43,8 @@ NumaReport bind_rank_to_numa(const config::TrainConfig& config, const plan::Rank
                              int64_t local_rank, int64_t local_world_size);
 
 // gather_run_facts, then plan::resolve_run: the run plan for `config` on this machine. ConfigError
-// for several ranks on GPUs (plan::check_rank_collectives) until the device communicator exists.
+// for several ranks on GPUs over nccl, which this build lacks (plan::check_rank_collectives): they
+// train over gloo. Ranks plan with the least free GPU memory any of them saw.
 plan::RunPlan plan_run(const config::TrainConfig& config, const std::string& device_option,
                        dist::Communicator* comm);
 
