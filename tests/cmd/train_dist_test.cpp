@@ -68,6 +68,43 @@ TEST_F(DistTrainTest, OneTwoAndFourRanksAgreeAndShareTheModelData) {
   }
 }
 
+// Note [collectives beside compute]: the collectives on a communication thread (the default) and
+// all on the main thread (PSTAR_OVERLAP_COMM=0) give the same losses and gradient norms bit for
+// bit on 2 and 4 processes under a budget that moves chunks every step, send the same bytes in the
+// same collectives, and only the first goes ahead.
+TEST_F(DistTrainTest, CollectivesBesideComputeChangeNoBit) {
+  for (int64_t n : {2, 4}) {
+    std::map<bool, std::vector<json>> runs;
+    for (const bool beside : {false, true}) {
+      const std::string metrics =
+          std::string("beside") + (beside ? "1-" : "0-") + std::to_string(n) + ".jsonl";
+      const auto r =
+          run_pstar({"train", write_config(config(4 / n, 5)), "--device", "cpu", "--nproc",
+                     std::to_string(n), "--metrics", metrics},
+                    dir_.path(), {beside ? "PSTAR_OVERLAP_COMM=1" : "PSTAR_OVERLAP_COMM=0"});
+      ASSERT_EQ(r.exit_code, 0) << r;
+      runs[beside] = read_metrics(dir_.file(metrics));
+      ASSERT_EQ(runs[beside].size(), 5u) << r;
+    }
+    int64_t ahead = 0, moved = 0;
+    for (size_t i = 0; i < 5; ++i) {
+      const json& a = runs[false][i];
+      const json& b = runs[true][i];
+      EXPECT_EQ(b["loss"], a["loss"]) << n << " ranks, step " << i + 1;
+      EXPECT_EQ(b["grad_norm"], a["grad_norm"]) << n << " ranks, step " << i + 1;
+      for (const char* key : {"comm_bytes", "gathers", "reductions"})
+        EXPECT_EQ(b[key], a[key]) << key << ", " << n << " ranks, step " << i + 1;
+      EXPECT_EQ(a["comm_gathers_ahead"].get<int64_t>(), 0) << a.dump();
+      EXPECT_EQ(a["comm_wait_s"].get<double>(), 0.0) << a.dump();
+      ahead += b["comm_gathers_ahead"].get<int64_t>();
+      moved += b["moved_h2d_bytes"].get<int64_t>();
+      EXPECT_LE(b["device_peak_bytes"].get<int64_t>(), int64_t{3} << 20) << b.dump();
+    }
+    EXPECT_GT(ahead, 0) << n << " ranks: no gather went ahead";
+    EXPECT_GT(moved, 0) << n << " ranks: the budget was meant to move chunks";
+  }
+}
+
 // The other two gradient paths: gradient accumulation (separate fp32 gradient payloads, reduced
 // per micro-batch onto the owner's running sum) in fp32, and bf16 with parameter/gradient reuse
 // (gradients reduced in fp32, stored back in bf16).

@@ -41,7 +41,8 @@ void ChunkStore::add_bytes(Place place, int64_t bytes) {
     stat.increase(bytes);
   else
     stat.decrease(-bytes);
-  if (observer_ != nullptr) observer_->set_chunk_bytes(device_.current, host_.current);
+  if (listeners_.observer != nullptr)
+    listeners_.observer->set_chunk_bytes(device_.current, host_.current);
 }
 
 int64_t ChunkStore::gathered_device_bytes() const {
@@ -91,13 +92,14 @@ void ChunkStore::check_host_pools() {
 // ---- observer and traffic ----------------------------------------------------------------------
 
 void ChunkStore::set_observer(EngineObserver* observer) {
-  observer_ = observer;
-  if (observer_ != nullptr) observer_->set_chunk_bytes(device_.current, host_.current);
+  listeners_.observer = observer;
+  if (listeners_.observer != nullptr)
+    listeners_.observer->set_chunk_bytes(device_.current, host_.current);
 }
 
 void ChunkStore::record(int64_t chunk, formats::ChunkEventKind kind, int64_t bytes,
                         double seconds) {
-  if (observer_ != nullptr) observer_->event(chunk, kind, bytes, seconds);
+  if (listeners_.observer != nullptr) listeners_.observer->event(chunk, kind, bytes, seconds);
 }
 
 std::vector<int8_t> ChunkStore::places() const {
@@ -392,6 +394,7 @@ void ChunkStore::move_compute(int64_t k, Place to, bool ahead) {
   PSTAR_INTERNAL_ASSERT(!c.remote, "moving chunk ", k, ", which another rank owns");
   PSTAR_INTERNAL_ASSERT(!c.adam.queued(), "moving chunk ", k, " while its host Adam is queued");
   PSTAR_INTERNAL_ASSERT(c.compute_count == 0, "moving chunk ", k, " while it is in use");
+  if (listeners_.move_guard) listeners_.move_guard(k);
   const auto begin = std::chrono::steady_clock::now();
   // Both destinations first (the copies write all of them): when the device has no room (Note
   // [fragmented arena]) the chunk stays whole where it was.

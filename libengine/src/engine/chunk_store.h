@@ -190,7 +190,7 @@ class ChunkStore {
 
   // ---- observer and traffic ----
   void set_observer(EngineObserver* observer);
-  EngineObserver* observer() const { return observer_; }
+  EngineObserver* observer() const { return listeners_.observer; }
   void record(int64_t chunk, formats::ChunkEventKind kind, int64_t bytes, double seconds = 0);
   // Every chunk's place now (formats::ChunkPlace), for a moment's row.
   std::vector<int8_t> places() const;
@@ -259,6 +259,11 @@ class ChunkStore {
   // (await_upload).
   void move_compute(int64_t k, Place to, bool ahead = false);
   void move_optimizer_state(int64_t k, Place to);
+  // Called with k before chunk k's compute payloads move (on the thread that moves them): waits
+  // for whatever else still reads or writes them (Note [collectives beside compute]).
+  void set_move_guard(std::function<void(int64_t)> guard) {
+    listeners_.move_guard = std::move(guard);
+  }
   // Compute waits here for a chunk copied ahead (Note [prefetch]).
   void await_upload(int64_t k);
 
@@ -278,7 +283,11 @@ class ChunkStore {
   memory::Stat device_, host_;
   int64_t device_budget_ = 0, host_budget_ = 0;
   Traffic traffic_;
-  EngineObserver* observer_ = nullptr;
+  // Who hears of the store's doings: the profile's observer, and the guard a move waits on.
+  struct Listeners {
+    EngineObserver* observer = nullptr;
+    std::function<void(int64_t)> move_guard;
+  } listeners_;
   std::unique_ptr<NvmeOptimizer> nvme_;
   Block nvme_param_, nvme_grad_;
   int64_t staged_ = -1;  // the NVMe chunk staged for host code, or -1

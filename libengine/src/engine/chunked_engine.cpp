@@ -120,6 +120,7 @@ std::unique_ptr<ChunkedEngine::Impl> make_impl(const plan::RunPlan& plan,
   settings.use_cpu_embedding = plan::decided_cpu_embedding(plan.config);
   settings.speculation = plan.speculation != plan::RunPlan::Speculation::kOff;
   settings.speculation_forced = plan.speculation == plan::RunPlan::Speculation::kAlways;
+  settings.overlap_comm = plan.overlap_comm;
   PlacementSettings placement;
   placement.warmup_iterations = settings.warmup_iterations;
   placement.prefetch = plan.prefetch;
@@ -510,6 +511,8 @@ void ChunkedEngine::fill_metrics(EngineMetrics& m) {
     m.comm_bytes = comm.bytes_sent;
     m.comm_s = comm.seconds;
     m.comm_staged_bytes = comm.staged_bytes;
+    m.comm_wait_s = comm.wait_seconds;
+    m.comm_gathers_ahead = comm.gathers_ahead;
   }
 }
 

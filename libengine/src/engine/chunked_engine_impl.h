@@ -28,6 +28,7 @@ struct EngineSettings {
   bool use_cpu_embedding = false;
   bool speculation = false;  // Note [speculative adam]: rollback slots are made after the warm-up
   bool speculation_forced = false;  // engine.speculative_adam true: no room for a slot is an error
+  bool overlap_comm = true;         // Note [collectives beside compute] (RunPlan::overlap_comm)
 };
 
 // The device memory of one step, beside what the parts count.
@@ -111,6 +112,12 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   // Note [fragmented arena]: uploads chunk k for a moment that needs `need` (ascending).
   void upload_making_room(int64_t k, const std::vector<int64_t>& need, const std::string& what);
   // Note [prefetch]: starts the uploads of the next moment's chunks.
+  void gather_ahead();  // Note [collectives beside compute]
+  // In the last micro-batch's backward, after the plan: chunks whose gradients are final may start
+  // their host Adam.
+  bool early_updates_possible() const {
+    return in_backward && placement.planned() && micro_batches_done + 1 == settings.accumulation;
+  }
   void prefetch(const std::vector<int64_t>& need_now);
   // The moment's row for the observer: its chunk bytes now; its non-model peak comes at its end.
   void observe_moment(const std::string& what, formats::ProfileStage stage);

@@ -16,9 +16,14 @@ chunk::Sharding sharding_of(const dist::Communicator* comm) {
   return chunk::Sharding{comm->rank(), comm->world_size()};
 }
 
-GroupSync::GroupSync(ChunkStore& store, dist::Communicator* comm) : store_(store), comm_(comm) {}
+GroupSync::GroupSync(ChunkStore& store, dist::Communicator* comm, bool beside_compute)
+    : store_(store), comm_(comm) {
+  if (comm_ != nullptr && beside_compute && store_.tier().host_addresses_device())
+    worker_ = std::make_unique<core::OrderedWorker>();
+}
 
 GroupSync::~GroupSync() {
+  stop_queue();  // a collective still running ends before the payloads it reads go
   for (const tier::Block& block : staging_)
     if (block) store_.add_host_bytes(-block.bytes());
 }
@@ -54,6 +59,15 @@ tier::Block& GroupSync::staging(int64_t part, int64_t bytes) {
 
 void GroupSync::gather(int64_t g) {
   Group& group = groups_[static_cast<size_t>(g)];
+  if (worker_) {
+    // Note [collectives beside compute]: a gather queued ahead finishes; a reduction still
+    // running finishes first (and releases the group, as settle would have).
+    finish(g);
+    if (group.gathered) return;
+    queue_gather(g, /*start_now=*/true);
+    finish(g);
+    return;
+  }
   if (group.gathered) return;
   const chunk::Sharding& sharding = store_.sharding();
   // A group's chunks are of one size (several sizes only with one rank, plan::plan_layout).
@@ -63,7 +77,10 @@ void GroupSync::gather(int64_t g) {
   bool any_staged = false;
   for (int64_t part = 0; part < sharding.world_size; ++part) {
     const int64_t k = group_chunk(g, part);
-    if (store_.chunk(k).remote) store_.allocate_remote(k);
+    if (store_.chunk(k).remote)
+      store_.allocate_remote(k);
+    else
+      store_.await_upload(k);  // copied ahead for this moment (Note [prefetch]): sent as landed
     tier::Block& payload = store_.chunk(k).param;
     if (!staged(payload)) {
       parts.push_back(payload.data());
@@ -112,12 +129,18 @@ void GroupSync::release(int64_t g) {
 }
 
 void GroupSync::release_all() {
+  drain();
   for (int64_t g = 0; g < num_groups(); ++g) release(g);
 }
 
 void GroupSync::reduce(int64_t g) {
   Group& group = groups_[static_cast<size_t>(g)];
   if (group.reduced) return;
+  if (worker_) {
+    if (group.ticket == 0) queue_reduce(g);
+    finish(g);
+    return;
+  }
   const chunk::Sharding& sharding = store_.sharding();
   const ChunkFormat& format = store_.format();
   const int64_t mine = own_chunk(g);
@@ -128,6 +151,7 @@ void GroupSync::reduce(int64_t g) {
   const int64_t grad_elem_bytes = format.reuse ? format.elem_bytes : 4;
   // The gradient payload of chunk c (under param/grad reuse, its parameter payload).
   const auto grad_block = [&](Chunk& c) -> tier::Block& { return format.reuse ? c.param : c.grad; };
+  store_.await_upload(mine);  // its gradients are read and written as they have landed
   const auto begin = std::chrono::steady_clock::now();
   comm_->reduce_scatter(
       size,
@@ -175,9 +199,15 @@ bool GroupSync::in_use(int64_t g) const {
 
 void GroupSync::settle(const std::vector<bool>& keep) {
   if (comm_ == nullptr) return;
+  finish_done();
   for (int64_t g = 0; g < num_groups(); ++g) {
     const Group& group = groups_[static_cast<size_t>(g)];
-    if (group.grads_pending() && group.grads_seen == group.tensors && !in_use(g)) {
+    if (group.grads_pending() && group.grads_seen == group.tensors && !in_use(g) &&
+        !group.reducing) {
+      if (worker_) {
+        complete_.push_back(g);  // queued after this moment's gathers (issue_reductions)
+        continue;
+      }
       reduce(g);
       // Gradients are summed; in reuse mode the slots now hold them, so the copies of the
       // other ranks' chunks are stale: drop them.
@@ -200,24 +230,35 @@ void GroupSync::grad_arrived(int64_t id) {
 
 void GroupSync::end_micro_batch() {
   if (comm_ == nullptr) return;
+  drain();
   // Every group's gradients go to their owners before the next micro-batch or the optimizer.
   for (int64_t g = 0; g < num_groups(); ++g) {
     reduce(g);
     release(g);
   }
-  for (auto& g : groups_) g = Group{false, false, g.tensors, 0};
+  for (auto& g : groups_) {
+    Group fresh;
+    fresh.tensors = g.tensors;
+    g = std::move(fresh);
+  }
   for (auto& t : store_.tensors()) t.grad_seen = false;
 }
 
 double GroupSync::all_reduce_sum(double value) {
-  return comm_ != nullptr ? comm_->all_reduce_sum(value) : value;
+  if (comm_ == nullptr) return value;
+  drain();
+  return comm_->all_reduce_sum(value);
 }
 
 void GroupSync::begin_step() { gathers_ = reductions_ = 0; }
 
 SyncFigures GroupSync::take_figures() {
+  drain();
   const dist::CommStats stats = comm_->take_stats();
-  return SyncFigures{stats.bytes_sent, stats.seconds, std::exchange(staged_bytes_, 0)};
+  SyncFigures figures{stats.bytes_sent, stats.seconds, std::exchange(staged_bytes_, 0)};
+  figures.wait_seconds = std::exchange(wait_seconds_, 0.0);
+  figures.gathers_ahead = std::exchange(gathers_ahead_, 0);
+  return figures;
 }
 
 }  // namespace pstar::engine

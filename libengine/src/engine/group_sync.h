@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "chunk_store.h"
+#include "pstar/core/ordered_worker.h"
 
 namespace pstar::dist {
 class Communicator;
@@ -26,11 +28,42 @@ namespace pstar::engine {
 // tier that says it cannot address its device side (CheckingTier), and the losses are the same
 // bits. The device communicator (NCCL) will move device payloads without staging.
 
+// Note [collectives beside compute]
+// With beside_compute (the default on several ranks; RunPlan::overlap_comm), every collective of
+// the engine runs on one communication thread (a core::OrderedWorker) in the order the main thread
+// queues it, and the main thread waits only for the one it needs next (group_sync_queue.cpp):
+// - after the warm-up, a group whose gradients are complete is reduce-scattered while the backward
+//   goes on: queued behind the gathers of the moment that found it complete, so that the module's
+//   own gathers do not wait for it, and finished (its owners' sums in place, its copies released)
+//   when a later moment finds it done, or when something needs it: a move of one of its chunks
+//   (ChunkStore's move guard), a module that uses it again, room on the device, the end of the
+//   micro-batch. In the warm-up reductions finish where they are queued;
+// - after the warm-up, the groups the next moment of the trace uses are queued for gathering ahead,
+//   unless they are gathered, have gradients this micro-batch or are being reduced. A queued
+//   gather starts (its payloads allocated, its collective free to run) at once when the device has
+//   room for it beside this moment's chunks, else when its moment comes, as without the queue.
+// Every rank queues the same collectives in the same order: what is queued and when depends on the
+// trace and the groups' gradient counts only, never on timing or memory, which decide only when a
+// gather may start and when the main thread waits. A wait for a collective starts every gather
+// queued before it, so that no rank waits for a gather another rank has not started. A collective
+// the main thread calls itself (a scalar all-reduce, an evaluation's gather) first waits for the
+// queue to empty. The bytes sent are the same as without the queue and so are the numbers: the
+// same sums in the same order, on disjoint chunks. The host Adam of a group's owned chunk starts
+// only once its reduction has finished here (reduced()). Where payloads are staged (Note [staged
+// collectives]) the collectives stay on the main thread, since the staging blocks are shared.
+struct GatherStart;  // group_sync_queue.cpp
+
 // A communication group: world_size consecutive chunks, one per rank (Note [chunk layout]).
 struct Group {
   bool gathered = false;  // the remote chunks hold this step's parameters
   bool reduced = false;   // this micro-batch's gradients went to their owners
   int64_t tensors = 0, grads_seen = 0;
+  // Note [collectives beside compute]: the worker's ticket for the group's queued collective (0:
+  // none), which one it is, and its seconds (written by the worker, read after the wait).
+  int64_t ticket = 0;
+  bool gathering = false, reducing = false;
+  double seconds = 0;
+  std::shared_ptr<GatherStart> start;  // a queued gather that has not started yet
   bool grads_pending() const { return grads_seen > 0 && !reduced; }
 };
 
@@ -40,6 +73,10 @@ struct SyncFigures {
   int64_t bytes_sent = 0;
   double seconds = 0;
   int64_t staged_bytes = 0;
+  // Note [collectives beside compute]: the seconds the main thread waited for the communication
+  // thread, and the gathers queued a moment ahead of their use.
+  double wait_seconds = 0;
+  int64_t gathers_ahead = 0;
 };
 
 // This rank's share of the chunks with `comm` (null: one rank owns every chunk).
@@ -47,26 +84,54 @@ chunk::Sharding sharding_of(const dist::Communicator* comm);
 
 class GroupSync {
  public:
-  // `comm` null: one rank.
-  GroupSync(ChunkStore& store, dist::Communicator* comm);
+  // `comm` null: one rank. `beside_compute`: Note [collectives beside compute], where the tier's
+  // device side is addressable from the host.
+  GroupSync(ChunkStore& store, dist::Communicator* comm, bool beside_compute);
   ~GroupSync();
   GroupSync(const GroupSync&) = delete;
   GroupSync& operator=(const GroupSync&) = delete;
 
   bool active() const { return comm_ != nullptr; }
+  bool beside_compute() const { return worker_ != nullptr; }
   // After registration: one group per world_size chunks, and each group's tensor count.
   void build_groups();
   int64_t num_groups() const { return static_cast<int64_t>(groups_.size()); }
   int64_t group_of(int64_t k) const { return store_.sharding().group_of(k); }
   // This rank's chunk of group g.
   int64_t own_chunk(int64_t g) const;
-  bool gathered(int64_t g) const { return groups_[static_cast<size_t>(g)].gathered; }
+  // Gathered with nothing queued for it (Note [collectives beside compute]).
+  bool gathered(int64_t g) const {
+    const Group& group = groups_[static_cast<size_t>(g)];
+    return group.gathered && group.ticket == 0;
+  }
   // Group g's gradients were summed into the owners' chunks this micro-batch.
   bool reduced(int64_t g) const { return groups_[static_cast<size_t>(g)].reduced; }
 
   // Gives the remote chunks of group g their payloads and fills them from their owners. This
-  // rank's chunk of the group is read: its queued Adam must be done.
+  // rank's chunk of the group is read: its queued Adam must be done. A gather queued ahead is
+  // awaited and finished.
   void gather(int64_t g);
+  // Note [collectives beside compute]: of `groups` (the next moment's), those a gather ahead would
+  // be queued for: not gathered, no gradients this micro-batch, nothing queued. Empty without
+  // beside_compute().
+  std::vector<int64_t> ahead_candidates(const std::vector<int64_t>& groups) const;
+  // Queues group g's gather ahead (one of ahead_candidates; the caller has awaited the host Adam
+  // of its owned chunk), started now or at its use.
+  void queue_ahead(int64_t g, bool start_now);
+  // The device bytes group g's remote chunks take while gathered.
+  int64_t remote_device_bytes(int64_t g) const;
+  // Queues the reductions settle() found complete, behind the moment's gathers; `beside`: left to
+  // run beside compute, else finished here.
+  void issue_reductions(bool beside);
+  bool reductions_pending() const;
+  // Finishes every queued collective that has ended (without waiting).
+  void finish_done();
+  // Waits for every queued reduction and finishes it (its copies released): for room.
+  void finish_reductions();
+  // Waits until no started collective reads or writes chunk k's payloads (ChunkStore's move guard).
+  void await_chunk(int64_t k);
+  // Waits for every queued collective and finishes each: before a collective of the main thread.
+  void drain();
   void release(int64_t g);
   void release_all();
   // Sums group g's gradients over the ranks into each owner's gradient slot. Unscaled: grad_norm
@@ -97,13 +162,35 @@ class GroupSync {
   // A tensor of the group is between its module's pre-hook and its end of use (a tied weight
   // waits in kCompute for its gradient through the whole backward).
   bool in_use(int64_t g) const;
+  // Note [collectives beside compute].
+  void queue_gather(int64_t g, bool start_now);
+  void start_gather(int64_t g);  // its payloads, and the collective free to run
+  void queue_reduce(int64_t g);
+  void finish(int64_t g);  // waits for group g's queued collective and completes it here
+  // Starts every gather queued up to `ticket`, then waits for it.
+  void wait(int64_t ticket);
+  void stop_queue();  // the queue's thread ends; gathers not started never run
+  // The reduce-scatter of group g over `grads` (each part's gradient and its used elements, null
+  // for a part with none), leaving this rank's sum in `own` (own_used elements of `type`).
+  struct ReducePart {
+    const void* grad = nullptr;
+    int64_t used = 0;
+  };
+  void reduce_parts(int64_t size, const std::vector<ReducePart>& grads, c10::ScalarType type,
+                    void* own, int64_t own_used);
 
   ChunkStore& store_;
   dist::Communicator* comm_;
   std::vector<Group> groups_;
   std::vector<float> reduced_;        // reduce's fp32 sum of this rank's chunk
+  std::vector<float> widened_;        // a bf16 or fp16 gradient part in fp32 (reduce_parts)
   std::vector<tier::Block> staging_;  // Note [staged collectives], one per part
   int64_t gathers_ = 0, reductions_ = 0, staged_bytes_ = 0;
+  std::vector<int64_t> complete_;  // groups settle() found complete, for issue_reductions
+  double wait_seconds_ = 0;
+  int64_t gathers_ahead_ = 0;
+  // Last: its thread stops (and a running collective ends) before anything above goes.
+  std::unique_ptr<core::OrderedWorker> worker_;
 };
 
 }  // namespace pstar::engine

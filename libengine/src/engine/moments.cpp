@@ -20,9 +20,12 @@ ChunkedEngine::Impl::Impl(std::unique_ptr<tier::DeviceTier> tier, const ChunkFor
     : settings(engine_settings),
       store(std::move(tier), format, sharding, std::move(sizes)),
       placement(placement_settings),
-      sync(store, comm),
+      sync(store, comm, engine_settings.overlap_comm),
       grads(store),
-      adam(store, adam_settings, overlap_adam, sharding.world_size) {}
+      adam(store, adam_settings, overlap_adam, sharding.world_size) {
+  // Note [collectives beside compute]: a chunk moves only once no queued collective uses it.
+  store.set_move_guard([this](int64_t k) { sync.await_chunk(k); });
+}
 
 void ChunkedEngine::Impl::note_footprint(int64_t reserved_non_model) {
   const tier::DeviceTier::Footprint fp = store.tier().footprint();
@@ -76,6 +79,10 @@ void ChunkedEngine::Impl::make_resident(const std::vector<int64_t>& needed,
   int64_t missing = 0;
   for (int64_t k : need)
     missing += store.chunk(k).compute_place == Place::kHost ? store.compute_bytes(k) : 0;
+  // Note [collectives beside compute]: the copies a reduction still holds go first, as they would
+  // have gone before this moment without the queue.
+  if (sync.reductions_pending() && missing > placement.free_movable_bytes(device_room()))
+    sync.finish_reductions();
   for (int64_t k : placement.evictions(need, missing, device_room(), what))
     store.move_compute(k, Place::kHost);
   for (int64_t k : need) {
@@ -174,20 +181,30 @@ void ChunkedEngine::Impl::access(torch::nn::Module& module, const char* phase) {
     std::vector<bool> keep(static_cast<size_t>(sync.num_groups()), false);
     for (int64_t g : used_groups) keep[static_cast<size_t>(g)] = true;
     for (int64_t g : placement.kept_after(placement.moment())) keep[static_cast<size_t>(g)] = true;
+    // Note [collectives beside compute]: where host Adam may start early updates, the reductions
+    // queued at earlier moments (which had their modules' compute to run beside) finish first, so
+    // that their chunks' updates start here, one moment later than without the queue.
+    if (early_updates_possible() && adam.overlapping()) sync.finish_reductions();
     sync.settle(keep);
     for (int64_t g : used_groups) {
       if (sync.gathered(g)) continue;
       adam.await_chunk(sync.own_chunk(g));  // this rank sends its own chunk's parameters
       sync.gather(g);
     }
+    // Note [collectives beside compute]: the reductions the gathers' waits let finish (their
+    // chunks' early updates may start below), then the new ones behind this moment's gathers,
+    // beside compute once the trace can say whether the device has room for them.
+    sync.finish_done();
+    sync.issue_reductions(/*beside=*/placement.planned());
   }
   // Early updates (exact or speculative) in the last micro-batch's backward, after the plan, for
   // the chunks whose gradients are final now: on several ranks, after their group's reduction
   // above.
-  if (in_backward && placement.planned() && micro_batches_done + 1 == settings.accumulation)
+  if (early_updates_possible())
     adam.start_early_updates([this](int64_t k) { return final_grads(k); });
   make_resident(needed, what);
   prefetch(needed);
+  gather_ahead();
   observe_moment(what,
                  in_backward ? formats::ProfileStage::kBackward : formats::ProfileStage::kForward);
   placement.record_use(needed, std::vector<int64_t>(used_groups.begin(), used_groups.end()));
@@ -237,6 +254,27 @@ void ChunkedEngine::Impl::optimizer_moment() {
   placement.record_use(on_device, {});
   interval_chunk_bytes = store.device_bytes().current;
   observe_moment("optimizer step", formats::ProfileStage::kOptimizer);
+}
+
+// Note [collectives beside compute]: the groups the next moment uses are queued for gathering
+// while this module computes, each started now where the device has room for it beside what this
+// moment holds, else at its use. Then, where the reductions still running hold more than this
+// moment's share of the device, they finish, as they would have without the queue.
+void ChunkedEngine::Impl::gather_ahead() {
+  if (!sync.beside_compute() || !placement.planned()) return;
+  const std::vector<int64_t> ahead =
+      sync.ahead_candidates(placement.groups_after(placement.moment()));
+  for (int64_t g : ahead) adam.await_chunk(sync.own_chunk(g));  // its part is read from now on
+  int64_t free = placement.free_movable_bytes(device_room());
+  for (int64_t g : ahead) {
+    const int64_t bytes = sync.remote_device_bytes(g);
+    const bool now = bytes <= free;
+    if (now) free -= bytes;
+    sync.queue_ahead(g, now);
+  }
+  if (sync.reductions_pending() && placement.free_movable_bytes(device_room()) < 0)
+    sync.finish_reductions();
+  interval_chunk_bytes = store.device_bytes().current;
 }
 
 // The host-only embedding's first (it runs first), then the trace's order (for a remote chunk,

@@ -70,6 +70,7 @@ bool Placement::end_iteration() {
     if (iteration_ < settings_.warmup_iterations) return false;
     trace_.accesses = accesses_;
     trace_.non_model_bytes = non_model_;
+    planned_groups_ = groups_;
     plan_kept_groups();
     return true;
   }
@@ -149,6 +150,13 @@ void Placement::plan_kept_groups() {
   }
 }
 
+const std::vector<int64_t>& Placement::groups_after(int64_t moment) const {
+  static const std::vector<int64_t> kNone;
+  const int64_t next = moment + 1;
+  if (!planned_ || next < 0 || next >= static_cast<int64_t>(planned_groups_.size())) return kNone;
+  return planned_groups_[static_cast<size_t>(next)];
+}
+
 const std::vector<int64_t>& Placement::kept_after(int64_t moment) const {
   static const std::vector<int64_t> kNone;
   if (!planned_ || moment < 0 || moment >= static_cast<int64_t>(kept_after_.size())) return kNone;
@@ -163,6 +171,14 @@ int64_t Placement::movable_room_bytes(const DeviceRoom& room) const {
                room.capacity_bytes) -
       room.margin_bytes - room.gathered_bytes;
   return std::max<int64_t>(0, bytes);
+}
+
+int64_t Placement::free_movable_bytes(const DeviceRoom& room) const {
+  const int64_t bytes =
+      std::min(chunk::device_chunk_budget_bytes(trace_, moment_, settings_.device_budget),
+               room.capacity_bytes) -
+      room.margin_bytes - room.gathered_bytes;
+  return bytes - bytes_of(room.resident);
 }
 
 // Resident, movable, idle and not needed now: what may leave.

@@ -7,6 +7,7 @@ target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/chunk_store.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nvme_optimizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/group_sync.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/group_sync_queue.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hybrid_adam.cpp
   ${CMAKE_CURRENT_LIST_DIR}/speculation.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gradients.cpp

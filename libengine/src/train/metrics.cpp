@@ -54,6 +54,7 @@ void MetricsWriter::write(const StepMetrics& m) {
         {"pageable_peak_bytes", m.engine.pageable.peak},
         {"comm_bytes", m.engine.comm_bytes},
         {"comm_staged_bytes", m.engine.comm_staged_bytes},
+        {"comm_gathers_ahead", m.engine.comm_gathers_ahead},
         {"nvme_read_bytes", m.engine.nvme.read_bytes},
         {"nvme_write_bytes", m.engine.nvme.write_bytes},
         {"gathers", m.engine.gathers},
@@ -62,6 +63,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   }
   if (m.eval_loss) line["eval_loss"] = *m.eval_loss;
   if (m.engine.comm_s >= 0) line["comm_s"] = m.engine.comm_s;
+  if (m.engine.comm_wait_s >= 0) line["comm_wait_s"] = m.engine.comm_wait_s;
   if (m.engine.adam.wait_s >= 0) line["adam_wait_s"] = m.engine.adam.wait_s;
   if (m.engine.adam.early_s >= 0) line["adam_early_s"] = m.engine.adam.early_s;
   if (m.engine.adam.host_s >= 0) line["adam_host_s"] = m.engine.adam.host_s;

@@ -23,9 +23,11 @@ pstar_add_test(NAME engine_init_ranks_tests LABEL multiprocess PCH
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/init_ranks_test.cpp
   LIBS pstar::engine)
 # ZeRO on four ranks as threads of one process (engine/dist/thread_ranks.h): ownership, the
-# collectives and the losses against one rank.
+# collectives and the losses against one rank; the collectives beside compute against the same on
+# the main thread.
 pstar_add_test(NAME engine_thread_ranks_tests LABEL unit PCH
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/thread_ranks_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/comm_beside_compute_test.cpp
   LIBS pstar::engine)
 # Note [one accumulator per tensor]: a tensor keeps its gradient accumulator across moves.
 pstar_add_test(NAME engine_grad_accumulator_tests LABEL unit

@@ -406,13 +406,15 @@ class CheckingTier final : public DeviceTier {
 // rank or for this rank of `comm`.
 inline train::ModelAndEngine build_small_gpt(const config::TrainConfig& c,
                                              std::unique_ptr<DeviceTier> tier,
-                                             dist::Communicator* comm = nullptr) {
+                                             dist::Communicator* comm = nullptr,
+                                             bool overlap_comm = true) {
   auto shape = model::resolve_gpt_config(c.model);
   const int64_t predicted =
       plan::estimate_gpt_activations(plan::gpt_activation_input(c, shape)).peak;
-  auto engine = std::make_unique<engine::ChunkedEngine>(pstar::testing::cpu_plan(c, comm),
-                                                        plan::gpt_leaf_modules(shape), predicted,
-                                                        comm, std::move(tier));
+  plan::RunPlan plan = pstar::testing::cpu_plan(c, comm);
+  plan.overlap_comm = overlap_comm;  // Note [collectives beside compute]
+  auto engine = std::make_unique<engine::ChunkedEngine>(plan, plan::gpt_leaf_modules(shape),
+                                                        predicted, comm, std::move(tier));
   engine::UnitValues values;
   values.from = engine::UnitValues::From::kInit;
   values.seed = c.training.seed;

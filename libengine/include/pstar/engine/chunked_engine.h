@@ -42,7 +42,10 @@
 // micro-batch ends), the group's gradients are reduce-scattered in fp32 to their owners and the
 // gathered copies are dropped. The owner's slot then holds the sum over ranks, which grad_norm
 // and update divide by N. All of this depends only on the order modules run in, which every rank
-// shares, so the ranks always issue the same collectives in the same order.
+// shares, so the ranks always issue the same collectives in the same order. After the warm-up the
+// collectives run on a communication thread beside compute, the next moment's groups gathered
+// ahead (Note [collectives beside compute] in engine/group_sync.h); a gathered payload is read
+// only once any copy ahead into it has landed (Note [prefetch]).
 //
 // Note [prefetch]
 // After the warm-up, once moment t's chunks are resident, the owned chunks the trace says moment

@@ -73,6 +73,11 @@ struct EngineMetrics {
   // Bytes copied between device blocks and host blocks around the collectives (Note [staged
   // collectives]): 0 where the host addresses the device side.
   int64_t comm_staged_bytes = -1;
+  // Note [collectives beside compute]: the seconds compute waited for the communication thread,
+  // and the gathers queued a moment ahead of their use (0 where collectives stay on the main
+  // thread: staged payloads).
+  double comm_wait_s = -1;
+  int64_t comm_gathers_ahead = -1;
   int64_t gathers = -1;
   int64_t reductions = -1;
 };

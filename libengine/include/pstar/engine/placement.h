@@ -76,6 +76,9 @@ class Placement {
   void set_margin(const std::vector<int64_t>& margin, int64_t num_chunks);
   // After the plan, per moment: the groups used again before the moment's pass ends.
   const std::vector<int64_t>& kept_after(int64_t moment) const;
+  // After the plan: the groups the moment after `moment` uses (Note [collectives beside compute]
+  // in engine/group_sync.h gathers them ahead); empty before the plan and past the last moment.
+  const std::vector<int64_t>& groups_after(int64_t moment) const;
   // Over the trace's moments: the highest non-model peak, and the most chunks one moment uses and
   // the most compute bytes (the optimizer moment's are the margin once set_margin ran).
   int64_t peak_non_model() const;
@@ -88,6 +91,9 @@ class Placement {
   // ---- decisions at a moment ----
   // The bytes of movable compute payloads that fit on the device at the current moment of the plan.
   int64_t movable_room_bytes(const DeviceRoom& room) const;
+  // After the plan: movable_room_bytes less the compute payloads of the movable chunks resident
+  // now; negative when they hold more than the room.
+  int64_t free_movable_bytes(const DeviceRoom& room) const;
   // The chunks to evict so that `need` (ascending, distinct), of whose compute payloads
   // `missing_bytes` are off the device, fit: in the warm-up every idle chunk not needed; after it,
   // furthest next use first (Note [eviction order]) until the bytes fit. OutOfMemoryError naming
@@ -124,6 +130,7 @@ class Placement {
   chunk::AccessTrace trace_;
   std::optional<chunk::NextUse> next_use_;
   std::vector<std::vector<int64_t>> kept_after_;
+  std::vector<std::vector<int64_t>> planned_groups_;  // the warm-up's groups, per moment
   bool planned_ = false;
 };
 

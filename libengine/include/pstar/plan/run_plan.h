@@ -82,6 +82,10 @@ struct RunPlan {
   int64_t device_budget_per_rank = 0;
   bool prefetch = true;
   bool overlap_adam = false;
+  // Several ranks: collectives on a communication thread beside compute, reductions as groups
+  // complete and gathers a moment ahead (Note [collectives beside compute] in
+  // engine/group_sync.h). On unless PSTAR_OVERLAP_COMM=0 (train::plan_run).
+  bool overlap_comm = true;
   // Note [speculative adam]: kOff, kAlways (engine.speculative_adam true) or kAfterCalmSteps
   // ("auto" with the worker: only on steps after ones that did not clip or overflow).
   enum class Speculation { kOff, kAlways, kAfterCalmSteps };

@@ -1,0 +1,250 @@
+// GroupSync's queue (Note [collectives beside compute] in group_sync.h): the collectives a rank
+// queues on its communication thread, when each starts, and what the main thread finishes once
+// one has ended.
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <utility>
+
+#include "group_sync.h"
+#include "pstar/base/error.h"
+#include "pstar/core/clock.h"
+#include "pstar/dist/communicator.h"
+
+namespace pstar::engine {
+
+using core::seconds_since;
+
+// What a queued gather waits for before its collective: the payloads it fills (known once they
+// are allocated), or word that it will never run.
+struct GatherStart {
+  std::mutex mutex;
+  std::condition_variable opened;
+  bool open = false, cancelled = false;
+  std::vector<void*> parts;
+  int64_t bytes = 0;
+};
+
+void GroupSync::stop_queue() {
+  if (!worker_) return;
+  for (Group& group : groups_) {
+    if (!group.start) continue;
+    const std::lock_guard<std::mutex> lock(group.start->mutex);
+    group.start->open = group.start->cancelled = true;
+    group.start->opened.notify_all();
+  }
+  worker_.reset();  // drops what has not begun and waits for what has
+}
+
+void GroupSync::wait(int64_t ticket) {
+  // A gather queued before `ticket` must start, or the other ranks would wait for this one's part.
+  for (int64_t g = 0; g < num_groups(); ++g) {
+    const Group& group = groups_[static_cast<size_t>(g)];
+    if (group.start && group.ticket <= ticket) start_gather(g);
+  }
+  if (worker_->done(ticket)) {
+    worker_->wait(ticket);  // rethrows a collective's failure
+    return;
+  }
+  const auto begin = std::chrono::steady_clock::now();
+  worker_->wait(ticket);
+  wait_seconds_ += seconds_since(begin);
+}
+
+int64_t GroupSync::remote_device_bytes(int64_t g) const {
+  int64_t bytes = 0;
+  for (int64_t part = 0; part < store_.sharding().world_size; ++part) {
+    const int64_t k = group_chunk(g, part);
+    const Chunk& c = store_.chunks()[static_cast<size_t>(k)];
+    if (c.remote && c.compute_place == Place::kDevice) bytes += store_.compute_bytes(k);
+  }
+  return bytes;
+}
+
+void GroupSync::queue_gather(int64_t g, bool start_now) {
+  Group& group = groups_[static_cast<size_t>(g)];
+  PSTAR_INTERNAL_ASSERT(group.ticket == 0 && !group.gathered, "group ", g, " queued twice");
+  auto start = std::make_shared<GatherStart>();
+  group.gathering = true;
+  group.start = start;
+  group.ticket = worker_->submit([this, start, &group] {
+    std::vector<void*> parts;
+    int64_t bytes = 0;
+    {
+      std::unique_lock<std::mutex> lock(start->mutex);
+      start->opened.wait(lock, [&] { return start->open; });
+      if (start->cancelled) return;
+      parts = start->parts;
+      bytes = start->bytes;
+    }
+    const auto begin = std::chrono::steady_clock::now();
+    comm_->all_gather(parts, bytes);
+    group.seconds = seconds_since(begin);
+  });
+  if (start_now) start_gather(g);
+}
+
+void GroupSync::start_gather(int64_t g) {
+  Group& group = groups_[static_cast<size_t>(g)];
+  if (!group.start) return;
+  std::vector<void*> parts;
+  for (int64_t part = 0; part < store_.sharding().world_size; ++part) {
+    const int64_t k = group_chunk(g, part);
+    if (store_.chunk(k).remote)
+      store_.allocate_remote(k);
+    else
+      store_.await_upload(k);  // this rank's part is read as it is now
+    parts.push_back(store_.chunk(k).param.data());
+  }
+  store_.check_host();
+  const std::shared_ptr<GatherStart> start = std::exchange(group.start, nullptr);
+  const std::lock_guard<std::mutex> lock(start->mutex);
+  start->parts = std::move(parts);
+  start->bytes = store_.size(group_chunk(g, 0)) * store_.format().elem_bytes;
+  start->open = true;
+  start->opened.notify_all();
+}
+
+void GroupSync::queue_reduce(int64_t g) {
+  Group& group = groups_[static_cast<size_t>(g)];
+  PSTAR_INTERNAL_ASSERT(group.ticket == 0 && !group.reduced, "group ", g, " reduced twice");
+  const ChunkFormat& format = store_.format();
+  const int64_t mine = own_chunk(g);
+  std::vector<ReducePart> grads;
+  for (int64_t part = 0; part < store_.sharding().world_size; ++part) {
+    const Chunk& c = store_.chunk(group_chunk(g, part));
+    grads.push_back(c.param && c.used > 0 ? ReducePart{store_.grad_data(c), c.used} : ReducePart{});
+  }
+  store_.await_upload(mine);  // its gradients are read and written as they have landed
+  const Chunk& own = store_.chunk(mine);
+  void* out = const_cast<void*>(store_.grad_data(own));
+  const int64_t size = store_.size(mine), own_used = own.used;
+  const auto type = format.reuse ? format.dtype : torch::kFloat32;
+  group.reducing = true;
+  group.ticket = worker_->submit([this, size, grads, type, out, own_used, &group] {
+    const auto begin = std::chrono::steady_clock::now();
+    reduce_parts(size, grads, type, out, own_used);
+    group.seconds = seconds_since(begin);
+  });
+}
+
+void GroupSync::reduce_parts(int64_t size, const std::vector<ReducePart>& grads,
+                             c10::ScalarType type, void* own, int64_t own_used) {
+  torch::NoGradGuard no_grad;
+  reduced_.resize(static_cast<size_t>(size));
+  // A bf16 or fp16 gradient is widened into a buffer of this class's own first: LibTorch would
+  // allocate a temporary for the mixed-type add, which the emulated tier counts as non-model
+  // memory of whatever moment the main thread is in.
+  if (type != torch::kFloat32) widened_.resize(static_cast<size_t>(size));
+  comm_->reduce_scatter(
+      size,
+      [&](int64_t part, float* acc) {
+        const ReducePart& p = grads[static_cast<size_t>(part)];
+        if (p.grad == nullptr) return;  // never gathered: no gradient here
+        auto grad = torch::from_blob(const_cast<void*>(p.grad), {p.used}, torch::dtype(type));
+        if (type != torch::kFloat32) {
+          auto wide = torch::from_blob(widened_.data(), {p.used}, torch::kFloat32);
+          wide.copy_(grad);
+          grad = wide;
+        }
+        torch::from_blob(acc, {p.used}, torch::kFloat32).add_(grad);
+      },
+      reduced_.data());
+  if (own_used > 0) {
+    torch::from_blob(own, {own_used}, torch::dtype(type))
+        .copy_(torch::from_blob(reduced_.data(), {own_used}, torch::kFloat32));
+  }
+}
+
+void GroupSync::finish(int64_t g) {
+  Group& group = groups_[static_cast<size_t>(g)];
+  if (group.ticket == 0) return;
+  wait(group.ticket);
+  group.ticket = 0;
+  const int64_t world = store_.sharding().world_size;
+  if (group.gathering) {
+    group.gathering = false;
+    const int64_t param_bytes = store_.size(group_chunk(g, 0)) * store_.format().elem_bytes;
+    store_.record(group_chunk(g, 0), formats::ChunkEventKind::kGather, (world - 1) * param_bytes,
+                  group.seconds);
+    for (int64_t part = 0; part < world; ++part) {
+      const int64_t k = group_chunk(g, part);
+      if (store_.chunk(k).remote) store_.repoint(k);
+    }
+    group.gathered = true;
+    ++gathers_;
+    return;
+  }
+  PSTAR_INTERNAL_ASSERT(group.reducing, "group ", g, " has a ticket and no collective");
+  group.reducing = false;
+  group.reduced = true;
+  ++reductions_;
+  store_.record(group_chunk(g, 0), formats::ChunkEventKind::kReduce,
+                (world - 1) * store_.size(own_chunk(g)) * 4, group.seconds);
+  // As settle() does after a reduction: the copies of the other ranks' chunks are stale.
+  if (!in_use(g)) release(g);
+}
+
+void GroupSync::finish_done() {
+  if (!worker_) return;
+  for (int64_t g = 0; g < num_groups(); ++g) {
+    const Group& group = groups_[static_cast<size_t>(g)];
+    if (group.ticket != 0 && !group.start && worker_->done(group.ticket)) finish(g);
+  }
+}
+
+void GroupSync::issue_reductions(bool beside) {
+  for (int64_t g : complete_) {
+    queue_reduce(g);
+    if (!beside) finish(g);
+  }
+  complete_.clear();
+}
+
+bool GroupSync::reductions_pending() const {
+  return std::any_of(groups_.begin(), groups_.end(),
+                     [](const Group& group) { return group.reducing; });
+}
+
+void GroupSync::finish_reductions() {
+  for (int64_t g = 0; g < num_groups(); ++g)
+    if (groups_[static_cast<size_t>(g)].reducing) finish(g);
+}
+
+std::vector<int64_t> GroupSync::ahead_candidates(const std::vector<int64_t>& groups) const {
+  std::vector<int64_t> out;
+  if (!worker_) return out;
+  for (int64_t g : groups) {
+    const Group& group = groups_[static_cast<size_t>(g)];
+    if (!group.gathered && group.ticket == 0 && group.grads_seen == 0 && !group.reduced)
+      out.push_back(g);
+  }
+  return out;
+}
+
+void GroupSync::queue_ahead(int64_t g, bool start_now) {
+  queue_gather(g, start_now);
+  ++gathers_ahead_;
+}
+
+void GroupSync::await_chunk(int64_t k) {
+  if (!worker_) return;
+  const Group& group = groups_[static_cast<size_t>(group_of(k))];
+  // A gather not started yet reads nothing: it takes the payloads as they are when it starts.
+  if (group.ticket != 0 && !group.start) wait(group.ticket);
+}
+
+void GroupSync::drain() {
+  if (!worker_) return;
+  issue_reductions(/*beside=*/true);
+  std::vector<std::pair<int64_t, int64_t>> queued;  // (ticket, group): finished in queue order
+  for (int64_t g = 0; g < num_groups(); ++g) {
+    const int64_t ticket = groups_[static_cast<size_t>(g)].ticket;
+    if (ticket != 0) queued.emplace_back(ticket, g);
+  }
+  std::sort(queued.begin(), queued.end());
+  for (const auto& [ticket, g] : queued) finish(g);
+}
+
+}  // namespace pstar::engine
