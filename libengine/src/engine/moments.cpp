@@ -265,7 +265,13 @@ void ChunkedEngine::Impl::gather_ahead() {
   const std::vector<int64_t> ahead =
       sync.ahead_candidates(placement.groups_after(placement.moment()));
   for (int64_t g : ahead) adam.await_chunk(sync.own_chunk(g));  // its part is read from now on
+  // The room left once the next moment's own chunks are up: they come first.
   int64_t free = placement.free_movable_bytes(device_room());
+  for (int64_t k : placement.prefetch_candidates()) {
+    const Chunk& c = store.chunk(k);
+    if (!c.remote && !c.host_only() && c.compute_place == Place::kHost)
+      free -= store.compute_bytes(k);
+  }
   for (int64_t g : ahead) {
     const int64_t bytes = sync.remote_device_bytes(g);
     const bool now = bytes <= free;
@@ -310,7 +316,20 @@ void ChunkedEngine::Impl::plan_margin() {
   for (const bool nvme : {false, true})
     for (int64_t k = 0; k < num; ++k)
       if (store.chunk(k).movable() && store.chunk(k).nvme == nvme) candidates.push_back(k);
-  const int64_t margin = placement.margin_size(candidates, store.tier().device_capacity_bytes());
+  // Note [gathering]: the other ranks' chunks a moment holds gathered take device room the margin
+  // must leave, and with the queue (Note [collectives beside compute]) one more group: gathered
+  // ahead or still being reduced.
+  int64_t gathered = 0;
+  if (sync.active()) {
+    std::vector<int64_t> group_bytes;
+    for (int64_t g = 0; g < sync.num_groups(); ++g)
+      group_bytes.push_back(sync.remote_device_bytes(g));
+    gathered = placement.gathered_peak_bytes(group_bytes);
+    if (sync.beside_compute())
+      gathered += *std::max_element(group_bytes.begin(), group_bytes.end());
+  }
+  const int64_t margin =
+      placement.margin_size(candidates, store.tier().device_capacity_bytes(), gathered);
   const int64_t max_non_model = placement.peak_non_model();
   const int64_t max_needed = placement.largest_working_set();
   int64_t given = fixed;

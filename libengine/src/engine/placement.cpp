@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <set>
 
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
@@ -101,11 +102,28 @@ int64_t Placement::largest_working_set_bytes() const {
   return largest;
 }
 
-int64_t Placement::margin_size(const std::vector<int64_t>& candidates,
-                               int64_t capacity_bytes) const {
-  const double usable = std::min(
-      plan::device_fill_bytes(settings_.device_budget) - static_cast<double>(peak_non_model()),
-      static_cast<double>(capacity_bytes));
+int64_t Placement::gathered_peak_bytes(const std::vector<int64_t>& group_bytes) const {
+  std::set<int64_t> held;
+  int64_t peak = 0;
+  for (size_t t = 0; t < planned_groups_.size(); ++t) {
+    const std::vector<int64_t>& used = planned_groups_[t];
+    const std::vector<int64_t>& kept = kept_after(static_cast<int64_t>(t));
+    std::set<int64_t> now(used.begin(), used.end());
+    for (int64_t g : held)
+      if (std::binary_search(kept.begin(), kept.end(), g)) now.insert(g);
+    held = std::move(now);
+    int64_t bytes = 0;
+    for (int64_t g : held) bytes += group_bytes[static_cast<size_t>(g)];
+    peak = std::max(peak, bytes);
+  }
+  return peak;
+}
+
+int64_t Placement::margin_size(const std::vector<int64_t>& candidates, int64_t capacity_bytes,
+                               int64_t gathered_bytes) const {
+  const double usable = std::min(plan::device_fill_bytes(settings_.device_budget) -
+                                     static_cast<double>(peak_non_model() + gathered_bytes),
+                                 static_cast<double>(capacity_bytes - gathered_bytes));
   int64_t all = 0;
   for (int64_t k : candidates) all += settings_.whole_bytes[static_cast<size_t>(k)];
   const auto count = static_cast<int64_t>(candidates.size());

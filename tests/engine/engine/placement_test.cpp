@@ -143,6 +143,37 @@ TEST(Placement, GroupsStayGatheredUntilTheirPassLastUsesThem) {
   EXPECT_TRUE(p.kept_after(99).empty());
 }
 
+// Note [collectives beside compute]: the groups the next moment uses, which are gathered ahead; and
+// Note [gathering]: the most the gathered groups hold at one moment, as settle keeps them (used
+// now, or gathered and used again later in the pass), which the margin leaves room for.
+TEST(Placement, TheNextMomentsGroupsAndTheGatheredPeakFollowThePlan) {
+  Placement p(settings(10000));
+  const std::vector<std::vector<int64_t>> groups = {{0}, {1}, {0}, {0}, {1}, {2}, {}};
+  const std::vector<bool> backward = {false, false, false, true, true, true, false};
+  record_iteration(p, std::vector<std::vector<int64_t>>(7), std::vector<int64_t>(7, 0), groups,
+                   backward);
+  EXPECT_TRUE(p.groups_after(0).empty()) << "nothing goes ahead before the plan";
+  EXPECT_EQ(p.gathered_peak_bytes({10, 100, 1000}), 0);
+  ASSERT_TRUE(p.end_iteration());
+  p.set_margin({}, 3);
+  EXPECT_EQ(p.groups_after(-1), (std::vector<int64_t>{0}));
+  EXPECT_EQ(p.groups_after(0), (std::vector<int64_t>{1}));
+  EXPECT_EQ(p.groups_after(4), (std::vector<int64_t>{2}));
+  EXPECT_TRUE(p.groups_after(5).empty()) << "the optimizer step gathers nothing";
+  EXPECT_TRUE(p.groups_after(6).empty()) << "past the last moment";
+  // Moment 1 holds groups 0 (kept for moment 2) and 1; moment 5 holds group 2 alone.
+  EXPECT_EQ(p.gathered_peak_bytes({10, 100, 1}), 110);
+  EXPECT_EQ(p.gathered_peak_bytes({10, 100, 1000}), 1000);
+  // Group 0 is held from moment 0 to 2 (kept for moment 2), beside group 1 at moment 1.
+  EXPECT_EQ(p.gathered_peak_bytes({500, 1, 1}), 501);
+  // The margin leaves the gathered peak free, like non-model memory.
+  const int64_t usable = static_cast<int64_t>(plan::device_fill_bytes(10000));
+  EXPECT_EQ(p.margin_size(first_ids(100), int64_t{1} << 40, 0),
+            (usable - 2 * kChunkBytes) / kWholeBytes);
+  EXPECT_EQ(p.margin_size(first_ids(100), int64_t{1} << 40, 1200),
+            (usable - 1200 - 2 * kChunkBytes) / kWholeBytes);
+}
+
 TEST(Placement, AMomentThatCannotMakeRoomIsRefusedByName) {
   Placement p(settings(300));  // 3 chunks at every moment
   record_iteration(p, {{0, 1}, {2}, {}}, {0, 0, 0});

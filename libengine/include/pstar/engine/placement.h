@@ -70,7 +70,15 @@ class Placement {
   // their optimizer state: all of them when they fit under kDeviceFillRatio of the budget less the
   // peak non-model bytes (and the tier's capacity), else the first ones that leave room for the
   // largest working set plus the largest chunk.
-  int64_t margin_size(const std::vector<int64_t>& candidates, int64_t capacity_bytes) const;
+  // `gathered_bytes`: what the other ranks' gathered chunks may hold on the device at once beside
+  // them (gathered_peak_bytes), which the working sets of the trace do not show.
+  int64_t margin_size(const std::vector<int64_t>& candidates, int64_t capacity_bytes,
+                      int64_t gathered_bytes = 0) const;
+  // After the plan: the most device bytes the groups gathered at one moment hold, with group g's
+  // gathered copies taking group_bytes[g], as settle keeps them (the groups a moment uses and those
+  // it keeps for later in its pass, Note [gathering]); the groups reductions drop earlier only
+  // lower it.
+  int64_t gathered_peak_bytes(const std::vector<int64_t>& group_bytes) const;
   // The margin is fixed: the optimizer moment keeps `margin` (ascending) on the device, and the
   // next-use index is built over `num_chunks`.
   void set_margin(const std::vector<int64_t>& margin, int64_t num_chunks);
