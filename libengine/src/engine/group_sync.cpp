@@ -18,8 +18,7 @@ chunk::Sharding sharding_of(const dist::Communicator* comm) {
 
 GroupSync::GroupSync(ChunkStore& store, dist::Communicator* comm, bool beside_compute)
     : store_(store), comm_(comm) {
-  if (comm_ != nullptr && beside_compute && store_.tier().host_addresses_device())
-    worker_ = std::make_unique<core::OrderedWorker>();
+  if (comm_ != nullptr && beside_compute) worker_ = std::make_unique<core::OrderedWorker>();
 }
 
 GroupSync::~GroupSync() {
@@ -30,7 +29,8 @@ GroupSync::~GroupSync() {
 
 void GroupSync::build_groups() {
   const chunk::Sharding& sharding = store_.sharding();
-  groups_.assign(static_cast<size_t>(store_.num_chunks() / sharding.world_size), Group{});
+  groups_.clear();
+  groups_.resize(static_cast<size_t>(store_.num_chunks() / sharding.world_size));
   for (const auto& t : store_.tensors()) ++groups_[static_cast<size_t>(group_of(t.chunk))].tensors;
 }
 

@@ -20,11 +20,13 @@ namespace pstar::engine {
 // Note [staged collectives]
 // The communicator moves host memory (Gloo's rings, Note [ring collectives]). Where the host
 // cannot address the tier's device blocks (the CUDA tier: ranks sharing a GPU over Gloo), a group's
-// device-side payloads travel through host blocks of GroupSync's own, one per part: before an
-// all-gather this rank's part is copied out, after it the others' are copied in; a reduce-scatter
-// reads each device-side gradient from a host copy and writes this rank's sum back through one.
-// Each copy is waited for before the bytes are used or the host block is reused. The staging
-// blocks count in the host budget. On the emulated tier nothing is staged; tests stage through a
+// device-side payloads travel through host blocks, one per part: before an all-gather this rank's
+// part is copied out, after it the others' are copied in; a reduce-scatter reads each device-side
+// gradient from a host copy and writes this rank's sum back through one. Each copy is waited for
+// before the bytes are used or the host block is reused. On the main thread the blocks are
+// GroupSync's, shared by every group; beside compute (Note [collectives beside compute]) each
+// queued collective has its own, freed when it is finished. The staging blocks count in the host
+// budget. On the emulated tier nothing is staged; tests stage through a
 // tier that says it cannot address its device side (CheckingTier), and the losses are the same
 // bits. The device communicator (NCCL) will move device payloads without staging.
 
@@ -50,7 +52,8 @@ namespace pstar::engine {
 // queue to empty. The bytes sent are the same as without the queue and so are the numbers: the
 // same sums in the same order, on disjoint chunks. The host Adam of a group's owned chunk starts
 // only once its reduction has finished here (reduced()). Where payloads are staged (Note [staged
-// collectives]) the collectives stay on the main thread, since the staging blocks are shared.
+// collectives]) each queued collective has host blocks of its own, filled from the device before
+// it is queued (a gather: when it starts) and copied back when it is finished.
 struct GatherStart;  // group_sync_queue.cpp
 
 // A communication group: world_size consecutive chunks, one per rank (Note [chunk layout]).
@@ -64,6 +67,9 @@ struct Group {
   bool gathering = false, reducing = false;
   double seconds = 0;
   std::shared_ptr<GatherStart> start;  // a queued gather that has not started yet
+  // Note [staged collectives] beside compute: the host blocks of the queued collective's staged
+  // parts (empty for a part not staged), the collective's own.
+  std::vector<tier::Block> staged;
   bool grads_pending() const { return grads_seen > 0 && !reduced; }
 };
 
@@ -163,6 +169,10 @@ class GroupSync {
   // waits in kCompute for its gradient through the whole backward).
   bool in_use(int64_t g) const;
   // Note [collectives beside compute].
+  // Group g's staging block for `part` of `bytes` (Note [staged collectives]), counted in the host
+  // budget until release_staged.
+  tier::Block& staged_block(int64_t g, int64_t part, int64_t bytes);
+  void release_staged(int64_t g);
   void queue_gather(int64_t g, bool start_now);
   void start_gather(int64_t g);  // its payloads, and the collective free to run
   void queue_reduce(int64_t g);

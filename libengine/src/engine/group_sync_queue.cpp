@@ -35,6 +35,7 @@ void GroupSync::stop_queue() {
     group.start->opened.notify_all();
   }
   worker_.reset();  // drops what has not begun and waits for what has
+  for (int64_t g = 0; g < num_groups(); ++g) release_staged(g);
 }
 
 void GroupSync::wait(int64_t ticket) {
@@ -60,6 +61,26 @@ int64_t GroupSync::remote_device_bytes(int64_t g) const {
     if (c.remote && c.compute_place == Place::kDevice) bytes += store_.compute_bytes(k);
   }
   return bytes;
+}
+
+tier::Block& GroupSync::staged_block(int64_t g, int64_t part, int64_t bytes) {
+  Group& group = groups_[static_cast<size_t>(g)];
+  group.staged.resize(static_cast<size_t>(store_.sharding().world_size));
+  tier::Block& block = group.staged[static_cast<size_t>(part)];
+  if (!block) {
+    block = store_.tier().allocate_uninitialized(tier::Side::kHost, bytes);
+    store_.add_host_bytes(bytes);
+  }
+  return block;
+}
+
+void GroupSync::release_staged(int64_t g) {
+  for (tier::Block& block : groups_[static_cast<size_t>(g)].staged) {
+    if (!block) continue;
+    store_.add_host_bytes(-block.bytes());
+    block.reset();
+  }
+  groups_[static_cast<size_t>(g)].staged.clear();
 }
 
 void GroupSync::queue_gather(int64_t g, bool start_now) {
@@ -88,20 +109,35 @@ void GroupSync::queue_gather(int64_t g, bool start_now) {
 void GroupSync::start_gather(int64_t g) {
   Group& group = groups_[static_cast<size_t>(g)];
   if (!group.start) return;
+  const int64_t bytes = store_.size(group_chunk(g, 0)) * store_.format().elem_bytes;
   std::vector<void*> parts;
+  bool any_staged = false;
   for (int64_t part = 0; part < store_.sharding().world_size; ++part) {
     const int64_t k = group_chunk(g, part);
     if (store_.chunk(k).remote)
       store_.allocate_remote(k);
     else
       store_.await_upload(k);  // this rank's part is read as it is now
-    parts.push_back(store_.chunk(k).param.data());
+    tier::Block& payload = store_.chunk(k).param;
+    if (!staged(payload)) {
+      parts.push_back(payload.data());
+      continue;
+    }
+    // Note [staged collectives]: this rank's part goes out now, the others' come in at finish.
+    tier::Block& host = staged_block(g, part, bytes);
+    if (!store_.chunk(k).remote) {
+      store_.tier().copy(host, payload, bytes);
+      staged_bytes_ += bytes;
+      any_staged = true;
+    }
+    parts.push_back(host.data());
   }
+  if (any_staged) store_.tier().synchronize();
   store_.check_host();
   const std::shared_ptr<GatherStart> start = std::exchange(group.start, nullptr);
   const std::lock_guard<std::mutex> lock(start->mutex);
   start->parts = std::move(parts);
-  start->bytes = store_.size(group_chunk(g, 0)) * store_.format().elem_bytes;
+  start->bytes = bytes;
   start->open = true;
   start->opened.notify_all();
 }
@@ -111,15 +147,38 @@ void GroupSync::queue_reduce(int64_t g) {
   PSTAR_INTERNAL_ASSERT(group.ticket == 0 && !group.reduced, "group ", g, " reduced twice");
   const ChunkFormat& format = store_.format();
   const int64_t mine = own_chunk(g);
-  std::vector<ReducePart> grads;
-  for (int64_t part = 0; part < store_.sharding().world_size; ++part) {
-    const Chunk& c = store_.chunk(group_chunk(g, part));
-    grads.push_back(c.param && c.used > 0 ? ReducePart{store_.grad_data(c), c.used} : ReducePart{});
-  }
+  const int64_t size = store_.size(mine);
+  const int64_t grad_elem_bytes = format.reuse ? format.elem_bytes : 4;
   store_.await_upload(mine);  // its gradients are read and written as they have landed
+  // Note [staged collectives]: a device-side gradient is read through a host block of the group's.
+  std::vector<ReducePart> grads;
+  bool any_staged = false;
+  for (int64_t part = 0; part < store_.sharding().world_size; ++part) {
+    Chunk& c = store_.chunk(group_chunk(g, part));
+    if (!c.param || c.used == 0) {
+      grads.emplace_back();
+      continue;
+    }
+    tier::Block& block = format.reuse ? c.param : c.grad;
+    if (!staged(block)) {
+      grads.push_back(ReducePart{store_.grad_data(c), c.used});
+      continue;
+    }
+    tier::Block& host = staged_block(g, part, size * grad_elem_bytes);
+    store_.tier().copy(host, block, c.used * grad_elem_bytes);
+    staged_bytes_ += c.used * grad_elem_bytes;
+    any_staged = true;
+    grads.push_back(ReducePart{host.data(), c.used});
+  }
+  if (any_staged) store_.tier().synchronize();
   const Chunk& own = store_.chunk(mine);
-  void* out = const_cast<void*>(store_.grad_data(own));
-  const int64_t size = store_.size(mine), own_used = own.used;
+  const int64_t own_used = own.used;
+  const int64_t rank = store_.sharding().rank;
+  // This rank's sum lands in its own part's host block when that part is staged.
+  const bool own_staged = staged(format.reuse ? own.param : own.grad);
+  void* out = own_staged ? staged_block(g, rank, size * grad_elem_bytes).data()
+                         : const_cast<void*>(store_.grad_data(own));
+  store_.check_host();
   const auto type = format.reuse ? format.dtype : torch::kFloat32;
   group.reducing = true;
   group.ticket = worker_->submit([this, size, grads, type, out, own_used, &group] {
@@ -168,6 +227,16 @@ void GroupSync::finish(int64_t g) {
     const int64_t param_bytes = store_.size(group_chunk(g, 0)) * store_.format().elem_bytes;
     store_.record(group_chunk(g, 0), formats::ChunkEventKind::kGather, (world - 1) * param_bytes,
                   group.seconds);
+    bool any_staged = false;
+    for (int64_t part = 0; part < world; ++part) {
+      Chunk& c = store_.chunk(group_chunk(g, part));
+      if (!c.remote || !staged(c.param)) continue;
+      store_.tier().copy(c.param, group.staged[static_cast<size_t>(part)], param_bytes);
+      staged_bytes_ += param_bytes;
+      any_staged = true;
+    }
+    if (any_staged) store_.tier().synchronize();  // the copies in have read the host blocks
+    release_staged(g);
     for (int64_t part = 0; part < world; ++part) {
       const int64_t k = group_chunk(g, part);
       if (store_.chunk(k).remote) store_.repoint(k);
@@ -177,6 +246,18 @@ void GroupSync::finish(int64_t g) {
     return;
   }
   PSTAR_INTERNAL_ASSERT(group.reducing, "group ", g, " has a ticket and no collective");
+  const int64_t rank = store_.sharding().rank;
+  if (!group.staged.empty() && group.staged[static_cast<size_t>(rank)]) {
+    // Note [staged collectives]: this rank's sum goes back to its device-side gradient.
+    const ChunkFormat& format = store_.format();
+    Chunk& own = store_.chunk(own_chunk(g));
+    const int64_t bytes = own.used * (format.reuse ? format.elem_bytes : 4);
+    store_.tier().copy(format.reuse ? own.param : own.grad, group.staged[static_cast<size_t>(rank)],
+                       bytes);
+    store_.tier().synchronize();
+    staged_bytes_ += bytes;
+  }
+  release_staged(g);
   group.reducing = false;
   group.reduced = true;
   ++reductions_;

@@ -116,9 +116,10 @@ TEST(ThreadRanksTest, FourRanksOwnAQuarterEachAndTrackOneRank) {
 }
 
 // Note [staged collectives]: two ranks whose tier says the host cannot address its device side
-// (the CUDA tier's case) gather and reduce their device-side payloads through host blocks. Their
-// losses are the bits of the same two ranks on a tier the host addresses, the staged bytes are
-// counted, and the checking tier sees every kernel told the right side.
+// (the CUDA tier's case) gather and reduce their device-side payloads through host blocks, beside
+// compute (each queued collective's own blocks) or on the main thread (shared ones). Their losses
+// and bytes sent are the bits of the same two ranks on a tier the host addresses, the staged bytes
+// are counted, and the checking tier sees every kernel told the right side.
 TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
   pstar::testing::ScratchDir dir;
   const std::string corpus = dir.file("corpus.txt");
@@ -128,8 +129,16 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
   c.train_micro_batch_size_per_gpu = 2;
   c.train_batch_size = 4;
   c.bf16.enabled = config::on_off(true);  // param/grad reuse: the gradients in the param payloads
-  std::map<bool, std::vector<std::vector<StepMetrics>>> runs;
-  for (const bool staged : {false, true}) {
+  // Unstaged and staged with the collectives beside compute (Note [collectives beside compute]),
+  // and staged on the main thread through GroupSync's shared blocks.
+  struct Mode {
+    bool staged, beside;
+  };
+  const Mode modes[] = {{false, true}, {true, true}, {true, false}};
+  std::vector<std::vector<std::vector<StepMetrics>>> runs;
+  for (const Mode mode : modes) {
+    SCOPED_TRACE(str_cat(mode.staged ? "staged" : "not staged",
+                         mode.beside ? ", beside compute" : ", on the main thread"));
     std::vector<std::vector<StepMetrics>> steps(2);
     std::vector<std::shared_ptr<tier::testing::Ledger>> ledgers(2);
     pstar::testing::run_thread_ranks(2, [&](dist::Communicator& comm) {
@@ -137,12 +146,13 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
       ledgers[r] = std::make_shared<tier::testing::Ledger>();
       auto checking = std::make_unique<tier::testing::CheckingTier>(
           ledgers[r], std::numeric_limits<int64_t>::max());
-      checking->set_host_addresses_device(!staged);
+      checking->set_host_addresses_device(!mode.staged);
       TrainOptions o;
       o.device = "cpu";
       o.progress = false;
       o.comm = &comm;
-      Trainer trainer(c, tier::testing::build_small_gpt(c, std::move(checking), &comm), o);
+      Trainer trainer(c, tier::testing::build_small_gpt(c, std::move(checking), &comm, mode.beside),
+                      o);
       while (trainer.steps_done() < c.training.steps) steps[r].push_back(trainer.step());
       return true;
     });
@@ -150,22 +160,32 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
     for (size_t r = 0; r < 2; ++r) {
       EXPECT_TRUE(ledgers[r]->violations.empty())
           << "rank " << r << ": " << ledgers[r]->violations.front();
+      int64_t ahead = 0;
       for (const StepMetrics& m : steps[r]) {
-        if (staged) {
+        if (mode.staged) {
           EXPECT_GT(m.engine.comm_staged_bytes, 0) << "rank " << r << ", step " << m.step;
         } else {
           EXPECT_EQ(m.engine.comm_staged_bytes, 0) << "rank " << r << ", step " << m.step;
         }
+        ahead += m.engine.comm_gathers_ahead;
+      }
+      if (mode.beside) {
+        EXPECT_GT(ahead, 0) << "rank " << r;
+      } else {
+        EXPECT_EQ(ahead, 0) << "rank " << r;
       }
     }
-    runs[staged] = std::move(steps);
+    runs.push_back(std::move(steps));
   }
-  for (size_t r = 0; r < 2; ++r) {
-    ASSERT_EQ(runs[true][r].size(), runs[false][r].size());
-    for (size_t i = 0; i < runs[false][r].size(); ++i) {
-      EXPECT_EQ(runs[true][r][i].loss, runs[false][r][i].loss)
-          << "rank " << r << ", step " << i + 1;
-      EXPECT_EQ(runs[true][r][i].grad_norm, runs[false][r][i].grad_norm) << "rank " << r;
+  for (size_t i = 1; i < runs.size(); ++i) {
+    for (size_t r = 0; r < 2; ++r) {
+      ASSERT_EQ(runs[i][r].size(), runs[0][r].size());
+      for (size_t s = 0; s < runs[0][r].size(); ++s) {
+        EXPECT_EQ(runs[i][r][s].loss, runs[0][r][s].loss)
+            << "mode " << i << ", rank " << r << ", step " << s + 1;
+        EXPECT_EQ(runs[i][r][s].grad_norm, runs[0][r][s].grad_norm) << "mode " << i;
+        EXPECT_EQ(runs[i][r][s].engine.comm_bytes, runs[0][r][s].engine.comm_bytes) << "mode " << i;
+      }
     }
   }
 }

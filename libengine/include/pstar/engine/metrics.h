@@ -74,8 +74,7 @@ struct EngineMetrics {
   // collectives]): 0 where the host addresses the device side.
   int64_t comm_staged_bytes = -1;
   // Note [collectives beside compute]: the seconds compute waited for the communication thread,
-  // and the gathers queued a moment ahead of their use (0 where collectives stay on the main
-  // thread: staged payloads).
+  // and the gathers queued a moment ahead of their use (0 with PSTAR_OVERLAP_COMM=0).
   double comm_wait_s = -1;
   int64_t comm_gathers_ahead = -1;
   int64_t gathers = -1;
