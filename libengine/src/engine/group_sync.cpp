@@ -17,14 +17,12 @@ chunk::Sharding sharding_of(const dist::Communicator* comm) {
 }
 
 GroupSync::GroupSync(ChunkStore& store, dist::Communicator* comm, bool beside_compute)
-    : store_(store), comm_(comm) {
-  if (comm_ != nullptr && beside_compute) worker_ = std::make_unique<core::OrderedWorker>();
+    : store_(store), comm_(comm), beside_(comm != nullptr && beside_compute) {
+  if (comm_ != nullptr) worker_ = std::make_unique<core::OrderedWorker>();
 }
 
 GroupSync::~GroupSync() {
   stop_queue();  // a collective still running ends before the payloads it reads go
-  for (const tier::Block& block : staging_)
-    if (block) store_.add_host_bytes(-block.bytes());
 }
 
 void GroupSync::build_groups() {
@@ -44,77 +42,14 @@ bool GroupSync::staged(const tier::Block& block) const {
   return block.side() == tier::Side::kDevice && !store_.tier().host_addresses_device();
 }
 
-tier::Block& GroupSync::staging(int64_t part, int64_t bytes) {
-  staging_.resize(static_cast<size_t>(store_.sharding().world_size));
-  tier::Block& block = staging_[static_cast<size_t>(part)];
-  if (block.bytes() < bytes) {
-    if (block) store_.add_host_bytes(-block.bytes());
-    block.reset();
-    block = store_.tier().allocate_uninitialized(tier::Side::kHost, bytes);
-    store_.add_host_bytes(bytes);
-    store_.check_host();
-  }
-  return block;
-}
-
 void GroupSync::gather(int64_t g) {
-  Group& group = groups_[static_cast<size_t>(g)];
-  if (worker_) {
-    // Note [collectives beside compute]: a gather queued ahead finishes; a reduction still
-    // running finishes first (and releases the group, as settle would have).
-    finish(g);
-    if (group.gathered) return;
-    queue_gather(g, /*start_now=*/true);
-    finish(g);
-    return;
-  }
-  if (group.gathered) return;
-  const chunk::Sharding& sharding = store_.sharding();
-  // A group's chunks are of one size (several sizes only with one rank, plan::plan_layout).
-  const int64_t param_bytes = store_.size(group_chunk(g, 0)) * store_.format().elem_bytes;
-  tier::DeviceTier& tier = store_.tier();
-  std::vector<void*> parts;
-  bool any_staged = false;
-  for (int64_t part = 0; part < sharding.world_size; ++part) {
-    const int64_t k = group_chunk(g, part);
-    if (store_.chunk(k).remote)
-      store_.allocate_remote(k);
-    else
-      store_.await_upload(k);  // copied ahead for this moment (Note [prefetch]): sent as landed
-    tier::Block& payload = store_.chunk(k).param;
-    if (!staged(payload)) {
-      parts.push_back(payload.data());
-      continue;
-    }
-    // Note [staged collectives]: this rank's part out to the host, the others in afterwards.
-    tier::Block& host = staging(part, param_bytes);
-    if (!store_.chunk(k).remote) {
-      tier.copy(host, payload, param_bytes);
-      staged_bytes_ += param_bytes;
-    }
-    parts.push_back(host.data());
-    any_staged = true;
-  }
-  if (any_staged) tier.synchronize();
-  const auto begin = std::chrono::steady_clock::now();
-  comm_->all_gather(parts, param_bytes);
-  store_.record(group_chunk(g, 0), formats::ChunkEventKind::kGather,
-                (sharding.world_size - 1) * param_bytes, seconds_since(begin));
-  for (int64_t part = 0; part < sharding.world_size; ++part) {
-    Chunk& c = store_.chunk(group_chunk(g, part));
-    if (c.remote && staged(c.param)) {
-      tier.copy(c.param, staging_[static_cast<size_t>(part)], param_bytes);
-      staged_bytes_ += param_bytes;
-    }
-  }
-  if (any_staged) tier.synchronize();  // the copies in have read the staging blocks
-  for (int64_t part = 0; part < sharding.world_size; ++part) {
-    const int64_t k = group_chunk(g, part);
-    if (store_.chunk(k).remote) store_.repoint(k);
-  }
-  group.gathered = true;
-  ++gathers_;
-  store_.check_host();
+  // Through the queue (Note [collectives beside compute]), after what is already in it: a gather
+  // queued ahead finishes; a reduction still running finishes first (and releases the group, as
+  // settle would have).
+  finish(g);
+  if (groups_[static_cast<size_t>(g)].gathered) return;
+  queue_gather(g, /*start_now=*/true);
+  finish(g);
 }
 
 void GroupSync::release(int64_t g) {
@@ -134,61 +69,10 @@ void GroupSync::release_all() {
 }
 
 void GroupSync::reduce(int64_t g) {
-  Group& group = groups_[static_cast<size_t>(g)];
+  const Group& group = groups_[static_cast<size_t>(g)];
   if (group.reduced) return;
-  if (worker_) {
-    if (group.ticket == 0) queue_reduce(g);
-    finish(g);
-    return;
-  }
-  const chunk::Sharding& sharding = store_.sharding();
-  const ChunkFormat& format = store_.format();
-  const int64_t mine = own_chunk(g);
-  const int64_t size = store_.size(mine);
-  reduced_.resize(static_cast<size_t>(size));
-  tier::DeviceTier& tier = store_.tier();
-  const auto type = format.reuse ? format.dtype : torch::kFloat32;
-  const int64_t grad_elem_bytes = format.reuse ? format.elem_bytes : 4;
-  // The gradient payload of chunk c (under param/grad reuse, its parameter payload).
-  const auto grad_block = [&](Chunk& c) -> tier::Block& { return format.reuse ? c.param : c.grad; };
-  store_.await_upload(mine);  // its gradients are read and written as they have landed
-  const auto begin = std::chrono::steady_clock::now();
-  comm_->reduce_scatter(
-      size,
-      [&](int64_t part, float* acc) {
-        Chunk& c = store_.chunk(group_chunk(g, part));
-        if (!c.param || c.used == 0) return;  // never gathered: no gradient here
-        const void* grad = store_.grad_data(c);
-        if (staged(grad_block(c))) {  // Note [staged collectives]
-          tier::Block& host = staging(part, size * grad_elem_bytes);
-          tier.copy(host, grad_block(c), c.used * grad_elem_bytes);
-          tier.synchronize();
-          staged_bytes_ += c.used * grad_elem_bytes;
-          grad = host.data();
-        }
-        auto dst = torch::from_blob(acc, {c.used}, torch::kFloat32);
-        dst.add_(torch::from_blob(const_cast<void*>(grad), {c.used}, torch::dtype(type)));
-      },
-      reduced_.data());
-  Chunk& own = store_.chunk(mine);
-  if (own.used > 0) {
-    torch::NoGradGuard no_grad;
-    auto src = torch::from_blob(reduced_.data(), {own.used}, torch::kFloat32);
-    const bool staged_own = staged(grad_block(own));
-    void* out = staged_own ? staging(store_.sharding().rank, size * grad_elem_bytes).data()
-                           : const_cast<void*>(store_.grad_data(own));
-    torch::from_blob(out, {own.used}, torch::dtype(type)).copy_(src);
-    if (staged_own) {
-      tier.copy(grad_block(own), staging_[static_cast<size_t>(store_.sharding().rank)],
-                own.used * grad_elem_bytes);
-      tier.synchronize();
-      staged_bytes_ += own.used * grad_elem_bytes;
-    }
-  }
-  group.reduced = true;
-  ++reductions_;
-  store_.record(group_chunk(g, 0), formats::ChunkEventKind::kReduce,
-                (sharding.world_size - 1) * size * 4, seconds_since(begin));
+  if (group.ticket == 0) queue_reduce(g);
+  finish(g);
 }
 
 bool GroupSync::in_use(int64_t g) const {
@@ -204,14 +88,13 @@ void GroupSync::settle(const std::vector<bool>& keep) {
     const Group& group = groups_[static_cast<size_t>(g)];
     if (group.grads_pending() && group.grads_seen == group.tensors && !in_use(g) &&
         !group.reducing) {
-      if (worker_) {
+      if (beside_) {
         complete_.push_back(g);  // queued after this moment's gathers (issue_reductions)
         continue;
       }
+      // Gradients are summed; in reuse mode the slots now hold them, so the copies of the other
+      // ranks' chunks are stale: finishing the reduction drops them.
       reduce(g);
-      // Gradients are summed; in reuse mode the slots now hold them, so the copies of the
-      // other ranks' chunks are stale: drop them.
-      release(g);
     }
   }
   for (int64_t g = 0; g < num_groups(); ++g) {

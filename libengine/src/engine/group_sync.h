@@ -23,17 +23,18 @@ namespace pstar::engine {
 // device-side payloads travel through host blocks, one per part: before an all-gather this rank's
 // part is copied out, after it the others' are copied in; a reduce-scatter reads each device-side
 // gradient from a host copy and writes this rank's sum back through one. Each copy is waited for
-// before the bytes are used or the host block is reused. On the main thread the blocks are
-// GroupSync's, shared by every group; beside compute (Note [collectives beside compute]) each
-// queued collective has its own, freed when it is finished. The staging blocks count in the host
-// budget. On the emulated tier nothing is staged; tests stage through a
-// tier that says it cannot address its device side (CheckingTier), and the losses are the same
-// bits. The device communicator (NCCL) will move device payloads without staging.
+// before the bytes are used or the host block is reused. Each queued collective (Note
+// [collectives beside compute]) has blocks of its own, counted in the host budget and freed when
+// it is finished. On the emulated tier nothing is staged; tests stage through a tier that says it
+// cannot address its device side (CheckingTier), and the losses are the same bits. The device
+// communicator (NCCL) will move device payloads without staging.
 
 // Note [collectives beside compute]
-// With beside_compute (the default on several ranks; RunPlan::overlap_comm), every collective of
-// the engine runs on one communication thread (a core::OrderedWorker) in the order the main thread
-// queues it, and the main thread waits only for the one it needs next (group_sync_queue.cpp):
+// Every collective of the engine runs on one communication thread (a core::OrderedWorker) in the
+// order the main thread queues it (group_sync_queue.cpp). Without beside_compute
+// (RunPlan::overlap_comm off) each is waited for where it is queued, reductions before the
+// moment's gathers, nothing ahead: the schedule of a main thread that runs them itself. With it
+// (the default on several ranks) the main thread waits only for the one it needs next:
 // - after the warm-up, a group whose gradients are complete is reduce-scattered while the backward
 //   goes on: queued behind the gathers of the moment that found it complete, so that the module's
 //   own gathers do not wait for it, and finished (its owners' sums in place, its copies released)
@@ -49,8 +50,8 @@ namespace pstar::engine {
 // gather may start and when the main thread waits. A wait for a collective starts every gather
 // queued before it, so that no rank waits for a gather another rank has not started. A collective
 // the main thread calls itself (a scalar all-reduce, an evaluation's gather) first waits for the
-// queue to empty. The bytes sent are the same as without the queue and so are the numbers: the
-// same sums in the same order, on disjoint chunks. The host Adam of a group's owned chunk starts
+// queue to empty. The bytes sent are the same either way and so are the numbers: the same sums in
+// the same order, on disjoint chunks. The host Adam of a group's owned chunk starts
 // only once its reduction has finished here (reduced()). Where payloads are staged (Note [staged
 // collectives]) each queued collective has host blocks of its own, filled from the device before
 // it is queued (a gather: when it starts) and copied back when it is finished.
@@ -90,15 +91,14 @@ chunk::Sharding sharding_of(const dist::Communicator* comm);
 
 class GroupSync {
  public:
-  // `comm` null: one rank. `beside_compute`: Note [collectives beside compute], where the tier's
-  // device side is addressable from the host.
+  // `comm` null: one rank. `beside_compute`: Note [collectives beside compute].
   GroupSync(ChunkStore& store, dist::Communicator* comm, bool beside_compute);
   ~GroupSync();
   GroupSync(const GroupSync&) = delete;
   GroupSync& operator=(const GroupSync&) = delete;
 
   bool active() const { return comm_ != nullptr; }
-  bool beside_compute() const { return worker_ != nullptr; }
+  bool beside_compute() const { return beside_; }
   // After registration: one group per world_size chunks, and each group's tensor count.
   void build_groups();
   int64_t num_groups() const { return static_cast<int64_t>(groups_.size()); }
@@ -161,10 +161,8 @@ class GroupSync {
 
  private:
   int64_t group_chunk(int64_t g, int64_t part) const;
-  // Note [staged collectives]: whether `block` must travel through a host block, and part's host
-  // block of at least `bytes`.
+  // Note [staged collectives]: whether `block` must travel through a host block.
   bool staged(const tier::Block& block) const;
-  tier::Block& staging(int64_t part, int64_t bytes);
   // A tensor of the group is between its module's pre-hook and its end of use (a tied weight
   // waits in kCompute for its gradient through the whole backward).
   bool in_use(int64_t g) const;
@@ -192,10 +190,10 @@ class GroupSync {
   ChunkStore& store_;
   dist::Communicator* comm_;
   std::vector<Group> groups_;
-  std::vector<float> reduced_;        // reduce's fp32 sum of this rank's chunk
-  std::vector<float> widened_;        // a bf16 or fp16 gradient part in fp32 (reduce_parts)
-  std::vector<tier::Block> staging_;  // Note [staged collectives], one per part
+  std::vector<float> reduced_;  // reduce's fp32 sum of this rank's chunk
+  std::vector<float> widened_;  // a bf16 or fp16 gradient part in fp32 (reduce_parts)
   int64_t gathers_ = 0, reductions_ = 0, staged_bytes_ = 0;
+  const bool beside_;              // Note [collectives beside compute]
   std::vector<int64_t> complete_;  // groups settle() found complete, for issue_reductions
   double wait_seconds_ = 0;
   int64_t gathers_ahead_ = 0;

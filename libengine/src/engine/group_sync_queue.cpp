@@ -44,7 +44,9 @@ void GroupSync::wait(int64_t ticket) {
     const Group& group = groups_[static_cast<size_t>(g)];
     if (group.start && group.ticket <= ticket) start_gather(g);
   }
-  if (worker_->done(ticket)) {
+  // Without beside_ every collective is waited for where it is issued: its time is comm_s, and
+  // no compute was left to overlap.
+  if (!beside_ || worker_->done(ticket)) {
     worker_->wait(ticket);  // rethrows a collective's failure
     return;
   }
@@ -295,7 +297,7 @@ void GroupSync::finish_reductions() {
 
 std::vector<int64_t> GroupSync::ahead_candidates(const std::vector<int64_t>& groups) const {
   std::vector<int64_t> out;
-  if (!worker_) return out;
+  if (!beside_) return out;
   for (int64_t g : groups) {
     const Group& group = groups_[static_cast<size_t>(g)];
     if (!group.gathered && group.ticket == 0 && group.grads_seen == 0 && !group.reduced)

@@ -118,8 +118,8 @@ plan::RunFacts gather_run_facts(const config::TrainConfig& config, const std::st
 plan::RunPlan plan_run(const config::TrainConfig& config, const std::string& device_option,
                        dist::Communicator* comm) {
   plan::RunPlan plan = plan::resolve_run(config, gather_run_facts(config, device_option, comm));
-  // Note [collectives beside compute]: PSTAR_OVERLAP_COMM=0 keeps every collective on the main
-  // thread, to compare or to rule the queue out; read once, here.
+  // Note [collectives beside compute]: PSTAR_OVERLAP_COMM=0 waits for every collective where it
+  // is queued, to compare or to rule the overlap out; read once, here.
   if (const char* overlap = std::getenv("PSTAR_OVERLAP_COMM"))
     plan.overlap_comm = std::string(overlap) != "0";
   plan::check_rank_collectives(plan, dist::nccl_missing_reason());

@@ -117,7 +117,7 @@ TEST(ThreadRanksTest, FourRanksOwnAQuarterEachAndTrackOneRank) {
 
 // Note [staged collectives]: two ranks whose tier says the host cannot address its device side
 // (the CUDA tier's case) gather and reduce their device-side payloads through host blocks, beside
-// compute (each queued collective's own blocks) or on the main thread (shared ones). Their losses
+// compute or each waited for where it is issued (PSTAR_OVERLAP_COMM=0's schedule). Their losses
 // and bytes sent are the bits of the same two ranks on a tier the host addresses, the staged bytes
 // are counted, and the checking tier sees every kernel told the right side.
 TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
@@ -130,7 +130,7 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
   c.train_batch_size = 4;
   c.bf16.enabled = config::on_off(true);  // param/grad reuse: the gradients in the param payloads
   // Unstaged and staged with the collectives beside compute (Note [collectives beside compute]),
-  // and staged on the main thread through GroupSync's shared blocks.
+  // and staged with each collective waited for where it is issued.
   struct Mode {
     bool staged, beside;
   };
@@ -138,7 +138,7 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
   std::vector<std::vector<std::vector<StepMetrics>>> runs;
   for (const Mode mode : modes) {
     SCOPED_TRACE(str_cat(mode.staged ? "staged" : "not staged",
-                         mode.beside ? ", beside compute" : ", on the main thread"));
+                         mode.beside ? ", beside compute" : ", each waited for"));
     std::vector<std::vector<StepMetrics>> steps(2);
     std::vector<std::shared_ptr<tier::testing::Ledger>> ledgers(2);
     pstar::testing::run_thread_ranks(2, [&](dist::Communicator& comm) {
