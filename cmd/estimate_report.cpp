@@ -2,6 +2,7 @@
 // the step time's terms, as tables or JSON.
 #include "estimate_parts.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -261,6 +262,7 @@ json evaluation_json(const plan::Evaluation& e, const Tiers& tiers) {
        {{"chunk_size", e.layout.chunk_size},
         {"num_chunks", e.layout.num_chunks},
         {"oversized_chunks", e.layout.oversized_chunks},
+        {"split_modules", e.layout.split_modules},
         {"largest_chunk", e.layout.largest_chunk()},
         {"padding_elements", e.layout.padding_elements()},
         {"per_rank", e.fit.owned_chunks},
@@ -304,8 +306,16 @@ void print_report(const EstimateCommandOptions& o, const plan::Hardware& hw,
               params_text(e.params).c_str(), static_cast<long long>(e.params),
               model_text(e.shape).c_str());
   std::printf("  search: %s\n", est.how.c_str());
+  // Note [split modules]: on several ranks such modules are split over groups of their own.
+  int64_t largest_part = 0;
+  for (int64_t k = 0; k < e.layout.num_chunks; ++k)
+    if (e.layout.part_of(k) >= 0) largest_part = std::max(largest_part, e.layout.size_of(k));
   const std::string larger =
-      e.layout.oversized_chunks > 0
+      e.layout.split_modules > 0
+          ? str_cat(" (", e.layout.oversized_chunks, " of them the parts of ",
+                    e.layout.split_modules, " module(s) split over the ranks, up to ", largest_part,
+                    " elements each)")
+      : e.layout.oversized_chunks > 0
           ? str_cat(" (", e.layout.oversized_chunks, " of them larger, one module each, up to ",
                     e.layout.largest_chunk(), ")")
           : std::string();

@@ -13,6 +13,8 @@
 #            same machine finds the build there and only brings it up to date
 #   gpu      ctest -L '^gpu$': fails if any GPU test fails or is skipped (a skip means no usable
 #            GPU)
+#   devices  where nvidia-smi lists two GPUs or more, ctest -L '^multidevice$' (ranks on GPUs of
+#            their own, tests/cmd/train_devices_test.cpp); recorded as skipped with one GPU
 #   gpt7b    the 7.46B GPT (4096x36) beside FSDP2-offload: gpt_bench.sh --steps 3 --warmup 2
 #   gpt7bclip  the same size, pstar alone, with gradient_clipping 1.0 and host Adam waiting for
 #            the gradient norm (engine.speculative_adam false)
@@ -63,7 +65,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 usage() { sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
-all_phases=(build gpu gpt7b gpt7bclip gpt7bspec gpt7bspecloose gpt7bnostream llama8b llama8bspec
+all_phases=(build gpu devices gpt7b gpt7bclip gpt7bspec gpt7bspecloose gpt7bnostream llama8b llama8bspec
             llama8bfolder llama3b trace suite kernels bench variants largest)
 # Expected seconds of each phase on an H100 (16 cores): the ledger run of 2026-11-27 (build 165 s
 # with every target, gpu 71, gpt7b 158, gpt7bclip 52, llama8b 47, llama8bfolder 63 with the folder
@@ -81,6 +83,7 @@ phase_seconds() {
   case "$name" in
     build) [ -f "$build/build.ninja" ] && echo 60 || echo 170 ;;
     gpu) echo 85 ;;
+    devices) echo 90 ;;
     gpt7b) echo 230 ;;
     gpt7bclip) echo 70 ;;
     gpt7bspec|gpt7bspecloose|gpt7bnostream) echo 70 ;;
@@ -161,7 +164,12 @@ run_phase() {
   rc=$?
   local secs=$(($(date +%s) - start))
   local status=passed
-  [ "$rc" = 0 ] || { status=failed; failed=1; }
+  if [ "$rc" = 77 ]; then
+    status=skipped  # the machine lacks what the phase needs (phase_devices)
+  elif [ "$rc" != 0 ]; then
+    status=failed
+    failed=1
+  fi
   printf '{"phase": "%s", "status": "%s", "exit_code": %d, "seconds": %d, "expected_seconds": %d}\n' \
     "$name" "$status" "$rc" "$secs" "$expected" >>"$phase_results"
   say "phase $name: $status in ${secs} s"
@@ -174,6 +182,7 @@ build_targets() {
   if wanted suite; then echo all; return; fi
   local targets=(pstar)
   wanted gpu && targets+=(engine_cuda_tests engine_tier_gpu_tests engine_model_gpu_tests cmd_gpu_tests)
+  wanted devices && targets+=(cmd_devices_tests)
   wanted kernels && targets+=(pstar-bench-adam-kernel)
   echo "${targets[*]}"
 }
@@ -224,6 +233,27 @@ phase_gpu() {
   grep -q "tests passed" "$log" || { echo "gpu-verify: ctest ran no gpu test"; return 1; }
   if grep -q "(Skipped)\|\*\*\*Skipped" "$log"; then
     echo "gpu-verify: GPU tests were skipped: the device is not usable here"
+    return 1
+  fi
+  return "$rc"
+}
+
+# Two GPUs or more: the multi-GPU tests, every one run (a skip there is a failure). With one,
+# nothing to run: the phase says so and exits 77 (automake's "skipped"), which run_phase records
+# as skipped, not failed.
+phase_devices() {
+  local gpus
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  if [ "${gpus:-0}" -lt 2 ]; then
+    echo "gpu-verify: devices: this machine has ${gpus:-0} GPU(s); the multidevice tests need two"
+    return 77
+  fi
+  local log=$out/devices-ctest.txt
+  ctest --test-dir "$build" -L '^multidevice$' -j 1 --output-on-failure 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  grep -q "tests passed" "$log" || { echo "gpu-verify: ctest ran no multidevice test"; return 1; }
+  if grep -q "(Skipped)\|\*\*\*Skipped" "$log"; then
+    echo "gpu-verify: multidevice tests were skipped on ${gpus} GPUs"
     return 1
   fi
   return "$rc"
@@ -350,6 +380,7 @@ if wanted build && ! grep -q '"phase": "build", "status": "passed"' "$phase_resu
   say "the build failed: nothing else can run"
 else
   run_phase gpu phase_gpu
+  run_phase devices phase_devices
   run_phase gpt7b phase_gpt7b
   run_phase gpt7bclip phase_gpt7bclip
   run_phase gpt7bspec phase_gpt7bspec

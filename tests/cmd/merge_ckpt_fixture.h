@@ -23,6 +23,7 @@
 #include "cli_util.h"
 #include "metrics_util.h"
 #include "pstar/base/version.h"
+#include "pstar/checkpoint/schema.h"
 #include "pstar/checkpoint/store.h"
 #include "pstar/formats/config.h"
 #include "pstar/formats/hf_folder.h"
@@ -53,17 +54,31 @@ inline bool is_parameter_name(const checkpoint::TensorMap& tensors, const std::s
   return true;
 }
 
-// Every rank's fp32 master parameters, by name.
+// Every rank's fp32 master parameters, by name; the pieces of a split module's tensor (Note
+// [checkpoint pieces]) joined by hand from their names and the recorded shape.
 inline std::map<std::string, at::Tensor> shard_parameters(const fs::path& step_dir, int64_t ranks) {
   std::map<std::string, at::Tensor> params;
+  std::map<std::string, int64_t> joined;  // elements filled so far
   for (int64_t r = 0; r < ranks; ++r) {
     const checkpoint::TensorMap tensors =
         checkpoint::read_checkpoint_file(checkpoint::checkpoint_file(step_dir, r));
     for (const auto& [name, t] : tensors) {
       if (!is_parameter_name(tensors, name)) continue;
-      EXPECT_TRUE(params.emplace(name, t).second) << name << " is in two ranks' files";
+      const auto piece = checkpoint::parse_piece_name(name);
+      if (!piece) {
+        EXPECT_TRUE(params.emplace(name, t).second) << name << " is in two ranks' files";
+        continue;
+      }
+      const at::Tensor shape = tensors.at(checkpoint::shape_name(piece->first));
+      at::Tensor& whole = params[piece->first];
+      if (!whole.defined())
+        whole = torch::full(c10::IntArrayRef(shape.data_ptr<int64_t>(), shape.numel()), NAN);
+      whole.reshape({-1}).slice(0, piece->second, piece->second + t.numel()).copy_(t);
+      joined[piece->first] += t.numel();
     }
   }
+  for (const auto& [name, n] : joined)
+    EXPECT_EQ(n, params.at(name).numel()) << name << ": its pieces do not cover it";
   return params;
 }
 

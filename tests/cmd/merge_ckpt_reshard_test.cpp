@@ -95,7 +95,8 @@ TEST_F(MergeCkptTest, CheckpointsMoveBetweenChunkLayouts) {
   r = train(cfg, {"--nproc", "2", "--metrics", "two.jsonl", "--set", "training.save_dir=mx2",
                   "--set", half});
   ASSERT_EQ(r.exit_code, 0) << r;
-  EXPECT_TRUE(contains(r.err, "raising the chunk size")) << r;
+  // Note [split modules]: two ranks split the embedding over a group, each keeping a piece.
+  EXPECT_TRUE(contains(r.err, "are each split over a group of their own")) << r;
   const auto one = read_metrics(dir_.file("one.jsonl"));
   const auto two = read_metrics(dir_.file("two.jsonl"));
   ASSERT_EQ(one.size(), 6u);
@@ -125,8 +126,28 @@ TEST_F(MergeCkptTest, CheckpointsMoveBetweenChunkLayouts) {
   ASSERT_EQ(merged.size(), direct.size());
   for (size_t i = 0; i < direct.size(); ++i)
     EXPECT_EQ(merged[i]["loss"].get<double>(), direct[i]["loss"].get<double>()) << i;
-  // Two ranks' one size -> one rank's several sizes.
+  // Two ranks' pieces -> one rank's several sizes.
   expect_near(resume("mx2/step-00000003", 1, "back1.jsonl"), two, "2 -> 1");
+  // The pieces merge into the parameters they are (Note [checkpoint pieces]): each one joined
+  // by hand from the files, against merge-ckpt's safetensors and its reshard to one rank.
+  const std::map<std::string, at::Tensor> pieces =
+      shard_parameters(dir_.path() / "mx2/step-00000003", 2);
+  EXPECT_TRUE(fs::exists(dir_.path() / "mx2/step-00000003/ckpt-1.pt"));
+  r = merge({"--dir", "mx2/step-00000003", "-o", "out/mx2.safetensors"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const formats::SafetensorsReader reader(dir_.file("out/mx2.safetensors"));
+  ASSERT_EQ(reader.tensors().size(), pieces.size());
+  for (const auto& [name, want] : pieces) {
+    const formats::TensorInfo* info = reader.find(name);
+    ASSERT_NE(info, nullptr) << name;
+    EXPECT_TRUE(bitwise_equal(safetensors_tensor(reader, *info), want)) << name;
+  }
+  r = merge({"--dir", "mx2/step-00000003", "--reshard", "1", "-o", "re1"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::map<std::string, at::Tensor> one_file = shard_parameters(dir_.path() / "re1", 1);
+  ASSERT_EQ(one_file.size(), pieces.size());
+  for (const auto& [name, want] : pieces)
+    EXPECT_TRUE(bitwise_equal(one_file.at(name), want)) << name;
 }
 
 // Note [resume resharding]: a 2-rank checkpoint resumes with --nproc 1 and --nproc 4, resharded

@@ -96,7 +96,35 @@ void check_manifest_version(const std::string& dir) {
               version, " is not supported by this pstar (expected ", kFormatVersion, ")");
 }
 
+// The shape a file records for the split parameter `name` (Note [checkpoint pieces]).
+std::vector<int64_t> recorded_shape(const TensorMap& tensors, const std::string& name,
+                                    const std::string& file) {
+  auto it = tensors.find(shape_name(name));
+  PSTAR_CHECK(it != tensors.end(), FormatError, file, ": holds pieces of '", name,
+              "' but not its shape ('", shape_name(name), "'); was it written by pstar train?");
+  const at::Tensor& t = it->second;
+  PSTAR_CHECK(t.dim() == 1 && t.scalar_type() == torch::kInt64, FormatError, file, ": '",
+              shape_name(name), "' should be a 1-D int64 shape, but it is ", t.scalar_type(),
+              " of shape ", t.sizes());
+  const at::Tensor c = t.contiguous();
+  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
+int64_t product(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 }  // namespace
+
+int64_t ShardParameter::numel() const { return product(shape); }
+
+int64_t ShardParameter::last_rank() const {
+  int64_t last = rank;
+  for (const ShardPiece& piece : pieces) last = std::max(last, piece.rank);
+  return last;
+}
 
 std::vector<std::string> match_checkpoint_files(const std::string& pattern) {
   glob_t found{};
@@ -225,6 +253,8 @@ CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t 
 
   // Pass 1 (Note [merge passes]): each file once, keeping only names, shapes and run state.
   std::map<std::string, int64_t> holder;  // parameter -> rank
+  // Note [checkpoint pieces]: the pieces of split modules' tensors, joined once every file is read.
+  std::map<std::string, ShardParameter> split;
   std::optional<int64_t> step = manifests.empty() ? std::nullopt : std::optional(index.step);
   std::string step_file = manifests.empty()
                               ? std::string()
@@ -273,11 +303,29 @@ CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t 
       if (!is_parameter(tensors, name)) continue;
       PSTAR_CHECK(t.is_floating_point(), FormatError, file, ": tensor '", name, "' has dtype ",
                   t.scalar_type(), "; parameters are floating point");
+      if (const auto piece = parse_piece_name(name)) {
+        PSTAR_CHECK(t.dim() == 1, FormatError, file, ": piece '", name,
+                    "' should be 1-D, but it has shape ", t.sizes());
+        ShardParameter& p = split[piece->first];
+        const std::vector<int64_t> shape = recorded_shape(tensors, piece->first, file);
+        PSTAR_CHECK(p.pieces.empty() || (p.shape == shape && p.dtype == t.scalar_type()),
+                    FormatError, file, ": piece '", name, "' (", t.scalar_type(),
+                    ") of a tensor of shape ", c10::IntArrayRef(shape), " disagrees with ",
+                    index.files[static_cast<size_t>(p.pieces.front().rank)], "'s pieces (", p.dtype,
+                    ", ", c10::IntArrayRef(p.shape), ")");
+        p.name = piece->first;
+        p.shape = shape;
+        p.dtype = t.scalar_type();
+        p.pieces.push_back(ShardPiece{rank, name, piece->second, t.numel()});
+        index.param_bytes += tensor_bytes(t);
+        continue;
+      }
       auto [it, fresh] = holder.emplace(name, rank);
       PSTAR_CHECK(fresh, FormatError, file, ": tensor '", name, "' is also in ",
                   index.files[static_cast<size_t>(it->second)],
                   "; each parameter belongs to one rank, so these files are not one checkpoint");
-      index.params.push_back(ShardParameter{name, t.sizes().vec(), t.scalar_type(), rank});
+      index.params.push_back(ShardParameter{
+          name, t.sizes().vec(), t.scalar_type(), rank, {ShardPiece{rank, name, 0, t.numel()}}});
       index.param_bytes += tensor_bytes(t);
     }
     index.largest_file_tensor_bytes = std::max(index.largest_file_tensor_bytes, bytes);
@@ -286,6 +334,27 @@ CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t 
   }
   log::end_status();
   index.step = *step;
+  for (auto& [name, p] : split) {
+    std::sort(p.pieces.begin(), p.pieces.end(),
+              [](const ShardPiece& a, const ShardPiece& b) { return a.begin < b.begin; });
+    const std::string& first = index.files[static_cast<size_t>(p.pieces.front().rank)];
+    const auto whole = holder.find(name);
+    PSTAR_CHECK(whole == holder.end(), FormatError, first, ": holds pieces of '", name, "', which ",
+                index.files[static_cast<size_t>(whole == holder.end() ? 0 : whole->second)],
+                " holds whole; these files are not one checkpoint");
+    int64_t at = 0;
+    for (const ShardPiece& piece : p.pieces) {
+      PSTAR_CHECK(piece.begin == at, FormatError, index.files[static_cast<size_t>(piece.rank)],
+                  ": piece '", piece.stored, "' starts at element ", piece.begin, " of '", name,
+                  "' but the pieces before it end at ", at,
+                  piece.begin > at ? "; a piece is missing" : "; two pieces overlap");
+      at += piece.numel;
+    }
+    PSTAR_CHECK(at == p.numel(), FormatError, first, ": the pieces of '", name, "' hold ", at,
+                " of its ", p.numel(), " elements; a piece is missing");
+    p.rank = p.pieces.front().rank;
+    index.params.push_back(std::move(p));
+  }
   std::stable_sort(index.params.begin(), index.params.end(), [](const auto& a, const auto& b) {
     return a.rank != b.rank ? a.rank < b.rank : a.name < b.name;
   });

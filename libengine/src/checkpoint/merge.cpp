@@ -143,30 +143,67 @@ void make_parent_dirs(const std::string& output) {
 // ---- the outputs (Note [merge passes]) ----------------------------------------------------------
 
 // Note [merge passes]: the second pass. Reads one input file at a time and hands each of its
-// parameters, in `dtype` and contiguous, to `write`; counts what was written and held.
+// parameters, in `dtype` and contiguous, to `write`; counts what was written and held (with what
+// `kept` says the writer keeps). A parameter in pieces (Note [checkpoint pieces]) is joined as its
+// files come and handed over once its last piece is in (write_order).
 MergeSummary stream_parameters(
     const CheckpointIndex& index, c10::ScalarType dtype,
-    const std::function<void(const std::string&, const at::Tensor&)>& write) {
+    const std::function<void(const std::string&, const at::Tensor&)>& write,
+    const std::function<int64_t()>& kept = nullptr) {
   MergeSummary summary;
+  std::map<std::string, at::Tensor> joining;
+  int64_t joining_bytes = 0;
   for (size_t r = 0; r < index.files.size(); ++r) {
     const std::string& file = index.files[r];
+    const auto rank = static_cast<int64_t>(r);
     const TensorMap tensors = read_one_file(file);
     int64_t held = 0;
     for (const auto& [name, t] : tensors) held += tensor_bytes(t);
     int64_t converted = 0;
     for (const auto& p : index.params) {
-      if (p.rank != static_cast<int64_t>(r)) continue;
-      const at::Tensor value = indexed_tensor(tensors, p, file).to(dtype).contiguous();
-      if (dtype != p.dtype) converted = std::max(converted, tensor_bytes(value));
+      at::Tensor value;
+      if (!p.in_pieces()) {
+        if (p.rank != rank) continue;
+        value = indexed_tensor(tensors, p, file).to(dtype).contiguous();
+        if (dtype != p.dtype) converted = std::max(converted, tensor_bytes(value));
+      } else {
+        at::Tensor& whole = joining[p.name];
+        for (const ShardPiece& piece : p.pieces) {
+          if (piece.rank != rank) continue;
+          if (!whole.defined()) {
+            whole = torch::empty({p.numel()}, torch::dtype(dtype));
+            joining_bytes += tensor_bytes(whole);
+          }
+          whole.slice(0, piece.begin, piece.begin + piece.numel)
+              .copy_(internal::indexed_piece(tensors, p, piece, file));
+        }
+        summary.peak_held_bytes =
+            std::max(summary.peak_held_bytes, held + joining_bytes + (kept ? kept() : 0));
+        if (p.last_rank() != rank) continue;
+        value = whole.view(p.shape);
+        joining_bytes -= tensor_bytes(whole);
+        joining.erase(p.name);
+      }
       write(p.name, value);
       ++summary.tensors;
       summary.bytes += tensor_bytes(value);
     }
-    summary.peak_held_bytes = std::max(summary.peak_held_bytes, held + converted);
+    summary.peak_held_bytes =
+        std::max(summary.peak_held_bytes, held + converted + joining_bytes + (kept ? kept() : 0));
     progress(str_cat("merge-ckpt: copied ", file, " (", r + 1, "/", index.files.size(), ")"));
   }
   log::end_status();
   return summary;
+}
+
+// The order stream_parameters hands the parameters over in: file by file, each whole one with its
+// file, each one in pieces with the file of its last piece.
+std::vector<const ShardParameter*> write_order(const CheckpointIndex& index) {
+  std::vector<const ShardParameter*> order;
+  for (size_t r = 0; r < index.files.size(); ++r)
+    for (const auto& p : index.params)
+      if ((p.in_pieces() ? p.last_rank() : p.rank) == static_cast<int64_t>(r)) order.push_back(&p);
+  return order;
 }
 
 MergeSummary write_safetensors(const CheckpointIndex& index, const MergeOptions& o) {
@@ -199,10 +236,8 @@ MergeSummary write_hf_folder(const CheckpointIndex& index, const MergeOptions& o
                             : o.dtype == MergeDType::kFp16 ? "float16"
                                                            : "float32";
   std::vector<formats::HfFolderWriter::Tensor> tensors;
-  for (size_t r = 0; r < index.files.size(); ++r)
-    for (const auto& p : index.params)
-      if (p.rank == static_cast<int64_t>(r))
-        tensors.push_back({p.name, safetensors_dtype(dtype), p.shape});
+  for (const ShardParameter* p : write_order(index))
+    tensors.push_back({p->name, safetensors_dtype(dtype), p->shape});
   formats::HfFolderWriter writer(o.output, model::hf_config_json(shape, torch_dtype), tensors,
                                  o.max_shard_bytes);
   MergeSummary summary =
@@ -217,24 +252,15 @@ MergeSummary write_hf_folder(const CheckpointIndex& index, const MergeOptions& o
 
 MergeSummary write_pickle(const CheckpointIndex& index, const MergeOptions& o) {
   const c10::ScalarType dtype = scalar_type(o.dtype);
-  MergeSummary summary;
   TensorList out;  // the whole model: LibTorch's pickler needs every tensor of a file at once
   int64_t out_bytes = 0;
-  for (size_t r = 0; r < index.files.size(); ++r) {
-    const std::string& file = index.files[r];
-    const TensorMap tensors = read_one_file(file);
-    int64_t held = 0;
-    for (const auto& [name, t] : tensors) held += tensor_bytes(t);
-    for (const auto& p : index.params) {
-      if (p.rank != static_cast<int64_t>(r)) continue;
-      at::Tensor value = indexed_tensor(tensors, p, file).to(dtype);
-      out_bytes += tensor_bytes(value);
-      out.emplace_back(p.name, std::move(value));
-    }
-    summary.peak_held_bytes = std::max(summary.peak_held_bytes, held + out_bytes);
-    progress(str_cat("merge-ckpt: read ", file, " (", r + 1, "/", index.files.size(), ")"));
-  }
-  log::end_status();
+  MergeSummary summary = stream_parameters(
+      index, dtype,
+      [&](const std::string& name, const at::Tensor& value) {
+        out_bytes += tensor_bytes(value);
+        out.emplace_back(name, value);
+      },
+      [&] { return out_bytes; });
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   write_checkpoint_file(o.output, out);
   summary.tensors = static_cast<int64_t>(out.size());

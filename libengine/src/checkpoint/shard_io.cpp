@@ -29,4 +29,19 @@ const at::Tensor& indexed_tensor(const TensorMap& tensors, const ShardParameter&
   return it->second;
 }
 
+const at::Tensor& indexed_piece(const TensorMap& tensors, const ShardParameter& p,
+                                const ShardPiece& piece, const std::string& file,
+                                const char* suffix) {
+  const std::string name = piece.stored + suffix;
+  auto it = tensors.find(name);
+  const bool moment = *suffix != 0;
+  PSTAR_CHECK(it != tensors.end() && it->second.dim() == 1 && it->second.numel() == piece.numel &&
+                  it->second.scalar_type() == (moment ? c10::ScalarType::Float : p.dtype),
+              FormatError, file, ": tensor '", name,
+              moment ? "' is missing or is not the fp32 moment of its piece"
+                     : "' is not what it was when the file was checked moments ago; was the "
+                       "checkpoint rewritten meanwhile?");
+  return it->second;
+}
+
 }  // namespace pstar::checkpoint::internal

@@ -31,6 +31,11 @@ void progress(const std::string& line);
 // (Note [merge passes]): FormatError if the file changed in between.
 const at::Tensor& indexed_tensor(const TensorMap& tensors, const ShardParameter& p,
                                  const std::string& file);
+// The same for one piece of a parameter (Note [checkpoint pieces]): its 1-D tensor, or with
+// `suffix` (kExpAvg, kExpAvgSq) its Adam moment's.
+const at::Tensor& indexed_piece(const TensorMap& tensors, const ShardParameter& p,
+                                const ShardPiece& piece, const std::string& file,
+                                const char* suffix = "");
 
 // `merge-ckpt --reshard`: the checkpoint directory for o.reshard ranks, laid out by `config`
 // (reshard.cpp, Note [reshard]).

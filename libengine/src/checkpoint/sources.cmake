@@ -1,4 +1,5 @@
 target_sources(pstar_engine PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/schema.cpp
   ${CMAKE_CURRENT_LIST_DIR}/store.cpp
   ${CMAKE_CURRENT_LIST_DIR}/run_checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/shard_io.cpp

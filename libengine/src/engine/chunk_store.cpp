@@ -14,8 +14,12 @@ namespace pstar::engine {
 using core::seconds_since;
 
 ChunkStore::ChunkStore(std::unique_ptr<tier::DeviceTier> tier, const ChunkFormat& format,
-                       chunk::Sharding sharding, std::vector<int64_t> sizes)
-    : tier_(std::move(tier)), format_(format), sharding_(sharding), sizes_(std::move(sizes)) {
+                       chunk::Sharding sharding, std::vector<int64_t> sizes,
+                       std::vector<int64_t> parts)
+    : tier_(std::move(tier)),
+      format_(format),
+      sharding_(sharding),
+      planned_{std::move(sizes), std::move(parts)} {
   PSTAR_INTERNAL_ASSERT(format_.payload.compute() == format_.elem_bytes + (format_.reuse ? 0 : 4));
 }
 
@@ -51,6 +55,10 @@ int64_t ChunkStore::gathered_device_bytes() const {
     bytes += c.remote && c.param && c.compute_place == Place::kDevice
                  ? c.size * format_.payload.compute()
                  : 0;
+  // Note [split modules]: an open span holds this rank's part a second time.
+  for (const auto& [g, span] : spans_)
+    if (span.open() && span.param.side() == Place::kDevice)
+      bytes += compute_bytes(sharding_.first_of_group(g) + sharding_.rank);
   return bytes;
 }
 
@@ -64,14 +72,14 @@ int64_t ChunkStore::margin_bytes() const {
 }
 
 void ChunkStore::set_budgets(int64_t device, int64_t host) {
-  device_budget_ = device;
-  host_budget_ = host;
+  budgets_.device = device;
+  budgets_.host = host;
 }
 
 void ChunkStore::check_host() {
-  PSTAR_CHECK(host_.current <= host_budget_, OutOfMemoryError, "host tier: chunks need ",
+  PSTAR_CHECK(host_.current <= budgets_.host, OutOfMemoryError, "host tier: chunks need ",
               format_bytes(host_.current), " but engine.host_memory is ",
-              format_bytes(host_budget_),
+              format_bytes(budgets_.host),
               "; raise engine.host_memory or engine.device_memory, or train a smaller model");
   check_host_pools();
 }
@@ -79,13 +87,13 @@ void ChunkStore::check_host() {
 // Note [exact-size host pool]: what the tier's host pools hold, free blocks included, counts
 // against engine.host_memory; the free blocks go back before that is called a failure.
 void ChunkStore::check_host_pools() {
-  if (tier_->host_memory().current() <= host_budget_) return;
+  if (tier_->host_memory().current() <= budgets_.host) return;
   tier_->trim();
   const tier::DeviceTier::HostMemory held = tier_->host_memory();
-  PSTAR_CHECK(held.current() <= host_budget_, OutOfMemoryError, "host tier: the chunk payloads' ",
+  PSTAR_CHECK(held.current() <= budgets_.host, OutOfMemoryError, "host tier: the chunk payloads' ",
               "memory pools hold ", format_bytes(held.current()), " (",
               format_bytes(held.pinned.current), " of it page-locked) but engine.host_memory is ",
-              format_bytes(host_budget_),
+              format_bytes(budgets_.host),
               "; raise engine.host_memory or engine.device_memory, or train a smaller model");
 }
 
@@ -125,8 +133,10 @@ void ChunkStore::synchronize() {
 void ChunkStore::new_chunk(Residence residence, Place place, bool on_nvme) {
   Chunk c;
   const int64_t k = num_chunks();
-  c.size =
-      k < static_cast<int64_t>(sizes_.size()) ? sizes_[static_cast<size_t>(k)] : format_.chunk_size;
+  c.size = k < static_cast<int64_t>(planned_.sizes.size()) ? planned_.sizes[static_cast<size_t>(k)]
+                                                           : format_.chunk_size;
+  c.part =
+      k < static_cast<int64_t>(planned_.parts.size()) ? planned_.parts[static_cast<size_t>(k)] : -1;
   c.residence = residence;
   if (!sharding_.owns(k)) {
     // Another rank's: its payloads exist here only while gathered (Note [gathering]).
@@ -140,7 +150,8 @@ void ChunkStore::new_chunk(Residence residence, Place place, bool on_nvme) {
                         "an embedding chunk was planned onto the device");
   PSTAR_INTERNAL_ASSERT(!on_nvme || (nvme_ != nullptr && !c.host_only()), "chunk ", k,
                         " was planned onto NVMe without the tier");
-  PSTAR_INTERNAL_ASSERT(!on_nvme || c.size == format_.chunk_size, "chunk ", k, " of ", c.size,
+  PSTAR_INTERNAL_ASSERT(!on_nvme || (c.size == format_.chunk_size && !c.split()), "chunk ", k,
+                        " of ", c.size,
                         " elements was planned onto NVMe, whose slots are ordinary chunks");
   c.compute_place = c.optimizer_place = place;
   core::PhaseTimer timer(&setup_, core::SetupPhase::kAlloc);
@@ -173,19 +184,43 @@ void ChunkStore::new_chunk(Residence residence, Place place, bool on_nvme) {
     unstage_optimizer();
     nvme_->add_chunk(k);
     stage(k, NvmeOptimizer::Use::kFresh);
-    staged_dirty_ = true;
+    staged_.dirty = true;
   }
+}
+
+int64_t ChunkStore::take_parameter(torch::nn::Module& module, ManagedTensor t,
+                                   const std::function<void(int64_t)>& on_grad) {
+  PSTAR_CHECK(t.param.is_floating_point(), ConfigError, "parameter ", t.name, " has dtype ",
+              t.param.scalar_type(), "; parameters must be floating point");
+  PSTAR_CHECK(t.param.requires_grad(), ConfigError, "parameter ", t.name,
+              " does not require grad; register frozen tensors as buffers instead");
+  PSTAR_CHECK(tensor_by_name_.count(t.name) == 0, ConfigError, "parameter ", t.name,
+              " is registered twice (tied weights must be one parameter used twice)");
+  const int64_t id = static_cast<int64_t>(tensors_.size());
+  t.param.register_hook([on_grad, id](const torch::Tensor&) { on_grad(id); });
+  tensor_by_name_[t.name] = id;
+  module_tensors_[&module].push_back(id);
+  tensors_.push_back(std::move(t));
+  return id;
 }
 
 void ChunkStore::add_module(torch::nn::Module& module, const std::string& prefix,
                             Residence residence, int64_t k,
                             const std::function<void(Residence)>& new_chunk_for,
                             const std::function<void(int64_t)>& on_grad, bool copy_values) {
+  if (k < static_cast<int64_t>(planned_.parts.size()) &&
+      planned_.parts[static_cast<size_t>(k)] >= 0) {
+    add_split_module(module, prefix, residence, k, new_chunk_for, on_grad, copy_values);
+    return;
+  }
   const bool host_only = residence == Residence::kHostOnly;
   auto params = module.named_parameters(/*recurse=*/false);
   int64_t numel = 0;
   for (const auto& p : params) numel += p.value().numel();
-  // Leaves come in the plan's order: each in the last chunk or the next one.
+  // Leaves come in the plan's order: each in the last chunk or the next one, but for the split
+  // modules' groups, which the plan puts first (Note [split modules]): their chunks are made here
+  // as a leaf after them passes, their values written when their module comes.
+  while (num_chunks() < k) new_chunk_for(Residence::kMovable);
   if (k == num_chunks()) new_chunk_for(residence);
   PSTAR_INTERNAL_ASSERT(k == num_chunks() - 1, "module ", prefix, " was planned into chunk ", k,
                         " while chunk ", num_chunks() - 1, " is being filled");
@@ -202,24 +237,15 @@ void ChunkStore::add_module(torch::nn::Module& module, const std::string& prefix
     t.offset = c.used;
     t.shape = t.param.sizes().vec();
     t.numel = t.param.numel();
-    PSTAR_CHECK(t.param.is_floating_point(), ConfigError, "parameter ", t.name, " has dtype ",
-                t.param.scalar_type(), "; parameters must be floating point");
-    PSTAR_CHECK(t.param.requires_grad(), ConfigError, "parameter ", t.name,
-                " does not require grad; register frozen tensors as buffers instead");
-    PSTAR_CHECK(tensor_by_name_.count(t.name) == 0, ConfigError, "parameter ", t.name,
-                " is registered twice (tied weights must be one parameter used twice)");
-    c.used += t.numel;
+    const int64_t id = take_parameter(module, std::move(t), on_grad);
+    const ManagedTensor& taken = tensors_[static_cast<size_t>(id)];
+    c.used += taken.numel;
     if (!c.remote && copy_values) {
       // Every rank builds the same initial model; only the owner keeps a chunk's values.
-      master_view(t).copy_(t.param.detach());
-      if (!format_.fp32) param_view(t).copy_(t.param.detach());
+      master_view(taken).copy_(taken.param.detach());
+      if (!format_.fp32) param_view(taken).copy_(taken.param.detach());
     }
-    const int64_t id = static_cast<int64_t>(tensors_.size());
-    t.param.register_hook([on_grad, id](const torch::Tensor&) { on_grad(id); });
-    tensor_by_name_[t.name] = id;
-    module_tensors_[&module].push_back(id);
     c.tensors.push_back(id);
-    tensors_.push_back(std::move(t));
   }
   repoint(k);  // frees the module's original storage
 }
@@ -239,18 +265,26 @@ torch::Tensor ChunkStore::view(const Block& block, c10::ScalarType type, int64_t
 }
 
 torch::Tensor ChunkStore::param_view(const ManagedTensor& t) const {
+  if (t.split) {
+    const Span& s = span(sharding_.group_of(t.chunk));
+    PSTAR_INTERNAL_ASSERT(s.open(), "a view of ", t.name, " while its span is closed");
+    return view(s.param, format_.dtype, t.offset, t.shape);
+  }
   return view(chunks_[static_cast<size_t>(t.chunk)].param, format_.dtype, t.offset, t.shape);
 }
 
 torch::Tensor ChunkStore::master_view(const ManagedTensor& t) const {
+  // A split module's tensor has no whole master anywhere: each part holds its piece.
+  PSTAR_INTERNAL_ASSERT(!t.split, "the master weights of ", t.name, ", which lie in pieces");
   const Chunk& c = chunks_[static_cast<size_t>(t.chunk)];
   return view(format_.fp32 ? c.param : c.master, torch::kFloat32, t.offset, t.shape);
 }
 
 torch::Tensor ChunkStore::grad_view(const ManagedTensor& t) const {
-  return format_.reuse
-             ? param_view(t)
-             : view(chunks_[static_cast<size_t>(t.chunk)].grad, torch::kFloat32, t.offset, t.shape);
+  if (format_.reuse) return param_view(t);
+  if (t.split)
+    return view(span(sharding_.group_of(t.chunk)).grad, torch::kFloat32, t.offset, t.shape);
+  return view(chunks_[static_cast<size_t>(t.chunk)].grad, torch::kFloat32, t.offset, t.shape);
 }
 
 const void* ChunkStore::grad_data(const Chunk& c) const {
@@ -268,6 +302,7 @@ void ChunkStore::repoint(int64_t k) {
   const bool present = static_cast<bool>(c.param);
   for (int64_t id : c.tensors) {
     auto& t = tensors_[static_cast<size_t>(id)];
+    if (t.split) continue;  // they follow their span (repoint_span)
     // A remote chunk between uses has no payload: its tensors hold nothing (Note [gathering]).
     set_data_keeping_accumulator(
         t.param,
@@ -277,6 +312,12 @@ void ChunkStore::repoint(int64_t k) {
         t.accumulator);
     t.param.mutable_grad() = present ? grad_view(t) : torch::Tensor();
   }
+}
+
+const Block* ChunkStore::compute_block(const ManagedTensor& t) const {
+  const Block& block = t.split ? span(sharding_.group_of(t.chunk)).param
+                               : chunks_[static_cast<size_t>(t.chunk)].param;
+  return block ? &block : nullptr;
 }
 
 Block ChunkStore::allocate_payload(Place place, int64_t bytes, bool moves, bool zeroed) {
@@ -352,28 +393,28 @@ void ChunkStore::stage(int64_t k, NvmeOptimizer::Use use) {
   if (s.master != nullptr) c.master = Block(s.master, bytes, Place::kHost, nullptr);
   c.exp_avg = Block(s.exp_avg, bytes, Place::kHost, nullptr);
   c.exp_avg_sq = Block(s.exp_avg_sq, bytes, Place::kHost, nullptr);
-  staged_ = k;
-  staged_dirty_ = false;
+  staged_.chunk = k;
+  staged_.dirty = false;
 }
 
 void ChunkStore::stage_optimizer(int64_t k, bool write) {
   if (!chunks_[static_cast<size_t>(k)].nvme) return;
-  if (staged_ != k) {
+  if (staged_.chunk != k) {
     unstage_optimizer();
     stage(k, NvmeOptimizer::Use::kHostAccess);
   }
-  staged_dirty_ = staged_dirty_ || write;
+  staged_.dirty = staged_.dirty || write;
 }
 
 void ChunkStore::unstage_optimizer() {
-  if (staged_ < 0) return;
-  Chunk& c = chunks_[static_cast<size_t>(staged_)];
+  if (staged_.chunk < 0) return;
+  Chunk& c = chunks_[static_cast<size_t>(staged_.chunk)];
   c.master.reset();
   c.exp_avg.reset();
   c.exp_avg_sq.reset();
-  const int64_t k = staged_;
-  staged_ = -1;
-  nvme_->release(k, staged_dirty_);
+  const int64_t k = staged_.chunk;
+  staged_.chunk = -1;
+  nvme_->release(k, staged_.dirty);
 }
 
 // ---- moves -------------------------------------------------------------------------------------

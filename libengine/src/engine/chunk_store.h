@@ -89,12 +89,16 @@ struct Chunk {
   Place compute_place = Place::kHost;
   Place optimizer_place = Place::kHost;
   bool remote = false;  // owned by another rank: payloads only while gathered (Note [gathering])
+  // Its part of a split module's group, or -1 (Note [split modules] in pstar/plan/chunk_layout.h):
+  // its tensors lie in the group's span, which the compute payloads of an owned part only fill.
+  int64_t part = -1;
   Residence residence = Residence::kMovable;
   Upload upload = Upload::kSettled;
   AdamJob adam;
   int64_t compute_count = 0;  // tensors in kCompute
   int64_t grads_missing = 0;  // tensors whose gradient has not arrived this micro-batch
 
+  bool split() const { return part >= 0; }
   bool margin() const { return residence == Residence::kMargin; }
   bool host_only() const { return residence == Residence::kHostOnly; }
   // Owned, and may move between the places.
@@ -104,8 +108,9 @@ struct Chunk {
 struct ManagedTensor {
   std::string name;
   torch::Tensor param;
-  int64_t chunk = 0;
-  int64_t offset = 0;
+  int64_t chunk = 0;   // a split module's: its group's first part (Note [split modules])
+  int64_t offset = 0;  // elements into the chunk's payloads, or into the split module's span
+  bool split = false;  // of a split module: it computes on the span, owned piece by piece
   std::vector<int64_t> shape;
   int64_t numel = 0;
   TensorState state = TensorState::kHold;
@@ -113,6 +118,15 @@ struct ManagedTensor {
   bool grad_arrived = false;  // its gradient arrived this micro-batch (Chunk::grads_missing)
   // Its gradient accumulator across moves (Note [one accumulator per tensor]).
   std::weak_ptr<torch::autograd::Node> accumulator;
+};
+
+// The elements of a tensor this rank keeps: [begin, end) of its flattened elements, at `offset` in
+// chunk `chunk`'s payloads; none (begin == end) where another rank owns them. The whole tensor
+// where this rank owns its chunk, its piece in this rank's part of a split module (Note [split
+// modules]).
+struct OwnedPiece {
+  int64_t chunk = 0, offset = 0, begin = 0, end = 0;
+  int64_t numel() const { return end - begin; }
 };
 
 // The element type of a chunk's compute payloads and which payloads exist (Note [param/grad
@@ -136,12 +150,24 @@ struct Traffic {
   int64_t syncs = 0;       // whole-device synchronisations by the engine
 };
 
+// Note [split modules] in pstar/plan/chunk_layout.h: a split module's group while gathered holds
+// its parts' compute payloads side by side in one block, the span, on the side they compute on.
+// The other ranks' parts are views of it (filled by the gather); this rank's part is copied into
+// its slot, while the part's own payloads stay where placement keeps them and receive the reduced
+// gradients. The module's tensors are views of the span, and hold nothing while it is closed.
+struct Span {
+  Block param, grad;             // grad: fp32, without param/grad reuse
+  std::vector<int64_t> tensors;  // the module's
+  bool open() const { return static_cast<bool>(param); }
+};
+
 class ChunkStore {
  public:
   // `sizes`: each chunk's planned capacity (plan::ChunkLayout::sizes); chunks past them (the
-  // empty ones that complete the last group) are ordinary.
+  // empty ones that complete the last group) are ordinary. `parts`: each chunk's part of a split
+  // module, or -1 (plan::ChunkLayout::parts; empty: none).
   ChunkStore(std::unique_ptr<tier::DeviceTier> tier, const ChunkFormat& format,
-             chunk::Sharding sharding, std::vector<int64_t> sizes);
+             chunk::Sharding sharding, std::vector<int64_t> sizes, std::vector<int64_t> parts = {});
 
   tier::DeviceTier& tier() const { return *tier_; }
   const ChunkFormat& format() const { return format_; }
@@ -179,8 +205,8 @@ class ChunkStore {
   int64_t gathered_device_bytes() const;
   int64_t margin_bytes() const;
   void set_budgets(int64_t device, int64_t host);
-  int64_t device_budget() const { return device_budget_; }
-  int64_t host_budget() const { return host_budget_; }
+  int64_t device_budget() const { return budgets_.device; }
+  int64_t host_budget() const { return budgets_.host; }
   // Host memory the store's owners hold beside the chunks (speculation's rollback slots): counted
   // like payloads (negative: given back).
   void add_host_bytes(int64_t bytes) { add_bytes(Place::kHost, bytes); }
@@ -238,6 +264,27 @@ class ChunkStore {
   void allocate_remote(int64_t k);
   void free_remote(int64_t k);
 
+  // ---- split modules (Note [split modules]) ----
+  // Whether group g is a split module's, and its span.
+  bool split_group(int64_t g) const { return spans_.count(g) > 0; }
+  const Span& span(int64_t g) const { return spans_.at(g); }
+  // Gathering group g: the span is allocated, the other ranks' parts are given their slots in it
+  // (counted as gathered, as allocate_remote does) and this rank's part is copied into its slot
+  // (a queued copy ahead into it must have been awaited: await_upload).
+  void open_span(int64_t g);
+  // Gives the span back, with the other ranks' slots (as free_remote does); its tensors hold
+  // nothing until it opens again.
+  void close_span(int64_t g);
+  // Part `part`'s slot of open span g: its param payload, or (`grad`, without param/grad reuse)
+  // its gradient payload. The slot does not own its memory.
+  Block span_slot(int64_t g, int64_t part, bool grad) const;
+  // Points the tensors of group g's split module at its span, or at nothing while it is closed.
+  void repoint_span(int64_t g);
+  OwnedPiece owned_piece(const ManagedTensor& t) const;
+  // The block tensor t computes on (its chunk's param payload, or its span's), or null while it
+  // has none (a remote chunk between gathers, a closed span).
+  const Block* compute_block(const ManagedTensor& t) const;
+
   // ---- the NVMe tier (Note [nvme tier]) ----
   // Takes the tier; its staging pool counts against the host budget from now on.
   void attach_nvme(std::unique_ptr<NvmeOptimizer> nvme);
@@ -270,18 +317,31 @@ class ChunkStore {
  private:
   void add_bytes(Place place, int64_t bytes);
   void stage(int64_t k, NvmeOptimizer::Use use);
+  // add_module for a split module's leaf, its group starting at chunk k (Note [split modules]).
+  void add_split_module(torch::nn::Module& module, const std::string& prefix, Residence residence,
+                        int64_t k, const std::function<void(Residence)>& new_chunk_for,
+                        const std::function<void(int64_t)>& on_grad, bool copy_values);
+  // Checks and takes one parameter of `module` as tensor `t` (its chunk and offset set).
+  int64_t take_parameter(torch::nn::Module& module, ManagedTensor t,
+                         const std::function<void(int64_t)>& on_grad);
   void moved_to(Block& block, Block moved, bool ahead);
 
   std::unique_ptr<tier::DeviceTier> tier_;
   ChunkFormat format_;
   chunk::Sharding sharding_;
-  std::vector<int64_t> sizes_;  // planned
+  // Each chunk's planned capacity and part of a split module (Note [split modules]).
+  struct Planned {
+    std::vector<int64_t> sizes, parts;
+  } planned_;
   std::vector<Chunk> chunks_;
   std::vector<ManagedTensor> tensors_;
   std::unordered_map<const torch::nn::Module*, std::vector<int64_t>> module_tensors_;
   std::unordered_map<std::string, int64_t> tensor_by_name_;
+  std::unordered_map<int64_t, Span> spans_;  // by group (Note [split modules])
   memory::Stat device_, host_;
-  int64_t device_budget_ = 0, host_budget_ = 0;
+  struct Budgets {
+    int64_t device = 0, host = 0;
+  } budgets_;
   Traffic traffic_;
   // Who hears of the store's doings: the profile's observer, and the guard a move waits on.
   struct Listeners {
@@ -290,8 +350,11 @@ class ChunkStore {
   } listeners_;
   std::unique_ptr<NvmeOptimizer> nvme_;
   Block nvme_param_, nvme_grad_;
-  int64_t staged_ = -1;  // the NVMe chunk staged for host code, or -1
-  bool staged_dirty_ = false;
+  // The NVMe chunk staged for host code (or -1), and whether host code changed it.
+  struct Staged {
+    int64_t chunk = -1;
+    bool dirty = false;
+  } staged_;
   core::SetupPhases setup_;
 };
 

@@ -78,23 +78,21 @@ plan::ChunkLayout chosen_layout(const plan::RunPlan& plan, const std::vector<Lea
                 " chunks, ", layout.padding_elements(), " elements of padding) among ",
                 layout.searched_lo, "..", layout.searched_hi);
       break;
-    case plan::ChunkLayout::Choice::kRaised:
-      // Note [chunk sizes]: several ranks need chunks of one size.
-      log::warn("default_chunk_size ", config.default_chunk_size,
-                " is smaller than the largest module (", layout.largest_leaf, " parameters); with ",
-                plan.world_size, " ranks every chunk takes its size: raising the chunk size to ",
-                layout.chunk_size, " elements (", layout.padding_elements(),
-                " elements of padding)");
-      break;
     case plan::ChunkLayout::Choice::kMixed: {
       const int64_t ordinary = layout.num_chunks - layout.oversized_chunks;
-      log::info("chunk sizes: ", layout.oversized_chunks,
-                " module(s) larger than default_chunk_size ", config.default_chunk_size,
-                " (the largest ", layout.largest_leaf,
-                " parameters) get a chunk of their own, and ", ordinary, " ordinary chunk(s) of ",
-                layout.chunk_size, " elements (searched among ", layout.searched_lo, "..",
-                layout.searched_hi, ") hold the rest; ", layout.padding_elements(),
-                " elements of padding (", padding_percent(layout), ")");
+      const std::string own =
+          layout.split_modules > 0
+              ? str_cat(" are each split over a group of their own (", plan.world_size,
+                        " parts, one per rank: Note [split modules])")
+              : std::string(" get a chunk of their own");
+      const int64_t modules =
+          layout.split_modules > 0 ? layout.split_modules : layout.oversized_chunks;
+      log::info("chunk sizes: ", modules, " module(s) larger than default_chunk_size ",
+                config.default_chunk_size, " (the largest ", layout.largest_leaf, " parameters)",
+                own, ", and ", ordinary, " ordinary chunk(s) of ", layout.chunk_size,
+                " elements (searched among ", layout.searched_lo, "..", layout.searched_hi,
+                ") hold the rest; ", layout.padding_elements(), " elements of padding (",
+                padding_percent(layout), ")");
       break;
     }
   }
@@ -131,7 +129,8 @@ std::unique_ptr<ChunkedEngine::Impl> make_impl(const plan::RunPlan& plan,
   }
   return std::make_unique<ChunkedEngine::Impl>(
       device_tier ? std::move(device_tier) : tier::make_emulated_tier(), format, sharding,
-      std::move(sizes), comm, settings, placement, adam_settings(plan), plan.overlap_adam);
+      std::move(sizes), layout.parts, comm, settings, placement, adam_settings(plan),
+      plan.overlap_adam);
 }
 
 // The free bytes the fit may plan on NVMe with (Note [nvme fit]): what the disk has free, or, where
@@ -464,16 +463,23 @@ void ChunkedEngine::state_dict(TensorList& out) {
     return view.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
   };
   const ChunkStore& store = s.store;
-  // Each rank writes the chunks it owns (Note [chunk layout]).
+  const ChunkFormat& f = store.format();
+  // Each rank writes the chunks it owns (Note [chunk layout]); a split module's tensors, the piece
+  // in its part (Note [checkpoint pieces]).
   for (const auto& t : store.tensors()) {
-    if (!store.sharding().owns(t.chunk)) continue;
-    s.store.stage_optimizer(t.chunk, /*write=*/false);  // Note [nvme tier]: read through
-    const Chunk& c = store.chunks()[static_cast<size_t>(t.chunk)];
-    out.emplace_back(t.name, host_copy(store.master_view(t)));
-    out.emplace_back(ckpt::exp_avg_of(t.name),
-                     host_copy(store.view(c.exp_avg, torch::kFloat32, t.offset, t.shape)));
-    out.emplace_back(ckpt::exp_avg_sq_of(t.name),
-                     host_copy(store.view(c.exp_avg_sq, torch::kFloat32, t.offset, t.shape)));
+    const OwnedPiece piece = store.owned_piece(t);
+    if (piece.numel() == 0) continue;
+    s.store.stage_optimizer(piece.chunk, /*write=*/false);  // Note [nvme tier]: read through
+    const Chunk& c = store.chunks()[static_cast<size_t>(piece.chunk)];
+    const std::string name = t.split ? ckpt::piece_name(t.name, piece.begin) : t.name;
+    const std::vector<int64_t> shape = t.split ? std::vector<int64_t>{piece.numel()} : t.shape;
+    out.emplace_back(name, host_copy(store.view(f.fp32 ? c.param : c.master, torch::kFloat32,
+                                                piece.offset, shape)));
+    out.emplace_back(ckpt::exp_avg_of(name),
+                     host_copy(store.view(c.exp_avg, torch::kFloat32, piece.offset, shape)));
+    out.emplace_back(ckpt::exp_avg_sq_of(name),
+                     host_copy(store.view(c.exp_avg_sq, torch::kFloat32, piece.offset, shape)));
+    if (t.split) out.emplace_back(ckpt::shape_name(t.name), torch::tensor(t.shape, torch::kInt64));
   }
   s.store.unstage_optimizer();
   out.emplace_back(ckpt::kAdamStep, torch::tensor(s.adam.steps(), torch::kInt64));
@@ -486,16 +492,23 @@ void ChunkedEngine::load_state_dict(const TensorMap& in, const std::string& file
   torch::NoGradGuard no_grad;
   s.adam.set_steps(checkpoint_tensor(in, ckpt::kAdamStep, file, {}, torch::kInt64).item<int64_t>());
   ChunkStore& store = s.store;
+  const ChunkFormat& f = store.format();
   for (const auto& t : store.tensors()) {
-    if (!store.sharding().owns(t.chunk)) continue;
-    store.stage_optimizer(t.chunk, /*write=*/true);  // Note [nvme tier]: written through
-    const Chunk& c = store.chunks()[static_cast<size_t>(t.chunk)];
-    store.master_view(t).copy_(checkpoint_tensor(in, t.name, file, t.shape, torch::kFloat32));
-    if (!store.format().fp32) store.param_view(t).copy_(store.master_view(t));
-    store.view(c.exp_avg, torch::kFloat32, t.offset, t.shape)
-        .copy_(checkpoint_tensor(in, ckpt::exp_avg_of(t.name), file, t.shape, torch::kFloat32));
-    store.view(c.exp_avg_sq, torch::kFloat32, t.offset, t.shape)
-        .copy_(checkpoint_tensor(in, ckpt::exp_avg_sq_of(t.name), file, t.shape, torch::kFloat32));
+    const OwnedPiece piece = store.owned_piece(t);
+    if (piece.numel() == 0) continue;
+    store.stage_optimizer(piece.chunk, /*write=*/true);  // Note [nvme tier]: written through
+    const Chunk& c = store.chunks()[static_cast<size_t>(piece.chunk)];
+    // Note [checkpoint pieces]: this rank's piece of a split module's tensor.
+    const std::string name = t.split ? ckpt::piece_name(t.name, piece.begin) : t.name;
+    const std::vector<int64_t> shape = t.split ? std::vector<int64_t>{piece.numel()} : t.shape;
+    const at::Tensor master =
+        store.view(f.fp32 ? c.param : c.master, torch::kFloat32, piece.offset, shape);
+    master.copy_(checkpoint_tensor(in, name, file, shape, torch::kFloat32));
+    if (!f.fp32) store.view(c.param, f.dtype, piece.offset, shape).copy_(master);
+    store.view(c.exp_avg, torch::kFloat32, piece.offset, shape)
+        .copy_(checkpoint_tensor(in, ckpt::exp_avg_of(name), file, shape, torch::kFloat32));
+    store.view(c.exp_avg_sq, torch::kFloat32, piece.offset, shape)
+        .copy_(checkpoint_tensor(in, ckpt::exp_avg_sq_of(name), file, shape, torch::kFloat32));
   }
   store.unstage_optimizer();
 }

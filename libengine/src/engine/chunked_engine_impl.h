@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,11 +41,11 @@ struct StepMemory {
 };
 
 struct ChunkedEngine::Impl : public model::ModuleHooks {
-  // `sizes`: every chunk's capacity (ChunkStore).
+  // `sizes`, `parts`: every chunk's capacity and its part of a split module (ChunkStore).
   Impl(std::unique_ptr<tier::DeviceTier> tier, const ChunkFormat& format, chunk::Sharding sharding,
-       std::vector<int64_t> sizes, dist::Communicator* comm, const EngineSettings& settings,
-       const PlacementSettings& placement_settings, const optim::AdamHyper& adam_settings,
-       bool overlap_adam);
+       std::vector<int64_t> sizes, std::vector<int64_t> parts, dist::Communicator* comm,
+       const EngineSettings& settings, const PlacementSettings& placement_settings,
+       const optim::AdamHyper& adam_settings, bool overlap_adam);
 
   EngineSettings settings;
   ChunkStore store;
@@ -102,6 +103,14 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   void pre_backward(torch::nn::Module& module) override;
   void post_forward(torch::nn::Module& module) override;
   void on_grad(int64_t id);
+  // What a module's tensors `ids` use: the chunks that must be on the device for it (not the
+  // host-only ones; every part of a split module's group, which its span holds: Note [split
+  // modules]) and the communication groups they touch.
+  struct ModuleUse {
+    std::vector<int64_t> chunks;
+    std::set<int64_t> groups;
+  };
+  ModuleUse module_use(const std::vector<int64_t>& ids) const;
   // A moment begins: close the non-model window of the previous one (Note [placement]).
   void begin_moment(const std::string& what);
   void access(torch::nn::Module& module, const char* phase);

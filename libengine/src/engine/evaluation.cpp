@@ -49,14 +49,9 @@ void EvalHooks::pre_forward(torch::nn::Module& module) {
   const std::lock_guard<std::mutex> lock(s_.hook_mutex);
   ChunkStore& store = s_.store;
   const auto& ids = store.tensors_of(module);
-  std::vector<int64_t> needed;
-  std::set<int64_t> used_groups;
-  for (int64_t id : ids) {
-    const int64_t k = store.tensors()[static_cast<size_t>(id)].chunk;
-    used_groups.insert(s_.sync.group_of(k));
-    if (!store.chunk(k).host_only() && std::find(needed.begin(), needed.end(), k) == needed.end())
-      needed.push_back(k);
-  }
+  const ChunkedEngine::Impl::ModuleUse use = s_.module_use(ids);
+  const std::vector<int64_t>& needed = use.chunks;
+  const std::set<int64_t>& used_groups = use.groups;
   // The updated values: a queued host Adam finishes before anything reads its chunk.
   for (int64_t id : ids) s_.adam.await_chunk(store.tensors()[static_cast<size_t>(id)].chunk);
   if (s_.sync.active()) {
@@ -81,7 +76,8 @@ void EvalHooks::pre_forward(torch::nn::Module& module) {
   brought_ = std::move(still);
   for (int64_t k : needed) {
     Chunk& c = store.chunk(k);
-    if (c.remote || c.compute_place == Place::kDevice) continue;
+    // Note [split modules]: a split module's parts come in its span.
+    if (c.remote || c.split() || c.compute_place == Place::kDevice) continue;
     store.move_compute(k, Place::kDevice);
     store.await_upload(k);
     brought_.push_back(k);

@@ -20,7 +20,9 @@ void Gradients::arrive(int64_t id) {
   }
   store_.set_state(t, TensorState::kHoldAfterBwd);
   t.grad_arrived = true;
-  --store_.chunk(t.chunk).grads_missing;
+  // Note [split modules]: a split module's tensor is in every part of its group.
+  const int64_t parts = t.split ? store_.sharding().world_size : 1;
+  for (int64_t part = 0; part < parts; ++part) --store_.chunk(t.chunk + part).grads_missing;
 }
 
 void Gradients::reset_arrivals() {
@@ -34,17 +36,34 @@ void Gradients::settle_micro_batch(bool host_touched) {
   // for nothing (issue 20, item 7), and device-side slots are zeroed on the compute stream, in
   // order with the copies.
   const bool reuse = store_.format().reuse;
+  // The slot that must read as zero: the tensor's view where it has one; for a split module's
+  // tensor whose span is closed, this rank's piece in its own part, which the reduction then reads
+  // (Note [split modules]).
+  const auto slot = [this](const ManagedTensor& t) -> const Block* {
+    if (const Block* block = store_.compute_block(t)) return block;
+    if (!t.split) return nullptr;
+    const OwnedPiece piece = store_.owned_piece(t);
+    return piece.numel() > 0 ? &store_.chunk(piece.chunk).param : nullptr;
+  };
   std::vector<ManagedTensor*> gradless;
   for (auto& t : store_.tensors()) {
     if (t.state != TensorState::kCompute && t.state != TensorState::kHoldAfterFwd) continue;
     gradless.push_back(&t);
-    const Chunk& c = store_.chunk(t.chunk);
-    if (reuse && c.param && c.compute_place == Place::kHost) host_touched = true;
+    const Block* block = slot(t);
+    if (reuse && block != nullptr && block->side() == Place::kHost) host_touched = true;
   }
   if (host_touched) store_.synchronize();
   torch::NoGradGuard no_grad;
   for (ManagedTensor* t : gradless) {
-    if (reuse && store_.chunk(t->chunk).param) store_.param_view(*t).zero_();
+    if (reuse && store_.compute_block(*t) != nullptr) {
+      store_.param_view(*t).zero_();
+    } else if (reuse && slot(*t) != nullptr) {
+      const OwnedPiece piece = store_.owned_piece(*t);
+      store_
+          .view(store_.chunk(piece.chunk).param, store_.format().dtype, piece.offset,
+                {piece.numel()})
+          .zero_();
+    }
     store_.set_state(*t, TensorState::kHoldAfterBwd);
   }
 }
@@ -87,12 +106,17 @@ void Gradients::end_step(bool updated) {
   } else if (!updated) {
     // A skipped update (fp16 overflow) leaves gradients in the parameter slots: restore the
     // parameters from the masters (Note [param/grad reuse]), with LibTorch on host payloads too.
+    // Chunk by chunk, over the elements its tensors hold: a split module's tensors lie in pieces
+    // (Note [split modules]), and the padding stays zero either way.
     store_.synchronize();
     torch::NoGradGuard no_grad;
-    for (auto& t : store_.tensors()) {
-      if (store_.chunk(t.chunk).remote) continue;
-      store_.stage_optimizer(t.chunk, /*write=*/false);  // an NVMe chunk's master is read through
-      store_.param_view(t).copy_(store_.master_view(t));
+    const ChunkFormat& f = store_.format();
+    for (int64_t k = 0; k < store_.num_chunks(); ++k) {
+      const Chunk& c = store_.chunk(k);
+      if (c.remote || c.used == 0) continue;
+      store_.stage_optimizer(k, /*write=*/false);  // an NVMe chunk's master is read through
+      store_.view(c.param, f.dtype, 0, {c.used})
+          .copy_(store_.view(c.master, torch::kFloat32, 0, {c.used}));
     }
     store_.unstage_optimizer();
   }

@@ -56,6 +56,11 @@ void GroupSync::release(int64_t g) {
   Group& group = groups_[static_cast<size_t>(g)];
   if (!group.gathered) return;
   PSTAR_INTERNAL_ASSERT(!group.grads_pending(), "releasing group ", g, " before its reduction");
+  if (store_.split_group(g)) {
+    store_.close_span(g);  // Note [split modules]: the other ranks' parts are slots of the span
+    group.gathered = false;
+    return;
+  }
   for (int64_t part = 0; part < store_.sharding().world_size; ++part) {
     const int64_t k = group_chunk(g, part);
     if (store_.chunk(k).remote) store_.free_remote(k);

@@ -57,10 +57,12 @@ void GroupSync::wait(int64_t ticket) {
 
 int64_t GroupSync::remote_device_bytes(int64_t g) const {
   int64_t bytes = 0;
+  // Note [split modules]: a split module's span holds this rank's part as well.
+  const bool split = store_.split_group(g);
   for (int64_t part = 0; part < store_.sharding().world_size; ++part) {
     const int64_t k = group_chunk(g, part);
     const Chunk& c = store_.chunks()[static_cast<size_t>(k)];
-    if (c.remote && c.compute_place == Place::kDevice) bytes += store_.compute_bytes(k);
+    if ((c.remote || split) && !c.host_only()) bytes += store_.compute_bytes(k);
   }
   return bytes;
 }
@@ -114,12 +116,13 @@ void GroupSync::start_gather(int64_t g) {
   const int64_t bytes = store_.size(group_chunk(g, 0)) * store_.format().elem_bytes;
   std::vector<void*> parts;
   bool any_staged = false;
+  store_.await_upload(own_chunk(g));  // this rank's part is read as it is now
+  // Note [split modules]: a split module's parts are slots of its span; this rank's is copied in
+  // there, and its own payload is what this rank sends.
+  if (store_.split_group(g)) store_.open_span(g);
   for (int64_t part = 0; part < store_.sharding().world_size; ++part) {
     const int64_t k = group_chunk(g, part);
-    if (store_.chunk(k).remote)
-      store_.allocate_remote(k);
-    else
-      store_.await_upload(k);  // this rank's part is read as it is now
+    if (store_.chunk(k).remote && !store_.split_group(g)) store_.allocate_remote(k);
     tier::Block& payload = store_.chunk(k).param;
     if (!staged(payload)) {
       parts.push_back(payload.data());
@@ -153,6 +156,8 @@ void GroupSync::queue_reduce(int64_t g) {
   const int64_t grad_elem_bytes = format.reuse ? format.elem_bytes : 4;
   store_.await_upload(mine);  // its gradients are read and written as they have landed
   // Note [staged collectives]: a device-side gradient is read through a host block of the group's.
+  // Note [split modules]: an open span holds every part's gradients, this rank's too.
+  const bool span = store_.split_group(g) && store_.span(g).open();
   std::vector<ReducePart> grads;
   bool any_staged = false;
   for (int64_t part = 0; part < store_.sharding().world_size; ++part) {
@@ -161,9 +166,10 @@ void GroupSync::queue_reduce(int64_t g) {
       grads.emplace_back();
       continue;
     }
-    tier::Block& block = format.reuse ? c.param : c.grad;
+    tier::Block slot = span ? store_.span_slot(g, part, !format.reuse) : tier::Block();
+    tier::Block& block = span ? slot : format.reuse ? c.param : c.grad;
     if (!staged(block)) {
-      grads.push_back(ReducePart{store_.grad_data(c), c.used});
+      grads.push_back(ReducePart{block.data(), c.used});
       continue;
     }
     tier::Block& host = staged_block(g, part, size * grad_elem_bytes);
@@ -239,9 +245,13 @@ void GroupSync::finish(int64_t g) {
     }
     if (any_staged) store_.tier().synchronize();  // the copies in have read the host blocks
     release_staged(g);
-    for (int64_t part = 0; part < world; ++part) {
-      const int64_t k = group_chunk(g, part);
-      if (store_.chunk(k).remote) store_.repoint(k);
+    if (store_.split_group(g)) {
+      store_.repoint_span(g);
+    } else {
+      for (int64_t part = 0; part < world; ++part) {
+        const int64_t k = group_chunk(g, part);
+        if (store_.chunk(k).remote) store_.repoint(k);
+      }
     }
     group.gathered = true;
     ++gathers_;

@@ -14,11 +14,12 @@ namespace pstar::engine {
 
 ChunkedEngine::Impl::Impl(std::unique_ptr<tier::DeviceTier> tier, const ChunkFormat& format,
                           chunk::Sharding sharding, std::vector<int64_t> sizes,
-                          dist::Communicator* comm, const EngineSettings& engine_settings,
+                          std::vector<int64_t> parts, dist::Communicator* comm,
+                          const EngineSettings& engine_settings,
                           const PlacementSettings& placement_settings,
                           const optim::AdamHyper& adam_settings, bool overlap_adam)
     : settings(engine_settings),
-      store(std::move(tier), format, sharding, std::move(sizes)),
+      store(std::move(tier), format, sharding, std::move(sizes), std::move(parts)),
       placement(placement_settings),
       sync(store, comm, engine_settings.overlap_comm),
       grads(store),
@@ -77,8 +78,11 @@ void ChunkedEngine::Impl::make_resident(const std::vector<int64_t>& needed,
   const std::set<int64_t> need_set(needed.begin(), needed.end());
   const std::vector<int64_t> need(need_set.begin(), need_set.end());
   int64_t missing = 0;
+  // Note [split modules]: a split module's parts come in its span, gathered, not uploaded.
   for (int64_t k : need)
-    missing += store.chunk(k).compute_place == Place::kHost ? store.compute_bytes(k) : 0;
+    missing += !store.chunk(k).split() && store.chunk(k).compute_place == Place::kHost
+                   ? store.compute_bytes(k)
+                   : 0;
   // Note [collectives beside compute]: the copies a reduction still holds go first, as they would
   // have gone before this moment without the queue.
   if (sync.reductions_pending() && missing > placement.free_movable_bytes(device_room()))
@@ -86,7 +90,7 @@ void ChunkedEngine::Impl::make_resident(const std::vector<int64_t>& needed,
   for (int64_t k : placement.evictions(need, missing, device_room(), what))
     store.move_compute(k, Place::kHost);
   for (int64_t k : need) {
-    if (store.chunk(k).remote) continue;
+    if (store.chunk(k).remote || store.chunk(k).split()) continue;
     upload_making_room(k, need, what);
     store.await_upload(k);
   }
@@ -131,7 +135,7 @@ void ChunkedEngine::Impl::prefetch(const std::vector<int64_t>& need_now) {
   std::vector<int64_t> wanted;
   for (int64_t k : next) {
     const Chunk& c = store.chunk(k);
-    if (c.remote || c.host_only() || c.compute_place != Place::kHost) continue;
+    if (c.remote || c.split() || c.host_only() || c.compute_place != Place::kHost) continue;
     // A chunk whose Adam is still running waits for its module (Note [host adam overlap]):
     // blocking here would hold back the compute of the module before it.
     if (c.adam.queued()) {
@@ -163,16 +167,31 @@ void ChunkedEngine::Impl::observe_moment(const std::string& what, formats::Profi
   observer->begin_moment(what, stage, memory, store.places());
 }
 
+ChunkedEngine::Impl::ModuleUse ChunkedEngine::Impl::module_use(
+    const std::vector<int64_t>& ids) const {
+  ModuleUse use;
+  const auto add = [&](int64_t k) {
+    if (!store.chunks()[static_cast<size_t>(k)].host_only() &&
+        std::find(use.chunks.begin(), use.chunks.end(), k) == use.chunks.end())
+      use.chunks.push_back(k);
+  };
+  for (int64_t id : ids) {
+    const ManagedTensor& t = store.tensors()[static_cast<size_t>(id)];
+    use.groups.insert(sync.group_of(t.chunk));
+    if (!t.split) {
+      add(t.chunk);
+      continue;
+    }
+    for (int64_t part = 0; part < store.sharding().world_size; ++part) add(t.chunk + part);
+  }
+  return use;
+}
+
 void ChunkedEngine::Impl::access(torch::nn::Module& module, const char* phase) {
   const auto& ids = store.tensors_of(module);
-  std::vector<int64_t> needed;
-  std::set<int64_t> used_groups;
-  for (int64_t id : ids) {
-    const int64_t k = store.tensors()[static_cast<size_t>(id)].chunk;
-    used_groups.insert(sync.group_of(k));
-    if (!store.chunk(k).host_only() && std::find(needed.begin(), needed.end(), k) == needed.end())
-      needed.push_back(k);
-  }
+  ModuleUse use = module_use(ids);
+  std::vector<int64_t>& needed = use.chunks;
+  const std::set<int64_t>& used_groups = use.groups;
   const std::string what = str_cat(phase, " of ", store.tensors()[ids.front()].name);
   begin_moment(what);
   // Before anything reads them: uploads, gathers, and modules computing on the host.
@@ -269,7 +288,7 @@ void ChunkedEngine::Impl::gather_ahead() {
   int64_t free = placement.free_movable_bytes(device_room());
   for (int64_t k : placement.prefetch_candidates()) {
     const Chunk& c = store.chunk(k);
-    if (!c.remote && !c.host_only() && c.compute_place == Place::kHost)
+    if (!c.remote && !c.split() && !c.host_only() && c.compute_place == Place::kHost)
       free -= store.compute_bytes(k);
   }
   for (int64_t g : ahead) {

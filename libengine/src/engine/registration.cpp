@@ -79,20 +79,27 @@ void ChunkedEngine::Impl::write_initial_values(const std::vector<int64_t>& ids,
   // copied there.
   struct Staged {
     at::Tensor values;
-    int64_t id;
+    OwnedPiece piece;
   };
   std::vector<Staged> staged;
   int64_t bytes = 0;
   torch::NoGradGuard no_grad;
   for (const int64_t id : ids) {
     const ManagedTensor& t = store.tensors()[static_cast<size_t>(id)];
-    if (store.chunk(t.chunk).remote) continue;  // its owner writes it
+    // The elements of the tensor this rank keeps: all of it in a chunk this rank owns, or its
+    // piece in this rank's part of a split module (Note [split modules]).
+    const OwnedPiece piece = store.owned_piece(t);
+    if (piece.numel() == 0) continue;  // its owner writes it
+    const Chunk& c = store.chunk(piece.chunk);
     model::InitWrite w;
     w.init = values.init(t.name);
     w.stream = model::init_stream(t.name);
-    w.end = t.numel;
-    const at::Tensor master = store.master_view(t);
-    const at::Tensor param = f.fp32 ? master : store.param_view(t);
+    w.begin = piece.begin;
+    w.end = piece.end;
+    const at::Tensor master =
+        store.view(f.fp32 ? c.param : c.master, torch::kFloat32, piece.offset, {piece.numel()});
+    const at::Tensor param =
+        f.fp32 ? master : store.view(c.param, f.dtype, piece.offset, {piece.numel()});
     if (master.is_cpu() && param.is_cpu()) {
       w.f32 = master.data_ptr<float>();
       if (!f.fp32) {
@@ -100,19 +107,19 @@ void ChunkedEngine::Impl::write_initial_values(const std::vector<int64_t>& ids,
         w.low_type = low_type;
       }
     } else {
-      staged.push_back(Staged{torch::empty({t.numel}, torch::kFloat32), id});
+      staged.push_back(Staged{torch::empty({piece.numel()}, torch::kFloat32), piece});
       w.f32 = staged.back().values.data_ptr<float>();
     }
-    bytes += t.numel * (4 + (f.fp32 ? 0 : f.elem_bytes));
+    bytes += piece.numel() * (4 + (f.fp32 ? 0 : f.elem_bytes));
     writes.push_back(w);
   }
   model::write_init(values.seed, writes);
   for (const Staged& s : staged) {
-    const ManagedTensor& t = store.tensors()[static_cast<size_t>(s.id)];
-    const at::Tensor host = s.values.view(t.shape);
-    store.master_view(t).copy_(host);
+    const Chunk& c = store.chunk(s.piece.chunk);
+    const std::vector<int64_t> shape = {s.piece.numel()};
+    store.view(f.fp32 ? c.param : c.master, torch::kFloat32, s.piece.offset, shape).copy_(s.values);
     // The same rounding as f32_to_bf16/f32_to_f16 (to nearest even).
-    if (!f.fp32) store.param_view(t).copy_(host);
+    if (!f.fp32) store.view(c.param, f.dtype, s.piece.offset, shape).copy_(s.values);
   }
   timer.set_bytes(bytes);
 }
@@ -167,12 +174,17 @@ void ChunkedEngine::register_unit(torch::nn::Module& unit, const std::string& pr
 void ChunkedEngine::load_parameter(const std::string& name, const at::Tensor& value) {
   Impl& s = *impl_;
   const ManagedTensor& t = s.store.tensor(name);
-  if (s.store.chunk(t.chunk).remote) return;  // its owner loads it
-  s.adam.await_chunk(t.chunk);
-  s.store.stage_optimizer(t.chunk, /*write=*/true);
+  const OwnedPiece piece = s.store.owned_piece(t);
+  if (piece.numel() == 0) return;  // its owner loads it
+  s.adam.await_chunk(piece.chunk);
+  s.store.stage_optimizer(piece.chunk, /*write=*/true);
   torch::NoGradGuard no_grad;
-  s.store.master_view(t).copy_(value);
-  if (!s.store.format().fp32) s.store.param_view(t).copy_(value);
+  const at::Tensor values = value.reshape({-1}).slice(0, piece.begin, piece.end);
+  const Chunk& c = s.store.chunk(piece.chunk);
+  const ChunkFormat& f = s.store.format();
+  s.store.view(f.fp32 ? c.param : c.master, torch::kFloat32, piece.offset, {piece.numel()})
+      .copy_(values);
+  if (!f.fp32) s.store.view(c.param, f.dtype, piece.offset, {piece.numel()}).copy_(values);
 }
 
 void ChunkedEngine::finish_registration() {

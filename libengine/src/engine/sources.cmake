@@ -5,6 +5,7 @@ target_sources(pstar_placement PRIVATE
 target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/torch_engine.cpp
   ${CMAKE_CURRENT_LIST_DIR}/chunk_store.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/chunk_store_spans.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nvme_optimizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/group_sync.cpp
   ${CMAKE_CURRENT_LIST_DIR}/group_sync_queue.cpp

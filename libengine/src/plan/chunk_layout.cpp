@@ -20,25 +20,67 @@ int64_t size_grid(int64_t ordinary) { return std::min<int64_t>(int64_t{1} << 16,
 }  // namespace
 
 Packing pack_leaves(const std::vector<LeafModule>& leaves, int64_t size, bool use_cpu_embedding,
-                    bool own_oversized, int64_t grid) {
-  PSTAR_INTERNAL_ASSERT(size > 0 && grid > 0, "packing at ", size, " on a grid of ", grid);
+                    bool own_oversized, int64_t grid, int64_t world) {
+  PSTAR_INTERNAL_ASSERT(size > 0 && grid > 0 && world > 0, "packing at ", size, " on a grid of ",
+                        grid, " for ", world, " ranks");
   Packing p;
-  p.leaf_chunk.reserve(leaves.size());
+  p.leaf_chunk.assign(leaves.size(), -1);
   int64_t used = 0;
   bool pinned = false, closed = true;  // `closed`: the current chunk takes no more leaves
-  for (const auto& leaf : leaves) {
-    const bool leaf_pinned = leaf.embedding && use_cpu_embedding;
-    const bool oversized = own_oversized && leaf.numel > size;
-    if (closed || oversized || used + leaf.numel > p.sizes.back() || leaf_pinned != pinned) {
-      p.sizes.push_back(oversized ? round_up(leaf.numel, grid) : size);
+  const auto add_chunk = [&p](int64_t chunk_size, int64_t part) {
+    p.sizes.push_back(chunk_size);
+    p.parts.push_back(part);
+  };
+  const auto pinned_leaf = [&](size_t i) { return leaves[i].embedding && use_cpu_embedding; };
+  const auto split_leaf = [&](size_t i) {
+    return world > 1 && own_oversized && leaves[i].numel > size;
+  };
+  // Note [split modules]: empty ordinary chunks complete the group being filled, then the leaf's
+  // parts make a group of their own.
+  const auto place_split = [&](size_t i) {
+    while (p.sizes.size() % static_cast<size_t>(world) != 0) add_chunk(size, -1);
+    p.leaf_chunk[i] = static_cast<int64_t>(p.sizes.size());
+    const int64_t part = round_up((leaves[i].numel + world - 1) / world, grid);
+    for (int64_t r = 0; r < world; ++r) add_chunk(part, r);
+    closed = true;
+    pinned = pinned_leaf(i);
+  };
+  bool groups_placed = false;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (p.leaf_chunk[i] >= 0) continue;  // a split leaf placed ahead
+    const bool leaf_pinned = pinned_leaf(i);
+    if (!groups_placed && !leaf_pinned && world > 1) {
+      // Split groups go before the first leaf that is not host-pinned (the host-pinned chunks
+      // stay first, Note [fit]): placed where they fall, the last one (an LM head) would leave up
+      // to N - 1 empty chunks before it.
+      for (size_t j = i; j < leaves.size(); ++j)
+        if (split_leaf(j)) place_split(j);
+      groups_placed = true;
+      if (p.leaf_chunk[i] >= 0) continue;
+    }
+    if (split_leaf(i)) {
+      place_split(i);
+      continue;
+    }
+    const bool oversized = own_oversized && leaves[i].numel > size;
+    if (closed || oversized || used + leaves[i].numel > p.sizes.back() || leaf_pinned != pinned) {
+      add_chunk(oversized ? round_up(leaves[i].numel, grid) : size, -1);
       used = 0;
     }
     closed = oversized;
     pinned = leaf_pinned;
-    used += leaf.numel;
-    p.leaf_chunk.push_back(static_cast<int64_t>(p.sizes.size()) - 1);
+    used += leaves[i].numel;
+    p.leaf_chunk[i] = static_cast<int64_t>(p.sizes.size()) - 1;
   }
   return p;
+}
+
+PieceRange piece_in_part(int64_t offset, int64_t numel, int64_t part, int64_t part_size) {
+  PieceRange r;
+  r.begin = std::clamp<int64_t>(part * part_size - offset, 0, numel);
+  r.end = std::clamp<int64_t>((part + 1) * part_size - offset, 0, numel);
+  r.chunk_offset = offset + r.begin - part * part_size;
+  return r;
 }
 
 int64_t count_chunks(const std::vector<LeafModule>& leaves, int64_t size, bool use_cpu_embedding) {
@@ -55,8 +97,9 @@ std::vector<int64_t> leaf_chunks(const std::vector<LeafModule>& leaves, const Ch
   // The grid only rounds the capacity of a module's own chunk, which takes no other leaf: the
   // assignment is the same on any grid.
   const bool mixed = layout.choice == ChunkLayout::Choice::kMixed;
-  const Packing p = pack_leaves(leaves, layout.chunk_size, use_cpu_embedding, mixed,
-                                size_grid(layout.chunk_size));
+  const Packing p =
+      pack_leaves(leaves, layout.chunk_size, use_cpu_embedding, mixed, size_grid(layout.chunk_size),
+                  layout.parts.empty() ? 1 : layout.world_size);
   PSTAR_INTERNAL_ASSERT(static_cast<int64_t>(p.sizes.size()) == layout.num_chunks,
                         "the leaves pack into ", p.sizes.size(), " chunks, the layout has ",
                         layout.num_chunks);
@@ -74,9 +117,9 @@ ChunkLayout plan_layout(const std::vector<LeafModule>& leaves, const LayoutOptio
   }
   const int64_t largest = layout.largest_leaf, total = layout.params;
   // The least wasteful size in [lo, hi] on the grid; ties go to the smaller size. At most ~512
-  // candidates are tried. `own`: oversized leaves get chunks of their own at each candidate, and
-  // the fewest elements in such chunks come first: an oversized chunk cannot keep its optimizer
-  // state on NVMe or be speculated (Note [chunk sizes]).
+  // candidates are tried. `own`: oversized leaves get chunks or groups of their own at each
+  // candidate, and the fewest elements in chunks of another size come first: such a chunk cannot
+  // keep its optimizer state on NVMe or be speculated (Note [chunk sizes]).
   auto search = [&](int64_t lo_elems, int64_t hi_elems, int64_t step, bool own) {
     const int64_t lo = round_up(lo_elems, step);
     const int64_t hi = std::max(lo, round_up(hi_elems, step));
@@ -84,10 +127,18 @@ ChunkLayout plan_layout(const std::vector<LeafModule>& leaves, const LayoutOptio
     int64_t best = lo;
     std::pair<int64_t, int64_t> best_cost{std::numeric_limits<int64_t>::max(), 0};
     for (int64_t candidate = lo; candidate <= hi; candidate += stride) {
-      const Packing p = pack_leaves(leaves, candidate, options.use_cpu_embedding, own, step);
+      const Packing p =
+          pack_leaves(leaves, candidate, options.use_cpu_embedding, own, step, options.world_size);
       int64_t oversized = 0;
-      for (int64_t size : p.sizes) oversized += size > candidate ? size : 0;
-      const std::pair<int64_t, int64_t> cost{oversized, p.capacity() - total};
+      for (size_t k = 0; k < p.sizes.size(); ++k)
+        oversized += p.sizes[k] != candidate || p.parts[k] >= 0 ? p.sizes[k] : 0;
+      // With several ranks the empty chunks that complete the last group are allocated too
+      // (counted where modules are split, whose groups already make the count matter).
+      const auto chunks = static_cast<int64_t>(p.sizes.size());
+      const int64_t completing =
+          own ? (options.world_size - chunks % options.world_size) % options.world_size * candidate
+              : 0;
+      const std::pair<int64_t, int64_t> cost{oversized, p.capacity() + completing - total};
       if (cost < best_cost) {
         best_cost = cost;
         best = candidate;
@@ -99,7 +150,7 @@ ChunkLayout plan_layout(const std::vector<LeafModule>& leaves, const LayoutOptio
   };
   const int64_t configured = options.configured_size;
   int64_t size = configured;
-  const bool own = options.world_size == 1 && largest > configured;
+  const bool own = largest > configured;
   if (own) {
     // Note [chunk sizes]: ordinary sizes up to 4x the configured one, so that several of a
     // layer's modules share a chunk (one Llama-3.1-8B layer is 218M elements).
@@ -112,22 +163,29 @@ ChunkLayout plan_layout(const std::vector<LeafModule>& leaves, const LayoutOptio
     // One chunk larger than the whole model would be mostly padding.
     size = search(std::max(largest, total / 16), total, int64_t{1} << 16, false);
     layout.choice = ChunkLayout::Choice::kShrunk;
-  } else if (largest > size) {
-    size = round_up(largest, 1 << 16);
-    layout.choice = ChunkLayout::Choice::kRaised;
   }
   layout.chunk_size = size;
-  const Packing packing =
-      pack_leaves(leaves, size, options.use_cpu_embedding, own, size_grid(configured));
+  layout.world_size = options.world_size;
+  const Packing packing = pack_leaves(leaves, size, options.use_cpu_embedding, own,
+                                      size_grid(configured), options.world_size);
   layout.num_chunks = static_cast<int64_t>(packing.sizes.size());
   if (own) {
     layout.sizes = packing.sizes;
-    for (int64_t s : packing.sizes) layout.oversized_chunks += s > size ? 1 : 0;
+    for (size_t k = 0; k < packing.sizes.size(); ++k) {
+      const int64_t part = packing.parts[k];
+      layout.oversized_chunks += part >= 0 || packing.sizes[k] > size ? 1 : 0;
+      layout.split_modules += part == 0 ? 1 : 0;
+    }
+    if (layout.split_modules > 0) layout.parts = packing.parts;
   }
   if (options.use_cpu_embedding) {
     std::set<int64_t> pinned;
-    for (size_t i = 0; i < leaves.size(); ++i)
-      if (leaves[i].embedding) pinned.insert(packing.leaf_chunk[i]);
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (!leaves[i].embedding) continue;
+      const int64_t k = packing.leaf_chunk[i];
+      const int64_t parts = packing.parts[static_cast<size_t>(k)] >= 0 ? options.world_size : 1;
+      for (int64_t part = 0; part < parts; ++part) pinned.insert(k + part);
+    }
     layout.host_pinned_chunks = static_cast<int64_t>(pinned.size());
   }
   return layout;

@@ -161,10 +161,12 @@ Fit check_fit(const FitInput& in) {
                        "); raise the host or device memory, or train a smaller model");
     if (in.nvme_capacity > 0) {
       // Note [nvme fit]: the fewest chunks whose optimizer payloads move to NVMe. Only ordinary,
-      // movable chunks go there (NVMe slots are ordinary chunks).
+      // movable chunks go there (NVMe slots are ordinary chunks), not a split module's parts.
       std::vector<int64_t> candidates;
       for (int64_t i = owned.pinned; i < owned.count(); ++i)
-        if (owned.sizes[static_cast<size_t>(i)] == in.layout.chunk_size) candidates.push_back(i);
+        if (owned.sizes[static_cast<size_t>(i)] == in.layout.chunk_size &&
+            in.layout.part_of(i * in.world_size) < 0)
+          candidates.push_back(i);
       const int64_t device_free = std::max<int64_t>(0, device_room);
       const int64_t pinned_bytes = pinned_elements * whole;
       auto place = [&](int64_t n) {

@@ -120,7 +120,22 @@ ModelChunkMap model_chunk_map(const config::TrainConfig& config, int64_t world_s
   const std::vector<int64_t> by_leaf = leaf_chunks(leaves, map.layout, cpu_embedding);
   map.params = shape.parameter_shapes();
   map.chunks.reserve(map.params.size());
-  for (const auto& p : map.params) map.chunks.push_back(by_leaf[static_cast<size_t>(p.leaf)]);
+  // A leaf's parameters follow one another from the start of its place in the chunk.
+  std::vector<int64_t> chunk_used(static_cast<size_t>(map.layout.num_chunks), 0);
+  int64_t leaf = -1, at = 0;
+  for (const auto& p : map.params) {
+    const int64_t k = by_leaf[static_cast<size_t>(p.leaf)];
+    if (p.leaf != leaf) {
+      leaf = p.leaf;
+      at = chunk_used[static_cast<size_t>(k)];
+    }
+    int64_t numel = 1;
+    for (int64_t d : p.shape) numel *= d;
+    map.chunks.push_back(k);
+    map.offsets.push_back(at);
+    at += numel;
+    chunk_used[static_cast<size_t>(k)] = at;
+  }
   return map;
 }
 

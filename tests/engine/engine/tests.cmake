@@ -24,10 +24,11 @@ pstar_add_test(NAME engine_init_ranks_tests LABEL multiprocess PCH
   LIBS pstar::engine)
 # ZeRO on four ranks as threads of one process (engine/dist/thread_ranks.h): ownership, the
 # collectives and the losses against one rank; the collectives beside compute against the same on
-# the main thread.
+# the main thread; modules split over the ranks (Note [split modules]).
 pstar_add_test(NAME engine_thread_ranks_tests LABEL unit PCH
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/thread_ranks_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/comm_beside_compute_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/split_modules_test.cpp
   LIBS pstar::engine)
 # Note [one accumulator per tensor]: a tensor keeps its gradient accumulator across moves.
 pstar_add_test(NAME engine_grad_accumulator_tests LABEL unit

@@ -139,7 +139,8 @@ TEST(LlamaEstimateTest, ShapeRuleReproducesLlama3) {
 
 // Note [chunk sizes]: with one rank, Llama-3's and Qwen2.5's embedding and LM head get chunks of
 // their own, and the ordinary chunks (searched) hold whole layers with almost no padding; with
-// several ranks every chunk is raised to the embedding, as before.
+// several ranks each is split over a group of its own (Note [split modules]), the ordinary chunks
+// as searched and the padding as small.
 TEST(LlamaEstimateTest, OversizedModulesGetChunksOfTheirOwn) {
   for (const char* name : {"llama-3.1-8b", "qwen2.5-7b"}) {
     Workload w;
@@ -165,10 +166,42 @@ TEST(LlamaEstimateTest, OversizedModulesGetChunksOfTheirOwn) {
     std::cout << "[ layout ] " << name << ": " << e.layout.num_chunks << " chunks, ordinary "
               << e.layout.chunk_size << " elements, largest " << e.layout.largest_chunk()
               << ", padding " << 100 * padding << "%\n";
-    // Two GPUs: one size for all, raised to the embedding.
-    const Evaluation two = evaluate(hardware("H100-80GB", 2, 256 * kGB), w, s);
-    EXPECT_EQ(two.layout.choice, ChunkLayout::Choice::kRaised) << name;
-    EXPECT_TRUE(two.layout.sizes.empty()) << name;
+    // Two and eight GPUs: the embedding and the LM head are split over a group each, every rank
+    // holding one part of each; ordinary chunks at most 256 Mi elements. The waste counts the
+    // empty chunks that complete the last group too: on 2 ranks at most 1%; on 8 (whose last
+    // group may need up to 7 empty chunks) less than with every chunk raised to the embedding
+    // (what pstar did before).
+    for (const int64_t gpus : {int64_t{2}, int64_t{8}}) {
+      const Evaluation many = evaluate(hardware("H100-80GB", gpus, 256 * kGB), w, s);
+      EXPECT_EQ(many.layout.choice, ChunkLayout::Choice::kMixed) << name;
+      EXPECT_EQ(many.layout.split_modules, 2) << name << " on " << gpus;
+      EXPECT_EQ(many.layout.oversized_chunks, 2 * gpus) << name << " on " << gpus;
+      EXPECT_LE(many.layout.chunk_size, int64_t{256} << 20) << name;
+      const int64_t part = (s.llama.vocab_size * s.llama.hidden + gpus - 1) / gpus;
+      for (int64_t k = 0; k < many.layout.num_chunks; ++k) {
+        if (many.layout.part_of(k) < 0) continue;
+        EXPECT_GE(many.layout.size_of(k), part) << name << " chunk " << k;
+        EXPECT_LT(many.layout.size_of(k), part + (int64_t{1} << 16)) << name << " chunk " << k;
+      }
+      const auto waste = [&](const ChunkLayout& l) {
+        return l.padding_elements() + (gpus - l.num_chunks % gpus) % gpus * l.chunk_size;
+      };
+      const double share =
+          static_cast<double>(waste(many.layout)) / static_cast<double>(many.params);
+      const int64_t raised_size = (e.layout.largest_leaf + 65535) / 65536 * 65536;
+      ChunkLayout raised;
+      raised.chunk_size = raised_size;
+      raised.params = many.params;
+      raised.num_chunks = count_chunks(leaves, raised_size, false);
+      const double raised_share =
+          static_cast<double>(waste(raised)) / static_cast<double>(many.params);
+      if (gpus == 2) EXPECT_LE(share, 0.01) << name << ": " << waste(many.layout) << " elements";
+      EXPECT_LT(share, raised_share) << name << " on " << gpus;
+      std::cout << "[ layout ] " << name << " on " << gpus << " ranks: " << many.layout.num_chunks
+                << " chunks, ordinary " << many.layout.chunk_size << " elements, parts of " << part
+                << "+, padding and empty chunks " << 100 * share
+                << "% (every chunk raised to the embedding: " << 100 * raised_share << "%)\n";
+    }
   }
 }
 

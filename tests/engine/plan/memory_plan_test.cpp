@@ -43,13 +43,71 @@ TEST(ChunkLayoutTest, HostPinnedEmbeddingsGetChunksOfTheirOwn) {
   EXPECT_EQ(layout.padding_elements(), 2 * 5 - 7);
 }
 
-TEST(ChunkLayoutTest, SeveralRanksRaiseToTheLargestLeafOnTheGrid) {
-  const std::vector<LeafModule> leaves = {{100000}, {70000}, {300000}};
-  const auto layout = plan_layout(leaves, LayoutOptions{1 << 17, false, false, 2});
-  EXPECT_EQ(layout.choice, ChunkLayout::Choice::kRaised);
-  EXPECT_EQ(layout.chunk_size, 5 * 65536);  // 300000 rounded up to 64Ki elements
-  EXPECT_EQ(layout.num_chunks, 2);          // [100000, 70000] [300000]
-  EXPECT_TRUE(layout.sizes.empty());
+// Note [split modules]: with several ranks a leaf larger than every searched size is split over a
+// group of its own, placed first. Hand-worked for 2 ranks, ordinary sizes 64Ki..256Ki: the
+// 600000-element leaf gets two parts of ceil(600000 / 2) = 300000 -> 5 * 64Ki, chunks 0 and 1;
+// at 64Ki the three small leaves take a chunk each (2, 3, 4) and one empty chunk completes the
+// last group (917504 elements in all); 128Ki ([120000] and one empty chunk) ties at 917504 and
+// loses to the smaller size; larger sizes cost more. Placed where it falls, the leaf
+// would have needed an empty chunk before it as well.
+TEST(ChunkLayoutTest, SeveralRanksSplitALargeLeafOverAGroupOfItsOwn) {
+  const std::vector<LeafModule> leaves = {{40000}, {30000}, {50000}, {600000}};
+  const auto layout = plan_layout(leaves, LayoutOptions{1 << 16, false, false, 2});
+  EXPECT_EQ(layout.choice, ChunkLayout::Choice::kMixed);
+  EXPECT_EQ(layout.chunk_size, 65536);
+  EXPECT_EQ(layout.sizes, (std::vector<int64_t>{5 * 65536, 5 * 65536, 65536, 65536, 65536}));
+  EXPECT_EQ(layout.parts, (std::vector<int64_t>{0, 1, -1, -1, -1}));
+  EXPECT_EQ(layout.split_modules, 1);
+  EXPECT_EQ(layout.oversized_chunks, 2);
+  EXPECT_EQ(layout.world_size, 2);
+  EXPECT_EQ(layout.padding_elements(), 10 * 65536 + 3 * 65536 - 720000);
+  EXPECT_EQ(leaf_chunks(leaves, layout, false), (std::vector<int64_t>{2, 3, 4, 0}));
+  // Each rank owns one part: the same share of the leaf.
+  EXPECT_EQ(layout.part_of(0), 0);
+  EXPECT_EQ(layout.part_of(1), 1);
+  EXPECT_EQ(layout.part_of(2), -1);
+  // Four ranks: parts of ceil(600000 / 4) = 150000 -> 3 * 64Ki.
+  const auto four = plan_layout(leaves, LayoutOptions{1 << 16, false, false, 4});
+  EXPECT_EQ(four.chunk_size, 65536);
+  EXPECT_EQ(four.sizes, (std::vector<int64_t>{3 * 65536, 3 * 65536, 3 * 65536, 3 * 65536, 65536,
+                                              65536, 65536}));
+  EXPECT_EQ(four.parts, (std::vector<int64_t>{0, 1, 2, 3, -1, -1, -1}));
+  // Host-pinned chunks stay first: a pinned leaf is split where it is, all its parts pinned, and
+  // a pinned ordinary chunk before a split group is completed with an empty chunk.
+  const std::vector<LeafModule> pinned_first = {{600000, true}, {30000}, {20000}};
+  const auto first = plan_layout(pinned_first, LayoutOptions{1 << 16, false, true, 2});
+  EXPECT_EQ(first.parts, (std::vector<int64_t>{0, 1, -1}));
+  EXPECT_EQ(first.host_pinned_chunks, 2);
+  EXPECT_EQ(leaf_chunks(pinned_first, first, true), (std::vector<int64_t>{0, 2, 2}));
+  const std::vector<LeafModule> pinned_then_split = {{30000, true}, {20000}, {600000}};
+  const auto then = plan_layout(pinned_then_split, LayoutOptions{1 << 16, false, true, 2});
+  EXPECT_EQ(then.parts, (std::vector<int64_t>{-1, -1, 0, 1, -1}));
+  EXPECT_EQ(then.host_pinned_chunks, 1);
+  EXPECT_EQ(leaf_chunks(pinned_then_split, then, true), (std::vector<int64_t>{0, 4, 2}));
+  // A leaf that a searched size holds is not split: 1000 -> 3000 holds all three.
+  const auto avoided = plan_layout({{300}, {2500}, {200}}, LayoutOptions{1000, false, false, 2});
+  EXPECT_EQ(avoided.split_modules, 0);
+  EXPECT_TRUE(avoided.parts.empty());
+  EXPECT_EQ(avoided.chunk_size, 3000);
+}
+
+// The pieces of a split module's tensors, hand-worked: parts of 10 elements, a tensor of 15 at 8.
+TEST(ChunkLayoutTest, PiecesOfATensorAcrossParts) {
+  const PieceRange p0 = piece_in_part(8, 15, 0, 10);
+  EXPECT_EQ(p0.begin, 0);
+  EXPECT_EQ(p0.end, 2);
+  EXPECT_EQ(p0.chunk_offset, 8);
+  const PieceRange p1 = piece_in_part(8, 15, 1, 10);
+  EXPECT_EQ(p1.begin, 2);
+  EXPECT_EQ(p1.end, 12);
+  EXPECT_EQ(p1.chunk_offset, 0);
+  const PieceRange p2 = piece_in_part(8, 15, 2, 10);
+  EXPECT_EQ(p2.begin, 12);
+  EXPECT_EQ(p2.end, 15);
+  EXPECT_EQ(p2.chunk_offset, 0);
+  EXPECT_TRUE(piece_in_part(8, 15, 3, 10).empty());
+  EXPECT_TRUE(piece_in_part(25, 3, 0, 10).empty());
+  EXPECT_EQ(p0.numel() + p1.numel() + p2.numel(), 15);
 }
 
 // Note [chunk sizes]: with one rank the large leaf gets a chunk of its own, and the ordinary size
@@ -330,6 +388,29 @@ TEST(NvmeFitTest, RanksShareTheHostAndTheDisk) {
   f = check_fit(in);
   EXPECT_FALSE(f.fits);
   EXPECT_NE(f.reason.find("NVMe tier"), std::string::npos) << f.reason;
+}
+
+// Note [split modules]: a split module's parts keep their optimizer payloads in memory even where
+// they have the ordinary size; the same 16 chunks with the first group split need one more
+// ordinary chunk's worth of host memory per rank, and its part is never on NVMe.
+TEST(NvmeFitTest, SplitModulesPartsStayInMemory) {
+  FitInput in = small_fit(16, 80000, 2 * (4 * 12000 + 8 * 2000));
+  in.world_size = 2;
+  in.ranks_per_host = 2;
+  in.non_model = 72000 - 2 * 2 * 2000;
+  in.nvme_capacity = int64_t{1} << 30;
+  in.layout.parts.assign(16, -1);
+  in.layout.parts[0] = 0;
+  in.layout.parts[1] = 1;
+  Fit f = check_fit(in);
+  EXPECT_FALSE(f.fits) << "the part's 12000 B of optimizer state has no room in memory";
+  in.host_budget += 2 * 12000;
+  f = check_fit(in);
+  ASSERT_TRUE(f.fits) << f.reason;
+  EXPECT_EQ(f.nvme_chunks, 7);
+  ASSERT_EQ(f.owned.homes.size(), 8u);
+  EXPECT_EQ(f.owned.homes[0], Fit::Home::kHost);
+  for (size_t i = 1; i < 8; ++i) EXPECT_EQ(f.owned.homes[i], Fit::Home::kHostNvme) << i;
 }
 
 // A hand count of the activation model for one tiny shape (Note [activation model]):

@@ -14,12 +14,28 @@
 
 namespace pstar::checkpoint {
 
+// Where one stored tensor of a parameter lies (Note [checkpoint pieces] in schema.h): elements
+// [begin, begin + numel) of the parameter flattened, as tensor `stored` (with its Adam state under
+// the moment suffixes) of rank `rank`'s file.
+struct ShardPiece {
+  int64_t rank = 0;
+  std::string stored;
+  int64_t begin = 0, numel = 0;
+};
+
 // One parameter of a checkpoint, as the index knows it (no data).
 struct ShardParameter {
   std::string name;
   std::vector<int64_t> shape;
   c10::ScalarType dtype = c10::ScalarType::Float;
-  int64_t rank = 0;  // the file that holds it (and its Adam state)
+  int64_t rank = 0;  // the file that holds it (and its Adam state); its first piece's
+  // Its stored tensors, in order: the whole parameter under its name, or the pieces of a split
+  // module's tensor, which cover it once.
+  std::vector<ShardPiece> pieces;
+  bool in_pieces() const { return pieces.size() != 1 || pieces.front().stored != name; }
+  // The file after whose reading every piece is in: the last rank holding one.
+  int64_t last_rank() const;
+  int64_t numel() const;
 };
 
 // A complete, consistent set of one checkpoint's files, learnt by reading each once.
@@ -60,7 +76,8 @@ struct IndexOptions {
 // ranks: each file intact by its manifest (IndexOptions), as many files (and as manifest.json
 // says, where there is one), each rank 0..N-1 once (by `__pstar__.rank`, else the file name
 // ckpt-<rank>.pt), one format version this pstar reads, the same step, world size and run, no
-// parameter in two files. With a config.json that describes a GPT, the parameters must be
+// parameter in two files but the pieces of a split module's tensor, which must cover it exactly
+// once. With a config.json that describes a GPT, the parameters must be
 // exactly that model's. FormatError, or ConfigError for a wrong count or files no manifest
 // vouches for, naming the file and what is wrong.
 CheckpointIndex index_checkpoint(const std::vector<std::string>& files, int64_t expected_ranks,

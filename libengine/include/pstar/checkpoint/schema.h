@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace pstar::checkpoint {
 
@@ -31,5 +33,22 @@ inline constexpr const char* kExpAvgSq = ".exp_avg_sq";
 
 inline std::string exp_avg_of(const std::string& name) { return name + kExpAvg; }
 inline std::string exp_avg_sq_of(const std::string& name) { return name + kExpAvgSq; }
+
+// Note [checkpoint pieces]
+// A tensor of a module split over the ranks (Note [split modules] in pstar/plan/chunk_layout.h)
+// is kept in pieces, each rank saving its own: elements [begin, begin + n) of the tensor
+// flattened, as a 1-D tensor named piece_name(name, begin) ("lm_head.weight#262668288"), with its
+// Adam moments under that name plus the moment suffixes, beside an int64 tensor shape_name(name)
+// that holds the whole tensor's shape. Readers (the index, merge-ckpt, resharding) join the pieces
+// of every file into the tensor; a rank that resumes with the layout that wrote them reads its
+// own pieces back. Every other tensor is whole in one rank's file.
+inline constexpr char kPieceMark = '#';
+inline constexpr const char* kShapePrefix = "__pstar__.shape.";
+inline std::string piece_name(const std::string& name, int64_t begin) {
+  return name + kPieceMark + std::to_string(begin);
+}
+inline std::string shape_name(const std::string& name) { return kShapePrefix + name; }
+// "name#begin" -> (name, begin); nullopt for a name that is not a piece's.
+std::optional<std::pair<std::string, int64_t>> parse_piece_name(const std::string& stored);
 
 }  // namespace pstar::checkpoint

@@ -131,12 +131,16 @@ std::vector<LeafModule> model_leaf_modules(const model::ModelShape& shape);
 // Where the chunk engine puts each parameter of the model a config describes, as
 // build_model_and_engine builds it on `world_size` ranks: the layout plan_layout chooses
 // (default_chunk_size, engine.chunk_size_search, use_cpu_embedding, and the world size: Note [chunk
-// sizes]) and every parameter's chunk. Rank chunk % N of N owns it (chunk::Sharding). This is what
-// resharding a checkpoint to another number of ranks needs.
+// sizes]) and every parameter's chunk. Rank chunk % N of N owns it (chunk::Sharding); a parameter
+// of a split module (Note [split modules]) lies across the parts from its chunk on, each rank
+// owning the piece in its part (piece_in_part). This is what resharding a checkpoint to another
+// number of ranks needs.
 struct ModelChunkMap {
   ChunkLayout layout;
   std::vector<model::ParameterShape> params;  // construction order
-  std::vector<int64_t> chunks;                // params[i]'s chunk
+  std::vector<int64_t> chunks;   // params[i]'s chunk (a split module's: its first part)
+  std::vector<int64_t> offsets;  // params[i]'s elements into its chunk (or its module's span)
+  bool split(size_t i) const { return layout.part_of(chunks[i]) >= 0; }
 };
 ModelChunkMap model_chunk_map(const config::TrainConfig& config, int64_t world_size);
 

@@ -1,0 +1,306 @@
+// Note [split modules]: a module larger than the ordinary chunk, on several ranks, is split over a
+// communication group of its own, each rank owning one part. Ranks as threads of this process
+// (engine/dist/thread_ranks.h) with the chunk engine and the trainer as `pstar train --nproc N`
+// runs them: what each rank owns (its piece of the split module, at the offsets and with the bits
+// of a one-rank model), the losses against one rank, and that placement, staging, precision and
+// accumulation change no number.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "engine/cpu_plan.h"
+#include "engine/dist/thread_ranks.h"
+#include "engine/engine/owned_parameters.h"
+#include "engine/small_gpt_config.h"
+#include "engine/tier/checking_tier.h"
+#include "pstar/base/strings.h"
+#include "pstar/checkpoint/schema.h"
+#include "pstar/dist/communicator.h"
+#include "pstar/engine/chunked_engine.h"
+#include "pstar/train/trainer.h"
+#include "test_util.h"
+
+namespace pstar::train {
+namespace {
+
+constexpr int64_t kGlobalBatch = 4;
+
+// What one rank saw.
+struct RankRun {
+  std::vector<std::string> owned;        // the parameters (and pieces) this rank keeps
+  std::map<std::string, int64_t> numel;  // their elements
+  std::vector<int64_t> chunk_sizes;
+  std::vector<StepMetrics> steps;
+};
+
+class SplitModulesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    corpus_ = dir_.file("corpus.txt");
+    pstar::testing::write_text(corpus_, pstar::testing::repetitive_corpus());
+  }
+
+  // The small GPT with a vocabulary of 2048: its tied embedding (131072 elements) is larger than
+  // four times the 20000-element chunk, so that no searched ordinary size holds it.
+  config::TrainConfig gpt() const {
+    config::TrainConfig c = pstar::testing::small_gpt_config(corpus_, "chunked");
+    c.model.vocab_size = 2048;
+    c.model.layers = 2;
+    c.training.steps = 4;
+    c.train_micro_batch_size_per_gpu = kGlobalBatch;
+    c.train_batch_size = kGlobalBatch;
+    return c;
+  }
+
+  // llama-tiny (untied head) with a vocabulary of 4096: the embedding and the LM head (262144
+  // elements each) are both split.
+  config::TrainConfig llama() const {
+    config::TrainConfig c = gpt();
+    c.model = config::ModelConfig{};
+    c.model.preset = "llama-tiny";
+    c.model.vocab_size = 4096;
+    c.model.seq_len = 32;
+    c.gradient_clipping = 1.0;
+    return c;
+  }
+
+  static std::vector<StepMetrics> one_rank(const config::TrainConfig& c) {
+    TrainOptions o;
+    o.device = "cpu";
+    o.progress = false;
+    Trainer trainer(c, build_model_and_engine(pstar::testing::cpu_plan(c)), o);
+    std::vector<StepMetrics> steps;
+    while (trainer.steps_done() < c.training.steps) steps.push_back(trainer.step());
+    return steps;
+  }
+
+  // `ranks` thread ranks on `c` (its micro-batch divided among them), each checking what it owns
+  // against `reference`; `tier` makes each rank's device tier (null: the emulated one).
+  static std::vector<RankRun> ranks_run(
+      config::TrainConfig c, int ranks, const std::map<std::string, at::Tensor>& reference,
+      const std::function<std::unique_ptr<tier::DeviceTier>()>& tier = nullptr) {
+    c.train_micro_batch_size_per_gpu = kGlobalBatch / ranks / c.gradient_accumulation_steps;
+    std::vector<RankRun> runs(static_cast<size_t>(ranks));
+    pstar::testing::run_thread_ranks(ranks, [&](dist::Communicator& comm) {
+      RankRun& run = runs[static_cast<size_t>(comm.rank())];
+      ModelAndEngine built =
+          tier ? tier::testing::build_small_gpt(c, tier(), &comm)
+               : build_model_and_engine(pstar::testing::cpu_plan(c, &comm), &comm);
+      auto* engine = dynamic_cast<engine::ChunkedEngine*>(built.engine.get());
+      if (engine == nullptr) return false;
+      run.chunk_sizes = engine->chunk_sizes();
+      const std::string error =
+          pstar::testing::check_owned_parameters(*engine, reference, run.owned, &run.numel);
+      if (!error.empty())
+        std::fprintf(stderr, "rank %lld: %s\n", static_cast<long long>(comm.rank()), error.c_str());
+      TrainOptions o;
+      o.device = "cpu";
+      o.progress = false;
+      o.comm = &comm;
+      Trainer trainer(c, std::move(built), o);
+      while (trainer.steps_done() < c.training.steps) run.steps.push_back(trainer.step());
+      return error.empty();
+    });
+    return runs;
+  }
+
+  pstar::testing::ScratchDir dir_;
+  std::string corpus_;
+};
+
+// Every element of every parameter is kept by exactly one rank: whole, or as pieces
+// (checkpoint::piece_name) that together cover it once.
+void expect_each_element_owned_once(const std::vector<RankRun>& runs,
+                                    const std::map<std::string, at::Tensor>& reference) {
+  std::map<std::string, std::vector<int>> count;
+  for (const auto& [name, t] : reference) count[name].assign(static_cast<size_t>(t.numel()), 0);
+  for (const RankRun& run : runs) {
+    for (const std::string& stored : run.owned) {
+      const auto piece = checkpoint::parse_piece_name(stored);
+      const std::string name = piece ? piece->first : stored;
+      ASSERT_TRUE(count.count(name)) << stored;
+      const int64_t begin = piece ? piece->second : 0;
+      const int64_t numel = run.numel.at(stored);
+      for (int64_t i = begin; i < begin + numel; ++i) ++count[name][static_cast<size_t>(i)];
+    }
+  }
+  for (const auto& [name, counts] : count) {
+    const auto [lo, hi] = std::minmax_element(counts.begin(), counts.end());
+    EXPECT_EQ(*lo, 1) << name << ": an element no rank keeps";
+    EXPECT_EQ(*hi, 1) << name << ": an element two ranks keep";
+  }
+}
+
+void expect_losses_near(const std::vector<RankRun>& runs, const std::vector<StepMetrics>& one,
+                        double bound) {
+  for (size_t r = 0; r < runs.size(); ++r) {
+    ASSERT_EQ(runs[r].steps.size(), one.size()) << "rank " << r;
+    for (size_t i = 0; i < one.size(); ++i)
+      EXPECT_NEAR(runs[r].steps[i].loss, one[i].loss, bound * std::abs(one[i].loss))
+          << "rank " << r << ", step " << i + 1;
+  }
+}
+
+// `norm_bits`: the gradient norms too; another layout sums the chunks' squares in another grouping,
+// so that only their last bits may differ (they are reported, and nothing here clips).
+void expect_same_bits(const std::vector<RankRun>& a, const std::vector<RankRun>& b,
+                      bool norm_bits = true) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t r = 0; r < a.size(); ++r) {
+    ASSERT_EQ(a[r].steps.size(), b[r].steps.size()) << "rank " << r;
+    for (size_t i = 0; i < a[r].steps.size(); ++i) {
+      EXPECT_EQ(a[r].steps[i].loss, b[r].steps[i].loss) << "rank " << r << ", step " << i + 1;
+      if (norm_bits) {
+        EXPECT_EQ(a[r].steps[i].grad_norm, b[r].steps[i].grad_norm) << "rank " << r;
+      } else {
+        EXPECT_NEAR(a[r].steps[i].grad_norm, b[r].steps[i].grad_norm,
+                    1e-12 * b[r].steps[i].grad_norm)
+            << "rank " << r;
+      }
+    }
+  }
+}
+
+TEST_F(SplitModulesTest, TheEmbeddingIsSplitOverTwoAndFourRanksAndTracksOneRank) {
+  const config::TrainConfig c = gpt();
+  const std::map<std::string, at::Tensor> reference = pstar::testing::one_rank_parameters(c);
+  const std::vector<StepMetrics> one = one_rank(c);
+  const int64_t whole = one.back().engine.model_data_bytes;
+  for (const int ranks : {2, 4}) {
+    SCOPED_TRACE(str_cat(ranks, " ranks"));
+    const std::vector<RankRun> runs = ranks_run(c, ranks, reference);
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    // The embedding's group comes first: one part per rank, of ceil(131072 / N) on the 20000
+    // grid (80000 for 2 ranks, 40000 for 4), the ordinary chunks after it.
+    const int64_t part = (131072 / ranks + 19999) / 20000 * 20000;
+    for (const RankRun& run : runs) {
+      ASSERT_GE(run.chunk_sizes.size(), static_cast<size_t>(ranks));
+      for (int p = 0; p < ranks; ++p) EXPECT_EQ(run.chunk_sizes[static_cast<size_t>(p)], part);
+      for (size_t k = static_cast<size_t>(ranks); k < run.chunk_sizes.size(); ++k)
+        EXPECT_LE(run.chunk_sizes[k], 80000) << "chunk " << k;
+    }
+    // Each rank keeps its own piece of the embedding, starting at its part.
+    for (int r = 0; r < ranks; ++r) {
+      const std::vector<std::string>& owned = runs[static_cast<size_t>(r)].owned;
+      EXPECT_NE(std::find(owned.begin(), owned.end(),
+                          checkpoint::piece_name("transformer.wte.weight", r * part)),
+                owned.end())
+          << "rank " << r;
+    }
+    expect_each_element_owned_once(runs, reference);
+    expect_losses_near(runs, one, 2e-6);
+    // Each rank holds its share, within one ordinary chunk of the others'.
+    for (const RankRun& run : runs) {
+      for (const StepMetrics& m : run.steps) {
+        EXPECT_NEAR(static_cast<double>(m.engine.model_data_bytes),
+                    static_cast<double>(whole) / ranks, 80000.0 * 16)
+            << "step " << m.step;
+        EXPECT_GT(m.engine.gathers, 0);
+      }
+    }
+  }
+}
+
+TEST_F(SplitModulesTest, ATightBudgetGivesTheBitsOfAnUnconstrainedOne) {
+  config::TrainConfig c = gpt();
+  const std::map<std::string, at::Tensor> reference = pstar::testing::one_rank_parameters(c);
+  c.engine.device_memory = int64_t{1} << 30;
+  const std::vector<RankRun> roomy = ranks_run(c, 2, reference);
+  c.engine.device_memory = int64_t{5} << 20;
+  const std::vector<RankRun> tight = ranks_run(c, 2, reference);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  expect_same_bits(tight, roomy);
+  // Both move chunks in the warm-up; the roomy budget keeps them on the device afterwards. (How
+  // much the tight one moves later depends on how the thread ranks' moments interleave, since
+  // they share one process's count of non-model memory: DistTrainTest.
+  // SplitModulesResumeOnTheSameAndOnMoreRanks checks moves every step on separate processes.)
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_GT(tight[r].steps.front().engine.moved_h2d_bytes, 0) << "rank " << r;
+    EXPECT_EQ(roomy[r].steps.back().engine.moved_h2d_bytes, 0) << "rank " << r;
+  }
+}
+
+// With two ranks a gradient element is the sum of the same two values whatever the layout, and
+// nothing clips: splitting changes no bit of the losses against a chunk size that holds the
+// embedding whole.
+TEST_F(SplitModulesTest, Bf16AndAccumulationGiveTheBitsOfTheWholeLayout) {
+  for (const int64_t accumulation : {int64_t{1}, int64_t{2}}) {
+    SCOPED_TRACE(str_cat("gradient accumulation ", accumulation));
+    config::TrainConfig c = gpt();
+    c.bf16.enabled = config::on_off(true);
+    c.gradient_accumulation_steps = accumulation;
+    const std::map<std::string, at::Tensor> reference = pstar::testing::one_rank_parameters(c);
+    const std::vector<RankRun> split = ranks_run(c, 2, reference);
+    c.default_chunk_size = 140000;  // holds the embedding: nothing is split
+    const std::vector<RankRun> whole = ranks_run(c, 2, reference);
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    EXPECT_EQ(split[0].chunk_sizes.front(), 80000);
+    EXPECT_EQ(whole[0].chunk_sizes.front(), 140000);
+    expect_same_bits(split, whole, /*norm_bits=*/false);
+  }
+}
+
+// Note [staged collectives]: where the host cannot address the device side, a split module's
+// parts travel through host blocks like any group's, and give the same bits.
+TEST_F(SplitModulesTest, StagedSplitGroupsGiveTheSameBits) {
+  config::TrainConfig c = gpt();
+  c.bf16.enabled = config::on_off(true);
+  const std::map<std::string, at::Tensor> reference = pstar::testing::one_rank_parameters(c);
+  std::vector<std::vector<RankRun>> runs;
+  for (const bool staged : {false, true}) {
+    auto ledger = std::make_shared<tier::testing::Ledger>();
+    runs.push_back(ranks_run(c, 2, reference, [&] {
+      auto checking = std::make_unique<tier::testing::CheckingTier>(
+          ledger, std::numeric_limits<int64_t>::max());
+      checking->set_host_addresses_device(!staged);
+      return checking;
+    }));
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    EXPECT_TRUE(ledger->violations.empty()) << ledger->violations.front();
+    for (const StepMetrics& m : runs.back()[0].steps) {
+      if (staged) {
+        EXPECT_GT(m.engine.comm_staged_bytes, 0) << "step " << m.step;
+      } else {
+        EXPECT_EQ(m.engine.comm_staged_bytes, 0) << "step " << m.step;
+      }
+    }
+  }
+  expect_same_bits(runs[1], runs[0]);
+}
+
+// use_cpu_embedding: the embedding's parts are host-only chunks, and its span is gathered into
+// host memory, where the embedding computes.
+TEST_F(SplitModulesTest, AHostPinnedEmbeddingIsSplitToo) {
+  config::TrainConfig c = gpt();
+  c.use_cpu_embedding = config::OnOffAuto::kOn;
+  const std::map<std::string, at::Tensor> reference = pstar::testing::one_rank_parameters(c);
+  const std::vector<StepMetrics> one = one_rank(c);
+  const std::vector<RankRun> runs = ranks_run(c, 2, reference);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  EXPECT_EQ(runs[0].chunk_sizes[0], 80000);
+  EXPECT_EQ(runs[0].chunk_sizes[1], 80000);
+  expect_each_element_owned_once(runs, reference);
+  expect_losses_near(runs, one, 2e-6);
+}
+
+TEST_F(SplitModulesTest, ALlamaSplitsItsEmbeddingAndItsHeadAndTracksOneRank) {
+  const config::TrainConfig c = llama();
+  const std::map<std::string, at::Tensor> reference = pstar::testing::one_rank_parameters(c);
+  const std::vector<StepMetrics> one = one_rank(c);
+  const std::vector<RankRun> runs = ranks_run(c, 2, reference);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  // Two split groups first: the embedding's and the head's, parts of 262144 / 2 on the grid.
+  ASSERT_GE(runs[0].chunk_sizes.size(), 4u);
+  for (size_t k = 0; k < 4; ++k) EXPECT_EQ(runs[0].chunk_sizes[k], 140000) << "chunk " << k;
+  expect_each_element_owned_once(runs, reference);
+  expect_losses_near(runs, one, 2e-6);
+}
+
+}  // namespace
+}  // namespace pstar::train
