@@ -1,7 +1,8 @@
 // Several ranks of `pstar train` on one GPU (issue 36): with distributed.share_gpus two ranks
 // compute on cuda:0, join over Gloo with their chunk payloads staged through host memory (Note
-// [staged collectives]), split the GPU's budget, and track one GPU rank; without the key two ranks
-// on one visible GPU are refused with both counts. Skipped, with the reason, without a CUDA build
+// [staged collectives]), split the GPU's budget, and track one GPU rank, with a module split over
+// them too (Note [split modules]); without the key two ranks on one visible GPU are refused with
+// both counts. Skipped, with the reason, without a CUDA build
 // or a GPU.
 #include <algorithm>
 #include <cmath>
@@ -94,6 +95,41 @@ TEST_F(SharedGpuTrain, TwoRanksSharingOneGpuTrackOneGpuRank) {
   }
   std::printf("two ranks sharing the GPU against one: largest relative loss difference %.3g\n",
               largest);
+}
+
+// Note [split modules] on the CUDA tier: with 4000-element chunks gpt-tiny's embedding is split
+// over a group of two parts, and each gather puts them side by side in one device block (the
+// span), this rank's part copied there on the device or from the host; the ranks track one GPU
+// rank, whose embedding has a chunk of its own.
+TEST_F(SharedGpuTrain, TwoRanksSplittingTheEmbeddingTrackOneGpuRank) {
+  constexpr int64_t kSteps = 6, kGlobalBatch = 4;
+  std::map<int64_t, std::vector<json>> rank0;
+  for (int64_t n : {1, 2}) {
+    json c = config(kGlobalBatch / n, kSteps);
+    c["default_chunk_size"] = 4000;
+    c["engine"]["device_memory"] = "1GiB";
+    c["distributed"] = {{"share_gpus", true}};
+    const std::string metrics = "split-" + std::to_string(n) + ".jsonl";
+    const auto r = train_on_gpu(write_config(c, "split-" + std::to_string(n) + ".json"),
+                                {"--nproc", std::to_string(n), "--metrics", metrics});
+    ASSERT_EQ(r.exit_code, 0) << r;
+    EXPECT_TRUE(contains(r.err, n == 1 ? "get a chunk of their own"
+                                       : "are each split over a group of their own (2 parts"))
+        << r;
+    rank0[n] = read_metrics(dir_.file(metrics));
+    ASSERT_EQ(rank0[n].size(), static_cast<size_t>(kSteps)) << r;
+  }
+  double largest = 0;
+  for (int64_t i = 0; i < kSteps; ++i) {
+    const double one = rank0[1][i]["loss"].get<double>();
+    const double two = rank0[2][i]["loss"].get<double>();
+    EXPECT_NEAR(two, one, 1e-5 * std::abs(one)) << "step " << i + 1;
+    largest = std::max(largest, std::abs(two - one) / std::abs(one));
+  }
+  std::printf(
+      "two ranks splitting the embedding on one GPU against one: largest relative loss "
+      "difference %.3g\n",
+      largest);
 }
 
 // Without distributed.share_gpus, two ranks on one visible GPU are a config error that gives both
