@@ -157,7 +157,8 @@ struct Traffic {
 // gradients. The module's tensors are views of the span, and hold nothing while it is closed.
 struct Span {
   Block param, grad;             // grad: fp32, without param/grad reuse
-  std::vector<int64_t> tensors;  // the module's
+  std::vector<int64_t> tensors;  // its modules' (the last group's may hold several)
+  int64_t used = 0;              // elements its tensors take
   bool open() const { return static_cast<bool>(param); }
 };
 

@@ -15,23 +15,26 @@ void ChunkStore::add_split_module(torch::nn::Module& module, const std::string& 
                                   const std::function<void(int64_t)>& on_grad, bool copy_values) {
   const int64_t world = sharding_.world_size;
   const int64_t g = sharding_.group_of(k);
-  PSTAR_INTERNAL_ASSERT(
-      planned_.parts[static_cast<size_t>(k)] == 0 && k % world == 0 && spans_.count(g) == 0,
-      "module ", prefix, " was planned split from chunk ", k);
-  // The group may have been made already, as a leaf after it passed; empty ordinary chunks
-  // complete a group being filled before it.
-  while (num_chunks() < k) new_chunk_for(Residence::kMovable);
-  while (num_chunks() < k + world) new_chunk_for(residence);
+  PSTAR_INTERNAL_ASSERT(planned_.parts[static_cast<size_t>(k)] == 0 && k % world == 0, "module ",
+                        prefix, " was planned split from chunk ", k);
+  // The first leaf of the group makes it, unless a leaf after it passed it already (empty ordinary
+  // chunks complete a group being filled before it); a later leaf of the last group goes on where
+  // the one before it ended.
+  const bool first_leaf = spans_.count(g) == 0;
+  if (first_leaf) {
+    while (num_chunks() < k) new_chunk_for(Residence::kMovable);
+    while (num_chunks() < k + world) new_chunk_for(residence);
+  }
   for (int64_t part = 0; part < world; ++part) {
     const Chunk& c = chunks_[static_cast<size_t>(k + part)];
-    PSTAR_INTERNAL_ASSERT(
-        c.part == part && c.used == 0 && c.host_only() == (residence == Residence::kHostOnly),
-        "module ", prefix, " does not fit chunk ", k + part, " as planned");
+    PSTAR_INTERNAL_ASSERT(c.part == part && (c.used == 0 || !first_leaf) &&
+                              c.host_only() == (residence == Residence::kHostOnly),
+                          "module ", prefix, " does not fit chunk ", k + part, " as planned");
   }
   Span& span = spans_[g];
   const int64_t part_size = chunks_[static_cast<size_t>(k)].size;
   Chunk& mine = chunks_[static_cast<size_t>(k + sharding_.rank)];
-  int64_t offset = 0;
+  int64_t offset = span.used;
   torch::NoGradGuard no_grad;
   for (const auto& p : module.named_parameters(/*recurse=*/false)) {
     ManagedTensor t;
@@ -60,8 +63,9 @@ void ChunkStore::add_split_module(torch::nn::Module& module, const std::string& 
     if (!format_.fp32)
       view(mine.param, format_.dtype, piece.chunk_offset, {piece.numel()}).copy_(values);
   }
-  PSTAR_INTERNAL_ASSERT(offset <= world * part_size, "module ", prefix, " (", offset,
-                        " parameters) does not fit ", world, " parts of ", part_size);
+  PSTAR_INTERNAL_ASSERT(offset <= world * part_size, "module ", prefix, " (up to element ", offset,
+                        ") does not fit ", world, " parts of ", part_size);
+  span.used = offset;
   for (int64_t part = 0; part < world; ++part)
     chunks_[static_cast<size_t>(k + part)].used =
         std::clamp<int64_t>(offset - part * part_size, 0, part_size);

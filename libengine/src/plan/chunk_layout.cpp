@@ -72,6 +72,27 @@ Packing pack_leaves(const std::vector<LeafModule>& leaves, int64_t size, bool us
     used += leaves[i].numel;
     p.leaf_chunk[i] = static_cast<int64_t>(p.sizes.size()) - 1;
   }
+  // Note [split modules]: where the chunks leave the last group short, its leaves are laid end to
+  // end over a group of N parts instead of waiting for empty chunks to complete it, if that is
+  // smaller (not on a grid as coarse as the chunk, the small models' case) and none of them is
+  // host-pinned.
+  const auto count = static_cast<int64_t>(p.sizes.size());
+  const int64_t short_by = world > 1 ? count % world : 0;
+  if (short_by == 0) return p;
+  const int64_t first = count - short_by;
+  int64_t tail = 0;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (p.leaf_chunk[i] < first) continue;
+    if (pinned_leaf(i)) return p;
+    tail += leaves[i].numel;
+  }
+  const int64_t part = round_up((tail + world - 1) / world, grid);
+  if (part >= size) return p;
+  p.sizes.resize(static_cast<size_t>(first));
+  p.parts.resize(static_cast<size_t>(first));
+  for (int64_t r = 0; r < world; ++r) add_chunk(part, r);
+  for (int64_t& k : p.leaf_chunk) k = std::min(k, first);
+  p.tail_first = first;
   return p;
 }
 
@@ -94,12 +115,10 @@ std::vector<int64_t> leaf_chunks(const std::vector<LeafModule>& leaves, int64_t 
 
 std::vector<int64_t> leaf_chunks(const std::vector<LeafModule>& leaves, const ChunkLayout& layout,
                                  bool use_cpu_embedding) {
-  // The grid only rounds the capacity of a module's own chunk, which takes no other leaf: the
-  // assignment is the same on any grid.
+  // The layout's own grid: it decides whether the last group is split (Note [split modules]).
   const bool mixed = layout.choice == ChunkLayout::Choice::kMixed;
-  const Packing p =
-      pack_leaves(leaves, layout.chunk_size, use_cpu_embedding, mixed, size_grid(layout.chunk_size),
-                  layout.parts.empty() ? 1 : layout.world_size);
+  const Packing p = pack_leaves(leaves, layout.chunk_size, use_cpu_embedding, mixed, layout.grid,
+                                layout.world_size);
   PSTAR_INTERNAL_ASSERT(static_cast<int64_t>(p.sizes.size()) == layout.num_chunks,
                         "the leaves pack into ", p.sizes.size(), " chunks, the layout has ",
                         layout.num_chunks);
@@ -116,6 +135,7 @@ ChunkLayout plan_layout(const std::vector<LeafModule>& leaves, const LayoutOptio
     layout.params += leaf.numel;
   }
   const int64_t largest = layout.largest_leaf, total = layout.params;
+  const int64_t grid = size_grid(options.configured_size);
   // The least wasteful size in [lo, hi] on the grid; ties go to the smaller size. At most ~512
   // candidates are tried. `own`: oversized leaves get chunks or groups of their own at each
   // candidate, and the fewest elements in chunks of another size come first: such a chunk cannot
@@ -128,10 +148,13 @@ ChunkLayout plan_layout(const std::vector<LeafModule>& leaves, const LayoutOptio
     std::pair<int64_t, int64_t> best_cost{std::numeric_limits<int64_t>::max(), 0};
     for (int64_t candidate = lo; candidate <= hi; candidate += stride) {
       const Packing p =
-          pack_leaves(leaves, candidate, options.use_cpu_embedding, own, step, options.world_size);
+          pack_leaves(leaves, candidate, options.use_cpu_embedding, own, grid, options.world_size);
+      // The last group's parts (Note [split modules]) hold ordinary leaves: not counted here.
       int64_t oversized = 0;
-      for (size_t k = 0; k < p.sizes.size(); ++k)
-        oversized += p.sizes[k] != candidate || p.parts[k] >= 0 ? p.sizes[k] : 0;
+      for (size_t k = 0; k < p.sizes.size(); ++k) {
+        const bool tail = p.tail_first >= 0 && static_cast<int64_t>(k) >= p.tail_first;
+        oversized += !tail && (p.sizes[k] != candidate || p.parts[k] >= 0) ? p.sizes[k] : 0;
+      }
       // With several ranks the empty chunks that complete the last group are allocated too
       // (counted where modules are split, whose groups already make the count matter).
       const auto chunks = static_cast<int64_t>(p.sizes.size());
@@ -166,17 +189,22 @@ ChunkLayout plan_layout(const std::vector<LeafModule>& leaves, const LayoutOptio
   }
   layout.chunk_size = size;
   layout.world_size = options.world_size;
-  const Packing packing = pack_leaves(leaves, size, options.use_cpu_embedding, own,
-                                      size_grid(configured), options.world_size);
+  layout.grid = grid;
+  const Packing packing =
+      pack_leaves(leaves, size, options.use_cpu_embedding, own, grid, options.world_size);
   layout.num_chunks = static_cast<int64_t>(packing.sizes.size());
-  if (own) {
-    layout.sizes = packing.sizes;
-    for (size_t k = 0; k < packing.sizes.size(); ++k) {
-      const int64_t part = packing.parts[k];
-      layout.oversized_chunks += part >= 0 || packing.sizes[k] > size ? 1 : 0;
-      layout.split_modules += part == 0 ? 1 : 0;
-    }
-    if (layout.split_modules > 0) layout.parts = packing.parts;
+  bool parts = false;
+  for (size_t k = 0; k < packing.sizes.size(); ++k) {
+    const int64_t part = packing.parts[k];
+    parts = parts || part >= 0;
+    if (packing.tail_first >= 0 && static_cast<int64_t>(k) >= packing.tail_first) continue;
+    layout.oversized_chunks += part >= 0 || packing.sizes[k] > size ? 1 : 0;
+    layout.split_modules += part == 0 ? 1 : 0;
+  }
+  if (own || parts) layout.sizes = packing.sizes;
+  if (parts) layout.parts = packing.parts;
+  if (packing.tail_first >= 0) {
+    for (const int64_t k : packing.leaf_chunk) layout.tail_leaves += k == packing.tail_first;
   }
   if (options.use_cpu_embedding) {
     std::set<int64_t> pinned;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -207,22 +208,27 @@ TEST_F(SplitModulesTest, TheEmbeddingIsSplitOverTwoAndFourRanksAndTracksOneRank)
   }
 }
 
-TEST_F(SplitModulesTest, ATightBudgetGivesTheBitsOfAnUnconstrainedOne) {
-  config::TrainConfig c = gpt();
+// A device that holds little more than the embedding's span moves chunks every step, and gives the
+// bits of one that holds everything. (The device's capacity, not engine.device_memory, makes it
+// tight: thread ranks share one process's count of non-model memory, so a budget would depend on
+// how their moments interleave; DistTrainTest.SplitModulesResumeOnTheSameAndOnMoreRanks holds
+// separate processes to a tight budget.)
+TEST_F(SplitModulesTest, ATightDeviceGivesTheBitsOfARoomyOne) {
+  const config::TrainConfig c = gpt();
   const std::map<std::string, at::Tensor> reference = pstar::testing::one_rank_parameters(c);
-  c.engine.device_memory = int64_t{1} << 30;
-  const std::vector<RankRun> roomy = ranks_run(c, 2, reference);
-  c.engine.device_memory = int64_t{5} << 20;
-  const std::vector<RankRun> tight = ranks_run(c, 2, reference);
-  ASSERT_FALSE(::testing::Test::HasFailure());
-  expect_same_bits(tight, roomy);
-  // Both move chunks in the warm-up; the roomy budget keeps them on the device afterwards. (How
-  // much the tight one moves later depends on how the thread ranks' moments interleave, since
-  // they share one process's count of non-model memory: DistTrainTest.
-  // SplitModulesResumeOnTheSameAndOnMoreRanks checks moves every step on separate processes.)
+  std::vector<std::vector<RankRun>> runs;
+  for (const int64_t capacity : {std::numeric_limits<int64_t>::max(), int64_t{600} << 10}) {
+    auto ledger = std::make_shared<tier::testing::Ledger>();
+    runs.push_back(ranks_run(c, 2, reference, [&] {
+      return std::make_unique<tier::testing::CheckingTier>(ledger, capacity);
+    }));
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    EXPECT_TRUE(ledger->violations.empty()) << ledger->violations.front();
+  }
+  expect_same_bits(runs[1], runs[0]);
   for (size_t r = 0; r < 2; ++r) {
-    EXPECT_GT(tight[r].steps.front().engine.moved_h2d_bytes, 0) << "rank " << r;
-    EXPECT_EQ(roomy[r].steps.back().engine.moved_h2d_bytes, 0) << "rank " << r;
+    EXPECT_EQ(runs[0][r].steps.back().engine.moved_h2d_bytes, 0) << "rank " << r;
+    EXPECT_GT(runs[1][r].steps.back().engine.moved_h2d_bytes, 0) << "rank " << r;
   }
 }
 
@@ -272,6 +278,37 @@ TEST_F(SplitModulesTest, StagedSplitGroupsGiveTheSameBits) {
     }
   }
   expect_same_bits(runs[1], runs[0]);
+}
+
+// Note [split modules]: with 128Ki-element chunks (a 64Ki grid below them) the last group is split
+// over the ranks rather than completed with empty chunks: 3 layers on 2 ranks put the last 3
+// modules there (their parts of 64Ki after 3 ordinary chunks), 2 layers on 4 ranks the whole model
+// (every module, the embedding too, in one group of 4 parts). The ranks track one rank, each
+// keeping its pieces.
+TEST_F(SplitModulesTest, TheLastGroupSplitOverTheRanksTracksOneRank) {
+  struct Case {
+    int64_t layers;
+    int ranks;
+    size_t ordinary;  // chunks before the last group's parts
+  };
+  for (const Case& k : {Case{3, 2, 2}, Case{2, 4, 0}}) {
+    SCOPED_TRACE(str_cat(k.layers, " layers on ", k.ranks, " ranks"));
+    config::TrainConfig c = gpt();
+    c.model.layers = k.layers;
+    c.default_chunk_size = 131072;
+    // The embedding may lie in the last group: not pinned to the host (Note [split modules]).
+    c.use_cpu_embedding = config::OnOffAuto::kOff;
+    const std::map<std::string, at::Tensor> reference = pstar::testing::one_rank_parameters(c);
+    const std::vector<StepMetrics> one = one_rank(c);
+    const std::vector<RankRun> runs = ranks_run(c, k.ranks, reference);
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    const std::vector<int64_t>& sizes = runs[0].chunk_sizes;
+    ASSERT_EQ(sizes.size(), k.ordinary + static_cast<size_t>(k.ranks));
+    for (size_t i = 0; i < sizes.size(); ++i)
+      EXPECT_EQ(sizes[i], i < k.ordinary ? 131072 : 65536) << "chunk " << i;
+    expect_each_element_owned_once(runs, reference);
+    expect_losses_near(runs, one, 2e-6);
+  }
 }
 
 // use_cpu_embedding: the embedding's parts are host-only chunks, and its span is gathered into

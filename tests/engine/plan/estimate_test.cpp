@@ -168,9 +168,9 @@ TEST(LlamaEstimateTest, OversizedModulesGetChunksOfTheirOwn) {
               << ", padding " << 100 * padding << "%\n";
     // Two and eight GPUs: the embedding and the LM head are split over a group each, every rank
     // holding one part of each; ordinary chunks at most 256 Mi elements. The waste counts the
-    // empty chunks that complete the last group too: on 2 ranks at most 1%; on 8 (whose last
-    // group may need up to 7 empty chunks) less than with every chunk raised to the embedding
-    // (what pstar did before).
+    // empty chunks that would complete the last group too (none where its leaves are split over
+    // the ranks instead): at most 1%, against 4.7% and 14.5% with every chunk raised to the
+    // embedding (what pstar did before).
     for (const int64_t gpus : {int64_t{2}, int64_t{8}}) {
       const Evaluation many = evaluate(hardware("H100-80GB", gpus, 256 * kGB), w, s);
       EXPECT_EQ(many.layout.choice, ChunkLayout::Choice::kMixed) << name;
@@ -178,7 +178,9 @@ TEST(LlamaEstimateTest, OversizedModulesGetChunksOfTheirOwn) {
       EXPECT_EQ(many.layout.oversized_chunks, 2 * gpus) << name << " on " << gpus;
       EXPECT_LE(many.layout.chunk_size, int64_t{256} << 20) << name;
       const int64_t part = (s.llama.vocab_size * s.llama.hidden + gpus - 1) / gpus;
-      for (int64_t k = 0; k < many.layout.num_chunks; ++k) {
+      // The parts of the two split modules (the last group's, where it is split, hold layers).
+      const int64_t modules_end = many.layout.num_chunks - (many.layout.tail_leaves > 0 ? gpus : 0);
+      for (int64_t k = 0; k < modules_end; ++k) {
         if (many.layout.part_of(k) < 0) continue;
         EXPECT_GE(many.layout.size_of(k), part) << name << " chunk " << k;
         EXPECT_LT(many.layout.size_of(k), part + (int64_t{1} << 16)) << name << " chunk " << k;
@@ -195,12 +197,38 @@ TEST(LlamaEstimateTest, OversizedModulesGetChunksOfTheirOwn) {
       raised.num_chunks = count_chunks(leaves, raised_size, false);
       const double raised_share =
           static_cast<double>(waste(raised)) / static_cast<double>(many.params);
-      if (gpus == 2) EXPECT_LE(share, 0.01) << name << ": " << waste(many.layout) << " elements";
+      EXPECT_LE(share, 0.01) << name << " on " << gpus << ": " << waste(many.layout) << " elements";
       EXPECT_LT(share, raised_share) << name << " on " << gpus;
       std::cout << "[ layout ] " << name << " on " << gpus << " ranks: " << many.layout.num_chunks
                 << " chunks, ordinary " << many.layout.chunk_size << " elements, parts of " << part
                 << "+, padding and empty chunks " << 100 * share
                 << "% (every chunk raised to the embedding: " << 100 * raised_share << "%)\n";
+    }
+  }
+}
+
+// Note [split modules]: the last group of several ranks is split over them where the chunks leave
+// it short, rather than completed with empty chunks that every owner allocates. On 2, 4 and 8
+// ranks the padding and empty chunks together take at most half a percent more of the model data
+// than one rank's padding (with empty chunks, gpt2-large on 8 ranks wasted 38.7%, Mistral-7B
+// 15.9%, Qwen2.5-7B 10.0%).
+TEST(LlamaEstimateTest, SeveralRanksLeaveNoEmptyChunksToCompleteTheLastGroup) {
+  for (const char* name : {"gpt2-large", "mistral-7b", "qwen2.5-7b", "llama-3.1-8b"}) {
+    const model::ModelShape s = preset(name);
+    const std::vector<LeafModule> leaves = model_leaf_modules(s);
+    const auto waste = [&](int64_t ranks) {
+      const ChunkLayout l =
+          plan_layout(leaves, LayoutOptions{int64_t{1} << 26, false, false, ranks});
+      const int64_t empty = (ranks - l.num_chunks % ranks) % ranks * l.chunk_size;
+      EXPECT_EQ(leaf_chunks(leaves, l, false).size(), leaves.size());
+      return static_cast<double>(l.padding_elements() + empty) / static_cast<double>(l.params);
+    };
+    const double one = waste(1);
+    for (const int64_t ranks : {int64_t{2}, int64_t{4}, int64_t{8}}) {
+      const double many = waste(ranks);
+      EXPECT_LE(many, one + 0.005) << name << " on " << ranks << " ranks";
+      std::cout << "[ layout ] " << name << ": padding and empty chunks " << 100 * many << "% on "
+                << ranks << " ranks, " << 100 * one << "% on one\n";
     }
   }
 }

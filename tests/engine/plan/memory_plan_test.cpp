@@ -45,33 +45,36 @@ TEST(ChunkLayoutTest, HostPinnedEmbeddingsGetChunksOfTheirOwn) {
 
 // Note [split modules]: with several ranks a leaf larger than every searched size is split over a
 // group of its own, placed first. Hand-worked for 2 ranks, ordinary sizes 64Ki..256Ki: the
-// 600000-element leaf gets two parts of ceil(600000 / 2) = 300000 -> 5 * 64Ki, chunks 0 and 1;
-// at 64Ki the three small leaves take a chunk each (2, 3, 4) and one empty chunk completes the
-// last group (917504 elements in all); 128Ki ([120000] and one empty chunk) ties at 917504 and
-// loses to the smaller size; larger sizes cost more. Placed where it falls, the leaf
-// would have needed an empty chunk before it as well.
+// 600000-element leaf gets two parts of ceil(600000 / 2) = 300000 -> 5 * 64Ki, chunks 0 and 1. At
+// 64Ki the three small leaves take a chunk each, and the last group, one chunk short, needs an
+// empty chunk (its leaf's two parts of 64Ki would be no smaller): 917504 elements. At 128Ki they
+// fit one chunk, and the last group, one short, is split instead: two parts of 60000 -> 64Ki,
+// 786432 elements in all, the least; larger sizes cost more.
 TEST(ChunkLayoutTest, SeveralRanksSplitALargeLeafOverAGroupOfItsOwn) {
   const std::vector<LeafModule> leaves = {{40000}, {30000}, {50000}, {600000}};
   const auto layout = plan_layout(leaves, LayoutOptions{1 << 16, false, false, 2});
   EXPECT_EQ(layout.choice, ChunkLayout::Choice::kMixed);
-  EXPECT_EQ(layout.chunk_size, 65536);
-  EXPECT_EQ(layout.sizes, (std::vector<int64_t>{5 * 65536, 5 * 65536, 65536, 65536, 65536}));
-  EXPECT_EQ(layout.parts, (std::vector<int64_t>{0, 1, -1, -1, -1}));
+  EXPECT_EQ(layout.chunk_size, 2 * 65536);
+  EXPECT_EQ(layout.sizes, (std::vector<int64_t>{5 * 65536, 5 * 65536, 65536, 65536}));
+  EXPECT_EQ(layout.parts, (std::vector<int64_t>{0, 1, 0, 1}));
   EXPECT_EQ(layout.split_modules, 1);
+  EXPECT_EQ(layout.tail_leaves, 3);
   EXPECT_EQ(layout.oversized_chunks, 2);
   EXPECT_EQ(layout.world_size, 2);
-  EXPECT_EQ(layout.padding_elements(), 10 * 65536 + 3 * 65536 - 720000);
-  EXPECT_EQ(leaf_chunks(leaves, layout, false), (std::vector<int64_t>{2, 3, 4, 0}));
-  // Each rank owns one part: the same share of the leaf.
+  EXPECT_EQ(layout.padding_elements(), 12 * 65536 - 720000);
+  EXPECT_EQ(leaf_chunks(leaves, layout, false), (std::vector<int64_t>{2, 2, 2, 0}));
+  // Each rank owns one part of each group: the same share of the leaf.
   EXPECT_EQ(layout.part_of(0), 0);
   EXPECT_EQ(layout.part_of(1), 1);
-  EXPECT_EQ(layout.part_of(2), -1);
-  // Four ranks: parts of ceil(600000 / 4) = 150000 -> 3 * 64Ki.
+  // Four ranks: parts of ceil(600000 / 4) = 150000 -> 3 * 64Ki, the small leaves a chunk each at
+  // 64Ki with one empty chunk to complete their group (parts of 30000 -> 64Ki would be no
+  // smaller); 128Ki ties, and the smaller size wins.
   const auto four = plan_layout(leaves, LayoutOptions{1 << 16, false, false, 4});
   EXPECT_EQ(four.chunk_size, 65536);
   EXPECT_EQ(four.sizes, (std::vector<int64_t>{3 * 65536, 3 * 65536, 3 * 65536, 3 * 65536, 65536,
                                               65536, 65536}));
   EXPECT_EQ(four.parts, (std::vector<int64_t>{0, 1, 2, 3, -1, -1, -1}));
+  EXPECT_EQ(four.tail_leaves, 0);
   // Host-pinned chunks stay first: a pinned leaf is split where it is, all its parts pinned, and
   // a pinned ordinary chunk before a split group is completed with an empty chunk.
   const std::vector<LeafModule> pinned_first = {{600000, true}, {30000}, {20000}};
@@ -84,11 +87,48 @@ TEST(ChunkLayoutTest, SeveralRanksSplitALargeLeafOverAGroupOfItsOwn) {
   EXPECT_EQ(then.parts, (std::vector<int64_t>{-1, -1, 0, 1, -1}));
   EXPECT_EQ(then.host_pinned_chunks, 1);
   EXPECT_EQ(leaf_chunks(pinned_then_split, then, true), (std::vector<int64_t>{0, 4, 2}));
-  // A leaf that a searched size holds is not split: 1000 -> 3000 holds all three.
+  // No module is split where a searched size holds them all; here 3000 holds the whole model in
+  // one chunk, and its one group is split over the two ranks: parts of 1500 -> 2000 on the grid
+  // of 1000, 1000 elements of padding against 3000 for the chunk and an empty one.
   const auto avoided = plan_layout({{300}, {2500}, {200}}, LayoutOptions{1000, false, false, 2});
   EXPECT_EQ(avoided.split_modules, 0);
-  EXPECT_TRUE(avoided.parts.empty());
+  EXPECT_EQ(avoided.tail_leaves, 3);
   EXPECT_EQ(avoided.chunk_size, 3000);
+  EXPECT_EQ(avoided.sizes, (std::vector<int64_t>{2000, 2000}));
+}
+
+// Note [split modules]: ordinary chunks of several ranks leave the last group short; its leaves
+// are split over the ranks instead of empty chunks completing it, where the parts are smaller than
+// a chunk. 300 leaves of 10000 elements in chunks of 2^17 (13 each): 24 chunks. On 7 ranks the
+// last 3 chunks hold 27 leaves (270000 elements) and would need 4 empty ones; instead 7 parts of
+// ceil(270000 / 7) = 38572 -> 64Ki.
+TEST(ChunkLayoutTest, TheLastGroupIsSplitRatherThanCompletedWithEmptyChunks) {
+  const std::vector<LeafModule> leaves(300, LeafModule{10000});
+  const auto one = plan_layout(leaves, LayoutOptions{1 << 17, false, false, 1});
+  EXPECT_EQ(one.num_chunks, 24);
+  EXPECT_EQ(one.tail_leaves, 0);
+  const auto seven = plan_layout(leaves, LayoutOptions{1 << 17, false, false, 7});
+  EXPECT_EQ(seven.choice, ChunkLayout::Choice::kConfigured);
+  EXPECT_EQ(seven.chunk_size, 1 << 17);
+  ASSERT_EQ(seven.num_chunks, 28);
+  EXPECT_EQ(seven.tail_leaves, 27);
+  for (int64_t k = 0; k < 21; ++k) EXPECT_EQ(seven.size_of(k), 1 << 17) << k;
+  for (int64_t k = 21; k < 28; ++k) {
+    EXPECT_EQ(seven.size_of(k), 65536) << k;
+    EXPECT_EQ(seven.part_of(k), k - 21) << k;
+  }
+  EXPECT_EQ(seven.padding_elements(), 21 * 131072 + 7 * 65536 - 3000000);
+  const std::vector<int64_t> chunk_of = leaf_chunks(leaves, seven, false);
+  EXPECT_EQ(chunk_of[272], 20);
+  EXPECT_EQ(chunk_of[273], 21);
+  EXPECT_EQ(chunk_of[299], 21);
+  // On 5 ranks the last 4 chunks' 40 leaves would take parts of 80000 -> 128Ki, no smaller than
+  // a chunk: one empty chunk completes the group.
+  EXPECT_EQ(plan_layout(leaves, LayoutOptions{1 << 17, false, false, 5}).tail_leaves, 0);
+  // Nor on a grid as coarse as the chunk (below 64Ki elements the grid is the chunk size).
+  const auto coarse = plan_layout(leaves, LayoutOptions{30000, false, false, 7});
+  EXPECT_EQ(coarse.tail_leaves, 0);
+  EXPECT_TRUE(coarse.parts.empty());
 }
 
 // The pieces of a split module's tensors, hand-worked: parts of 10 elements, a tensor of 15 at 8.

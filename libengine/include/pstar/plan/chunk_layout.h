@@ -62,11 +62,15 @@ struct ChunkLayout {
   int64_t chunk_size = 0;  // elements, the ordinary chunk's
   int64_t num_chunks = 0;
   int64_t world_size = 1;          // the ranks it was planned for
+  int64_t grid = 1;                // elements: what own chunks and parts are rounded up to
   int64_t host_pinned_chunks = 0;  // embedding chunks with use_cpu_embedding
   int64_t params = 0;
   int64_t largest_leaf = 0;
   int64_t oversized_chunks = 0;  // chunks of one leaf each: its own, or its parts
   int64_t split_modules = 0;     // leaves split over a group (Note [split modules])
+  // Leaves of the last group laid end to end over N parts rather than padded with empty chunks
+  // (Note [split modules]); 0 where it is not.
+  int64_t tail_leaves = 0;
   Choice choice = Choice::kConfigured;
   int64_t searched_lo = 0, searched_hi = 0;  // the searched range, for kSearched, kShrunk, kMixed
   // Each chunk's capacity in elements; empty: every chunk is chunk_size.
@@ -100,6 +104,7 @@ struct Packing {
   std::vector<int64_t> sizes;       // per chunk
   std::vector<int64_t> leaf_chunk;  // per leaf: its chunk, or its first part's
   std::vector<int64_t> parts;       // per chunk: its part of a split leaf, or -1
+  int64_t tail_first = -1;          // the last group's first part, where it is split
   int64_t capacity() const {
     int64_t total = 0;
     for (int64_t s : sizes) total += s;
