@@ -1,14 +1,18 @@
 // Several ranks of `pstar train` on one GPU (issue 36): with distributed.share_gpus two ranks
 // compute on cuda:0, join over Gloo with their chunk payloads staged through host memory (Note
 // [staged collectives]), split the GPU's budget, and track one GPU rank, with a module split over
-// them too (Note [split modules]); without the key two ranks on one visible GPU are refused with
-// both counts. Skipped, with the reason, without a CUDA build
+// them too (Note [split modules]); a killed rank stops the other within its timeout; without the
+// key two ranks on one visible GPU are refused with both counts. Skipped, with the reason, without a CUDA build
 // or a GPU.
+#include <signal.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -130,6 +134,45 @@ TEST_F(SharedGpuTrain, TwoRanksSplittingTheEmbeddingTrackOneGpuRank) {
       "two ranks splitting the embedding on one GPU against one: largest relative loss "
       "difference %.3g\n",
       largest);
+}
+
+// No hangs on a GPU either: SIGKILL one of two ranks sharing the GPU mid-run, and the other stops
+// with a distributed error naming itself, well within its --dist-timeout of 60 s.
+TEST_F(SharedGpuTrain, AKilledRankStopsTheOtherWithADistributedError) {
+  json c = config(2, 100000);
+  c["engine"]["device_memory"] = "1GiB";
+  c["distributed"] = {{"share_gpus", true}};
+  const std::string cfg = write_config(c, "killed.json");
+  const int port = free_port();
+  const auto spawn = [&](int rank) {
+    std::vector<std::string> env = kOneGpu;
+    for (const std::string& v :
+         {"RANK=" + std::to_string(rank), std::string("WORLD_SIZE=2"),
+          "LOCAL_RANK=" + std::to_string(rank), std::string("LOCAL_WORLD_SIZE=2"),
+          std::string("MASTER_ADDR=127.0.0.1"), "MASTER_PORT=" + std::to_string(port)})
+      env.push_back(v);
+    return spawn_pstar(
+        {"train", cfg, "--device", "cuda", "--dist-timeout", "60", "--metrics", "killed.jsonl"},
+        dir_.path(), env);
+  };
+  Spawned r0 = spawn(0);
+  Spawned r1 = spawn(1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+  while (read_metrics(dir_.file("killed.jsonl.rank1")).size() < 2 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GE(read_metrics(dir_.file("killed.jsonl.rank1")).size(), 2u) << "rank 1 never trained";
+  ASSERT_EQ(kill(r1.pid, SIGKILL), 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  EXPECT_EQ(wait_pstar(r1, 10).exit_code, 128 + SIGKILL);
+  const RunResult survivor = wait_pstar(r0, 60);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_LT(took, 60.0);
+  EXPECT_EQ(survivor.exit_code, 6) << survivor;  // DistError
+  EXPECT_TRUE(contains(survivor.err, "distributed error")) << survivor;
+  EXPECT_TRUE(contains(survivor.err, "rank 0 of 2")) << survivor;
+  std::printf("the surviving rank stopped %.1f s after the other was killed\n", took);
 }
 
 // Without distributed.share_gpus, two ranks on one visible GPU are a config error that gives both
