@@ -269,14 +269,19 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
               " must start on the device tier (", format_bytes(s.fit.device_static),
               ") but it holds ", format_bytes(capacity),
               " of chunks; raise engine.device_memory or engine.host_memory");
+  // This rank's chunks' elements: chunks differ in size (Note [chunk sizes]).
+  int64_t owned = 0;
+  for (int64_t i = 0; i < s.fit.owned_chunks; ++i) {
+    const int64_t k = i * world + store.sharding().rank;
+    owned += k < layout.num_chunks ? layout.size_of(k) : layout.chunk_size;
+  }
   log::info(
       "chunk plan: ", layout.num_chunks, " chunks of ", layout.chunk_size, " elements, ",
       store.format().payload.whole(), " bytes per parameter (",
       store.format().reuse ? "param/grad reuse" : "separate fp32 gradients", "), model data ",
       format_bytes(layout.total_elements() * whole),
-      world > 1 ? str_cat(", ", s.fit.owned_chunks, " chunks (",
-                          format_bytes(s.fit.owned_chunks * layout.chunk_size * whole),
-                          ") owned by each of ", world, " ranks")
+      world > 1 ? str_cat(", ", s.fit.owned_chunks, " chunks (", format_bytes(owned * whole),
+                          " on this rank) owned by each of ", world, " ranks")
                 : std::string(),
       "; ", s.fit.host_chunks, " chunks on the host tier (", format_bytes(store.host_budget()),
       // A node's ranks share its host memory (Note [fit]): say what the node holds in all.
