@@ -224,23 +224,27 @@ phase_build() {
   "$build/pstar" --version
 }
 
-phase_gpu() {
-  local log=$out/gpu-ctest.txt
-  # ctest's -L is a regular expression: anchored, so that another label containing "gpu" is not
-  # selected too.
-  ctest --test-dir "$build" -L '^gpu$' -j 1 --output-on-failure 2>&1 | tee "$log"
+# ctest_every LABEL WHAT: every test of LABEL (an anchored -L regular expression, so that another
+# label containing it is not selected too), one at a time; fails when one fails, none runs, or one
+# is skipped (a skip there means the machine lacks what the tests need). The output goes to
+# OUT/WHAT-ctest.txt too.
+ctest_every() {
+  local label=$1 what=$2
+  local log=$out/$what-ctest.txt
+  ctest --test-dir "$build" -L "^$label\$" -j 1 --output-on-failure 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
-  grep -q "tests passed" "$log" || { echo "gpu-verify: ctest ran no gpu test"; return 1; }
+  grep -q "tests passed" "$log" || { echo "gpu-verify: ctest ran no $label test"; return 1; }
   if grep -q "(Skipped)\|\*\*\*Skipped" "$log"; then
-    echo "gpu-verify: GPU tests were skipped: the device is not usable here"
+    echo "gpu-verify: $label tests were skipped: this machine cannot run them"
     return 1
   fi
   return "$rc"
 }
 
-# Two GPUs or more: the multi-GPU tests, every one run (a skip there is a failure). With one,
-# nothing to run: the phase says so and exits 77 (automake's "skipped"), which run_phase records
-# as skipped, not failed.
+phase_gpu() { ctest_every gpu gpu; }
+
+# Two GPUs or more: the multi-GPU tests, every one run. With one, nothing to run: the phase says
+# so and exits 77 (automake's "skipped"), which run_phase records as skipped, not failed.
 phase_devices() {
   local gpus
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
@@ -248,15 +252,7 @@ phase_devices() {
     echo "gpu-verify: devices: this machine has ${gpus:-0} GPU(s); the multidevice tests need two"
     return 77
   fi
-  local log=$out/devices-ctest.txt
-  ctest --test-dir "$build" -L '^multidevice$' -j 1 --output-on-failure 2>&1 | tee "$log"
-  local rc=${PIPESTATUS[0]}
-  grep -q "tests passed" "$log" || { echo "gpu-verify: ctest ran no multidevice test"; return 1; }
-  if grep -q "(Skipped)\|\*\*\*Skipped" "$log"; then
-    echo "gpu-verify: multidevice tests were skipped on ${gpus} GPUs"
-    return 1
-  fi
-  return "$rc"
+  ctest_every multidevice devices
 }
 
 phase_suite() {

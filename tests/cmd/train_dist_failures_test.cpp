@@ -132,23 +132,7 @@ TEST_F(DistTrainTest, AKilledRankStopsTheOthersWithADistributedError) {
   const int port = free_port();
   Spawned r0 = spawn_rank(cfg, 0, 2, port, {"--metrics", "m.jsonl"});
   Spawned r1 = spawn_rank(cfg, 1, 2, port, {"--metrics", "m.jsonl"});
-  // Wait until both train.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (read_metrics(dir_.file("m.jsonl.rank1")).size() < 2 &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_GE(read_metrics(dir_.file("m.jsonl.rank1")).size(), 2u) << "rank 1 never trained";
-  ASSERT_EQ(kill(r1.pid, SIGKILL), 0);
-  const auto killed_at = std::chrono::steady_clock::now();
-  const RunResult dead = wait_pstar(r1, 10);
-  EXPECT_EQ(dead.exit_code, 128 + SIGKILL);
-  const RunResult survivor = wait_pstar(r0, 60);
-  const double took =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
-  EXPECT_LT(took, 60.0);
-  EXPECT_EQ(survivor.exit_code, 6) << survivor;  // DistError
-  EXPECT_TRUE(contains(survivor.err, "distributed error")) << survivor;
-  EXPECT_TRUE(contains(survivor.err, "rank 0 of 2")) << survivor;
+  kill_rank1_and_expect_rank0_to_stop(r0, r1, "m.jsonl.rank1");
 }
 
 TEST_F(DistTrainTest, RanksWithDifferentConfigsStopAtStartUp) {

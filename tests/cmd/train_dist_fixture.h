@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -104,19 +105,61 @@ class DistTrainTest : public ::testing::Test {
   }
 
   // One rank started by hand with torchrun's variables.
+  // One rank started by hand with torchrun's variables, on `device` with `env` added.
   Spawned spawn_rank(const std::string& config_path, int rank, int world, int port,
-                     const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args{"train", config_path, "--device", "cpu", "--dist-timeout", "30"};
+                     const std::vector<std::string>& extra = {}, const std::string& device = "cpu",
+                     std::vector<std::string> env = {}) {
+    std::vector<std::string> args{"train", config_path,      "--device",
+                                  device,  "--dist-timeout", device == "cpu" ? "30" : "60"};
     args.insert(args.end(), extra.begin(), extra.end());
-    return spawn_pstar(
-        args, dir_.path(),
-        {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world),
-         "LOCAL_RANK=" + std::to_string(rank), "LOCAL_WORLD_SIZE=" + std::to_string(world),
-         "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)});
+    for (const std::string& v :
+         {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world),
+          "LOCAL_RANK=" + std::to_string(rank), "LOCAL_WORLD_SIZE=" + std::to_string(world),
+          std::string("MASTER_ADDR=127.0.0.1"), "MASTER_PORT=" + std::to_string(port)})
+      env.push_back(v);
+    return spawn_pstar(args, dir_.path(), env);
+  }
+
+  // Once rank 1 has trained two steps (its metrics file `rank1_metrics` says so), SIGKILLs it and
+  // expects rank 0 to stop with a distributed error naming itself within 60 s; returns the seconds
+  // it took.
+  double kill_rank1_and_expect_rank0_to_stop(Spawned& r0, Spawned& r1,
+                                             const std::string& rank1_metrics) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+    while (read_metrics(dir_.file(rank1_metrics)).size() < 2 &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_GE(read_metrics(dir_.file(rank1_metrics)).size(), 2u) << "rank 1 never trained";
+    EXPECT_EQ(kill(r1.pid, SIGKILL), 0);
+    const auto killed_at = std::chrono::steady_clock::now();
+    EXPECT_EQ(wait_pstar(r1, 10).exit_code, 128 + SIGKILL);
+    const RunResult survivor = wait_pstar(r0, 60);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+    EXPECT_LT(took, 60.0);
+    EXPECT_EQ(survivor.exit_code, 6) << survivor;  // DistError
+    EXPECT_TRUE(contains(survivor.err, "distributed error")) << survivor;
+    EXPECT_TRUE(contains(survivor.err, "rank 0 of 2")) << survivor;
+    return took;
   }
 
   ScratchDir dir_;
 };
+
+// Expects every step's loss of `got` within `bound` (relative) of `want`'s; returns the largest
+// relative difference, for the log.
+inline double expect_losses_track(const std::vector<json>& got, const std::vector<json>& want,
+                                  double bound) {
+  EXPECT_EQ(got.size(), want.size());
+  double largest = 0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    const double one = want[i]["loss"].get<double>();
+    const double other = got[i]["loss"].get<double>();
+    EXPECT_NEAR(other, one, bound * std::abs(one)) << "step " << i + 1;
+    largest = std::max(largest, std::abs(other - one) / std::abs(one));
+  }
+  return largest;
+}
 
 struct ChunkPlan {
   int64_t chunks = 0, chunk_size = 0, bytes_per_param = 0;

@@ -2,24 +2,17 @@
 // compute on cuda:0, join over Gloo with their chunk payloads staged through host memory (Note
 // [staged collectives]), split the GPU's budget, and track one GPU rank, with a module split over
 // them too (Note [split modules]); a killed rank stops the other within its timeout; without the
-// key two ranks on one visible GPU are refused with both counts. Skipped, with the reason, without a CUDA build
-// or a GPU.
-#include <signal.h>
-
+// key two ranks on one visible GPU are refused with both counts. Skipped, with the reason, without
+// a CUDA build or a GPU.
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <torch/cuda.h>
 
-#include "pstar/tier/device_tier.h"
-#include "train_dist_fixture.h"
+#include "gpu_train_fixture.h"
 
 namespace pstar::cmd {
 namespace {
@@ -27,76 +20,28 @@ namespace {
 using namespace pstar::cmd::dist_testing;  // NOLINT(build/namespaces): the shared fixture
 
 // Every rank sees one GPU, whatever the machine has, so that two ranks must share it.
-const std::vector<std::string> kOneGpu{"CUDA_VISIBLE_DEVICES=0"};
-
-class SharedGpuTrain : public DistTrainTest {
+class SharedGpuTrain : public GpuTrainTest {
  protected:
-  void SetUp() override {
-    if (!tier::cuda_tier_built())
-      GTEST_SKIP() << "this build has no CUDA device tier (it needs a CUDA LibTorch; docs/cuda.md)";
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device is usable here";
-    DistTrainTest::SetUp();
-  }
-
-  RunResult train_on_gpu(const std::string& config_path, const std::vector<std::string>& extra) {
-    std::vector<std::string> args{"train", config_path, "--device", "cuda", "--dist-timeout", "60"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return run_pstar(args, dir_.path(), kOneGpu);
-  }
+  SharedGpuTrain() : GpuTrainTest("0", 1) {}
 };
 
 TEST_F(SharedGpuTrain, TwoRanksSharingOneGpuTrackOneGpuRank) {
-  constexpr int64_t kSteps = 6, kGlobalBatch = 4;
-  std::map<int64_t, std::vector<json>> rank0;
-  int64_t whole_model_data = 0, chunk_whole = 0;
-  for (int64_t n : {1, 2}) {
-    // The same global batch of sequences: micro-batch 4 on one rank, 2 on each of two (the batch
-    // sampler deals a step's sequences to the ranks; accumulation would take others).
-    json c = config(kGlobalBatch / n, kSteps);
-    c["engine"]["device_memory"] = "1GiB";
-    c["distributed"] = {{"share_gpus", true}};
-    const std::string metrics = "metrics-" + std::to_string(n) + ".jsonl";
-    const auto r = train_on_gpu(write_config(c, "gpu-" + std::to_string(n) + ".json"),
-                                {"--nproc", std::to_string(n), "--metrics", metrics});
-    ASSERT_EQ(r.exit_code, 0) << r;
-    rank0[n] = read_metrics(dir_.file(metrics));
-    ASSERT_EQ(rank0[n].size(), static_cast<size_t>(kSteps)) << r;
-    if (n == 1) {
-      const ChunkPlan plan = parse_chunk_plan(r.err);
-      chunk_whole = plan.chunk_size * plan.bytes_per_param;
-      whole_model_data = rank0[1].back()["model_data_bytes"].get<int64_t>();
-      continue;
-    }
-    // The start-up log names each rank's device and the budget the GPU's ranks split.
-    EXPECT_TRUE(contains(r.err,
-                         "device: cuda:0 (local rank 1 of 2 sharing 1 GPU "
-                         "(distributed.share_gpus)), collectives over gloo"))
-        << r;
-    EXPECT_TRUE(contains(r.err, "per rank, 1.00 GiB for the 2 ranks on cuda:0")) << r;
-    for (int64_t rank = 0; rank < n; ++rank) {
-      const std::string file =
-          rank == 0 ? dir_.file(metrics) : dir_.file(metrics + ".rank" + std::to_string(rank));
-      for (const json& m : read_metrics(file)) {
-        EXPECT_NEAR(static_cast<double>(m["model_data_bytes"].get<int64_t>()),
-                    static_cast<double>(whole_model_data) / n, static_cast<double>(chunk_whole))
-            << "rank " << rank << ", step " << m["step"];
-        EXPECT_GT(m["comm_staged_bytes"].get<int64_t>(), 0)
-            << "GPU payloads travel through host blocks: " << m.dump();
-        EXPECT_LE(m["device_peak_bytes"].get<int64_t>(), int64_t{512} << 20) << m.dump();
-      }
-    }
-  }
+  const OneAndTwo runs = one_and_two_ranks({{"share_gpus", true}}, "gpu");
+  // The start-up log names each rank's device and the budget the GPU's ranks split.
+  const RunResult& r = runs.two_run;
+  EXPECT_TRUE(contains(r.err,
+                       "device: cuda:0 (local rank 1 of 2 sharing 1 GPU "
+                       "(distributed.share_gpus)), collectives over gloo"))
+      << r;
+  EXPECT_TRUE(contains(r.err, "per rank, 1.00 GiB for the 2 ranks on cuda:0")) << r;
+  for (const json& m : runs.two)
+    EXPECT_LE(m["device_peak_bytes"].get<int64_t>(), int64_t{512} << 20) << m.dump();
   // The CPU tests' bound for 1 against 2 and 4 ranks (train_dist_test.cpp): the micro-batches
   // differ in shape (4 against 2), and cuBLAS may pick other kernels for them. The largest
   // difference is printed for the GPU ledger (0.94e-7 on the CPU path with this config).
-  double largest = 0;
-  for (int64_t i = 0; i < kSteps; ++i) {
-    const double one = rank0[1][i]["loss"].get<double>();
-    const double two = rank0[2][i]["loss"].get<double>();
-    EXPECT_NEAR(two, one, 1e-5 * std::abs(one)) << "step " << i + 1;
-    largest = std::max(largest, std::abs(two - one) / std::abs(one));
-    EXPECT_EQ(rank0[2][i]["tokens"], rank0[1][i]["tokens"]);
-  }
+  const double largest = expect_losses_track(runs.two, runs.one, 1e-5);
+  for (size_t i = 0; i < std::min(runs.one.size(), runs.two.size()); ++i)
+    EXPECT_EQ(runs.two[i]["tokens"], runs.one[i]["tokens"]);
   std::printf("two ranks sharing the GPU against one: largest relative loss difference %.3g\n",
               largest);
 }
@@ -123,13 +68,7 @@ TEST_F(SharedGpuTrain, TwoRanksSplittingTheEmbeddingTrackOneGpuRank) {
     rank0[n] = read_metrics(dir_.file(metrics));
     ASSERT_EQ(rank0[n].size(), static_cast<size_t>(kSteps)) << r;
   }
-  double largest = 0;
-  for (int64_t i = 0; i < kSteps; ++i) {
-    const double one = rank0[1][i]["loss"].get<double>();
-    const double two = rank0[2][i]["loss"].get<double>();
-    EXPECT_NEAR(two, one, 1e-5 * std::abs(one)) << "step " << i + 1;
-    largest = std::max(largest, std::abs(two - one) / std::abs(one));
-  }
+  const double largest = expect_losses_track(rank0[2], rank0[1], 1e-5);
   std::printf(
       "two ranks splitting the embedding on one GPU against one: largest relative loss "
       "difference %.3g\n",
@@ -144,34 +83,9 @@ TEST_F(SharedGpuTrain, AKilledRankStopsTheOtherWithADistributedError) {
   c["distributed"] = {{"share_gpus", true}};
   const std::string cfg = write_config(c, "killed.json");
   const int port = free_port();
-  const auto spawn = [&](int rank) {
-    std::vector<std::string> env = kOneGpu;
-    for (const std::string& v :
-         {"RANK=" + std::to_string(rank), std::string("WORLD_SIZE=2"),
-          "LOCAL_RANK=" + std::to_string(rank), std::string("LOCAL_WORLD_SIZE=2"),
-          std::string("MASTER_ADDR=127.0.0.1"), "MASTER_PORT=" + std::to_string(port)})
-      env.push_back(v);
-    return spawn_pstar(
-        {"train", cfg, "--device", "cuda", "--dist-timeout", "60", "--metrics", "killed.jsonl"},
-        dir_.path(), env);
-  };
-  Spawned r0 = spawn(0);
-  Spawned r1 = spawn(1);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
-  while (read_metrics(dir_.file("killed.jsonl.rank1")).size() < 2 &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_GE(read_metrics(dir_.file("killed.jsonl.rank1")).size(), 2u) << "rank 1 never trained";
-  ASSERT_EQ(kill(r1.pid, SIGKILL), 0);
-  const auto killed_at = std::chrono::steady_clock::now();
-  EXPECT_EQ(wait_pstar(r1, 10).exit_code, 128 + SIGKILL);
-  const RunResult survivor = wait_pstar(r0, 60);
-  const double took =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
-  EXPECT_LT(took, 60.0);
-  EXPECT_EQ(survivor.exit_code, 6) << survivor;  // DistError
-  EXPECT_TRUE(contains(survivor.err, "distributed error")) << survivor;
-  EXPECT_TRUE(contains(survivor.err, "rank 0 of 2")) << survivor;
+  Spawned r0 = spawn_gpu_rank(cfg, 0, 2, port, {"--metrics", "killed.jsonl"});
+  Spawned r1 = spawn_gpu_rank(cfg, 1, 2, port, {"--metrics", "killed.jsonl"});
+  const double took = kill_rank1_and_expect_rank0_to_stop(r0, r1, "killed.jsonl.rank1");
   std::printf("the surviving rank stopped %.1f s after the other was killed\n", took);
 }
 
