@@ -49,8 +49,10 @@ double now_s() {
 
 // The parallel first-touch fill rate in bytes/s: `bytes` of fresh anonymous memory (advised into
 // huge pages with `huge`) zeroed by one thread per core, each over its own contiguous share, in
-// 1 MiB pieces.
-double fill_rate(int64_t bytes, int threads, bool huge) {
+// 1 MiB pieces. With `fault_only`, each thread writes one byte per 4 KiB page instead: the kernel
+// zeroes every page as it faults it in, which is all that memory meant to read as zeros needs
+// (Note [untouched blocks] in pstar/memory/exact_size_pool.h), the floor for such bytes.
+double fill_rate(int64_t bytes, int threads, bool huge, bool fault_only = false) {
   auto* p = static_cast<char*>(mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   if (p == MAP_FAILED) return 0;
@@ -61,6 +63,10 @@ double fill_rate(int64_t bytes, int threads, bool huge) {
     workers.emplace_back([=] {
       const int64_t first = bytes / threads * t,
                     last = t + 1 == threads ? bytes : first + bytes / threads;
+      if (fault_only) {
+        for (int64_t at = first; at < last; at += 4096) static_cast<volatile char*>(p)[at] = 0;
+        return;
+      }
       for (int64_t at = first; at < last; at += int64_t{1} << 20)
         std::memset(p + at, 0, static_cast<size_t>(std::min<int64_t>(int64_t{1} << 20, last - at)));
     });
@@ -71,9 +77,11 @@ double fill_rate(int64_t bytes, int threads, bool huge) {
   return static_cast<double>(bytes) / seconds;
 }
 
-// The bound's time for `bytes`: the faster of the two fills.
-double fill_seconds(int64_t bytes, int threads) {
-  const double rate = std::max(fill_rate(bytes, threads, false), fill_rate(bytes, threads, true));
+// The bound's time for `bytes`: the faster of the two fills; with `fault_only`, of the two
+// fault-ins.
+double fill_seconds(int64_t bytes, int threads, bool fault_only = false) {
+  const double rate = std::max(fill_rate(bytes, threads, false, fault_only),
+                               fill_rate(bytes, threads, true, fault_only));
   return static_cast<double>(bytes) / rate;
 }
 
@@ -163,6 +171,7 @@ struct Run {
   double release_s = -1;  // from the log line (a pstar that logs it from 1 s only: -1 below that)
   double process_s = 0;   // the whole process
   double fill_s = 0;      // the first-touch fill of the payload bytes, measured just before
+  double fault_s = 0;     // their fault-in alone (one byte a page), measured with the fill
 };
 
 double from_log(const std::string& text, const std::string& pattern) {
@@ -286,8 +295,10 @@ int main(int argc, char** argv) {
         const auto& [name, binary] = binaries[(b + static_cast<size_t>(round)) % binaries.size()];
         const int64_t bytes = payload_bytes > 0 ? payload_bytes : 16 * params;
         const double fill_s = fill_seconds(bytes, threads);
+        const double fault_s = fill_seconds(bytes, threads, /*fault_only=*/true);
         Run r = run_pstar(binary, dir, name + "-" + mode, config);
         r.fill_s = fill_s;
+        r.fault_s = fault_s;
         if (r.startup.is_object()) payload_bytes = r.startup.value("alloc_bytes", payload_bytes);
         runs[name + " " + mode].push_back(std::move(r));
       }
@@ -306,11 +317,13 @@ int main(int argc, char** argv) {
               static_cast<double>(file_bytes) / (1 << 30));
   json rows = json::array();
   for (const auto& [key, list] : runs) {
-    std::vector<double> setup, fill, ratio, step1, step2, release;
+    std::vector<double> setup, fill, ratio, fault, fault_ratio, step1, step2, release;
     for (const Run& r : list) {
       setup.push_back(r.setup_s);
       fill.push_back(r.fill_s);
       ratio.push_back(r.setup_s / r.fill_s);
+      fault.push_back(r.fault_s);
+      fault_ratio.push_back(r.setup_s / r.fault_s);
       step1.push_back(r.step1_s);
       step2.push_back(r.step2_s);
       if (r.release_s >= 0) release.push_back(r.release_s);  // a pstar that logs it from 1 s only
@@ -332,6 +345,11 @@ int main(int argc, char** argv) {
         key.c_str(), best_of(setup), pstar::bench::median(setup), best_of(fill),
         static_cast<double>(payload_bytes) / best_of(fill) / 1e9, best_of(setup) / best_of(fill),
         pstar::bench::median(ratio));
+    std::printf(
+        "%-15s fault-in alone (the floor) best %.2f s (%.2f GB/s); set-up / fault-in: best/best "
+        "%.2f, median paired %.2f\n",
+        "", best_of(fault), static_cast<double>(payload_bytes) / best_of(fault) / 1e9,
+        best_of(setup) / best_of(fault), pstar::bench::median(fault_ratio));
     // A pstar that logs the release from 1 s only: none logged means under 1 s each time.
     const std::string released = release.empty()
                                      ? std::string("under 1 s (not logged)")
@@ -349,6 +367,9 @@ int main(int argc, char** argv) {
          {"fill_s_best", best_of(fill)},
          {"setup_over_fill_best", best_of(setup) / best_of(fill)},
          {"setup_over_fill_median_paired", pstar::bench::median(ratio)},
+         {"fault_in_s_best", best_of(fault)},
+         {"setup_over_fault_in_best", best_of(setup) / best_of(fault)},
+         {"setup_over_fault_in_median_paired", pstar::bench::median(fault_ratio)},
          {"payload_gb_per_s_best", static_cast<double>(payload_bytes) / best_of(setup) / 1e9},
          {"step1_s_best", best_of(step1)},
          {"step1_s_median", pstar::bench::median(step1)},

@@ -43,10 +43,13 @@ int parallel_pieces(int64_t pieces, const std::function<void(int64_t)>& piece) {
   return seen.count();
 }
 
-int parallel_zero(void* data, int64_t bytes) {
+namespace {
+
+// Runs fill(begin, end) over [0, bytes) of `base` in pieces: a head up to the first huge-page
+// boundary, then kPieceBytes pieces on huge-page boundaries.
+template <typename Fill>
+int parallel_in_huge_pieces(char* base, int64_t bytes, Fill&& fill) {
   if (bytes <= 0) return 0;
-  auto* base = static_cast<char*>(data);
-  // The pieces after the first start on huge-page boundaries.
   const auto head = static_cast<int64_t>(
       std::min<uintptr_t>((kHugePage - reinterpret_cast<uintptr_t>(base) % kHugePage) % kHugePage,
                           static_cast<uintptr_t>(bytes)));
@@ -56,7 +59,28 @@ int parallel_zero(void* data, int64_t bytes) {
     const int64_t k = head > 0 ? i - 1 : i;  // -1: the head
     const int64_t begin = k < 0 ? 0 : head + k * kPieceBytes;
     const int64_t end = k < 0 ? head : std::min(bytes, begin + kPieceBytes);
+    fill(begin, end);
+  });
+}
+
+}  // namespace
+
+int parallel_zero(void* data, int64_t bytes) {
+  auto* base = static_cast<char*>(data);
+  return parallel_in_huge_pieces(base, bytes, [&](int64_t begin, int64_t end) {
     std::memset(base + begin, 0, static_cast<size_t>(end - begin));
+  });
+}
+
+int parallel_fault_in(void* data, int64_t bytes) {
+  auto* base = static_cast<char*>(data);
+  constexpr uintptr_t kPage = 4096;
+  return parallel_in_huge_pieces(base, bytes, [&](int64_t begin, int64_t end) {
+    // One byte in every 4 KiB page the piece touches: its first byte, then each page's start.
+    // Volatile, so that stores of the value the memory already reads as are not dropped.
+    const auto stop = reinterpret_cast<uintptr_t>(base + end);
+    for (auto at = reinterpret_cast<uintptr_t>(base + begin); at < stop; at = (at / kPage + 1) * kPage)
+      *reinterpret_cast<volatile char*>(at) = 0;
   });
 }
 

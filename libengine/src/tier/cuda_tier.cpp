@@ -130,8 +130,10 @@ class CudaTier final : public DeviceTier {
 
   // A pageable block is reused only after its retirement too, so nothing can still touch it.
   Block allocate_host_only(int64_t bytes) override {
-    Block block = allocate_pageable(bytes);
-    core::parallel_zero(block.data(), bytes);  // Note [parallel first touch]
+    bool untouched = false;
+    Block block = allocate_pageable(bytes, &untouched);
+    // Note [parallel first touch]; mapped memory (Note [untouched blocks]).
+    core::parallel_zero_new(block.data(), bytes, untouched);
     return block;
   }
 
@@ -155,10 +157,12 @@ class CudaTier final : public DeviceTier {
   }
 
   // A pageable block, reused only after its retirement (so nothing can still touch it), unzeroed.
-  Block allocate_pageable(int64_t bytes) {
+  // `untouched`, when given, says whether it is fresh from the mapping (Note [untouched blocks]).
+  Block allocate_pageable(int64_t bytes, bool* untouched = nullptr) {
     PSTAR_INTERNAL_ASSERT(bytes > 0, "allocate_host_only(", bytes, ")");
     reap();
     memory::HostBlock block = state_->pageable.acquire(bytes);
+    if (untouched != nullptr) *untouched = block.untouched();
     void* data = block.data();
     return Block(data, bytes, Side::kHost,
                  std::make_unique<PageableOwner>(state_, std::move(block)));

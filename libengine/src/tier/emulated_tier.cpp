@@ -26,10 +26,11 @@ class EmulatedTier final : public DeviceTier {
   c10::Device device_of(Side) const override { return c10::Device(c10::kCPU); }
   int64_t device_capacity_bytes() const override { return std::numeric_limits<int64_t>::max(); }
 
-  // Note [parallel first touch]: both sides are host memory.
+  // Note [parallel first touch]: both sides are host memory, mapped (Note [untouched blocks]).
   Block allocate(Side side, int64_t bytes) override {
-    Block block = allocate_uninitialized(side, bytes);
-    core::parallel_zero(block.data(), bytes);
+    bool untouched = false;
+    Block block = from(side == Side::kDevice ? device_ : pinned_, side, bytes, &untouched);
+    core::parallel_zero_new(block.data(), bytes, untouched);
     return block;
   }
   // Note [exact-size host pool]: a move's destination is a block freed before, as it is.
@@ -37,8 +38,9 @@ class EmulatedTier final : public DeviceTier {
     return poisoned(from(side == Side::kDevice ? device_ : pinned_, side, bytes));
   }
   Block allocate_host_only(int64_t bytes) override {
-    Block block = from(pageable_, Side::kHost, bytes);
-    core::parallel_zero(block.data(), bytes);
+    bool untouched = false;
+    Block block = from(pageable_, Side::kHost, bytes, &untouched);
+    core::parallel_zero_new(block.data(), bytes, untouched);
     return block;
   }
   // What the CUDA tier would pin: the same pool, reserved the same way.
@@ -85,8 +87,11 @@ class EmulatedTier final : public DeviceTier {
   }
 
  private:
-  static Block from(memory::HostPool& pool, Side side, int64_t bytes) {
+  // A block of `pool` as a tier block; `untouched`, when given, says whether it is fresh from the
+  // mapping (Note [untouched blocks]).
+  static Block from(memory::HostPool& pool, Side side, int64_t bytes, bool* untouched = nullptr) {
     auto owner = std::make_unique<PoolOwner>(pool.acquire(bytes));
+    if (untouched != nullptr) *untouched = owner->block.untouched();
     void* data = owner->block.data();
     return Block(data, bytes, side, std::move(owner));
   }

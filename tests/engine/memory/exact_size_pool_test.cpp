@@ -108,6 +108,45 @@ TEST(ExactSizeFreeList, TakesTheBlockOfItsExactSizeFreedLast) {
   EXPECT_EQ(list.release_all([](void*, int64_t) { FAIL() << "nothing is free"; }), 0);
 }
 
+TEST(ExactSizeFreeList, SaysWhichBlocksWereNeverInUse) {
+  ExactSizeFreeList list;
+  int fresh = 0, used = 0;
+  list.add_free(&fresh, 100);  // reserved: fresh from the source
+  list.add_in_use(100);
+  ASSERT_TRUE(list.put(&used, 100));
+  bool untouched = true;
+  EXPECT_EQ(list.take(100, &untouched), &used);
+  EXPECT_FALSE(untouched) << "a block that was in use holds its last holder's bytes";
+  EXPECT_EQ(list.take(100, &untouched), &fresh);
+  EXPECT_TRUE(untouched) << "a reserved block was never handed out";
+  ASSERT_TRUE(list.put(&fresh, 100));
+  EXPECT_EQ(list.take(100, &untouched), &fresh);
+  EXPECT_FALSE(untouched) << "once handed out, a reserved block is used";
+  ASSERT_TRUE(list.put(&fresh, 100));
+  ASSERT_TRUE(list.put(&used, 100));
+  EXPECT_EQ(list.release_all([](void*, int64_t) {}), 200);
+}
+
+TEST_F(ExactSizePoolTest, BlocksSayWhetherTheyComeUntouchedFromTheSource) {
+  Pool pool;
+  pool.reserve(64, 1, 1);
+  Block reserved = pool.acquire(64);
+  Block fresh = pool.acquire(64);
+  EXPECT_TRUE(reserved.untouched());
+  EXPECT_TRUE(fresh.untouched());
+  void* const first = fresh.data();
+  fresh.reset();
+  EXPECT_FALSE(fresh.untouched()) << "an empty block";
+  Block again = pool.acquire(64);
+  EXPECT_EQ(again.data(), first);
+  EXPECT_FALSE(again.untouched()) << "handed out a second time";
+  Block moved = std::move(again);
+  EXPECT_FALSE(moved.untouched());
+  Block moved_fresh = std::move(reserved);
+  EXPECT_TRUE(moved_fresh.untouched()) << "moving a block keeps what it says";
+  EXPECT_FALSE(reserved.untouched());  // NOLINT(bugprone-use-after-move): moved-from is empty
+}
+
 TEST_F(ExactSizePoolTest, ReusesExactSizesAndAsksTheSourceOnlyForNewOnes) {
   Pool pool;
   Block a = pool.acquire(1000);

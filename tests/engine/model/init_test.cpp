@@ -220,6 +220,31 @@ TEST(InitTest, EveryInstructionSetWritesTheSameBits) {
     GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512: only the scalar kernel ran";
 }
 
+// The vector kernels make each lane's 64-bit block number in 32-bit words: where the low word wraps
+// inside one call, the high word must gain one in exactly those lanes.
+TEST(InitTest, BlocksAcrossTwoToThe32MatchTheReferenceInEveryInstructionSet) {
+  using optim::detail::Isa;
+  const uint64_t stream = init_stream("model.embed_tokens.weight");
+  const int64_t begin = 4 * ((int64_t{1} << 32) - 37) + 3, n = 4 * 300;
+  std::vector<float> reference;
+  for (const Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (detail::set_init_isa_for_testing(&isa) != isa) continue;
+    SCOPED_TRACE(init_isa());
+    std::vector<float> z(static_cast<size_t>(n));
+    init_standard_normals(7, stream, begin, begin + n, z.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = reference_normal(7, stream, begin + i);
+      ASSERT_LT(std::abs(z[static_cast<size_t>(i)] - want), 1e-6 * (1.0 + std::abs(want)))
+          << "element " << begin + i << " (block " << (begin + i) / 4 << ")";
+    }
+    if (reference.empty())
+      reference = z;
+    else
+      EXPECT_EQ(std::memcmp(z.data(), reference.data(), z.size() * 4), 0);
+  }
+  detail::set_init_isa_for_testing(nullptr);
+}
+
 TEST(InitTest, ParametersStartAsHuggingFacesInitWeightsSays) {
   using Kind = ParameterInit::Kind;
   ModelShape gpt;

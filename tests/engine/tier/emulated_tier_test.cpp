@@ -65,6 +65,26 @@ TEST(EmulatedTier, BlocksAreZeroedOnTheirSideAndViewsSeeThem) {
   EXPECT_STREQ(side_name(Side::kHost), "host");
 }
 
+// Note [untouched blocks]: a fresh block is only faulted in, so a reused one must still be zeroed.
+TEST(EmulatedTier, ZeroedBlocksReadZeroWhetherFreshOrUsedBefore) {
+  auto tier = make_emulated_tier();
+  const int64_t bytes = (int64_t{5} << 20) + 12;  // several pieces, in huge pages where possible
+  for (Side side : {Side::kDevice, Side::kHost}) {
+    for (bool host_only : {false, true}) {
+      if (host_only && side == Side::kDevice) continue;
+      for (int round = 0; round < 2; ++round) {
+        Block b = host_only ? tier->allocate_host_only(bytes) : tier->allocate(side, bytes);
+        const auto* p = static_cast<const uint8_t*>(b.data());
+        for (int64_t i = 0; i < bytes; ++i)
+          ASSERT_EQ(p[i], 0) << side_name(side) << (host_only ? " host-only" : "") << " round "
+                             << round << " byte " << i;
+        // Dirty it: the second round gets this block back from the pool.
+        std::memset(b.data(), 0xEE, static_cast<size_t>(bytes));
+      }
+    }
+  }
+}
+
 TEST(EmulatedTier, ViewPastTheBlockIsAnInternalError) {
   auto tier = make_emulated_tier();
   Block b = tier->allocate(Side::kHost, 16);

@@ -29,4 +29,16 @@ int parallel_pieces(int64_t pieces, const std::function<void(int64_t)>& piece);
 // parallel_pieces. Returns how many threads took part (tests).
 int parallel_zero(void* data, int64_t bytes);
 
+// Faults in every page of `bytes` bytes at `data` by writing a zero to one byte of each 4 KiB, in
+// the pieces parallel_zero uses: the kernel zeroes each page as it maps it. Only for memory that
+// reads as zeros already, a fresh anonymous mapping (Note [untouched blocks] in
+// pstar/memory/exact_size_pool.h); there it leaves the memory as parallel_zero would, resident,
+// having written each byte once rather than twice. Returns how many threads took part.
+int parallel_fault_in(void* data, int64_t bytes);
+
+// parallel_fault_in where `untouched` says the memory is such a fresh mapping, else parallel_zero.
+inline int parallel_zero_new(void* data, int64_t bytes, bool untouched) {
+  return untouched ? parallel_fault_in(data, bytes) : parallel_zero(data, bytes);
+}
+
 }  // namespace pstar::core

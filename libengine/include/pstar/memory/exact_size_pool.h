@@ -52,11 +52,15 @@ class ExactSizeFreeList {
   ExactSizeFreeList(const ExactSizeFreeList&) = delete;
   ExactSizeFreeList& operator=(const ExactSizeFreeList&) = delete;
 
-  // The free block of exactly `bytes` freed last, now in use; null when there is none.
-  void* take(int64_t bytes) {
+  // The free block of exactly `bytes` freed last, now in use; null when there is none. With
+  // `untouched`, whether the block is one fresh from the source that was never in use (a reserved
+  // one: Note [untouched blocks]).
+  void* take(int64_t bytes, bool* untouched = nullptr) {
     const auto it = free_.find(bytes);
     if (it == free_.end()) return nullptr;
-    void* p = it->second.back();
+    const Free f = it->second.back();
+    void* p = f.p;
+    if (untouched != nullptr) *untouched = f.untouched;
     it->second.pop_back();
     if (it->second.empty()) free_.erase(it);
     --stats_.free_blocks;
@@ -76,7 +80,7 @@ class ExactSizeFreeList {
   bool put(void* p, int64_t bytes) noexcept {
     stats_.in_use.decrease(bytes);
     try {
-      free_[bytes].push_back(p);
+      free_[bytes].push_back(Free{p, false});
     } catch (...) {
       forget(bytes);
       return false;
@@ -94,9 +98,9 @@ class ExactSizeFreeList {
     while (!free_.empty()) {
       const auto it = free_.begin();
       const int64_t bytes = it->first;
-      std::vector<void*>& list = it->second;
+      std::vector<Free>& list = it->second;
       while (!list.empty()) {
-        release(list.back(), bytes);
+        release(list.back().p, bytes);
         list.pop_back();
         --stats_.free_blocks;
         forget(bytes);
@@ -109,7 +113,7 @@ class ExactSizeFreeList {
 
   // A block of `bytes` fresh from the source, free for the next request of its size.
   void add_free(void* p, int64_t bytes) {
-    free_[bytes].push_back(p);
+    free_[bytes].push_back(Free{p, true});
     stats_.reserved.increase(bytes);
     ++stats_.blocks;
     ++stats_.free_blocks;
@@ -120,8 +124,8 @@ class ExactSizeFreeList {
   std::vector<std::pair<void*, int64_t>> take_all() {
     std::vector<std::pair<void*, int64_t>> out;
     for (auto& [bytes, list] : free_) {
-      for (void* p : list) {
-        out.emplace_back(p, bytes);
+      for (const Free& f : list) {
+        out.emplace_back(f.p, bytes);
         --stats_.free_blocks;
         forget(bytes);
       }
@@ -138,7 +142,11 @@ class ExactSizeFreeList {
     --stats_.blocks;
   }
 
-  std::unordered_map<int64_t, std::vector<void*>> free_;
+  struct Free {
+    void* p;
+    bool untouched;  // fresh from the source and never in use
+  };
+  std::unordered_map<int64_t, std::vector<Free>> free_;
   PoolStats stats_;
 };
 
@@ -238,13 +246,15 @@ class PoolBlock {
   PoolBlock(PoolBlock&& other) noexcept
       : pool_(std::move(other.pool_)),
         data_(std::exchange(other.data_, nullptr)),
-        bytes_(std::exchange(other.bytes_, 0)) {}
+        bytes_(std::exchange(other.bytes_, 0)),
+        untouched_(std::exchange(other.untouched_, false)) {}
   PoolBlock& operator=(PoolBlock&& other) noexcept {
     if (this != &other) {
       reset();
       pool_ = std::move(other.pool_);
       data_ = std::exchange(other.data_, nullptr);
       bytes_ = std::exchange(other.bytes_, 0);
+      untouched_ = std::exchange(other.untouched_, false);
     }
     return *this;
   }
@@ -254,6 +264,9 @@ class PoolBlock {
   void* data() const { return data_; }
   int64_t bytes() const { return bytes_; }
   explicit operator bool() const { return data_ != nullptr; }
+  // Whether the block came to its holder fresh from the source, never in use before (Note
+  // [untouched blocks]); a block that was freed and handed out again is not.
+  bool untouched() const { return untouched_; }
 
   void reset() noexcept {
     if (data_ != nullptr && pool_ != nullptr) {
@@ -269,6 +282,7 @@ class PoolBlock {
     pool_.reset();
     data_ = nullptr;
     bytes_ = 0;
+    untouched_ = false;
   }
 
  private:
@@ -276,7 +290,20 @@ class PoolBlock {
   std::shared_ptr<detail::ExactSizePoolState<Source>> pool_;
   void* data_ = nullptr;
   int64_t bytes_ = 0;
+  bool untouched_ = false;
 };
+
+// Note [untouched blocks]
+// Anonymous memory the kernel maps reads as zeros, and the kernel zeroes each page as it is first
+// written: zeroing such memory ourselves writes every byte a second time. At set-up, where nearly
+// every block is fresh, that second pass was most of the payloads' first-touch cost (issue 35: on
+// the idle 2-core development machine, two threads faulted in 4 GiB of a fresh huge-page mapping
+// at 10.2 GB/s by writing a byte a page, and zeroed it with memset at 2.6 GB/s; in 4 KiB pages
+// both ran at 2.8 to 2.9 GB/s). So the pool says which blocks reach their holder untouched, fresh
+// from the source (reserved ones included) and never in use, and a tier whose source is such
+// memory (MappedPages) only faults their pages in (core::parallel_fault_in) where zeros are asked
+// for. A block used before holds its last holder's bytes and is zeroed as before; so is pinned
+// memory, for which CUDA promises no contents.
 
 // Note [exact-size host pool]. Thread-safe.
 template <typename Source>
@@ -289,20 +316,23 @@ class ExactSizePool {
 
   // A block of exactly `bytes`, its contents undefined: the free block of that size freed last if
   // there is one, else fresh memory from the source (whose OutOfMemoryError passes through). An
-  // empty block for 0.
+  // empty block for 0. The block says whether it is untouched (Note [untouched blocks]).
   Block acquire(int64_t bytes) {
     PSTAR_INTERNAL_ASSERT(bytes >= 0, "a pool block of ", bytes, " bytes");
     Block block;
     if (bytes == 0) return block;
     const std::lock_guard<std::mutex> lock(state_->mutex);
-    void* data = state_->list.take(bytes);
+    bool untouched = false;
+    void* data = state_->list.take(bytes, &untouched);
     if (data == nullptr) {
       data = Source::allocate(bytes, state_->list.stats().reserved.current);
       state_->list.add_in_use(bytes);
+      untouched = true;
     }
     block.pool_ = state_;
     block.data_ = data;
     block.bytes_ = bytes;
+    block.untouched_ = untouched;
     return block;
   }
 
