@@ -79,7 +79,8 @@ int parallel_fault_in(void* data, int64_t bytes) {
     // One byte in every 4 KiB page the piece touches: its first byte, then each page's start.
     // Volatile, so that stores of the value the memory already reads as are not dropped.
     const auto stop = reinterpret_cast<uintptr_t>(base + end);
-    for (auto at = reinterpret_cast<uintptr_t>(base + begin); at < stop; at = (at / kPage + 1) * kPage)
+    for (auto at = reinterpret_cast<uintptr_t>(base + begin); at < stop;
+         at = (at / kPage + 1) * kPage)
       *reinterpret_cast<volatile char*>(at) = 0;
   });
 }

@@ -96,14 +96,12 @@ plan::ChunkLayout chosen_layout(const plan::RunPlan& plan, const std::vector<Lea
       break;
     }
   }
-  if (layout.tail_leaves > 0) {
-    int64_t part = 0;
-    for (int64_t k = 0; k < layout.num_chunks; ++k)
-      part = layout.part_of(k) >= 0 ? layout.size_of(k) : part;
+  // The split last group is the layout's last N chunks.
+  if (layout.tail_leaves > 0)
     log::info("chunk sizes: the last ", layout.tail_leaves,
               " module(s) share a group split over the ", plan.world_size, " ranks (parts of ",
-              part, " elements) instead of empty chunks completing it (Note [split modules])");
-  }
+              layout.size_of(layout.num_chunks - 1),
+              " elements) instead of empty chunks completing it (Note [split modules])");
   return layout;
 }
 

@@ -101,6 +101,60 @@ inline void box_muller(uint32_t wr, uint32_t wt, float& z0, float& z1) {
   z1 = r * bits_f32(s);
 }
 
+// The vector unit's pieces of the Philox rounds below, one set per instruction set, so that the
+// rounds themselves are written once. Vec holds kVecLanes 32-bit lanes.
+#if defined(__AVX512F__)
+#define PSTAR_INIT_VECTOR 1
+using Vec = __m512i;
+constexpr int kVecLanes = 16;
+// GCC 12's AVX-512 shift and multiply intrinsics pass _mm512_undefined_epi32() as their masked-off
+// source, which -Wmaybe-uninitialized reports; nothing here is uninitialised.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+inline Vec splat(uint32_t x) { return _mm512_set1_epi32(static_cast<int>(x)); }
+inline Vec xor3(Vec a, Vec b, Vec c) { return _mm512_xor_si512(_mm512_xor_si512(a, b), c); }
+// The low and high words of the 64-bit products of a's lanes and m's: the even lanes' products,
+// then the odd lanes' (moved down into the even halves).
+inline void mul_wide(Vec a, Vec m, Vec& lo, Vec& hi) {
+  const Vec even = _mm512_mul_epu32(a, m), odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
+  lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+  hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+}
+// The low and high words of block + l + lane: the high word gains one in the lanes whose low word
+// wrapped past 2^32.
+inline void block_words(uint32_t block_lo, uint32_t block_hi, int l, Vec& w0, Vec& w1) {
+  const Vec lo = splat(block_lo);
+  w0 = _mm512_add_epi32(lo, _mm512_add_epi32(splat(static_cast<uint32_t>(l)),
+                                             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                               12, 13, 14, 15)));
+  const __mmask16 carry = _mm512_cmplt_epu32_mask(w0, lo);
+  w1 = _mm512_mask_add_epi32(splat(block_hi), carry, splat(block_hi), splat(1));
+}
+inline void store_lanes(uint32_t* p, Vec v) { _mm512_storeu_si512(p, v); }
+#pragma GCC diagnostic pop
+#elif defined(__AVX2__)
+#define PSTAR_INIT_VECTOR 1
+using Vec = __m256i;
+constexpr int kVecLanes = 8;
+inline Vec splat(uint32_t x) { return _mm256_set1_epi32(static_cast<int>(x)); }
+inline Vec xor3(Vec a, Vec b, Vec c) { return _mm256_xor_si256(_mm256_xor_si256(a, b), c); }
+inline void mul_wide(Vec a, Vec m, Vec& lo, Vec& hi) {
+  const Vec even = _mm256_mul_epu32(a, m), odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
+  lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+  hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+}
+inline void block_words(uint32_t block_lo, uint32_t block_hi, int l, Vec& w0, Vec& w1) {
+  const Vec lo = splat(block_lo);
+  w0 = _mm256_add_epi32(lo, _mm256_setr_epi32(l, l + 1, l + 2, l + 3, l + 4, l + 5, l + 6, l + 7));
+  // All ones in the lanes whose low word wrapped (unsigned w0 < lo, compared with the sign bits
+  // flipped); subtracting them adds one to the high word there.
+  const Vec sign = splat(0x80000000u);
+  const Vec carry = _mm256_cmpgt_epi32(_mm256_xor_si256(lo, sign), _mm256_xor_si256(w0, sign));
+  w1 = _mm256_sub_epi32(splat(block_hi), carry);
+}
+inline void store_lanes(uint32_t* p, Vec v) { _mm256_storeu_si256(reinterpret_cast<Vec*>(p), v); }
+#endif
+
 // Philox4x32-10 under key (k0, k1) of the kLanes counters (block + l, s0, s1) for lanes l, out
 // into (c0, c1, c2, c3)[l]: the 64-bit block number's low and high words, then the stream's. The
 // rounds' 32 x 32 -> 64-bit products are written with the vector unit's own multiply of even
@@ -109,94 +163,31 @@ inline void box_muller(uint32_t wr, uint32_t wt, float& z0, float& z1) {
 // call on a failed store-to-load forward (16% of the kernel's time in perf on AVX-512).
 inline void philox_lanes(uint64_t block, uint32_t s0, uint32_t s1, uint32_t k0, uint32_t k1,
                          uint32_t* c0, uint32_t* c1, uint32_t* c2, uint32_t* c3) {
-  const auto block_lo = static_cast<uint32_t>(block), block_hi = static_cast<uint32_t>(block >> 32);
-#if defined(__AVX512F__)
-  static_assert(kLanes % 16 == 0, "whole zmm registers of counters");
-// GCC 12's AVX-512 shift and multiply intrinsics pass _mm512_undefined_epi32() as their masked-off
-// source, which -Wmaybe-uninitialized reports; nothing here is uninitialised.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-  const __m512i lo = _mm512_set1_epi32(static_cast<int>(block_lo));
-  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(kMul0));
-  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(kMul1));
-  for (int l = 0; l < kLanes; l += 16) {
-    __m512i a0 = _mm512_add_epi32(
-        lo, _mm512_add_epi32(_mm512_set1_epi32(l), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
-                                                                     10, 11, 12, 13, 14, 15)));
-    // The high word gains one in the lanes whose low word wrapped past 2^32.
-    const __mmask16 carry = _mm512_cmplt_epu32_mask(a0, lo);
-    const __m512i hi = _mm512_set1_epi32(static_cast<int>(block_hi));
-    __m512i a1 = _mm512_mask_add_epi32(hi, carry, hi, _mm512_set1_epi32(1));
-    __m512i a2 = _mm512_set1_epi32(static_cast<int>(s0));
-    __m512i a3 = _mm512_set1_epi32(static_cast<int>(s1));
+#if defined(PSTAR_INIT_VECTOR)
+  static_assert(kLanes % kVecLanes == 0, "whole vector registers of counters");
+  const Vec m0 = splat(kMul0), m1 = splat(kMul1);
+  for (int l = 0; l < kLanes; l += kVecLanes) {
+    Vec a0, a1;
+    block_words(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), l, a0, a1);
+    Vec a2 = splat(s0), a3 = splat(s1);
     uint32_t r0 = k0, r1 = k1;
     for (int round = 0; round < kRounds; ++round) {
-      // Even 32-bit lanes' products, then the odd lanes' (moved down into the even halves).
-      const __m512i e0 = _mm512_mul_epu32(a0, m0),
-                    o0 = _mm512_mul_epu32(_mm512_srli_epi64(a0, 32), m0);
-      const __m512i e1 = _mm512_mul_epu32(a2, m1),
-                    o1 = _mm512_mul_epu32(_mm512_srli_epi64(a2, 32), m1);
-      const __m512i lo0 = _mm512_mask_blend_epi32(0xAAAA, e0, _mm512_slli_epi64(o0, 32));
-      const __m512i hi0 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(e0, 32), o0);
-      const __m512i lo1 = _mm512_mask_blend_epi32(0xAAAA, e1, _mm512_slli_epi64(o1, 32));
-      const __m512i hi1 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(e1, 32), o1);
-      a0 = _mm512_xor_si512(_mm512_xor_si512(hi1, a1), _mm512_set1_epi32(static_cast<int>(r0)));
+      Vec lo0, hi0, lo1, hi1;
+      mul_wide(a0, m0, lo0, hi0);
+      mul_wide(a2, m1, lo1, hi1);
+      a0 = xor3(hi1, a1, splat(r0));
       a1 = lo1;
-      a2 = _mm512_xor_si512(_mm512_xor_si512(hi0, a3), _mm512_set1_epi32(static_cast<int>(r1)));
+      a2 = xor3(hi0, a3, splat(r1));
       a3 = lo0;
       r0 += kWeyl0;
       r1 += kWeyl1;
     }
-    _mm512_storeu_si512(c0 + l, a0);
-    _mm512_storeu_si512(c1 + l, a1);
-    _mm512_storeu_si512(c2 + l, a2);
-    _mm512_storeu_si512(c3 + l, a3);
-  }
-#pragma GCC diagnostic pop
-#elif defined(__AVX2__)
-  static_assert(kLanes % 8 == 0, "whole ymm registers of counters");
-  const __m256i lo = _mm256_set1_epi32(static_cast<int>(block_lo));
-  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-  for (int l = 0; l < kLanes; l += 8) {
-    __m256i a0 = _mm256_add_epi32(lo, _mm256_setr_epi32(l, l + 1, l + 2, l + 3, l + 4, l + 5,
-                                                        l + 6, l + 7));
-    // All ones in the lanes whose low word wrapped past 2^32 (unsigned a0 < lo, compared with the
-    // sign bits flipped); subtracting them adds one to the high word there.
-    const __m256i carry =
-        _mm256_cmpgt_epi32(_mm256_xor_si256(lo, sign), _mm256_xor_si256(a0, sign));
-    __m256i a1 = _mm256_sub_epi32(_mm256_set1_epi32(static_cast<int>(block_hi)), carry);
-    __m256i a2 = _mm256_set1_epi32(static_cast<int>(s0));
-    __m256i a3 = _mm256_set1_epi32(static_cast<int>(s1));
-    const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kMul0));
-    const __m256i m1 = _mm256_set1_epi32(static_cast<int>(kMul1));
-    uint32_t r0 = k0, r1 = k1;
-    for (int round = 0; round < kRounds; ++round) {
-      const __m256i e0 = _mm256_mul_epu32(a0, m0),
-                    o0 = _mm256_mul_epu32(_mm256_srli_epi64(a0, 32), m0);
-      const __m256i e1 = _mm256_mul_epu32(a2, m1),
-                    o1 = _mm256_mul_epu32(_mm256_srli_epi64(a2, 32), m1);
-      const __m256i lo0 = _mm256_blend_epi32(e0, _mm256_slli_epi64(o0, 32), 0xAA);
-      const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(e0, 32), o0, 0xAA);
-      const __m256i lo1 = _mm256_blend_epi32(e1, _mm256_slli_epi64(o1, 32), 0xAA);
-      const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(e1, 32), o1, 0xAA);
-      a0 = _mm256_xor_si256(_mm256_xor_si256(hi1, a1), _mm256_set1_epi32(static_cast<int>(r0)));
-      a1 = lo1;
-      a2 = _mm256_xor_si256(_mm256_xor_si256(hi0, a3), _mm256_set1_epi32(static_cast<int>(r1)));
-      a3 = lo0;
-      r0 += kWeyl0;
-      r1 += kWeyl1;
-    }
-    auto store = [&](uint32_t* p, __m256i v) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + l), v);
-    };
-    store(c0, a0);
-    store(c1, a1);
-    store(c2, a2);
-    store(c3, a3);
+    store_lanes(c0 + l, a0);
+    store_lanes(c1 + l, a1);
+    store_lanes(c2 + l, a2);
+    store_lanes(c3 + l, a3);
   }
 #else
-  (void)block_lo;
-  (void)block_hi;
   for (int l = 0; l < kLanes; ++l) {
     const uint64_t j = block + static_cast<uint64_t>(l);
     c0[l] = static_cast<uint32_t>(j);
@@ -220,6 +211,7 @@ inline void philox_lanes(uint64_t block, uint32_t s0, uint32_t s1, uint32_t k0, 
   }
 #endif
 }
+#undef PSTAR_INIT_VECTOR
 
 // The standard normals of Philox blocks [block, block + kLanes): element 4 (b - block) + i of z.
 void normal_blocks(uint32_t k0, uint32_t k1, uint32_t s0, uint32_t s1, uint64_t block, float* z) {

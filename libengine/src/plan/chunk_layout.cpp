@@ -152,8 +152,7 @@ ChunkLayout plan_layout(const std::vector<LeafModule>& leaves, const LayoutOptio
       // The last group's parts (Note [split modules]) hold ordinary leaves: not counted here.
       int64_t oversized = 0;
       for (size_t k = 0; k < p.sizes.size(); ++k) {
-        const bool tail = p.tail_first >= 0 && static_cast<int64_t>(k) >= p.tail_first;
-        oversized += !tail && (p.sizes[k] != candidate || p.parts[k] >= 0) ? p.sizes[k] : 0;
+        oversized += !p.in_tail(k) && (p.sizes[k] != candidate || p.parts[k] >= 0) ? p.sizes[k] : 0;
       }
       // With several ranks the empty chunks that complete the last group are allocated too
       // (counted where modules are split, whose groups already make the count matter).
@@ -197,7 +196,7 @@ ChunkLayout plan_layout(const std::vector<LeafModule>& leaves, const LayoutOptio
   for (size_t k = 0; k < packing.sizes.size(); ++k) {
     const int64_t part = packing.parts[k];
     parts = parts || part >= 0;
-    if (packing.tail_first >= 0 && static_cast<int64_t>(k) >= packing.tail_first) continue;
+    if (packing.in_tail(k)) continue;
     layout.oversized_chunks += part >= 0 || packing.sizes[k] > size ? 1 : 0;
     layout.split_modules += part == 0 ? 1 : 0;
   }

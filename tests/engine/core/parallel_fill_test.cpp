@@ -1,5 +1,6 @@
 // parallel_zero (Note [parallel first touch]): exactly the bytes asked, on several threads; and
-// parallel_fault_in (Note [untouched blocks]): every page of a fresh mapping resident, reading zeros.
+// parallel_fault_in (Note [untouched blocks]): every page of a fresh mapping resident, reading
+// zeros.
 #include <sys/mman.h>
 #include <unistd.h>
 

@@ -105,6 +105,8 @@ struct Packing {
   std::vector<int64_t> leaf_chunk;  // per leaf: its chunk, or its first part's
   std::vector<int64_t> parts;       // per chunk: its part of a split leaf, or -1
   int64_t tail_first = -1;          // the last group's first part, where it is split
+  // Whether chunk k is a part of the split last group (Note [split modules]).
+  bool in_tail(size_t k) const { return tail_first >= 0 && static_cast<int64_t>(k) >= tail_first; }
   int64_t capacity() const {
     int64_t total = 0;
     for (int64_t s : sizes) total += s;
