@@ -10,6 +10,7 @@
 #include "pstar/base/error.h"
 #include "pstar/base/version.h"
 #include "pstar/core/log.h"
+#include "pstar/dist/communicator.h"
 #include "pstar/formats/profile.h"
 #include "pstar/tier/device_tier.h"
 
@@ -18,11 +19,14 @@ int main(int argc, char** argv) {
   app.name("pstar");
   app.require_subcommand(1);
   // What this build can do, for bug reports and for scripts that need a feature (gpt_bench.sh
-  // checks for the CUDA device tier).
+  // checks for the CUDA device tier, and for the NCCL communicator before it runs several GPUs).
   app.set_version_flag("--version", [] {
+    const std::string nccl_missing = pstar::dist::nccl_missing_reason();
     return pstar::str_cat(
         "pstar ", pstar::version(), "\nLibTorch ", TORCH_VERSION,
         "\nCUDA device tier: ", pstar::tier::cuda_tier_built() ? "built" : "not built",
+        "\nNCCL communicator: ",
+        nccl_missing.empty() ? "built" : "not built (" + nccl_missing + ")",
         "\nHDF5 profiles: ", pstar::formats::profile_io_built() ? "built" : "not built");
   });
   pstar::cmd::register_train(app);

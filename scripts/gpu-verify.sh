@@ -44,6 +44,9 @@
 #            a GPU: Note [cpu embedding]) and with engine.mode=torch (the model without the chunk
 #            engine) (VARIANTS names a subset: noprefetch nooverlap cpuembedding torchengine)
 #   largest  the largest GPT pstar trains (gpt_bench.sh --largest --skip-fsdp2)
+#   scaling  where nvidia-smi lists two GPUs or more: the 7.46B GPT on 1 GPU and on all of them (at
+#            most 8), pstar beside FSDP2-offload each time (gpt_bench.sh --nproc); skipped with
+#            one GPU
 # OUT_DIR receives summary.json (every phase: status, seconds, and the benchmark rows), summary.md
 # (a short table), result.json (the record for bench/results/: commit, card, versions, figures,
 # and the changes against the last record of the same card) and tails.txt (the end of each
@@ -66,7 +69,7 @@ repo=$(pwd)
 
 usage() { sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
 all_phases=(build gpu devices gpt7b gpt7bclip gpt7bspec gpt7bspecloose gpt7bnostream llama8b llama8bspec
-            llama8bfolder llama3b trace suite kernels bench variants largest)
+            llama8bfolder llama3b trace suite kernels bench variants largest scaling)
 # Expected seconds of each phase on an H100 (16 cores): the ledger run of 2026-11-27 (build 165 s
 # with every target, gpu 71, gpt7b 158, gpt7bclip 52, llama8b 47, llama8bfolder 63 with the folder
 # written, llama3b 105, suite 39) with about 20% added; --deadline uses them. bench depends on
@@ -96,6 +99,7 @@ phase_seconds() {
     bench) echo 300 ;;
     variants) echo 500 ;;
     largest) echo 300 ;;
+    scaling) echo 700 ;;  # guessed: two gpt7b-sized pairs, set-up not yet measured on several
   esac
 }
 only="" skip="" deadline=0
@@ -342,6 +346,23 @@ phase_largest() {
     --skip-fsdp2 --plain none ${LARGEST_ARGS:-} >"$work/largest.jsonl"
 }
 
+# Tokens/s from one GPU to all of a node's (issue 36): each width of the node a gpt_bench.sh run
+# of its own, so that a failure at N GPUs still leaves the 1-GPU row.
+phase_scaling() {
+  local gpus n rc=0
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  if [ "${gpus:-0}" -lt 2 ]; then
+    echo "gpu-verify: scaling: this machine has ${gpus:-0} GPU(s); scaling needs two"
+    return 77
+  fi
+  for n in 1 $((gpus < 8 ? gpus : 8)); do
+    bench/gpu/gpt_bench.sh "${bench_common[@]}" --out "$work/scaling-$n" --sizes 4096x36 \
+      --nproc "$n" --steps 3 --warmup 2 --timeout 300 --plain none --bound none \
+      >"$work/scaling-$n.jsonl" || rc=1
+  done
+  return "$rc"
+}
+
 # One traced step per side at the 1.3B size: the last of 2 + 2 steps, so that the chunk engine has
 # planned and both have warmed up. The trace files stay in OUT/trace (tens of MB each).
 phase_trace() {
@@ -392,6 +413,7 @@ else
   run_phase bench phase_bench
   run_phase variants phase_variants
   run_phase largest phase_largest
+  run_phase scaling phase_scaling
 fi
 write_summary
 cat "$out/summary.md" 2>/dev/null

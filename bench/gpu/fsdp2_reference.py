@@ -15,6 +15,10 @@ instead (LlamaForCausalLM's parameter names and maths: RMSNorm in fp32, rotary e
 llama3 scaling, grouped-query attention, SwiGLU, an untied head unless tie_word_embeddings), as
 pstar's Llama does; initialised N(0, initializer_range), norms at 1.
 
+Under torchrun (--nproc_per_node N, gpt_bench.sh --nproc N) --mode fsdp2-offload shards the model
+over the N ranks, each on the GPU of its LOCAL_RANK with a micro-batch of its own; rank 0 prints
+the line, with tokens/s of the global batch, TFLOPS per GPU and the host peak of all ranks added.
+
 --dry-run builds the model on the meta device only (any PyTorch >= 1.13, no GPU) and prints the
 parameter count and FLOPs per token with null timings. Needs only the standard library and torch.
 """
@@ -22,6 +26,7 @@ parameter count and FLOPs per token with null timings. Needs only the standard l
 import argparse
 import json
 import math
+import os
 import shutil
 import statistics
 import sys
@@ -34,6 +39,14 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 
 HEAD_SIZE = 128
+
+
+def launched_ranks():
+    """(rank, local rank, world size) that torchrun (or another env:// launcher) set; one rank
+    without one."""
+    env = os.environ
+    return (int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0")),
+            int(env.get("WORLD_SIZE", "1")))
 
 
 def parse_args(argv):
@@ -90,6 +103,10 @@ def parse_args(argv):
         a.heads = max(1, a.hidden // HEAD_SIZE)
     if a.model == "gpt" and a.hidden % a.heads:
         p.error(f"--hidden {a.hidden} is not a multiple of --heads {a.heads}")
+    a.rank, a.local_rank, a.world = launched_ranks()
+    if a.world > 1 and a.mode != "fsdp2-offload" and not a.dry_run:
+        p.error(f"--mode {a.mode} runs on one GPU; {a.world} ranks were launched (WORLD_SIZE), "
+                "which only --mode fsdp2-offload shards over")
     if a.device == "cpu" and a.mode != "plain" and not a.dry_run:
         p.error("--device cpu works only with --mode plain (FSDP2 offload needs a GPU)")
     if min(a.steps, a.seq, a.micro_batch, a.vocab, a.layers) < 1 or a.warmup < 0:
@@ -233,7 +250,7 @@ def base_record(a, params):
         "attention": a.attention, "activation_checkpointing": a.checkpointing,
         "params": params, "hidden": a.hidden, "layers": a.layers, "heads": a.heads,
         "seq": a.seq, "micro_batch": a.micro_batch, "vocab": a.vocab,
-        "steps": a.steps, "warmup": a.warmup, "clip": a.clip,
+        "steps": a.steps, "warmup": a.warmup, "clip": a.clip, "world_size": a.world,
         "flops_per_token": model_flops_per_token(a, params),
         "tokens_per_s": None, "tflops": None, "s_per_step": None, "s_per_step_median": None,
         "s_per_step_min": None, "s_per_step_max": None, "host_peak_bytes": None, "host_bytes_per_param": None,
@@ -256,14 +273,19 @@ def build_fsdp2(a, device):
     except ImportError as e:
         sys.exit(f"fsdp2_reference: --mode fsdp2-offload needs PyTorch >= 2.6 "
                  f"(torch.distributed.fsdp.fully_shard); this is {torch.__version__}: {e}")
-    store_dir = tempfile.mkdtemp(prefix="fsdp2-ref-")
-    # One process, one rank: a file store needs no free port.
-    dist.init_process_group("nccl", init_method=f"file://{store_dir}/store", rank=0, world_size=1)
+    store_dir = None
+    if a.world > 1:  # torchrun's rendezvous (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE)
+        dist.init_process_group("nccl", init_method="env://")
+    else:  # one process, one rank: a file store needs no free port
+        store_dir = tempfile.mkdtemp(prefix="fsdp2-ref-")
+        dist.init_process_group("nccl", init_method=f"file://{store_dir}/store", rank=0,
+                                world_size=1)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     offload = CPUOffloadPolicy(pin_memory=True)
     model = make_model(a, device="meta")
     # Materialize and shard one block at a time: fully_shard moves each shard to pinned host
-    # memory, so the GPU never holds more than one block in fp32 during set-up.
+    # memory, so the GPU never holds more than one block in fp32 during set-up. Every rank draws
+    # the same values (the same seed) and keeps its shard of them.
     for block in model.blocks():
         block.to_empty(device=device)
         model.init_block(block)
@@ -272,7 +294,8 @@ def build_fsdp2(a, device):
         m.to_empty(device=device)
     model.init_root()
     fully_shard(model, mp_policy=mp, offload_policy=offload)
-    return model, (lambda: (dist.destroy_process_group(), shutil.rmtree(store_dir, True)))
+    return model, (lambda: (dist.destroy_process_group(),
+                            store_dir and shutil.rmtree(store_dir, True)))
 
 
 def build_plain(a, device):
@@ -288,9 +311,13 @@ def train(a, record):
     if cuda:
         if not torch.cuda.is_available():
             sys.exit("fsdp2_reference: no CUDA device (use --dry-run on a machine without one)")
-        torch.cuda.set_device(0)
-        record["device_name"] = torch.cuda.get_device_name(0)
-    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+        if a.local_rank >= torch.cuda.device_count():
+            sys.exit(f"fsdp2_reference: local rank {a.local_rank} needs GPU {a.local_rank}, and "
+                     f"{torch.cuda.device_count()} are visible; launch at most that many ranks "
+                     "per node")
+        torch.cuda.set_device(a.local_rank)
+        record["device_name"] = torch.cuda.get_device_name(a.local_rank)
+    device = torch.device("cuda", a.local_rank) if cuda else torch.device("cpu")
     torch.manual_seed(a.seed)
     model, finish = (build_fsdp2 if a.mode == "fsdp2-offload" else build_plain)(a, device)
     record["params"] = count_params(model)
@@ -302,7 +329,7 @@ def train(a, record):
     # Plain mode: fp32 weights under bf16 autocast. FSDP2 casts its gathered parameters itself.
     autocast = a.mode == "plain"
     gen = torch.Generator(device=device)
-    gen.manual_seed(a.seed)
+    gen.manual_seed(a.seed + a.rank)  # each rank its own sequences
     times, losses = [], []
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
@@ -317,6 +344,10 @@ def train(a, record):
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if a.world > 1:  # the global batch's loss, as pstar logs it
+            import torch.distributed as dist
+            loss = loss.detach().clone()
+            dist.all_reduce(loss, op=dist.ReduceOp.AVG)
         return loss.item()  # synchronizes too
 
     for step in range(a.warmup + a.steps):
@@ -337,18 +368,23 @@ def train(a, record):
             one_step()
             sync()
         prof.export_chrome_trace(a.trace)
-    tokens_per_step = a.micro_batch * a.seq
+    tokens_per_step = a.micro_batch * a.seq * a.world
     mean = sum(times) / len(times)
     record.update({
         "s_per_step": mean, "s_per_step_median": statistics.median(times),
         "s_per_step_min": min(times), "s_per_step_max": max(times), "tokens_per_s": tokens_per_step / mean,
         "loss_first": losses[0], "loss_last": losses[-1],
     })
-    record["tflops"] = record["flops_per_token"] * record["tokens_per_s"] / 1e12
+    record["tflops"] = record["flops_per_token"] * record["tokens_per_s"] / a.world / 1e12  # per GPU
     if cuda:
         # Peaks over the timed steps (set-up and the warm-up's lazy init are left out).
         record["gpu_peak_bytes"] = torch.cuda.max_memory_allocated()
         record["gpu_reserved_peak_bytes"] = torch.cuda.max_memory_reserved()
+    if a.world > 1:  # the node's host memory: every rank's peak, added up
+        import torch.distributed as dist
+        peaks = [None] * a.world
+        dist.all_gather_object(peaks, peak_host_bytes())
+        record["host_peak_bytes"] = sum(p or 0 for p in peaks)
     finish()
 
 
@@ -377,10 +413,12 @@ def main(argv):
             raise
         record["error"] = "out of memory: " + str(e).split("\n")[0]
         code = 5
-    record["host_peak_bytes"] = peak_host_bytes()
+    if record["host_peak_bytes"] is None:
+        record["host_peak_bytes"] = peak_host_bytes()
     if record["host_peak_bytes"]:
         record["host_bytes_per_param"] = record["host_peak_bytes"] / record["params"]
-    emit(record)
+    if a.rank == 0:
+        emit(record)
     return code
 
 

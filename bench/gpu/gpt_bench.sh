@@ -4,7 +4,7 @@
 # (bench/README.md, "GPU model benchmarks"). One JSON line per model size on stdout; progress on
 # stderr; configs, logs and metrics under --out.
 #
-#   bench/gpu/gpt_bench.sh [--sizes 2048x24,4096x30,4096x36] [--largest] [--dry-run] ...
+#   bench/gpu/gpt_bench.sh [--sizes 2048x24,4096x30,4096x36] [--largest] [--nproc N] [--dry-run] ...
 #   bench/gpu/gpt_bench.sh --help
 #
 # Environment: PSTAR (the pstar binary), PYTHON (a python3 with torch).
@@ -25,7 +25,13 @@ Usage: bench/gpu/gpt_bench.sh [OPTIONS]
   --largest-tries N     at most N training runs for --largest (default 4)
   --steps N             timed steps per run (default 5)
   --warmup N            untimed steps first (default 2: pstar's tracing step and first planned one)
-  --micro-batch B       sequences per step (default 8)
+  --micro-batch B       sequences per step and GPU (default 8)
+  --nproc N             train on N GPUs of this node (default 1): pstar train --nproc N, and
+                        FSDP2-offload under torchrun --nproc_per_node N; tokens/s count the
+                        global batch, TFLOPS are per GPU, host peaks the node's. Where pstar has
+                        no NCCL communicator (pstar --version) its ranks use distributed.backend
+                        "gloo" unless a --set names the backend. The plain references stay on one
+                        GPU (the model-FLOPs rate of the step bound is one GPU's)
   --seq S               sequence length (default 1024)
   --vocab V             vocabulary (default 50257)
   --optimizer fused|foreach   the reference's torch.optim.AdamW (default fused)
@@ -61,7 +67,7 @@ sizes="2048x24,4096x30,4096x36"
 largest=0 largest_hidden=4096 largest_layers="" largest_tries=4
 steps=5 warmup=2 micro_batch=8 seq=1024 vocab=50257 optimizer=fused plain=auto
 skip_pstar=0 skip_fsdp2=0 bound=auto plain_rate="" device_memory=64GiB host_memory="" hardware=H100-80GB cpu_mem=128GB
-timeout=0 pstar=${PSTAR:-} python=${PYTHON:-} out="" dry_run=0
+timeout=0 pstar=${PSTAR:-} python=${PYTHON:-} out="" dry_run=0 nproc=1
 sets=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -73,6 +79,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift ;;
     --warmup) warmup=$2; shift ;;
     --micro-batch) micro_batch=$2; shift ;;
+    --nproc) nproc=$2; shift ;;
     --seq) seq=$2; shift ;;
     --vocab) vocab=$2; shift ;;
     --optimizer) optimizer=$2; shift ;;
@@ -99,6 +106,7 @@ done
 case "$plain" in auto|all|none) ;; *) echo "gpt_bench: --plain auto|all|none" >&2; exit 2 ;; esac
 case "$optimizer" in fused|foreach) ;; *) echo "gpt_bench: --optimizer fused|foreach" >&2; exit 2 ;; esac
 case "$bound" in auto|none) ;; *) echo "gpt_bench: --bound auto|none" >&2; exit 2 ;; esac
+[[ "$nproc" =~ ^[1-9][0-9]*$ ]] || { echo "gpt_bench: --nproc '$nproc' is not a number of GPUs (1, 2, ...)" >&2; exit 2; }
 
 log() { echo "[gpt_bench] $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -119,6 +127,24 @@ if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >&2 || true
 fi
 
+# Several GPUs: as many visible as ranks (pstar refuses fewer unless told to share, and NCCL
+# refuses two ranks on one GPU), and the backend pstar can use for them.
+if [ "$nproc" -gt 1 ]; then
+  if [ "$dry_run" = 0 ]; then
+    gpus=$("$python" -c 'import torch; print(torch.cuda.device_count())')
+    [ "$gpus" -ge "$nproc" ] ||
+      die "--nproc $nproc: $gpus GPU(s) visible (CUDA_VISIBLE_DEVICES '${CUDA_VISIBLE_DEVICES:-unset}'); train on at most $gpus"
+  fi
+  if ! printf '%s\n' "${sets[@]}" | grep -q '^distributed\.backend='; then
+    if "$pstar" --version | grep -q '^NCCL communicator: built'; then
+      log "--nproc $nproc: pstar's ranks over NCCL"
+    else
+      sets+=(--set distributed.backend=gloo)
+      log "--nproc $nproc: $("$pstar" --version | grep '^NCCL communicator:'); its ranks gather and reduce through host memory over Gloo (distributed.backend \"gloo\")"
+    fi
+  fi
+fi
+
 # One Mi random ids: 128 sequences' worth, plenty for random sampling; validated by pstar in one
 # scan at start-up.
 tokens=$out/tokens.bin
@@ -134,7 +160,7 @@ if [ "$bound" = auto ]; then
 fi
 
 # The hardware-wide prediction: the largest model pstar estimate says fits at this workload.
-estimate_hw=(--hardware "$hardware" --cpu-mem "$cpu_mem")
+estimate_hw=(--hardware "$hardware" --cpu-mem "$cpu_mem" --gpus-per-node "$nproc")
 rc=0
 "$pstar" estimate "${estimate_hw[@]}" --micro-batch "$micro_batch" --seq-len "$seq" \
   --vocab "$vocab" --json >"$out/estimate-max.json" 2>"$out/estimate-max.log" || rc=$?
@@ -198,17 +224,23 @@ reference() {
       2>"$dir/$name.log" || die "fsdp2_reference.py --dry-run failed: $(tail -n 1 "$dir/$name.log")"
     return
   fi
-  log "${hidden}x${layers}: $name ($mode, $optimizer AdamW)"
-  util measure "$dir/$name.measure.json" --timeout "$timeout" -- \
-    "$python" "$here/fsdp2_reference.py" "${args[@]}" >"$dir/$name.json" 2>"$dir/$name.log" ||
+  # FSDP2-offload on --nproc GPUs under torchrun; the plain references on one.
+  local launch=("$python") gpus=1
+  if [ "$mode" = fsdp2-offload ] && [ "$nproc" -gt 1 ]; then
+    launch=("$python" -m torch.distributed.run --standalone --nproc_per_node "$nproc")
+    gpus=$nproc
+  fi
+  log "${hidden}x${layers}: $name ($mode, $optimizer AdamW, $gpus GPU(s))"
+  util measure "$dir/$name.measure.json" --timeout "$timeout" --gpus "$gpus" -- \
+    "${launch[@]}" "$here/fsdp2_reference.py" "${args[@]}" >"$dir/$name.json" 2>"$dir/$name.log" ||
     log "${hidden}x${layers}: $name exited with $? ($(tail -n 1 "$dir/$name.log"))"
 }
 
 run_pstar() {  # run_pstar(DIR, HIDDEN, LAYERS); returns pstar's exit code
   local dir=$1 hidden=$2 layers=$3 rc=0
-  log "${hidden}x${layers}: pstar train ($((warmup + steps)) steps)"
-  util measure "$dir/pstar.measure.json" --timeout "$timeout" -- \
-    "$pstar" train "$dir/pstar.json" "${sets[@]}" --device cuda \
+  log "${hidden}x${layers}: pstar train ($((warmup + steps)) steps, $nproc GPU(s))"
+  util measure "$dir/pstar.measure.json" --timeout "$timeout" --gpus "$nproc" -- \
+    "$pstar" train "$dir/pstar.json" "${sets[@]}" --device cuda --nproc "$nproc" \
     --metrics "$dir/pstar.metrics.jsonl" >"$dir/pstar.log" 2>&1 || rc=$?
   [ "$rc" = 0 ] || log "${hidden}x${layers}: pstar exited with $rc ($(tail -n 1 "$dir/pstar.log"))"
   return "$rc"
@@ -220,7 +252,7 @@ row() {  # row(DIR, HIDDEN, LAYERS, [LARGEST_JSON]): one JSON line to stdout and
   [ -z "${4:-}" ] || extra+=(--largest "$4")
   [ -z "$rates" ] || extra+=(--rates "$rates")
   util row "$1" --hidden "$2" --layers "$3" --vocab "$vocab" --seq "$seq" \
-    --micro-batch "$micro_batch" --skip "$warmup" "${extra[@]}" | tee -a "$results"
+    --micro-batch "$micro_batch" --skip "$warmup" --nproc "$nproc" "${extra[@]}" | tee -a "$results"
 }
 
 bench_size() {  # bench_size(HIDDEN, LAYERS)
@@ -323,29 +355,33 @@ find_largest() {
 
 if [ "$dry_run" = 1 ]; then
   # The data and metrics path at toy size on the CPU: the same token file and config keys, a
-  # 2-layer model of width 64 (vocab unchanged, so the ids are checked against it).
+  # 2-layer model of width 64 (vocab unchanged, so the ids are checked against it), on --nproc
+  # ranks over Gloo.
   smoke=$out/smoke
   write_config "$smoke" 2048 24
   "$pstar" train "$smoke/pstar.json" "${sets[@]}" --set model.hidden=64 --set model.layers=2 \
     --set model.heads=2 --set model.seq_len=64 --set train_micro_batch_size_per_gpu=2 \
     --set training.steps=3 --set engine.device_memory=1GiB --set engine.host_memory=1GiB \
-    --device cpu --metrics "$smoke/pstar.metrics.jsonl" >"$smoke/pstar.log" 2>&1 ||
+    --device cpu --nproc "$nproc" --metrics "$smoke/pstar.metrics.jsonl" >"$smoke/pstar.log" 2>&1 ||
     die "the CPU smoke run of pstar failed: $(tail -n 1 "$smoke/pstar.log")"
   echo '{"exit_code": 0, "timed_out": false, "wall_s": 0, "host_peak_bytes": 0, "gpu_used_peak_bytes": null}' \
     >"$smoke/pstar.measure.json"
   util row "$smoke" --hidden 64 --layers 2 --vocab "$vocab" --seq 64 --micro-batch 2 --skip 1 \
-    --heads 2 ${rates:+--rates "$rates"} >"$smoke/row.json" 2>/dev/null
-  "$python" - "$smoke/row.json" <<'EOF' || die "the smoke run's metrics did not parse"
+    --heads 2 --nproc "$nproc" ${rates:+--rates "$rates"} >"$smoke/row.json" 2>/dev/null
+  "$python" - "$smoke/row.json" "$smoke/pstar.metrics.jsonl" "$nproc" <<'EOF' || die "the smoke run's metrics did not parse"
 import json, sys
 row = json.load(open(sys.argv[1]))
 assert row["pstar"]["steps_done"] == 3 and row["pstar"]["tokens_per_s"] > 0, row["pstar"]
+# The row counts every rank's micro-batch, as pstar's metrics count the global batch.
+last = [json.loads(l) for l in open(sys.argv[2]) if '"step_time_s"' in l][-1]
+assert last["tokens"] == 3 * int(sys.argv[3]) * 2 * 64, last
 assert row["params_agree"] and row["pstar"]["params_logged"] == row["params"], row
 bound = row["bound"]
 if bound is not None:  # --bound auto: host memory measured, each timed step held against it
     assert bound["host_memory_bytes_per_s"] > 0 and len(bound["steps"]) == 2, bound
     assert all(s["host_adam_s"] is not None for s in bound["steps"]), bound
 EOF
-  log "smoke: pstar trained 3 steps on the CPU; its metrics and parameter count parse"
+  log "smoke: pstar trained 3 steps on the CPU on $nproc rank(s); its metrics and parameter count parse"
 fi
 
 IFS=, read -r -a size_list <<<"$sizes"

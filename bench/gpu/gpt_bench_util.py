@@ -5,12 +5,12 @@ command with its memory peaks measured, and the JSON line of one model size.
   tokens PATH --count N --vocab V [--seed S]
   config PATH --hidden H --layers L --heads A --vocab V --seq S --micro-batch B --steps N
          --tokens PATH --device-memory SIZE [--host-memory SIZE] [--clip C] [--model JSON]
-  measure RESULT.json [--timeout S] -- COMMAND ...
+  measure RESULT.json [--timeout S] [--gpus N] -- COMMAND ...
   estimate-layers ESTIMATE.json
   rates-line RATES.json
   rate-config CONFIG.json OUT.json
   row DIR --hidden H --layers L --vocab V --seq S --micro-batch B --skip K [--largest JSON]
-      [--hf-config CONFIG.json] [--rates RATES.json]
+      [--hf-config CONFIG.json] [--rates RATES.json] [--nproc N]
 
 Token files hold uint16 ids for vocabularies up to 65536 and uint32 above (config follows).
 --model replaces the config's GPT model section with a JSON object (a Llama preset or a Hugging
@@ -24,14 +24,10 @@ import json
 import os
 import random
 import re
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import threading
-import time
 
+import run_measure
 import step_bound
 
 
@@ -91,73 +87,14 @@ def cmd_config(a):
         f.write("\n")
 
 
-class GpuSampler:
-    """Peak of nvidia-smi's memory.used for GPU 0 while a command runs: the whole device's use,
-    so it counts pstar's arena and LibTorch's cache alike (null without nvidia-smi)."""
-
-    def __init__(self):
-        self.peak_mib = None
-        self.proc = None
-        exe = shutil.which("nvidia-smi")
-        if exe is None:
-            return
-        try:
-            self.proc = subprocess.Popen(
-                [exe, "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0",
-                 "-lms", "200"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        except OSError:
-            return
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            try:
-                mib = int(line.strip())
-            except ValueError:
-                continue
-            self.peak_mib = mib if self.peak_mib is None else max(self.peak_mib, mib)
-
-    def stop(self):
-        if self.proc is None:
-            return None
-        self.proc.terminate()
-        self.proc.wait()
-        self.thread.join(timeout=5)
-        return None if self.peak_mib is None else self.peak_mib * 1024 * 1024
-
-
 def cmd_measure(a):
-    import resource
-    cmd = a.command
-    if not cmd:
+    if not a.command:
         sys.exit("gpt_bench_util measure: no command after --")
-    sampler = GpuSampler()
-    start = time.monotonic()
-    timed_out = False
-    # A session of its own, so that a timeout can stop the command and its children together.
-    proc = subprocess.Popen(cmd, start_new_session=True)
-    try:
-        rc = proc.wait(timeout=a.timeout or None)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(proc.pid, signal.SIGTERM)  # pstar finishes its step and exits with 143
-        try:
-            rc = proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            rc = proc.wait()
-    wall = time.monotonic() - start
-    gpu_peak = sampler.stop()
-    # ru_maxrss of the children covers every reaped descendant: the command's peak resident set
-    # (KiB on Linux). pinned (cudaHostAlloc) host memory is resident and counts.
-    maxrss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    rc = 128 - rc if rc < 0 else rc  # killed by a signal: the shell's convention
+    result = run_measure.measure(a.command, a.timeout, a.gpus)
     with open(a.result, "w") as f:
-        json.dump({"exit_code": rc, "timed_out": timed_out, "wall_s": wall,
-                   "host_peak_bytes": maxrss, "gpu_used_peak_bytes": gpu_peak}, f)
+        json.dump(result, f)
         f.write("\n")
-    return rc
+    return result["exit_code"]
 
 
 def cmd_estimate_layers(a):
@@ -275,7 +212,8 @@ def pstar_figures(d, a, params, fpt):
     if timed:
         times = [s["step_time_s"] for s in timed]
         mean = sum(times) / len(times)
-        tokens_per_step = a.micro_batch * a.seq
+        # Every rank trains a micro-batch of its own each step (the global batch).
+        tokens_per_step = a.micro_batch * a.seq * a.nproc
         out.update({
             "steps_timed": len(timed), "s_per_step": mean,
             "s_per_step_median": statistics.median(times), "s_per_step_min": min(times),
@@ -304,7 +242,7 @@ def pstar_figures(d, a, params, fpt):
             if vals:
                 split[key] = sum(vals) / len(vals)
         out["split_s_per_step"] = split or None
-        out["tflops"] = fpt * out["tokens_per_s"] / 1e12
+        out["tflops"] = fpt * out["tokens_per_s"] / a.nproc / 1e12  # per GPU
     return out
 
 
@@ -346,9 +284,10 @@ def estimate_figures(d, a, params, fpt):
     return {
         "fits": est.get("fits"), "reason": est.get("reason") or None,
         "tokens_per_s": tokens, "s_per_step": t.get("step_s"),
-        # The issue's formula, so that it reads beside the measured figure (estimate's own
-        # tflops_per_gpu counts 8·P FLOPs per token with checkpointing).
-        "tflops": None if tokens is None else fpt * tokens / 1e12,
+        # The issue's formula per GPU, so that it reads beside the measured figure (estimate's
+        # own tflops_per_gpu counts 8·P FLOPs per token with checkpointing); its tokens/s count
+        # every GPU of --gpus-per-node.
+        "tflops": None if tokens is None else fpt * tokens / a.nproc / 1e12,
         "host_used_bytes": (mem.get("host") or {}).get("used"),
         "gpu_used_bytes": (mem.get("gpu") or {}).get("used"),
         "chunks": est.get("chunks"),
@@ -377,7 +316,7 @@ def cmd_row(a):
         fpt = flops_per_token(params, a.layers, a.hidden, a.seq)
     row = {"bench": "gpt_offload", "model": model, "hidden": a.hidden, "layers": a.layers,
            "heads": max(1, a.hidden // 128) if a.heads is None else a.heads, "params": params,
-           "seq": a.seq, "micro_batch": a.micro_batch, "vocab": a.vocab,
+           "seq": a.seq, "micro_batch": a.micro_batch, "vocab": a.vocab, "nproc": a.nproc,
            "flops_per_token": fpt, "dry_run": a.dry_run}
     row["pstar"] = pstar_figures(d, a, params, fpt)
     row["fsdp2"] = reference_figures(d, "fsdp2", params)
@@ -416,7 +355,10 @@ def bound_figures(d, a, fpt, row):
             break
     rates = read_json(a.rates) if a.rates else None
     steps = [r for r in pstar_records(d) if "step_time_s" in r][a.skip:]
-    return step_bound.figures(steps, rates, fpt * a.micro_batch * a.seq, rate, source)
+    # Rank 0's step: its own micro-batch on its own GPU, and its copies over its own link; host
+    # Adam shares the host's memory with the other ranks of the node (ranks_per_host).
+    return step_bound.figures(steps, rates, fpt * a.micro_batch * a.seq, rate, source,
+                              ranks_per_host=a.nproc)
 
 
 def summary(row):
@@ -433,7 +375,8 @@ def summary(row):
         if r.get("s_per_step_min") is not None and r.get("s_per_step_max") is not None:
             spread = (f" (median {r['s_per_step_median']:.3f}, {r['s_per_step_min']:.3f}-"
                       f"{r['s_per_step_max']:.3f})")
-        return (f"{name} {r['tokens_per_s']:.0f} tok/s {r['tflops']:.1f} TFLOPS "
+        per_gpu = "/GPU" if row["nproc"] > 1 else ""
+        return (f"{name} {r['tokens_per_s']:.0f} tok/s {r['tflops']:.1f} TFLOPS{per_gpu} "
                 f"{r['s_per_step']:.3f} s/step{spread}, host {r['host_bytes_per_param']:.1f} B/param")
     parts = [p for p in map(side, ("pstar", "fsdp2", "plain")) if p]
     for key in ("ratio_vs_fsdp2", "ratio_vs_plain"):
@@ -508,6 +451,7 @@ def main(argv):
     m = sub.add_parser("measure")
     m.add_argument("result")
     m.add_argument("--timeout", type=float, default=0)
+    m.add_argument("--gpus", type=int, default=1, help="GPUs whose memory use is sampled")
 
     e = sub.add_parser("estimate-layers")
     e.add_argument("path")
@@ -517,6 +461,8 @@ def main(argv):
     for name in ("--hidden", "--layers", "--vocab", "--seq", "--micro-batch", "--skip"):
         r.add_argument(name, type=int, required=True)
     r.add_argument("--heads", type=int, default=None)
+    r.add_argument("--nproc", type=int, default=1,
+                   help="GPUs (ranks) of the runs: tokens/s counts all, TFLOPS are per GPU")
     r.add_argument("--dry-run", action="store_true")
     r.add_argument("--largest", default="", help="a JSON object for the row's 'largest' key")
     r.add_argument("--hf-config", default="", help="a Llama-family model's config.json")

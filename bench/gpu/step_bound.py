@@ -8,6 +8,10 @@ The bound is the largest of three terms, each assuming the other two hidden behi
              (both directions' bytes over the rate of both at once), rates from machine_rates.py;
   host Adam  adam_host_bytes over the host memory bandwidth from machine_rates.py.
 A term whose rate was not measured is left out (null), and the bound is then that of the rest.
+
+With several ranks on one host the steps are one rank's: its micro-batch on its own GPU and its
+copies over its own link (the rates are one GPU's), while the host's memory bandwidth is shared,
+so the host Adam term counts the node's ranks_per_host ranks, each updating as many bytes.
 """
 
 import statistics
@@ -20,7 +24,7 @@ def over(amount, rate):
     return None if not rate else amount / rate
 
 
-def step_terms(step, rates, flops_per_step, model_flops_rate):
+def step_terms(step, rates, flops_per_step, model_flops_rate, ranks_per_host=1):
     h2d = step.get("moved_h2d_bytes") or 0
     d2h = step.get("moved_d2h_bytes") or 0
     copies = [over(h2d, rates.get("h2d_bytes_per_s")), over(d2h, rates.get("d2h_bytes_per_s")),
@@ -30,11 +34,12 @@ def step_terms(step, rates, flops_per_step, model_flops_rate):
     return {
         "compute_s": over(flops_per_step, model_flops_rate),
         "copy_s": max(copies) if copies else None,
-        "host_adam_s": None if adam is None else over(adam, rates.get("host_memory_bytes_per_s")),
+        "host_adam_s": None if adam is None else over(adam * ranks_per_host,
+                                                      rates.get("host_memory_bytes_per_s")),
     }
 
 
-def figures(timed_steps, rates, flops_per_step, model_flops_rate, rate_source):
+def figures(timed_steps, rates, flops_per_step, model_flops_rate, rate_source, ranks_per_host=1):
     """The 'bound' object of a row: per timed step its terms, bound and step / bound, and the
     median ratio; None when there is nothing to hold the steps against."""
     if not timed_steps or (rates is None and not model_flops_rate):
@@ -42,7 +47,7 @@ def figures(timed_steps, rates, flops_per_step, model_flops_rate, rate_source):
     rates = rates or {}
     per_step = []
     for s in timed_steps:
-        t = step_terms(s, rates, flops_per_step, model_flops_rate)
+        t = step_terms(s, rates, flops_per_step, model_flops_rate, ranks_per_host)
         known = {k: v for k, v in t.items() if v is not None}
         bound = max(known.values()) if known else None
         per_step.append(dict(
@@ -56,7 +61,7 @@ def figures(timed_steps, rates, flops_per_step, model_flops_rate, rate_source):
         "d2h_bytes_per_s": rates.get("d2h_bytes_per_s"),
         "two_way_bytes_per_s": rates.get("two_way_bytes_per_s"),
         "host_memory_bytes_per_s": rates.get("host_memory_bytes_per_s"),
-        "flops_per_step": flops_per_step,
+        "flops_per_step": flops_per_step, "ranks_per_host": ranks_per_host,
         "steps": per_step,
         "ratio_median": statistics.median(ratios) if ratios else None,
     }

@@ -78,6 +78,11 @@ TEST(VersionCliTest, VersionComesFromTheProjectVersion) {
   EXPECT_EQ(r.out.substr(0, r.out.find('\n')), std::string("pstar ") + PSTAR_TEST_PROJECT_VERSION)
       << r;
   EXPECT_TRUE(contains(r.out, "\nLibTorch ")) << r;
+  // gpt_bench.sh --nproc reads this line to choose the backend of several GPU ranks; a build
+  // without the communicator says why (dist::nccl_missing_reason(), which train's error gives).
+  EXPECT_TRUE(
+      std::regex_search(r.out, std::regex("\nNCCL communicator: (built|not built \\(.+\\))\n")))
+      << r;
 }
 
 TEST_F(TrainCliTest, RunWritesSummaryAndMetrics) {
