@@ -13,6 +13,7 @@
 #include <torch/utils.h>
 
 #include "pstar/base/error.h"
+#include "pstar/core/blas_core.h"
 #include "pstar/core/log.h"
 
 namespace pstar::core {
@@ -63,6 +64,13 @@ void configure_heap() {
 
 void configure_runtime(int64_t ranks_per_host) {
   configure_heap();
+  // Note [openblas core]: done before main; said once, where the run's log begins.
+  static const bool blas_said = [] {
+    const BlasCoreReport& blas = configure_blas_core();
+    if (!blas.line.empty()) log::info(blas.line);
+    return true;
+  }();
+  (void)blas_said;
   if (std::getenv("OMP_NUM_THREADS") == nullptr) {
     // Ranks on one host split its cores: more threads than cores would only contend.
     const int cores = static_cast<int>(std::thread::hardware_concurrency());

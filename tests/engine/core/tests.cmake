@@ -4,6 +4,7 @@
 add_library(pstar_test_fs_clash SHARED ${CMAKE_CURRENT_LIST_DIR}/fs_clash.cpp)
 pstar_add_test(NAME engine_core_tests LABEL unit PCH
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/link_test.cpp ${CMAKE_CURRENT_LIST_DIR}/device_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/blas_core_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/ordered_worker_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/setup_phases_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/parallel_fill_test.cpp

@@ -18,6 +18,8 @@ c10::Device resolve_device(const std::string& name, const std::string& what);
 // - PSTAR_ONEDNN=0 turns LibTorch's oneDNN (mkldnn) CPU kernels off. bf16 matmuls then take
 //   ATen's fallback GEMM, the path every CPU without AVX-512 takes (Note [bf16 on CPUs]), so its
 //   speed and numerics can be reproduced on any x86-64 machine;
+// - the start-up log says which OpenBLAS kernels pstar chose where OpenBLAS's own choice was its
+//   slow fallback (Note [openblas core] in blas_core.h; the choice itself is made before main);
 // - the C allocator keeps LibTorch's CPU tensors in its heap for reuse (Note [heap for
 //   activations] in device.cpp), unless MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ say
 //   otherwise.
