@@ -42,20 +42,16 @@ BlasCoreReport configure() {
     if (same_name(report.detected, "Prescott") && user == nullptr) report.line = choice.why;
     return report;
   }
-  const auto quit = find<VoidFn>("gotoblas_dynamic_quit");
-  const auto init = find<VoidFn>("gotoblas_dynamic_init");
-  if (quit == nullptr || init == nullptr) {
+  // Before main nothing calls into OpenBLAS, so no call sees the table change under it.
+  report.in_use = switch_blas_core(choice.core);
+  if (report.in_use.empty()) {
+    report.in_use = report.detected;
     report.line = str_cat("blas: OpenBLAS runs its ", report.detected, " kernels, ", choice.why,
                           ", but this OpenBLAS cannot change them after loading (no "
                           "gotoblas_dynamic_init); start pstar with OPENBLAS_CORETYPE=",
                           choice.core);
     return report;
   }
-  // Before main nothing calls into OpenBLAS, so no call sees the table change under it.
-  setenv("OPENBLAS_CORETYPE", choice.core.c_str(), 1);
-  quit();
-  init();
-  report.in_use = corename();
   report.switched = same_name(report.in_use, choice.core);
   report.line =
       report.switched
@@ -106,6 +102,18 @@ BlasCoreChoice choose_blas_core(const std::string& detected, const char* user_co
 const BlasCoreReport& configure_blas_core() {
   std::call_once(g_once, [] { g_report = configure(); });
   return g_report;
+}
+
+std::string switch_blas_core(const std::string& core) {
+  const auto corename = find<CorenameFn>("openblas_get_corename");
+  const auto quit = find<VoidFn>("gotoblas_dynamic_quit");
+  const auto init = find<VoidFn>("gotoblas_dynamic_init");
+  if (corename == nullptr || quit == nullptr || init == nullptr) return "";
+  // The library's load-time choice, redone: it reads OPENBLAS_CORETYPE first.
+  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  quit();
+  init();
+  return corename();
 }
 
 std::string blas_core_in_use() {

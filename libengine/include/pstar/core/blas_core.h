@@ -54,4 +54,10 @@ const BlasCoreReport& configure_blas_core();
 // OpenBLAS's kernels in use now, or "" where the process's BLAS is not OpenBLAS.
 std::string blas_core_in_use();
 
+// Switches OpenBLAS to the kernels named `core` (OpenBLAS's names: "Prescott", "Haswell",
+// "SkylakeX", ...) and sets OPENBLAS_CORETYPE to it, for pstar-bench-blas, which times each; the
+// kernels in use afterwards ("" without OpenBLAS or where its choice cannot be redone). Only while
+// no BLAS call runs, and only kernels the CPU can run (OpenBLAS does not check).
+std::string switch_blas_core(const std::string& core);
+
 }  // namespace pstar::core
