@@ -136,11 +136,12 @@ if [ "$nproc" -gt 1 ]; then
       die "--nproc $nproc: $gpus GPU(s) visible (CUDA_VISIBLE_DEVICES '${CUDA_VISIBLE_DEVICES:-unset}'); train on at most $gpus"
   fi
   if ! printf '%s\n' "${sets[@]}" | grep -q '^distributed\.backend='; then
-    if "$pstar" --version | grep -q '^NCCL communicator: built'; then
+    nccl=$("$pstar" --version | grep '^NCCL communicator:' || true)
+    if [ "$nccl" = "NCCL communicator: built" ]; then
       log "--nproc $nproc: pstar's ranks over NCCL"
     else
       sets+=(--set distributed.backend=gloo)
-      log "--nproc $nproc: $("$pstar" --version | grep '^NCCL communicator:'); its ranks gather and reduce through host memory over Gloo (distributed.backend \"gloo\")"
+      log "--nproc $nproc: ${nccl:-pstar names no NCCL communicator}; its ranks gather and reduce through host memory over Gloo (distributed.backend \"gloo\")"
     fi
   fi
 fi

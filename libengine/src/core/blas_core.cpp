@@ -39,7 +39,8 @@ BlasCoreReport configure() {
       choose_blas_core(report.detected, user, std::getenv("ATEN_CPU_CAPABILITY"), cpu_vectors());
   if (choice.core.empty()) {
     // Say so only where it matters: Prescott kept on a CPU that could do better is slow.
-    if (same_name(report.detected, "Prescott") && user == nullptr) report.line = choice.why;
+    if (same_name(report.detected, "Prescott") && user == nullptr)
+      report.line = str_cat("blas: OpenBLAS runs its Prescott (SSE3) kernels; ", choice.why);
     return report;
   }
   // Before main nothing calls into OpenBLAS, so no call sees the table change under it.
@@ -88,10 +89,7 @@ BlasCoreChoice choose_blas_core(const std::string& detected, const char* user_co
     return {"", str_cat("OPENBLAS_CORETYPE=", user_coretype, " chooses OpenBLAS's kernels")};
   if (!same_name(detected, "Prescott"))
     return {"", str_cat("OpenBLAS recognised this CPU (", detected, " kernels)")};
-  if (!cpu.avx2_fma)
-    return {"",
-            "blas: OpenBLAS runs its Prescott (SSE3) kernels, and this CPU has no AVX2 and "
-            "FMA for better ones"};
+  if (!cpu.avx2_fma) return {"", "this CPU has no AVX2 and FMA for better ones"};
   const bool avx2_forced = aten_capability != nullptr && std::string(aten_capability) == "avx2";
   if (cpu.avx512_skx && !avx2_forced)
     return {"SkylakeX", "this CPU, which that OpenBLAS does not recognise, has AVX-512"};

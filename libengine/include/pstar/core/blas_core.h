@@ -10,14 +10,14 @@ namespace pstar::core {
 // kernels, "Prescott" (SSE3), for a model it does not know: every Intel model newer than it
 // (Sapphire Rapids 143, Emerald Rapids 207, ...), and virtual machines that report such a model.
 // fp32 matmuls then run at about a fifth of the rate the same CPU reaches with its AVX-512
-// ("SkylakeX") kernels (bench/README.md, "BLAS kernels"). OpenBLAS fixed the fallback in 0.3.25
+// ("SkylakeX") kernels (bench/README.md, `pstar-bench-blas`). OpenBLAS fixed the fallback in 0.3.25
 // (it now falls back by the CPU's features); for the versions before, pstar makes the same choice
 // itself: where the library took Prescott, OPENBLAS_CORETYPE is unset and the CPU has AVX2 and FMA,
 // it switches the library to its SkylakeX kernels (AVX-512 F, BW, DQ and VL) or its Haswell ones
 // (AVX2), and sets OPENBLAS_CORETYPE to that name for the processes it starts (the ranks of
 // --nproc), whose OpenBLAS then chooses it at load. The switch happens before main (a static
 // initializer of blas_core.cpp), so that no matmul of the process runs on the other kernels.
-// ATEN_CPU_CAPABILITY=avx2 (the AVX2 paths forced, docs/engine.md) chooses Haswell. A user's
+// ATEN_CPU_CAPABILITY=avx2 (the AVX2 paths forced, docs/training.md) chooses Haswell. A user's
 // OPENBLAS_CORETYPE always wins, and a BLAS other than OpenBLAS (MKL in PyTorch's wheels) is left
 // alone. The kernels differ in the order they add products, so results differ in the last bits
 // between them, as between machines.
@@ -29,9 +29,10 @@ struct CpuVectors {
 };
 CpuVectors cpu_vectors();
 
-// The core to switch OpenBLAS to, with the reason, or an empty `core` to leave its choice (the
-// reason then says why). `detected`: the library's choice (openblas_get_corename());
-// `user_coretype` and `aten_capability`: OPENBLAS_CORETYPE and ATEN_CPU_CAPABILITY, or null.
+// The core to switch OpenBLAS to, or an empty `core` to leave its choice; `why` is the reason
+// either way, a phrase for the start-up line. `detected`: the library's choice
+// (openblas_get_corename()); `user_coretype` and `aten_capability`: OPENBLAS_CORETYPE and
+// ATEN_CPU_CAPABILITY, or null.
 struct BlasCoreChoice {
   std::string core;
   std::string why;
