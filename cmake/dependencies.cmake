@@ -143,12 +143,10 @@ if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
   set(_pstar_cuda_default ON)
 endif()
 option(PSTAR_WITH_CUDA "Build the CUDA device tier (needs a CUDA LibTorch)" ${_pstar_cuda_default})
-find_library(PSTAR_NCCL_LIBRARY nccl HINTS /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu)
-set(_pstar_nccl_default OFF)
-if(PSTAR_WITH_CUDA AND PSTAR_NCCL_LIBRARY)
-  set(_pstar_nccl_default ON)
-endif()
-option(PSTAR_WITH_NCCL "Build NCCL collectives" ${_pstar_nccl_default})
+# A CUDA LibTorch brings c10d's NCCL group and the NCCL library it loads; pstar needs only NCCL's
+# header beside it (libengine/src/dist/sources.cmake finds it).
+option(PSTAR_WITH_NCCL "Build the NCCL communicator (needs a CUDA LibTorch 2.x and nccl.h)"
+       ${_pstar_cuda_default})
 if(PSTAR_WITH_CUDA AND NOT _pstar_cuda_default)
   message(FATAL_ERROR "PSTAR_WITH_CUDA=ON but the LibTorch found (${Torch_DIR}) has no CUDA. "
                       "Point CMAKE_PREFIX_PATH at a CUDA LibTorch, or configure with -DPSTAR_WITH_CUDA=OFF.")

@@ -138,6 +138,7 @@ python=${PYTHON:-python3}
 phase_results=$out/phases.jsonl
 : >"$phase_results"
 failed=0
+nccl_failed=0  # phase_build: the NCCL communicator did not compile, and pstar was built without it
 t_all=$(date +%s)
 
 wanted() {
@@ -185,7 +186,8 @@ run_phase() {
 build_targets() {
   if wanted suite; then echo all; return; fi
   local targets=(pstar)
-  wanted gpu && targets+=(engine_cuda_tests engine_tier_gpu_tests engine_model_gpu_tests cmd_gpu_tests)
+  wanted gpu && targets+=(engine_cuda_tests engine_tier_gpu_tests engine_model_gpu_tests engine_dist_gpu_tests
+                           cmd_gpu_tests)
   wanted devices && targets+=(cmd_devices_tests)
   wanted kernels && targets+=(pstar-bench-adam-kernel)
   echo "${targets[*]}"
@@ -206,6 +208,13 @@ phase_build() {
               -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}"
               -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
               -DCMAKE_POLICY_VERSION_MINIMUM=3.5)
+  # NCCL's header for the NCCL communicator: the toolkit's, else the nvidia-nccl wheel's that
+  # PyTorch loads its NCCL from.
+  local nccl_include
+  nccl_include=$("$python" -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "include"))' 2>/dev/null) || true
+  if [ ! -f /usr/local/cuda/include/nccl.h ] && [ -f "$nccl_include/nccl.h" ]; then
+    args+=(-DPSTAR_NCCL_INCLUDE_DIR="$nccl_include")
+  fi
   if [ -d "$deps/usr" ]; then
     args+=(-DPSTAR_DEPS_DIR="$deps")
   else
@@ -218,7 +227,19 @@ phase_build() {
   local targets
   read -r -a targets <<<"$(build_targets)"
   echo "targets: ${targets[*]}"
-  cmake --build "$build" -j "$jobs" --target "${targets[@]}" -- -k 0 || return 1
+  if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" -- -k 0 2>&1 | tee "$build/pstar-build.log"; then
+    # The NCCL communicator is compiled against this LibTorch only here. Should it alone fail,
+    # the build goes on without it, so that every other phase still runs, and the run fails.
+    local failed
+    failed=$(grep '^FAILED: ' "$build/pstar-build.log" | grep -v 'nccl_communicator' || true)
+    if [ -n "$failed" ] || ! grep -q '^FAILED: .*nccl_communicator' "$build/pstar-build.log"; then
+      return 1
+    fi
+    echo "gpu-verify: FAILED: the NCCL communicator does not compile against this LibTorch (errors above); building without it"
+    nccl_failed=1
+    cmake "${args[@]}" -DPSTAR_WITH_NCCL=OFF >/dev/null || return 1
+    cmake --build "$build" -j "$jobs" --target "${targets[@]}" -- -k 0 || return 1
+  fi
   # pstar's kernels must carry machine code for the chip (sm_90 on Hopper), not only PTX.
   local elf
   elf=$(cuobjdump --list-elf "$build/libpstar_cuda.a" 2>&1) || { echo "$elf"; return 1; }
@@ -226,6 +247,7 @@ phase_build() {
   local want="sm_${CUDA_ARCHS:-90}"
   echo "$elf" | grep -q "$want" || { echo "gpu-verify: pstar_cuda has no $want machine code"; return 1; }
   "$build/pstar" --version
+  [ "$nccl_failed" = 0 ]
 }
 
 # ctest_every LABEL WHAT: every test of LABEL (an anchored -L regular expression, so that another

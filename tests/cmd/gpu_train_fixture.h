@@ -53,8 +53,10 @@ class GpuTrainTest : public DistTrainTest {
   // gpt-tiny on one GPU rank and on two ranks (the same global batch of 4 sequences: micro-batch
   // 4, then 2 each; 6 steps; engine.device_memory 1GiB) with `distributed` for both, each run
   // `name`d in its files. Checks that both ran, that each of the two ranks holds half the model
-  // data (within a chunk) and stages its GPU payloads through host blocks (gloo) every step.
-  OneAndTwo one_and_two_ranks(const json& distributed, const std::string& name) {
+  // data (within a chunk), and that it stages its GPU payloads through host blocks every step
+  // (`staged`: gloo) or never (NCCL moves them in GPU memory, Note [device collectives]).
+  OneAndTwo one_and_two_ranks(const json& distributed, const std::string& name,
+                              bool staged = true) {
     constexpr int64_t kSteps = 6, kGlobalBatch = 4;
     OneAndTwo out;
     int64_t whole_model_data = 0, chunk_whole = 0;
@@ -82,8 +84,13 @@ class GpuTrainTest : public DistTrainTest {
           EXPECT_NEAR(static_cast<double>(m["model_data_bytes"].get<int64_t>()),
                       static_cast<double>(whole_model_data) / n, static_cast<double>(chunk_whole))
               << "rank " << rank << ", step " << m["step"];
-          EXPECT_GT(m["comm_staged_bytes"].get<int64_t>(), 0)
-              << "GPU payloads travel through host blocks over gloo: " << m.dump();
+          if (staged) {
+            EXPECT_GT(m["comm_staged_bytes"].get<int64_t>(), 0)
+                << "GPU payloads travel through host blocks over gloo: " << m.dump();
+          } else {
+            EXPECT_EQ(m["comm_staged_bytes"].get<int64_t>(), 0)
+                << "NCCL reads and writes the GPU payloads in place: " << m.dump();
+          }
         }
       }
       out.two = std::move(rank0);

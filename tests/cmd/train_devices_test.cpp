@@ -2,7 +2,8 @@
 // computes on a GPU of its own (local rank r on cuda:r of the visible ones) and the start-up log
 // names it; over gloo (the collectives staged through host memory, Note [staged collectives]) two
 // ranks on two GPUs track one GPU rank, each holding half the model data; "auto" with ranks on GPUs
-// of their own names nccl, which no build has yet. Label "multidevice", which `ctest -L gpu`
+// of their own is nccl, which trains them the same way in a build with the NCCL communicator and
+// is refused, naming nccl, in one without. Label "multidevice", which `ctest -L gpu`
 // (a regular expression) does not select: scripts/gpu-verify.sh runs these in a phase of their own
 // when it finds two GPUs or more. Skipped, with the reason, without a CUDA build or with fewer
 // than two GPUs.
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu_train_fixture.h"
+#include "pstar/dist/communicator.h"
 
 namespace pstar::cmd {
 namespace {
@@ -39,9 +41,20 @@ TEST_F(SeveralGpusTrain, TwoRanksOnTwoGpusEachTakeTheirOwnAndTrackOneGpuRank) {
               largest);
 }
 
-// "auto" on ranks with GPUs of their own means nccl, which this build does not have: refused
-// before training, naming nccl and the key that works.
-TEST_F(SeveralGpusTrain, AutoBackendOnGpusOfTheirOwnNamesNccl) {
+// "auto" on ranks with GPUs of their own means nccl (Note [device collectives]). With the NCCL
+// communicator two ranks on two GPUs track one GPU rank with nothing staged through host memory;
+// a build without it refuses before training, naming nccl and the key that works.
+TEST_F(SeveralGpusTrain, AutoBackendOnGpusOfTheirOwnIsNccl) {
+  if (dist::nccl_missing_reason().empty()) {
+    const OneAndTwo runs = one_and_two_ranks(json::object(), "nccl", /*staged=*/false);
+    EXPECT_TRUE(contains(runs.two_run.err, "collectives over nccl")) << runs.two_run;
+    const double largest = expect_losses_track(runs.two, runs.one, 1e-5);
+    std::printf(
+        "two ranks on two GPUs over nccl against one: largest relative loss difference "
+        "%.3g\n",
+        largest);
+    return;
+  }
   const auto r = train_on_gpu(write_config(config(2, 2)), {"--nproc", "2"});
   EXPECT_NE(r.exit_code, 0) << r;
   for (const char* part : {"nccl", "distributed.backend \"gloo\""})

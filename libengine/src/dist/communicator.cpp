@@ -1,4 +1,4 @@
-// What every communicator shares, and why this build has no NCCL one.
+// What every communicator shares, and why a build has no NCCL one.
 #include "pstar/dist/communicator.h"
 
 #include "pstar/base/error.h"
@@ -13,17 +13,27 @@ double Communicator::all_reduce_sum(double value) {
 }
 
 std::string nccl_missing_reason() {
-  // Debian's LibTorch 1.13 is built without CUDA, so without c10d's ProcessGroupNCCL, and 1.13's
-  // NCCL group differs from 2.x's in the calls the communicator needs: it is meant for a CUDA
-  // LibTorch 2.x only, where it is not written yet either.
-#if PSTAR_TORCH_VERSION_AT_LEAST(2, 0)
-  return str_cat("pstar's NCCL communicator over LibTorch ", compat::torch_version(),
-                 "'s ProcessGroupNCCL is not written yet (issue 36)");
+#if PSTAR_HAVE_NCCL_COMMUNICATOR
+  return {};
+#elif PSTAR_TORCH_VERSION_AT_LEAST(2, 0)
+  // sources.cmake builds the NCCL communicator with a CUDA LibTorch 2.x and PSTAR_WITH_NCCL.
+  return str_cat(
+      "it was built without pstar's NCCL communicator (LibTorch ", compat::torch_version(),
+      "; it needs a CUDA LibTorch with c10d's ProcessGroupNCCL and -DPSTAR_WITH_NCCL=ON)");
 #else
+  // Debian's LibTorch 1.13 is built without CUDA, so without c10d's ProcessGroupNCCL.
   return str_cat("its LibTorch ", compat::torch_version(),
-                 " has no ProcessGroupNCCL, and pstar's NCCL communicator, for a build against a "
-                 "CUDA LibTorch 2.x as scripts/gpu-verify.sh makes, is not written yet (issue 36)");
+                 " has no ProcessGroupNCCL; pstar's NCCL communicator is built against a CUDA "
+                 "LibTorch 2.x, as scripts/gpu-verify.sh does");
 #endif
 }
+
+#if !PSTAR_HAVE_NCCL_COMMUNICATOR
+std::unique_ptr<Communicator> connect_nccl(std::unique_ptr<Communicator> /*host*/, int /*device*/,
+                                           std::chrono::seconds /*timeout*/) {
+  PSTAR_THROW(ConfigError, "distributed.backend \"nccl\": this build of pstar cannot use it: ",
+              nccl_missing_reason(), "; set distributed.backend to \"gloo\"");
+}
+#endif
 
 }  // namespace pstar::dist

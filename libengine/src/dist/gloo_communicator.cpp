@@ -15,6 +15,7 @@
 
 #include <torch/torch.h>
 
+#include "gloo_store.h"
 #include "pstar/base/error.h"
 #include "pstar/core/clock.h"
 #include "pstar/core/log.h"
@@ -47,6 +48,7 @@ class GlooCommunicator final : public Communicator {
   void barrier() override;
   std::vector<std::string> exchange(const std::string& key, const std::string& mine) override;
   CommStats take_stats() override;
+  const c10::intrusive_ptr<c10d::Store>& store() const { return state_.store; }
 
  private:
   struct State {
@@ -224,6 +226,11 @@ CommStats GlooCommunicator::take_stats() {
 }
 
 }  // namespace
+
+c10::intrusive_ptr<c10d::Store> gloo_store(Communicator& comm) {
+  auto* gloo = dynamic_cast<GlooCommunicator*>(&comm);
+  return gloo != nullptr ? gloo->store() : c10::intrusive_ptr<c10d::Store>();
+}
 
 std::unique_ptr<Communicator> connect_gloo(const WorldInfo& world, std::chrono::seconds timeout) {
   return std::make_unique<GlooCommunicator>(world, timeout);

@@ -211,6 +211,10 @@ class ChunkStore {
   // Host memory the store's owners hold beside the chunks (speculation's rollback slots): counted
   // like payloads (negative: given back).
   void add_host_bytes(int64_t bytes) { add_bytes(Place::kHost, bytes); }
+  // The same for either side: the collectives' staging blocks (Note [staged collectives]).
+  void add_side_bytes(tier::Side side, int64_t bytes) {
+    add_bytes(side == tier::Side::kDevice ? Place::kDevice : Place::kHost, bytes);
+  }
   // OutOfMemoryError when the host holds more than its budget, payloads or pools.
   void check_host();
   void check_host_pools();

@@ -17,7 +17,10 @@ chunk::Sharding sharding_of(const dist::Communicator* comm) {
 }
 
 GroupSync::GroupSync(ChunkStore& store, dist::Communicator* comm, bool beside_compute)
-    : store_(store), comm_(comm), beside_(comm != nullptr && beside_compute) {
+    : store_(store),
+      comm_(comm),
+      beside_(comm != nullptr && beside_compute),
+      comm_side_(comm != nullptr && comm->on_device() ? tier::Side::kDevice : tier::Side::kHost) {
   if (comm_ != nullptr) worker_ = std::make_unique<core::OrderedWorker>();
 }
 
@@ -39,7 +42,7 @@ int64_t GroupSync::group_chunk(int64_t g, int64_t part) const {
 int64_t GroupSync::own_chunk(int64_t g) const { return group_chunk(g, store_.sharding().rank); }
 
 bool GroupSync::staged(const tier::Block& block) const {
-  return block.side() == tier::Side::kDevice && !store_.tier().host_addresses_device();
+  return block.side() != comm_side_ && !store_.tier().host_addresses_device();
 }
 
 void GroupSync::gather(int64_t g) {

@@ -18,16 +18,20 @@ class Communicator;
 namespace pstar::engine {
 
 // Note [staged collectives]
-// The communicator moves host memory (Gloo's rings, Note [ring collectives]). Where the host
-// cannot address the tier's device blocks (the CUDA tier: ranks sharing a GPU over Gloo), a group's
-// device-side payloads travel through host blocks, one per part: before an all-gather this rank's
-// part is copied out, after it the others' are copied in; a reduce-scatter reads each device-side
-// gradient from a host copy and writes this rank's sum back through one. Each copy is waited for
-// before the bytes are used or the host block is reused. Each queued collective (Note
-// [collectives beside compute]) has blocks of its own, counted in the host budget and freed when
-// it is finished. On the emulated tier nothing is staged; tests stage through a tier that says it
-// cannot address its device side (CheckingTier), and the losses are the same bits. The device
-// communicator (NCCL) will move device payloads without staging.
+// A communicator moves either host memory (Gloo's rings, Note [ring collectives]) or the memory
+// of the rank's GPU (NCCL, Note [device collectives] in pstar/dist/communicator.h): its side.
+// Where the tier's two sides are separate memories (the CUDA tier; host_addresses_device() false),
+// a payload on the other side travels through a block of the communicator's side, one per part:
+// for Gloo a device-side payload (ranks sharing a GPU), for NCCL a host-side one (a host-only
+// chunk, the CPU embedding's). Before an all-gather this rank's part is copied out, after it the
+// others' are copied in; a reduce-scatter reads each such gradient from a copy and writes this
+// rank's sum back through one. Each copy is waited for before the bytes are used or the block is
+// reused. Each queued collective (Note [collectives beside compute]) has blocks of its own,
+// counted in the budget of their side and freed when it is finished. On the emulated tier
+// nothing is staged; tests stage through a tier that says its sides are separate (CheckingTier),
+// with a host communicator and with a device one, and the losses are the same bits.
+// The reduction's fp32 buffers live on the communicator's side too: host vectors, or tensors on
+// the GPU from LibTorch's allocator, inside the non-model memory the warm-up measures.
 
 // Note [collectives beside compute]
 // Every collective of the engine runs on one communication thread (a core::OrderedWorker) in the
@@ -161,14 +165,14 @@ class GroupSync {
 
  private:
   int64_t group_chunk(int64_t g, int64_t part) const;
-  // Note [staged collectives]: whether `block` must travel through a host block.
+  // Note [staged collectives]: whether `block` must travel through a block of comm_side_.
   bool staged(const tier::Block& block) const;
   // A tensor of the group is between its module's pre-hook and its end of use (a tied weight
   // waits in kCompute for its gradient through the whole backward).
   bool in_use(int64_t g) const;
   // Note [collectives beside compute].
-  // Group g's staging block for `part` of `bytes` (Note [staged collectives]), counted in the host
-  // budget until release_staged.
+  // Group g's staging block for `part` of `bytes` on comm_side_ (Note [staged collectives]),
+  // counted in that side's budget until release_staged.
   tier::Block& staged_block(int64_t g, int64_t part, int64_t bytes);
   void release_staged(int64_t g);
   void queue_gather(int64_t g, bool start_now);
@@ -190,10 +194,15 @@ class GroupSync {
   ChunkStore& store_;
   dist::Communicator* comm_;
   std::vector<Group> groups_;
-  std::vector<float> reduced_;  // reduce's fp32 sum of this rank's chunk
-  std::vector<float> widened_;  // a bf16 or fp16 gradient part in fp32 (reduce_parts)
+  // reduce_parts' fp32 buffers on comm_side_: this rank's sum, and a bf16 or fp16 gradient part
+  // widened; host vectors, or tensors of the GPU for a device communicator.
+  std::vector<float> reduced_, widened_;
+  at::Tensor device_reduced_, device_widened_;
+  float* reduce_buffer(std::vector<float>& host, at::Tensor& device, int64_t numel);
   int64_t gathers_ = 0, reductions_ = 0, staged_bytes_ = 0;
-  const bool beside_;              // Note [collectives beside compute]
+  const bool beside_;  // Note [collectives beside compute]
+  // Where the communicator's collectives read and write (Note [staged collectives]).
+  const tier::Side comm_side_;
   std::vector<int64_t> complete_;  // groups settle() found complete, for issue_reductions
   double wait_seconds_ = 0;
   int64_t gathers_ahead_ = 0;

@@ -72,8 +72,8 @@ tier::Block& GroupSync::staged_block(int64_t g, int64_t part, int64_t bytes) {
   group.staged.resize(static_cast<size_t>(store_.sharding().world_size));
   tier::Block& block = group.staged[static_cast<size_t>(part)];
   if (!block) {
-    block = store_.tier().allocate_uninitialized(tier::Side::kHost, bytes);
-    store_.add_host_bytes(bytes);
+    block = store_.tier().allocate_uninitialized(comm_side_, bytes);
+    store_.add_side_bytes(comm_side_, bytes);
   }
   return block;
 }
@@ -81,7 +81,7 @@ tier::Block& GroupSync::staged_block(int64_t g, int64_t part, int64_t bytes) {
 void GroupSync::release_staged(int64_t g) {
   for (tier::Block& block : groups_[static_cast<size_t>(g)].staged) {
     if (!block) continue;
-    store_.add_host_bytes(-block.bytes());
+    store_.add_side_bytes(comm_side_, -block.bytes());
     block.reset();
   }
   groups_[static_cast<size_t>(g)].staged.clear();
@@ -196,32 +196,49 @@ void GroupSync::queue_reduce(int64_t g) {
   });
 }
 
+float* GroupSync::reduce_buffer(std::vector<float>& host, at::Tensor& device, int64_t numel) {
+  if (comm_side_ == tier::Side::kHost) {
+    host.resize(static_cast<size_t>(numel));
+    return host.data();
+  }
+  if (!device.defined() || device.numel() < numel) {
+    device = torch::empty(
+        {numel},
+        torch::TensorOptions().dtype(torch::kFloat32).device(store_.tier().device_of(comm_side_)));
+  }
+  return device.data_ptr<float>();
+}
+
 void GroupSync::reduce_parts(int64_t size, const std::vector<ReducePart>& grads,
                              c10::ScalarType type, void* own, int64_t own_used) {
   torch::NoGradGuard no_grad;
-  reduced_.resize(static_cast<size_t>(size));
+  // Every pointer here is on the communicator's side (Note [staged collectives]).
+  const c10::Device where = store_.tier().device_of(comm_side_);
+  auto view = [&](const void* data, int64_t numel, c10::ScalarType dtype) {
+    return torch::from_blob(const_cast<void*>(data), {numel},
+                            torch::TensorOptions().dtype(dtype).device(where));
+  };
+  float* reduced = reduce_buffer(reduced_, device_reduced_, size);
   // A bf16 or fp16 gradient is widened into a buffer of this class's own first: LibTorch would
   // allocate a temporary for the mixed-type add, which the emulated tier counts as non-model
   // memory of whatever moment the main thread is in.
-  if (type != torch::kFloat32) widened_.resize(static_cast<size_t>(size));
+  float* widened =
+      type != torch::kFloat32 ? reduce_buffer(widened_, device_widened_, size) : nullptr;
   comm_->reduce_scatter(
       size,
       [&](int64_t part, float* acc) {
         const ReducePart& p = grads[static_cast<size_t>(part)];
         if (p.grad == nullptr) return;  // never gathered: no gradient here
-        auto grad = torch::from_blob(const_cast<void*>(p.grad), {p.used}, torch::dtype(type));
+        auto grad = view(p.grad, p.used, type);
         if (type != torch::kFloat32) {
-          auto wide = torch::from_blob(widened_.data(), {p.used}, torch::kFloat32);
+          auto wide = view(widened, p.used, torch::kFloat32);
           wide.copy_(grad);
           grad = wide;
         }
-        torch::from_blob(acc, {p.used}, torch::kFloat32).add_(grad);
+        view(acc, p.used, torch::kFloat32).add_(grad);
       },
-      reduced_.data());
-  if (own_used > 0) {
-    torch::from_blob(own, {own_used}, torch::dtype(type))
-        .copy_(torch::from_blob(reduced_.data(), {own_used}, torch::kFloat32));
-  }
+      reduced);
+  if (own_used > 0) view(own, own_used, type).copy_(view(reduced, own_used, torch::kFloat32));
 }
 
 void GroupSync::finish(int64_t g) {

@@ -224,6 +224,13 @@ PreparedRun prepare_run(const config::TrainConfig& config, const TrainOptions& o
   // Each rank names its own device (Note [rank device]), so that the log shows which rank computes
   // where, though ranks other than 0 otherwise report only warnings.
   if (world.distributed() && info_wanted) log::write(log::Level::kInfo, plan.rank.describe());
+  // Note [device collectives]: the Gloo communicator joined the ranks and checked their configs;
+  // on GPUs the chunk groups move over NCCL, which rendezvous through its store.
+  if (world.distributed() && plan.rank.backend == plan::CommBackend::kNccl) {
+    run.comm = dist::connect_nccl(std::move(run.comm), static_cast<int>(plan.rank.index),
+                                  options.dist_timeout);
+    run_options.comm = run.comm.get();
+  }
   plan_timer.stop();
   const config::TrainConfig& resolved = plan.config;
   ModelAndEngine built = build_model_and_engine(plan, run.comm.get());

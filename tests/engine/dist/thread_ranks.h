@@ -93,6 +93,11 @@ class ThreadCommunicator final : public dist::Communicator {
 
   const dist::WorldInfo& world() const override { return world_; }
 
+  // Plays a device communicator (Note [device collectives]): the engine then hands it the memory
+  // of the tier's device side, which on the emulated and checking tiers the host addresses too.
+  void set_on_device(bool yes) { on_device_ = yes; }
+  bool on_device() const override { return on_device_; }
+
   void all_gather(const std::vector<void*>& parts, int64_t bytes) override {
     const int64_t n = world_size(), me = rank();
     PSTAR_INTERNAL_ASSERT(static_cast<int64_t>(parts.size()) == n);
@@ -153,6 +158,7 @@ class ThreadCommunicator final : public dist::Communicator {
   std::shared_ptr<ThreadHub> hub_;
   dist::WorldInfo world_;
   dist::CommStats stats_;
+  bool on_device_ = false;
 };
 
 // Runs body(comm) on `n` ranks, each a thread of this process, and returns each rank's error ("":

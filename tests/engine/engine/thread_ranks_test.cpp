@@ -117,9 +117,12 @@ TEST(ThreadRanksTest, FourRanksOwnAQuarterEachAndTrackOneRank) {
 
 // Note [staged collectives]: two ranks whose tier says the host cannot address its device side
 // (the CUDA tier's case) gather and reduce their device-side payloads through host blocks, beside
-// compute or each waited for where it is issued (PSTAR_OVERLAP_COMM=0's schedule). Their losses
-// and bytes sent are the bits of the same two ranks on a tier the host addresses, the staged bytes
-// are counted, and the checking tier sees every kernel told the right side.
+// compute or each waited for where it is issued (PSTAR_OVERLAP_COMM=0's schedule). With a device
+// communicator (NCCL's side, Note [device collectives]) it is the host-side payloads, the CPU
+// embedding's, that travel through device blocks, and the reduction's buffers are the device
+// side's. Their losses and bytes sent are the bits of the same two ranks on a tier the host
+// addresses, the staged bytes are counted, and the checking tier sees every kernel told the right
+// side.
 TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
   pstar::testing::ScratchDir dir;
   const std::string corpus = dir.file("corpus.txt");
@@ -132,17 +135,23 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
   // Unstaged and staged with the collectives beside compute (Note [collectives beside compute]),
   // and staged with each collective waited for where it is issued.
   struct Mode {
-    bool staged, beside;
+    bool staged, beside, device_comm;
   };
-  const Mode modes[] = {{false, true}, {true, true}, {true, false}};
+  const Mode modes[] = {{false, true, false},
+                        {true, true, false},
+                        {true, false, false},
+                        {true, true, true},
+                        {true, false, true}};
   std::vector<std::vector<std::vector<StepMetrics>>> runs;
   for (const Mode mode : modes) {
     SCOPED_TRACE(str_cat(mode.staged ? "staged" : "not staged",
-                         mode.beside ? ", beside compute" : ", each waited for"));
+                         mode.beside ? ", beside compute" : ", each waited for",
+                         mode.device_comm ? ", device communicator" : ""));
     std::vector<std::vector<StepMetrics>> steps(2);
     std::vector<std::shared_ptr<tier::testing::Ledger>> ledgers(2);
     pstar::testing::run_thread_ranks(2, [&](dist::Communicator& comm) {
       const size_t r = static_cast<size_t>(comm.rank());
+      dynamic_cast<pstar::testing::ThreadCommunicator&>(comm).set_on_device(mode.device_comm);
       ledgers[r] = std::make_shared<tier::testing::Ledger>();
       auto checking = std::make_unique<tier::testing::CheckingTier>(
           ledgers[r], std::numeric_limits<int64_t>::max());

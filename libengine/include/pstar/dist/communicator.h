@@ -8,6 +8,23 @@
 // sends one part to the next rank and receives one from the previous, which is also the
 // bandwidth-optimal schedule (each rank sends (N - 1) / N of the group once). Payloads travel as
 // raw bytes, so any dtype works; reductions add in fp32 whatever the gradient dtype.
+//
+// Note [device collectives]
+// NCCL moves GPU memory between GPUs, so the NCCL communicator (connect_nccl, issue 36) says
+// on_device(): the engine hands it device pointers (Note [staged collectives] in
+// engine/group_sync.h stages a host-side payload through a device block) and its reduce_scatter
+// passes add_local device accumulators. Each collective is issued under a guard for the rank's
+// GPU from the engine's communication thread, whose current stream is the device's default
+// stream, where the model computes; c10d's NCCL stream waits for that stream first, so it reads
+// what compute has queued. The call then blocks its own thread (never the main one) until its
+// stream has finished, so it returns with its result complete, as every communicator does. The
+// groups' parts are separate blocks, not one flat buffer, so an all-gather is N broadcasts (root r
+// sends part r) and a reduce-scatter N reduces into fp32 (root j receives part j), each queued
+// after the last on the NCCL stream: the bytes a ring sends, (N - 1) parts per rank, but one
+// collective at a time, so up to N / (N - 1) of a ring's time (2x at N = 2). A flat group buffer
+// that allows all_gather_into_tensor and reduce_scatter_tensor is the next step. The loss, the
+// norm and the flags are all-reduced in fp64 on the device; exchange() and barrier() stay on the
+// Gloo communicator the run started with, whose TCPStore the NCCL group rendezvous through.
 #pragma once
 
 #include <chrono>
@@ -42,6 +59,11 @@ class Communicator {
   int64_t rank() const { return world().rank; }
   int64_t world_size() const { return world().world_size; }
 
+  // Note [device collectives]: whether all_gather and reduce_scatter move the memory of this
+  // rank's compute device (NCCL between GPUs) rather than host memory (Gloo's rings). The pointers
+  // they are given, and the accumulators add_local receives, are then device memory.
+  virtual bool on_device() const { return false; }
+
   // parts[r] is rank r's `bytes` bytes: this rank's is read, every other one is written.
   virtual void all_gather(const std::vector<void*>& parts, int64_t bytes) = 0;
   // Sums part j over the ranks for every j and leaves the sum of part rank() in `out` (numel
@@ -68,8 +90,16 @@ class Communicator {
 std::unique_ptr<Communicator> connect_gloo(const WorldInfo& world, std::chrono::seconds timeout);
 
 // Why this build of pstar has no NCCL communicator, for messages (Note [rank device] in
-// pstar/plan/rank_device.h); empty in a build that has one. None has yet: the communicator over
-// c10d's ProcessGroupNCCL is issue 36's next step.
+// pstar/plan/rank_device.h); empty in a build that has one (PSTAR_HAVE_NCCL_COMMUNICATOR: a CUDA
+// LibTorch 2.x with c10d's ProcessGroupNCCL, libengine/src/dist/sources.cmake).
 std::string nccl_missing_reason();
+
+// Note [device collectives]. Moves the run onto NCCL between the ranks' GPUs: `host` (the run's
+// Gloo communicator, whose store the NCCL group rendezvous through) stays inside for exchange()
+// and barrier(); chunk groups and scalars go over c10d's ProcessGroupNCCL on cuda:`device`.
+// DistError naming the rank and device when the group does not form within `timeout`; a build
+// without one throws ConfigError with nccl_missing_reason().
+std::unique_ptr<Communicator> connect_nccl(std::unique_ptr<Communicator> host, int device,
+                                           std::chrono::seconds timeout);
 
 }  // namespace pstar::dist

@@ -68,10 +68,10 @@ RankDevice choose_rank_device(const config::DistributedConfig& distributed,
 struct RunPlan;
 
 // Throws ConfigError when `plan` trains several ranks on GPUs over nccl and `nccl_missing` (why
-// this build has no NCCL communicator, dist::nccl_missing_reason()) is not empty: the chunk
-// engine's only communicator is Gloo's, which moves GPU payloads staged through host memory (Note
-// [staged collectives] in engine/group_sync.h), so the message says to set distributed.backend
-// "gloo". train::plan_run refuses such a run here, before anything is built. Pure.
+// this build has no NCCL communicator, dist::nccl_missing_reason()) is not empty: such a build
+// has only Gloo's, which moves GPU payloads staged through host memory (Note [staged
+// collectives] in engine/group_sync.h), so the message says to set distributed.backend "gloo".
+// train::plan_run refuses such a run here, before anything is built. Pure.
 void check_rank_collectives(const RunPlan& plan, const std::string& nccl_missing);
 
 }  // namespace pstar::plan

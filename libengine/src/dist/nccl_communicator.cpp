@@ -1,0 +1,218 @@
+// The device communicator: chunk groups and scalars over c10d's ProcessGroupNCCL between the
+// ranks' GPUs (Note [device collectives] in pstar/dist/communicator.h). Compiled only against a
+// CUDA LibTorch with c10d's NCCL group (libengine/src/dist/sources.cmake); where nvcc is but no
+// CUDA LibTorch, it is compiled, never linked, against the installed headers so that it keeps
+// compiling on machines without a GPU.
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+// LibTorch's CMake config does not pass this on to users, and ProcessGroupNCCL.hpp is empty
+// without it.
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL
+#endif
+#include "pstar/core/torch_cuda_compat.h"  // first: it must precede every c10/cuda header
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <torch/torch.h>
+
+#include "gloo_store.h"
+#include "pstar/base/error.h"
+#include "pstar/core/clock.h"
+#include "pstar/dist/communicator.h"
+
+namespace pstar::dist {
+namespace {
+
+using core::Clock;
+
+std::string what_of(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(std::unique_ptr<Communicator> host, int device, std::chrono::seconds timeout);
+
+  const WorldInfo& world() const override { return host_->world(); }
+  bool on_device() const override { return true; }
+  void all_gather(const std::vector<void*>& parts, int64_t bytes) override;
+  void reduce_scatter(int64_t numel, const std::function<void(int64_t, float*)>& add_local,
+                      float* out) override;
+  void all_reduce_sum(std::vector<double>& values) override;
+  using Communicator::all_reduce_sum;
+  void barrier() override { host_->barrier(); }
+  std::vector<std::string> exchange(const std::string& key, const std::string& mine) override {
+    return host_->exchange(key, mine);
+  }
+  CommStats take_stats() override;
+
+ private:
+  [[noreturn]] void fail(const char* what, const std::exception& e) const {
+    PSTAR_THROW(DistError, "rank ", rank(), " of ", world_size(), " (cuda:", device_, "): ", what,
+                " over NCCL failed: ", what_of(e),
+                "; another rank has probably stopped (its own log says why), or NCCL could not "
+                "reach it (NCCL_DEBUG=INFO shows which transport it tried; NCCL_SOCKET_IFNAME "
+                "names the interface between hosts)");
+  }
+  at::Tensor on_gpu(void* data, int64_t numel, c10::ScalarType type) const {
+    return torch::from_blob(data, {numel},
+                            torch::TensorOptions().dtype(type).device(torch::kCUDA, device_));
+  }
+  // Orders this thread's current stream after `work`, then blocks this thread until the stream is
+  // done: the call returns with its result complete (Note [device collectives]).
+  void finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+    try {
+      work->wait(timeout_);
+      c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)).synchronize();
+    } catch (const std::exception& e) {
+      fail(what, e);
+    }
+  }
+
+  std::unique_ptr<Communicator> host_;  // Gloo: the store, exchange() and barrier()
+  const int device_;
+  const std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> group_;
+  at::Tensor scratch_;  // reduce_scatter's fp32 sum of another rank's part, reused
+  CommStats stats_;
+};
+
+NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host, int device,
+                                   std::chrono::seconds timeout)
+    : host_(std::move(host)),
+      device_(device),
+      timeout_(std::chrono::duration_cast<std::chrono::milliseconds>(timeout)) {
+  const c10::intrusive_ptr<c10d::Store> store = gloo_store(*host_);
+  PSTAR_INTERNAL_ASSERT(store, "connect_nccl needs the communicator connect_gloo made");
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  try {
+    auto options = c10d::ProcessGroupNCCL::Options::create();
+    options->timeout = timeout_;
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("pstar/nccl", store);
+    group_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, static_cast<int>(rank()),
+                                                         static_cast<int>(world_size()), options);
+    // NCCL makes its communicator at the first collective: one here, so that a rank that cannot
+    // join fails at start-up with this message rather than in the first step.
+    std::vector<double> probe{1.0};
+    all_reduce_sum(probe);
+    PSTAR_INTERNAL_ASSERT(probe[0] == static_cast<double>(world_size()), "NCCL's first sum is ",
+                          probe[0], " over ", world_size(), " ranks");
+  } catch (const DistError&) {
+    throw;
+  } catch (const std::exception& e) {
+    PSTAR_THROW(DistError, "rank ", rank(), " of ", world_size(),
+                ": the NCCL group on cuda:", device_, " did not form within ", timeout.count(),
+                " s: ", what_of(e),
+                "; every rank needs a GPU of its own (NCCL refuses two ranks on one GPU: "
+                "distributed.share_gpus runs them over gloo), and NCCL_DEBUG=INFO says what it "
+                "tried");
+  }
+  stats_ = CommStats{};
+}
+
+void NcclCommunicator::all_gather(const std::vector<void*>& parts, int64_t bytes) {
+  const int64_t n = world_size();
+  PSTAR_INTERNAL_ASSERT(static_cast<int64_t>(parts.size()) == n);
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  const auto begin = Clock::now();
+  c10::intrusive_ptr<c10d::Work> last;
+  // Root r sends part r; NCCL queues each broadcast after the last on its stream, so only the
+  // last is waited for.
+  for (int64_t r = 0; r < n; ++r) {
+    std::vector<at::Tensor> t{on_gpu(parts[static_cast<size_t>(r)], bytes, torch::kUInt8)};
+    c10d::BroadcastOptions options;
+    options.rootRank = r;
+    options.timeout = timeout_;
+    try {
+      last = group_->broadcast(t, options);
+    } catch (const std::exception& e) {
+      fail("all-gather", e);
+    }
+  }
+  finish(last, "all-gather");
+  stats_.bytes_sent += (n - 1) * bytes;
+  stats_.seconds += core::seconds_since(begin);
+}
+
+void NcclCommunicator::reduce_scatter(int64_t numel,
+                                      const std::function<void(int64_t, float*)>& add_local,
+                                      float* out) {
+  const int64_t n = world_size();
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  const auto begin = Clock::now();
+  if (!scratch_.defined() || scratch_.numel() < numel) {
+    scratch_ = torch::empty(
+        {numel}, torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCUDA, device_));
+  }
+  c10d::ReduceOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  options.timeout = timeout_;
+  c10::intrusive_ptr<c10d::Work> last;
+  for (int64_t j = 0; j < n; ++j) {
+    // This rank's own part is summed in `out`; the others' in the scratch, reused once the last
+    // reduce has read it (wait() orders this stream after it).
+    at::Tensor acc =
+        j == rank() ? on_gpu(out, numel, torch::kFloat32) : scratch_.narrow(0, 0, numel);
+    if (last) {
+      try {
+        last->wait(timeout_);
+      } catch (const std::exception& e) {
+        fail("reduce-scatter", e);
+      }
+    }
+    acc.zero_();
+    add_local(j, acc.data_ptr<float>());
+    std::vector<at::Tensor> t{acc};
+    options.rootRank = j;
+    try {
+      last = group_->reduce(t, options);
+    } catch (const std::exception& e) {
+      fail("reduce-scatter", e);
+    }
+  }
+  finish(last, "reduce-scatter");
+  stats_.bytes_sent += (n - 1) * numel * 4;
+  stats_.seconds += core::seconds_since(begin);
+}
+
+void NcclCommunicator::all_reduce_sum(std::vector<double>& values) {
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  const auto begin = Clock::now();
+  const auto count = static_cast<int64_t>(values.size());
+  std::vector<at::Tensor> t{torch::from_blob(values.data(), {count}, torch::kFloat64)
+                                .to(torch::Device(torch::kCUDA, device_))};
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  options.timeout = timeout_;
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = group_->allreduce(t, options);
+  } catch (const std::exception& e) {
+    fail("all-reduce", e);
+  }
+  finish(work, "all-reduce");
+  const at::Tensor sum = t[0].cpu();
+  std::copy(sum.data_ptr<double>(), sum.data_ptr<double>() + count, values.begin());
+  stats_.bytes_sent += count * static_cast<int64_t>(sizeof(double));
+  stats_.seconds += core::seconds_since(begin);
+}
+
+CommStats NcclCommunicator::take_stats() { return std::exchange(stats_, CommStats{}); }
+
+}  // namespace
+
+std::unique_ptr<Communicator> connect_nccl(std::unique_ptr<Communicator> host, int device,
+                                           std::chrono::seconds timeout) {
+  return std::make_unique<NcclCommunicator>(std::move(host), device, timeout);
+}
+
+}  // namespace pstar::dist
