@@ -61,6 +61,23 @@ TEST_F(SeveralGpusTrain, AutoBackendOnGpusOfTheirOwnIsNccl) {
     EXPECT_TRUE(contains(r.err, part)) << "expected \"" << part << "\" in:\n" << r;
 }
 
+// Over NCCL a rank that is killed ends the other within its --dist-timeout (60 s) with pstar's
+// distributed error, not a hang nor c10d's watchdog (Note [device collectives]): its collective's
+// blocking wait gives up first.
+TEST_F(SeveralGpusTrain, AKilledNcclRankStopsTheOtherWithADistributedError) {
+  if (!dist::nccl_missing_reason().empty())
+    GTEST_SKIP() << "this build has no NCCL communicator: " << dist::nccl_missing_reason();
+  json c = config(2, 100000);
+  c["engine"]["device_memory"] = "1GiB";
+  const std::string cfg = write_config(c, "killed.json");
+  const int port = free_port();
+  Spawned r0 = spawn_gpu_rank(cfg, 0, 2, port, {"--metrics", "killed.jsonl"});
+  Spawned r1 = spawn_gpu_rank(cfg, 1, 2, port, {"--metrics", "killed.jsonl"});
+  // 60 s of timeout, and the start of the collective it waits in.
+  const double took = kill_rank1_and_expect_rank0_to_stop(r0, r1, "killed.jsonl.rank1", 85);
+  std::printf("the surviving NCCL rank stopped %.1f s after the other was killed\n", took);
+}
+
 // Four ranks on two GPUs with distributed.share_gpus: two on each, each pair splitting its GPU's
 // budget, and the run tracks one rank on one GPU.
 TEST_F(SeveralGpusTrain, FourRanksShareTwoGpusTwoByTwo) {

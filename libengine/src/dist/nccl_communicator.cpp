@@ -3,7 +3,9 @@
 // CUDA LibTorch with c10d's NCCL group (libengine/src/dist/sources.cmake); where nvcc is but no
 // CUDA LibTorch, it is compiled, never linked, against the installed headers so that it keeps
 // compiling on machines without a GPU.
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -94,9 +96,14 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host, int devic
   const c10::intrusive_ptr<c10d::Store> store = gloo_store(*host_);
   PSTAR_INTERNAL_ASSERT(store, "connect_nccl needs the communicator connect_gloo made");
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  // A rank that stops answering must end the others with a DistError naming them (issue 36), not
+  // hang them nor leave them to c10d's watchdog, which tears the process down with a message of
+  // its own. With blocking wait, Work::wait gives up after our timeout and throws; the watchdog's
+  // own timeout is set later, so that ours comes first. A value the user set wins.
+  ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", /*overwrite=*/0);
   try {
     auto options = c10d::ProcessGroupNCCL::Options::create();
-    options->timeout = timeout_;
+    options->timeout = timeout_ + std::max(timeout_ / 2, std::chrono::milliseconds(30000));
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("pstar/nccl", store);
     group_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, static_cast<int>(rank()),
                                                          static_cast<int>(world_size()), options);

@@ -24,7 +24,9 @@
 // collective at a time, so up to N / (N - 1) of a ring's time (2x at N = 2). A flat group buffer
 // that allows all_gather_into_tensor and reduce_scatter_tensor is the next step. The loss, the
 // norm and the flags are all-reduced in fp64 on the device; exchange() and barrier() stay on the
-// Gloo communicator the run started with, whose TCPStore the NCCL group rendezvous through.
+// Gloo communicator the run started with, whose TCPStore the NCCL group rendezvous through. A
+// collective that waits longer than the run's timeout throws DistError (c10d's blocking wait),
+// before c10d's watchdog, set later, would tear the process down.
 #pragma once
 
 #include <chrono>
