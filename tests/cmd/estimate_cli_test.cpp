@@ -180,7 +180,7 @@ TEST(EstimateCliTest, NvmeTierInJsonAndTables) {
               1e-9 * io);
   EXPECT_NEAR(t["step_s"].get<double>(),
               t["gpu_compute_s"].get<double>() + t["transfer_s"].get<double>() +
-                  t["optimizer_s"].get<double>() + t["communication_s"].get<double>(),
+                  t["optimizer_s"].get<double>() + t["communication_exposed_s"].get<double>(),
               1e-9 * io);
 
   std::vector<std::string> human = {"estimate"};

@@ -90,14 +90,15 @@ StepTime step_time(const Hardware& hw, const Workload& w, const Evaluation& e) {
     t.nvme_io_s = static_cast<double>(e.fit.nvme_used) * per_byte;
     t.nvme_fill_s = static_cast<double>(chunk_optimizer * hw.gpus_per_node) * per_byte;
   }
-  // All-gather in forward and backward, reduce-scatter of gradients: 3·(N−1)/N of the model.
+  // Note [communication time]: all-gathers in the forward and the backward in the compute dtype,
+  // the reduce-scatter of gradients in fp32: (N−1)/N of the model at 2·e + 4 bytes.
   const int64_t n = hw.world();
   if (n > 1) {
     const double bw =
         hw.nodes > 1 ? std::min(hw.link_gbps, hw.net_gbps / static_cast<double>(hw.gpus_per_node))
                      : hw.link_gbps;
-    t.comm_s = 3.0 * static_cast<double>(n - 1) / static_cast<double>(n) *
-               static_cast<double>(e.params * w.elem_bytes) / (bw * 1e9);
+    t.comm_s = static_cast<double>(n - 1) / static_cast<double>(n) *
+               static_cast<double>(e.params * (2 * w.elem_bytes + 4)) / (bw * 1e9);
   }
   return t;
 }
