@@ -85,10 +85,16 @@ class SplitModulesTest : public ::testing::Test {
   // against `reference`; `tier` makes each rank's device tier (null: the emulated one).
   static std::vector<RankRun> ranks_run(
       config::TrainConfig c, int ranks, const std::map<std::string, at::Tensor>& reference,
-      const std::function<std::unique_ptr<tier::DeviceTier>()>& tier = nullptr) {
+      const std::function<std::unique_ptr<tier::DeviceTier>()>& tier = nullptr,
+      bool device_comm = false,
+      const std::function<void(const void*, int64_t)>& part_check = nullptr) {
     c.train_micro_batch_size_per_gpu = kGlobalBatch / ranks / c.gradient_accumulation_steps;
     std::vector<RankRun> runs(static_cast<size_t>(ranks));
     pstar::testing::run_thread_ranks(ranks, [&](dist::Communicator& comm) {
+      // Note [device collectives]: the double then plays NCCL's side.
+      auto& thread_comm = dynamic_cast<pstar::testing::ThreadCommunicator&>(comm);
+      thread_comm.set_on_device(device_comm);
+      thread_comm.set_part_check(part_check);
       RankRun& run = runs[static_cast<size_t>(comm.rank())];
       ModelAndEngine built =
           tier ? tier::testing::build_small_gpt(c, tier(), &comm)
@@ -253,31 +259,56 @@ TEST_F(SplitModulesTest, Bf16AndAccumulationGiveTheBitsOfTheWholeLayout) {
 }
 
 // Note [staged collectives]: where the host cannot address the device side, a split module's
-// parts travel through host blocks like any group's, and give the same bits.
+// parts travel through blocks of the communicator's side like any group's, and give the same bits:
+// with Gloo's side (the host) its device-side parts, with NCCL's (the device, Note [device
+// collectives]) its host-only ones (the CPU embedding's), also on a device so small that chunks
+// move every step while the staging blocks take their share of it.
 TEST_F(SplitModulesTest, StagedSplitGroupsGiveTheSameBits) {
   config::TrainConfig c = gpt();
   c.bf16.enabled = config::on_off(true);
   const std::map<std::string, at::Tensor> reference = pstar::testing::one_rank_parameters(c);
+  struct Mode {
+    bool staged, device_comm;
+    int64_t capacity;
+  };
+  constexpr int64_t kRoomy = std::numeric_limits<int64_t>::max();
+  const Mode modes[] = {{false, false, kRoomy},
+                        {true, false, kRoomy},
+                        {true, true, kRoomy},
+                        {true, true, int64_t{600} << 10}};
   std::vector<std::vector<RankRun>> runs;
-  for (const bool staged : {false, true}) {
+  for (const Mode& mode : modes) {
+    SCOPED_TRACE(str_cat(mode.staged ? "staged" : "not staged",
+                         mode.device_comm ? ", device communicator" : "",
+                         mode.capacity == kRoomy ? "" : ", tight device"));
     auto ledger = std::make_shared<tier::testing::Ledger>();
-    runs.push_back(ranks_run(c, 2, reference, [&] {
-      auto checking = std::make_unique<tier::testing::CheckingTier>(
-          ledger, std::numeric_limits<int64_t>::max());
-      checking->set_host_addresses_device(!staged);
-      return checking;
-    }));
+    runs.push_back(ranks_run(
+        c, 2, reference,
+        [&] {
+          auto checking = std::make_unique<tier::testing::CheckingTier>(ledger, mode.capacity);
+          checking->set_host_addresses_device(!mode.staged);
+          return checking;
+        },
+        mode.device_comm,
+        // Every part a collective moves lies on the communicator's side, where the sides differ.
+        [&](const void* part, int64_t bytes) {
+          if (mode.staged)
+            ledger->expect_inside_locked(part, bytes,
+                                         mode.device_comm ? tier::Side::kDevice : tier::Side::kHost,
+                                         "a gathered part");
+        }));
     ASSERT_FALSE(::testing::Test::HasFailure());
     EXPECT_TRUE(ledger->violations.empty()) << ledger->violations.front();
     for (const StepMetrics& m : runs.back()[0].steps) {
-      if (staged) {
+      if (mode.staged) {
         EXPECT_GT(m.engine.comm_staged_bytes, 0) << "step " << m.step;
       } else {
         EXPECT_EQ(m.engine.comm_staged_bytes, 0) << "step " << m.step;
       }
+      if (mode.capacity != kRoomy) EXPECT_GT(m.engine.moved_h2d_bytes, 0) << "step " << m.step;
     }
   }
-  expect_same_bits(runs[1], runs[0]);
+  for (size_t i = 1; i < runs.size(); ++i) expect_same_bits(runs[i], runs[0]);
 }
 
 // Note [split modules]: with 128Ki-element chunks (a 64Ki grid below them) the last group is split

@@ -151,8 +151,17 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
     std::vector<std::shared_ptr<tier::testing::Ledger>> ledgers(2);
     pstar::testing::run_thread_ranks(2, [&](dist::Communicator& comm) {
       const size_t r = static_cast<size_t>(comm.rank());
-      dynamic_cast<pstar::testing::ThreadCommunicator&>(comm).set_on_device(mode.device_comm);
+      auto& thread_comm = dynamic_cast<pstar::testing::ThreadCommunicator&>(comm);
+      thread_comm.set_on_device(mode.device_comm);
       ledgers[r] = std::make_shared<tier::testing::Ledger>();
+      // Every part a collective moves lies on the communicator's side, where the sides differ.
+      if (mode.staged) {
+        thread_comm.set_part_check([ledger = ledgers[r], &mode](const void* part, int64_t bytes) {
+          ledger->expect_inside_locked(part, bytes,
+                                       mode.device_comm ? tier::Side::kDevice : tier::Side::kHost,
+                                       "a gathered part");
+        });
+      }
       auto checking = std::make_unique<tier::testing::CheckingTier>(
           ledgers[r], std::numeric_limits<int64_t>::max());
       checking->set_host_addresses_device(!mode.staged);

@@ -137,6 +137,11 @@ struct Ledger {
     if (p != nullptr && !inside(p, bytes, side))
       violations.push_back(std::string(what) + " is not in a live " + side_name(side) + " block");
   }
+  // The same under the mutex, for a caller on another thread (a communicator's).
+  void expect_inside_locked(const void* p, int64_t bytes, Side side, const char* what) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    expect_inside(p, bytes, side, what);
+  }
   // A copy between the sides touches [p, p + bytes): counts it if that is host-only memory.
   void note_copy_of(const void* p, int64_t bytes) {
     const auto it = live.find(reinterpret_cast<uintptr_t>(p));
