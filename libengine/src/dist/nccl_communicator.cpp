@@ -28,6 +28,7 @@
 #include "gloo_store.h"
 #include "pstar/base/error.h"
 #include "pstar/core/clock.h"
+#include "pstar/core/torch_compat.h"
 #include "pstar/dist/communicator.h"
 
 namespace pstar::dist {
@@ -43,6 +44,21 @@ std::string what_of(const std::exception& e) {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(std::unique_ptr<Communicator> host, int device, std::chrono::seconds timeout);
+  ~NcclCommunicator() override {
+#if PSTAR_TORCH_VERSION_AT_LEAST(2, 3)
+    // What destroy_process_group does in Python; without it c10d's destructor does the same but
+    // first warns, on every rank of every run, that the group was not destroyed.
+    if (group_) {
+      try {
+        group_->shutdown();
+      } catch (const std::exception& e) {
+        (void)e;  // a failed run's group: its error has been reported
+      }
+    }
+#endif
+  }
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   const WorldInfo& world() const override { return host_->world(); }
   bool on_device() const override { return true; }
