@@ -27,7 +27,9 @@
 
 #include "gloo_store.h"
 #include "pstar/base/error.h"
+#include "pstar/base/format.h"
 #include "pstar/core/clock.h"
+#include "pstar/core/log.h"
 #include "pstar/core/torch_compat.h"
 #include "pstar/dist/communicator.h"
 
@@ -117,6 +119,7 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host, int devic
   // its own. With blocking wait, Work::wait gives up after our timeout and throws; the watchdog's
   // own timeout is set later, so that ours comes first. A value the user set wins.
   ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", /*overwrite=*/0);
+  const auto begin = Clock::now();
   try {
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout_ + std::max(timeout_ / 2, std::chrono::milliseconds(30000));
@@ -140,6 +143,8 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host, int devic
                 "tried");
   }
   stats_ = CommStats{};
+  log::info("collectives: NCCL ", c10d::getNcclVersion(), " between the ", world_size(),
+            " ranks' GPUs, joined in ", format_fixed(core::seconds_since(begin), 1), " s");
 }
 
 void NcclCommunicator::all_gather(const std::vector<void*>& parts, int64_t bytes) {
