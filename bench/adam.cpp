@@ -60,6 +60,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "pstar/core/device.h"
 #include "pstar/optim/host_adam.h"
 #include "stream_kernels.h"
@@ -174,6 +175,8 @@ struct Stream {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pstar::bench::check_options(argc, argv,
+                              "pstar-bench-adam [--numel 67108864] [--iters 7] [--warmup 2]");
   int64_t numel = int64_t{64} << 20;
   int iters = 7, warmup = 2;
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -16,6 +17,24 @@
 #include <vector>
 
 namespace pstar::bench {
+
+// The benchmarks take "--key value" pairs. --help (or -h) prints `usage` and exits 0, and an option
+// left without its value exits 2 naming it, instead of running minutes of measurement with the
+// defaults.
+inline void check_options(int argc, char** argv, const char* usage) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("usage: %s\n", usage);
+      std::exit(0);
+    }
+  }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "%s: option %s needs a value\nusage: %s\n", argv[0], argv[argc - 1],
+                 usage);
+    std::exit(2);
+  }
+}
 
 // 1 MiB of random bytes in a temporary text file, removed when the benchmark ends.
 struct TempCorpus {

@@ -22,6 +22,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "pstar/core/blas_core.h"
 #include "pstar/core/device.h"
 
@@ -90,6 +91,7 @@ double matmul_rate(int64_t n, int rounds) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pstar::bench::check_options(argc, argv, "pstar-bench-blas [--n 2048] [--rounds 5]");
   int64_t n = 2048;
   int rounds = 5;
   for (int i = 1; i + 1 < argc; i += 2) {

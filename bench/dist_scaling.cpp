@@ -40,6 +40,9 @@ struct Result {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pstar::bench::check_options(
+      argc, argv,
+      "pstar-bench-dist [--steps S] [--preset gpt-mini] [--global-batch 8] [--ranks 1,2,4]");
   int64_t steps = 12, global_batch = 8;
   std::string preset = "gpt-mini";
   std::vector<int64_t> world_sizes{1, 2, 4};

@@ -104,6 +104,8 @@ std::pair<double, double> disk_bandwidth(const std::string& dir, int64_t bytes) 
 }  // namespace
 
 int main(int argc, char** argv) {
+  pstar::bench::check_options(
+      argc, argv, "pstar-bench-nvme-train [--dir /tmp] [--steps 8] [--hidden 512] [--layers 8]");
   std::string nvme_dir = "/tmp";
   int64_t steps = 8, hidden = 512, layers = 8;
   for (int i = 1; i + 1 < argc; i += 2) {

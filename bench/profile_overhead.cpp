@@ -42,6 +42,7 @@ double steady_step_s(const fs::path& metrics) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pstar::bench::check_options(argc, argv, "pstar-bench-profile [--steps S] [--rounds R]");
   int64_t steps = 12, rounds = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i], value = argv[i + 1];

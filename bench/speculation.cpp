@@ -69,6 +69,7 @@ Run read_run(const std::string& name, const fs::path& metrics, double clip) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pstar::bench::check_options(argc, argv, "pstar-bench-speculation [--steps S] [--clip-factor F]");
   int64_t steps = 12;
   double clip_factor = 2.0;
   for (int i = 1; i + 1 < argc; i += 2) {

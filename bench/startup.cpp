@@ -226,6 +226,10 @@ double best_of(const std::vector<double>& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pstar::bench::check_options(
+      argc, argv,
+      "pstar-bench-startup [--preset gpt2-medium] [--seq-len 128] [--rounds 1] [--steps 2] "
+      "[--device-memory SIZE] [--baseline PSTAR] [--dir DIR]");
   std::string preset = "gpt2-medium", baseline, device_memory;
   int64_t seq_len = 128, rounds = 1, steps = 2;
   fs::path dir = fs::temp_directory_path() / ("pstar-bench-startup-" + std::to_string(getpid()));

@@ -40,6 +40,8 @@ double tokens_per_s(pstar::config::TrainConfig config, int64_t warmup, int64_t s
 }  // namespace
 
 int main(int argc, char** argv) {
+  pstar::bench::check_options(
+      argc, argv, "pstar-bench-torch-train [--preset gpt-mini] [--steps 10] [--batch 16]");
   std::string preset = "gpt-mini";
   int64_t steps = 10, batch = 16;
   for (int i = 1; i + 1 < argc; i += 2) {
