@@ -152,19 +152,31 @@ void NcclCommunicator::all_gather(const std::vector<void*>& parts, int64_t bytes
   PSTAR_INTERNAL_ASSERT(static_cast<int64_t>(parts.size()) == n);
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
   const auto begin = Clock::now();
+  // Parts side by side (a split module's span) are one buffer: a ring all-gather in place, this
+  // rank's part read from its own slot, as FSDP2 gathers. One rank keeps the broadcasts, so that
+  // a machine with one GPU runs the path every other group takes.
+  bool side_by_side = n > 1;
+  for (int64_t r = 0; r < n && side_by_side; ++r)
+    side_by_side = parts[static_cast<size_t>(r)] == static_cast<char*>(parts[0]) + r * bytes;
   c10::intrusive_ptr<c10d::Work> last;
-  // Root r sends part r; NCCL queues each broadcast after the last on its stream, so only the
-  // last is waited for.
-  for (int64_t r = 0; r < n; ++r) {
-    std::vector<at::Tensor> t{on_gpu(parts[static_cast<size_t>(r)], bytes, torch::kUInt8)};
-    c10d::BroadcastOptions options;
-    options.rootRank = r;
-    options.timeout = timeout_;
-    try {
-      last = group_->broadcast(t, options);
-    } catch (const std::exception& e) {
-      fail("all-gather", e);
+  try {
+    if (side_by_side) {
+      at::Tensor all = on_gpu(parts[0], n * bytes, torch::kUInt8);
+      at::Tensor mine = all.narrow(0, rank() * bytes, bytes);
+      last = group_->_allgather_base(all, mine);
+    } else {
+      // Root r sends part r; NCCL queues each broadcast after the last on its stream, so only
+      // the last is waited for.
+      for (int64_t r = 0; r < n; ++r) {
+        std::vector<at::Tensor> t{on_gpu(parts[static_cast<size_t>(r)], bytes, torch::kUInt8)};
+        c10d::BroadcastOptions options;
+        options.rootRank = r;
+        options.timeout = timeout_;
+        last = group_->broadcast(t, options);
+      }
     }
+  } catch (const std::exception& e) {
+    fail("all-gather", e);
   }
   finish(last, "all-gather");
   stats_.bytes_sent += (n - 1) * bytes;

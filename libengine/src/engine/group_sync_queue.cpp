@@ -117,13 +117,16 @@ void GroupSync::start_gather(int64_t g) {
   std::vector<void*> parts;
   bool any_staged = false;
   store_.await_upload(own_chunk(g));  // this rank's part is read as it is now
-  // Note [split modules]: a split module's parts are slots of its span; this rank's is copied in
-  // there, and its own payload is what this rank sends.
-  if (store_.split_group(g)) store_.open_span(g);
+  // Note [split modules]: a split module's parts are slots of its span, this rank's copied in
+  // there by open_span; it is sent from its slot, so that the parts lie side by side and a device
+  // communicator gathers them as one buffer (Note [device collectives]).
+  const bool split = store_.split_group(g);
+  if (split) store_.open_span(g);
   for (int64_t part = 0; part < store_.sharding().world_size; ++part) {
     const int64_t k = group_chunk(g, part);
-    if (store_.chunk(k).remote && !store_.split_group(g)) store_.allocate_remote(k);
-    tier::Block& payload = store_.chunk(k).param;
+    if (store_.chunk(k).remote && !split) store_.allocate_remote(k);
+    tier::Block slot = split ? store_.span_slot(g, part, /*grad=*/false) : tier::Block();
+    tier::Block& payload = split ? slot : store_.chunk(k).param;
     if (!staged(payload)) {
       parts.push_back(payload.data());
       continue;

@@ -97,17 +97,16 @@ class ThreadCommunicator final : public dist::Communicator {
   // of the tier's device side, which on the emulated and checking tiers the host addresses too.
   void set_on_device(bool yes) { on_device_ = yes; }
   bool on_device() const override { return on_device_; }
-  // Called with every part all_gather is handed, so that a test can hold the engine to the side
-  // its communicator moves (Note [staged collectives]).
-  void set_part_check(std::function<void(const void* part, int64_t bytes)> check) {
-    part_check_ = std::move(check);
+  // Called with the parts of every all_gather, so that a test can hold the engine to the side its
+  // communicator moves (Note [staged collectives]) and see how the parts lie.
+  void set_gather_check(std::function<void(const std::vector<void*>& parts, int64_t bytes)> check) {
+    gather_check_ = std::move(check);
   }
 
   void all_gather(const std::vector<void*>& parts, int64_t bytes) override {
     const int64_t n = world_size(), me = rank();
     PSTAR_INTERNAL_ASSERT(static_cast<int64_t>(parts.size()) == n);
-    if (part_check_)
-      for (void* part : parts) part_check_(part, bytes);
+    if (gather_check_) gather_check_(parts, bytes);
     hub_->pointer(me) = parts[static_cast<size_t>(me)];
     hub_->arrive(me);
     for (int64_t r = 0; r < n; ++r)
@@ -166,7 +165,7 @@ class ThreadCommunicator final : public dist::Communicator {
   dist::WorldInfo world_;
   dist::CommStats stats_;
   bool on_device_ = false;
-  std::function<void(const void*, int64_t)> part_check_;
+  std::function<void(const std::vector<void*>&, int64_t)> gather_check_;
 };
 
 // Runs body(comm) on `n` ranks, each a thread of this process, and returns each rank's error ("":

@@ -5,6 +5,7 @@
 // of a one-rank model), the losses against one rank, and that placement, staging, precision and
 // accumulation change no number.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -87,14 +88,14 @@ class SplitModulesTest : public ::testing::Test {
       config::TrainConfig c, int ranks, const std::map<std::string, at::Tensor>& reference,
       const std::function<std::unique_ptr<tier::DeviceTier>()>& tier = nullptr,
       bool device_comm = false,
-      const std::function<void(const void*, int64_t)>& part_check = nullptr) {
+      const std::function<void(const std::vector<void*>&, int64_t)>& gather_check = nullptr) {
     c.train_micro_batch_size_per_gpu = kGlobalBatch / ranks / c.gradient_accumulation_steps;
     std::vector<RankRun> runs(static_cast<size_t>(ranks));
     pstar::testing::run_thread_ranks(ranks, [&](dist::Communicator& comm) {
       // Note [device collectives]: the double then plays NCCL's side.
       auto& thread_comm = dynamic_cast<pstar::testing::ThreadCommunicator&>(comm);
       thread_comm.set_on_device(device_comm);
-      thread_comm.set_part_check(part_check);
+      thread_comm.set_gather_check(gather_check);
       RankRun& run = runs[static_cast<size_t>(comm.rank())];
       ModelAndEngine built =
           tier ? tier::testing::build_small_gpt(c, tier(), &comm)
@@ -291,8 +292,9 @@ TEST_F(SplitModulesTest, StagedSplitGroupsGiveTheSameBits) {
         },
         mode.device_comm,
         // Every part a collective moves lies on the communicator's side, where the sides differ.
-        [&](const void* part, int64_t bytes) {
-          if (mode.staged)
+        [&](const std::vector<void*>& parts, int64_t bytes) {
+          if (!mode.staged) return;
+          for (const void* part : parts)
             ledger->expect_inside_locked(part, bytes,
                                          mode.device_comm ? tier::Side::kDevice : tier::Side::kHost,
                                          "a gathered part");
@@ -309,6 +311,24 @@ TEST_F(SplitModulesTest, StagedSplitGroupsGiveTheSameBits) {
     }
   }
   for (size_t i = 1; i < runs.size(); ++i) expect_same_bits(runs[i], runs[0]);
+}
+
+// Note [device collectives]: a split module's parts reach the communicator side by side, this
+// rank's read from its own slot of the span, so that NCCL gathers them in place as one buffer.
+TEST_F(SplitModulesTest, ASplitGroupsPartsReachTheCommunicatorSideBySide) {
+  const config::TrainConfig c = gpt();
+  const std::map<std::string, at::Tensor> reference = pstar::testing::one_rank_parameters(c);
+  std::atomic<int64_t> side_by_side{0};
+  ranks_run(c, 2, reference, nullptr, /*device_comm=*/false,
+            [&](const std::vector<void*>& parts, int64_t bytes) {
+              bool together = true;
+              for (size_t r = 0; r < parts.size(); ++r)
+                together = together && parts[r] == static_cast<char*>(parts[0]) +
+                                                       static_cast<int64_t>(r) * bytes;
+              if (together) ++side_by_side;
+            });
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  EXPECT_GT(side_by_side.load(), 0) << "no gather of the embedding's group had its parts together";
 }
 
 // Note [split modules]: with 128Ki-element chunks (a 64Ki grid below them) the last group is split

@@ -156,10 +156,12 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
       ledgers[r] = std::make_shared<tier::testing::Ledger>();
       // Every part a collective moves lies on the communicator's side, where the sides differ.
       if (mode.staged) {
-        thread_comm.set_part_check([ledger = ledgers[r], &mode](const void* part, int64_t bytes) {
-          ledger->expect_inside_locked(part, bytes,
-                                       mode.device_comm ? tier::Side::kDevice : tier::Side::kHost,
-                                       "a gathered part");
+        thread_comm.set_gather_check([ledger = ledgers[r], &mode](const std::vector<void*>& parts,
+                                                                  int64_t bytes) {
+          for (const void* part : parts)
+            ledger->expect_inside_locked(part, bytes,
+                                         mode.device_comm ? tier::Side::kDevice : tier::Side::kHost,
+                                         "a gathered part");
         });
       }
       auto checking = std::make_unique<tier::testing::CheckingTier>(

@@ -17,12 +17,14 @@
 // GPU from the engine's communication thread, whose current stream is the device's default
 // stream, where the model computes; c10d's NCCL stream waits for that stream first, so it reads
 // what compute has queued. The call then blocks its own thread (never the main one) until its
-// stream has finished, so it returns with its result complete, as every communicator does. The
-// groups' parts are separate blocks, not one flat buffer, so an all-gather is N broadcasts (root r
-// sends part r) and a reduce-scatter N reduces into fp32 (root j receives part j), each queued
-// after the last on the NCCL stream: the bytes a ring sends, (N - 1) parts per rank, but one
-// collective at a time, so up to N / (N - 1) of a ring's time (2x at N = 2). A flat group buffer
-// that allows all_gather_into_tensor and reduce_scatter_tensor is the next step. The loss, the
+// stream has finished, so it returns with its result complete, as every communicator does. Parts
+// that lie side by side (a split module's span, Note [split modules]) are all-gathered in place
+// as one buffer, a ring all-gather. An ordinary group's parts are separate blocks, so its
+// all-gather is N broadcasts (root r sends part r), and every reduce-scatter is N reduces into
+// fp32 (root j receives part j), each queued after the last on the NCCL stream: the bytes a ring
+// sends, (N - 1) parts per rank, but one collective at a time, so up to N / (N - 1) of a ring's
+// time (2x at N = 2). A flat buffer for every group, which allows all_gather_into_tensor and
+// reduce_scatter_tensor throughout, is the next step. The loss, the
 // norm and the flags are all-reduced in fp64 on the device; exchange() and barrier() stay on the
 // Gloo communicator the run started with, whose TCPStore the NCCL group rendezvous through. A
 // collective that waits longer than the run's timeout throws DistError (c10d's blocking wait),
