@@ -175,23 +175,13 @@ struct Stream {
 }  // namespace
 
 int main(int argc, char** argv) {
-  pstar::bench::check_options(argc, argv,
-                              "pstar-bench-adam [--numel 67108864] [--iters 7] [--warmup 2]");
   int64_t numel = int64_t{64} << 20;
   int iters = 7, warmup = 2;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i];
-    if (key == "--numel") {
-      numel = std::stoll(argv[i + 1]);
-    } else if (key == "--iters") {
-      iters = std::stoi(argv[i + 1]);
-    } else if (key == "--warmup") {
-      warmup = std::stoi(argv[i + 1]);
-    } else {
-      std::fprintf(stderr, "unknown option %s\n", argv[i]);
-      return 2;
-    }
-  }
+  pstar::bench::parse_options(argc, argv,
+                              "pstar-bench-adam [--numel 67108864] [--iters 7] [--warmup 2]",
+                              {{"--numel", [&](const std::string& v) { numel = std::stoll(v); }},
+                               {"--iters", [&](const std::string& v) { iters = std::stoi(v); }},
+                               {"--warmup", [&](const std::string& v) { warmup = std::stoi(v); }}});
   if (numel < 1 || iters < 1 || warmup < 0) {
     std::fprintf(stderr, "--numel and --iters must be positive, --warmup not negative\n");
     return 2;

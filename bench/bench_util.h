@@ -11,17 +11,26 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace pstar::bench {
 
-// The benchmarks take "--key value" pairs. --help (or -h) prints `usage` and exits 0, and an option
-// left without its value exits 2 naming it, instead of running minutes of measurement with the
-// defaults.
-inline void check_options(int argc, char** argv, const char* usage) {
+// A benchmark's options: "--key value" pairs, each handed to its handler. --help (or -h) prints
+// `usage` and exits 0; an unknown option, one left without its value, or a value its handler
+// cannot read exits 2 naming it, instead of running minutes of measurement with the defaults.
+using OptionHandlers = std::vector<std::pair<std::string, std::function<void(const std::string&)>>>;
+
+inline void parse_options(int argc, char** argv, const char* usage,
+                          const OptionHandlers& handlers) {
+  auto refuse = [&](const std::string& why) {
+    std::fprintf(stderr, "%s: %s\nusage: %s\n", argv[0], why.c_str(), usage);
+    std::exit(2);
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -29,10 +38,17 @@ inline void check_options(int argc, char** argv, const char* usage) {
       std::exit(0);
     }
   }
-  if (argc % 2 == 0) {
-    std::fprintf(stderr, "%s: option %s needs a value\nusage: %s\n", argv[0], argv[argc - 1],
-                 usage);
-    std::exit(2);
+  for (int i = 1; i < argc; i += 2) {
+    const std::string key = argv[i];
+    const auto handler = std::find_if(handlers.begin(), handlers.end(),
+                                      [&](const auto& h) { return h.first == key; });
+    if (handler == handlers.end()) refuse("unknown option " + key);
+    if (i + 1 == argc) refuse("option " + key + " needs a value");
+    try {
+      handler->second(argv[i + 1]);
+    } catch (const std::exception& e) {
+      refuse("option " + key + ": cannot read '" + argv[i + 1] + "' (" + e.what() + ")");
+    }
   }
 }
 

@@ -91,20 +91,12 @@ double matmul_rate(int64_t n, int rounds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  pstar::bench::check_options(argc, argv, "pstar-bench-blas [--n 2048] [--rounds 5]");
   int64_t n = 2048;
   int rounds = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i];
-    if (key == "--n") {
-      n = std::atoll(argv[i + 1]);
-    } else if (key == "--rounds") {
-      rounds = std::max(1, std::atoi(argv[i + 1]));
-    } else {
-      std::fprintf(stderr, "unknown option %s (--n N, --rounds R)\n", key.c_str());
-      return 2;
-    }
-  }
+  pstar::bench::parse_options(
+      argc, argv, "pstar-bench-blas [--n 2048] [--rounds 5]",
+      {{"--n", [&](const std::string& v) { n = std::stoll(v); }},
+       {"--rounds", [&](const std::string& v) { rounds = std::max(1, std::stoi(v)); }}});
   pstar::core::configure_runtime();
   const pstar::core::BlasCoreReport& report = pstar::core::configure_blas_core();
   if (report.in_use.empty()) {

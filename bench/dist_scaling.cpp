@@ -40,29 +40,20 @@ struct Result {
 }  // namespace
 
 int main(int argc, char** argv) {
-  pstar::bench::check_options(
-      argc, argv,
-      "pstar-bench-dist [--steps S] [--preset gpt-mini] [--global-batch 8] [--ranks 1,2,4]");
   int64_t steps = 12, global_batch = 8;
   std::string preset = "gpt-mini";
   std::vector<int64_t> world_sizes{1, 2, 4};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--steps") {
-      steps = std::stoll(value);
-    } else if (key == "--preset") {
-      preset = value;
-    } else if (key == "--global-batch") {
-      global_batch = std::stoll(value);
-    } else if (key == "--ranks") {
-      world_sizes.clear();
-      std::stringstream in(value);
-      for (std::string n; std::getline(in, n, ',');) world_sizes.push_back(std::stoll(n));
-    } else {
-      std::cerr << "unknown option " << key << "\n";
-      return 2;
-    }
-  }
+  pstar::bench::parse_options(
+      argc, argv,
+      "pstar-bench-dist [--steps S] [--preset gpt-mini] [--global-batch 8] [--ranks 1,2,4]",
+      {{"--steps", [&](const std::string& v) { steps = std::stoll(v); }},
+       {"--preset", [&](const std::string& v) { preset = v; }},
+       {"--global-batch", [&](const std::string& v) { global_batch = std::stoll(v); }},
+       {"--ranks", [&](const std::string& v) {
+          world_sizes.clear();
+          std::stringstream in(v);
+          for (std::string n; std::getline(in, n, ',');) world_sizes.push_back(std::stoll(n));
+        }}});
   constexpr int64_t kWarmup = 2;  // the warm-up iteration and the first planned one
   if (steps <= kWarmup) {
     std::cerr << "--steps must be more than " << kWarmup << "\n";

@@ -104,25 +104,14 @@ std::pair<double, double> disk_bandwidth(const std::string& dir, int64_t bytes) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  pstar::bench::check_options(
-      argc, argv, "pstar-bench-nvme-train [--dir /tmp] [--steps 8] [--hidden 512] [--layers 8]");
   std::string nvme_dir = "/tmp";
   int64_t steps = 8, hidden = 512, layers = 8;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--dir") {
-      nvme_dir = value;
-    } else if (key == "--steps") {
-      steps = std::stoll(value);
-    } else if (key == "--hidden") {
-      hidden = std::stoll(value);
-    } else if (key == "--layers") {
-      layers = std::stoll(value);
-    } else {
-      std::cerr << "unknown option " << key << "\n";
-      return 2;
-    }
-  }
+  pstar::bench::parse_options(
+      argc, argv, "pstar-bench-nvme-train [--dir /tmp] [--steps 8] [--hidden 512] [--layers 8]",
+      {{"--dir", [&](const std::string& v) { nvme_dir = v; }},
+       {"--steps", [&](const std::string& v) { steps = std::stoll(v); }},
+       {"--hidden", [&](const std::string& v) { hidden = std::stoll(v); }},
+       {"--layers", [&](const std::string& v) { layers = std::stoll(v); }}});
   if (steps < 4) {
     std::cerr << "--steps: at least 4 (the first two are not measured)\n";
     return 2;

@@ -42,19 +42,11 @@ double steady_step_s(const fs::path& metrics) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  pstar::bench::check_options(argc, argv, "pstar-bench-profile [--steps S] [--rounds R]");
   int64_t steps = 12, rounds = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--steps") {
-      steps = std::stoll(value);
-    } else if (key == "--rounds") {
-      rounds = std::stoll(value);
-    } else {
-      std::cerr << "unknown option " << key << "\n";
-      return 2;
-    }
-  }
+  pstar::bench::parse_options(
+      argc, argv, "pstar-bench-profile [--steps S] [--rounds R]",
+      {{"--steps", [&](const std::string& v) { steps = std::stoll(v); }},
+       {"--rounds", [&](const std::string& v) { rounds = std::stoll(v); }}});
   const pstar::bench::TempCorpus corpus("profile");
   const fs::path dir =
       fs::temp_directory_path() / ("pstar-bench-profile-" + std::to_string(getpid()));

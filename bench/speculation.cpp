@@ -69,20 +69,12 @@ Run read_run(const std::string& name, const fs::path& metrics, double clip) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  pstar::bench::check_options(argc, argv, "pstar-bench-speculation [--steps S] [--clip-factor F]");
   int64_t steps = 12;
   double clip_factor = 2.0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--steps") {
-      steps = std::stoll(value);
-    } else if (key == "--clip-factor") {
-      clip_factor = std::stod(value);
-    } else {
-      std::cerr << "unknown option " << key << " (--steps S, --clip-factor F)\n";
-      return 2;
-    }
-  }
+  pstar::bench::parse_options(
+      argc, argv, "pstar-bench-speculation [--steps S] [--clip-factor F]",
+      {{"--steps", [&](const std::string& v) { steps = std::stoll(v); }},
+       {"--clip-factor", [&](const std::string& v) { clip_factor = std::stod(v); }}});
   const pstar::bench::TempCorpus corpus("speculation");
   const fs::path dir =
       fs::temp_directory_path() / ("pstar-bench-speculation-" + std::to_string(getpid()));

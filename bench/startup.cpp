@@ -226,34 +226,20 @@ double best_of(const std::vector<double>& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  pstar::bench::check_options(
-      argc, argv,
-      "pstar-bench-startup [--preset gpt2-medium] [--seq-len 128] [--rounds 1] [--steps 2] "
-      "[--device-memory SIZE] [--baseline PSTAR] [--dir DIR]");
   std::string preset = "gpt2-medium", baseline, device_memory;
   int64_t seq_len = 128, rounds = 1, steps = 2;
   fs::path dir = fs::temp_directory_path() / ("pstar-bench-startup-" + std::to_string(getpid()));
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--preset") {
-      preset = value;
-    } else if (key == "--seq-len") {
-      seq_len = std::stoll(value);
-    } else if (key == "--rounds") {
-      rounds = std::stoll(value);
-    } else if (key == "--steps") {
-      steps = std::max<int64_t>(1, std::stoll(value));
-    } else if (key == "--device-memory") {
-      device_memory = value;
-    } else if (key == "--baseline") {
-      baseline = value;
-    } else if (key == "--dir") {
-      dir = value;
-    } else {
-      std::cerr << "unknown option " << key << "\n";
-      return 2;
-    }
-  }
+  pstar::bench::parse_options(
+      argc, argv,
+      "pstar-bench-startup [--preset gpt2-medium] [--seq-len 128] [--rounds 1] [--steps 2] "
+      "[--device-memory SIZE] [--baseline PSTAR] [--dir DIR]",
+      {{"--preset", [&](const std::string& v) { preset = v; }},
+       {"--seq-len", [&](const std::string& v) { seq_len = std::stoll(v); }},
+       {"--rounds", [&](const std::string& v) { rounds = std::stoll(v); }},
+       {"--steps", [&](const std::string& v) { steps = std::max<int64_t>(1, std::stoll(v)); }},
+       {"--device-memory", [&](const std::string& v) { device_memory = v; }},
+       {"--baseline", [&](const std::string& v) { baseline = v; }},
+       {"--dir", [&](const std::string& v) { dir = v; }}});
   const Shape shape = preset_shape(preset);
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   fs::create_directories(dir);

@@ -40,23 +40,13 @@ double tokens_per_s(pstar::config::TrainConfig config, int64_t warmup, int64_t s
 }  // namespace
 
 int main(int argc, char** argv) {
-  pstar::bench::check_options(
-      argc, argv, "pstar-bench-torch-train [--preset gpt-mini] [--steps 10] [--batch 16]");
   std::string preset = "gpt-mini";
   int64_t steps = 10, batch = 16;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string key = argv[i];
-    if (key == "--preset")
-      preset = argv[i + 1];
-    else if (key == "--steps")
-      steps = std::stoll(argv[i + 1]);
-    else if (key == "--batch")
-      batch = std::stoll(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "unknown option %s\n", argv[i]);
-      return 2;
-    }
-  }
+  pstar::bench::parse_options(
+      argc, argv, "pstar-bench-torch-train [--preset gpt-mini] [--steps 10] [--batch 16]",
+      {{"--preset", [&](const std::string& v) { preset = v; }},
+       {"--steps", [&](const std::string& v) { steps = std::stoll(v); }},
+       {"--batch", [&](const std::string& v) { batch = std::stoll(v); }}});
   pstar::core::configure_runtime();
   pstar::log::set_level(pstar::log::Level::kWarn);
 

@@ -254,8 +254,7 @@ void print_time(const plan::StepTime& t, const plan::Workload& w, const plan::Ha
   }
   if (t.comm_s > 0) {
     // Note [communication time]: beside compute, only what outlasts it counts.
-    std::printf("  %-46s %10.3f s\n", "  all-gather + reduce-scatter, beside compute",
-                t.comm_s);
+    std::printf("  %-46s %10.3f s\n", "  all-gather + reduce-scatter, beside compute", t.comm_s);
     row("communication not hidden by compute", t.comm_exposed_s());
   }
   std::printf("  %-46s %10.3f s\n", "total", step);
