@@ -15,7 +15,7 @@
 
 #include <torch/torch.h>
 
-#include "gloo_store.h"
+#include "c10d_shared.h"
 #include "pstar/base/error.h"
 #include "pstar/core/clock.h"
 #include "pstar/core/log.h"
@@ -25,11 +25,6 @@ namespace pstar::dist {
 namespace {
 
 using core::Clock;
-
-std::string what_of(const std::exception& e) {
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
-  return e.what();
-}
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
@@ -67,7 +62,7 @@ class GlooCommunicator final : public Communicator {
 
     [[noreturn]] void fail(const char* what, const std::exception& e) const {
       PSTAR_THROW(DistError, "rank ", world.rank, " of ", world.world_size, ": ", what,
-                  " failed: ", what_of(e),
+                  " failed: ", c10d_what(e),
                   "; another rank has probably stopped (its own log says why), or the network "
                   "between the ranks failed");
     }
@@ -108,7 +103,7 @@ GlooCommunicator::GlooCommunicator(const WorldInfo& world, std::chrono::seconds 
   try {
     s.store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, options);
   } catch (const std::exception& e) {
-    const std::string message = what_of(e);
+    const std::string message = c10d_what(e);
     if (world.rank == 0) {
       PSTAR_THROW(DistError, "rank 0 cannot host the rendezvous at ", where, ": ", message,
                   "; if the port is in use, choose another with MASTER_PORT or --master-port");
@@ -135,7 +130,7 @@ GlooCommunicator::GlooCommunicator(const WorldInfo& world, std::chrono::seconds 
   } catch (const std::exception& e) {
     PSTAR_THROW(DistError, "rank ", world.rank, " of ", world.world_size,
                 ": the Gloo process group did not form within ", timeout.count(),
-                " s (rendezvous at ", where, "): ", what_of(e),
+                " s (rendezvous at ", where, "): ", c10d_what(e),
                 "; every rank must start with the same WORLD_SIZE, and GLOO_SOCKET_IFNAME may "
                 "name the network interface to use between hosts");
   }

@@ -25,7 +25,7 @@
 
 #include <torch/torch.h>
 
-#include "gloo_store.h"
+#include "c10d_shared.h"
 #include "pstar/base/error.h"
 #include "pstar/base/format.h"
 #include "pstar/core/clock.h"
@@ -37,11 +37,6 @@ namespace pstar::dist {
 namespace {
 
 using core::Clock;
-
-std::string what_of(const std::exception& e) {
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
-  return e.what();
-}
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -78,7 +73,7 @@ class NcclCommunicator final : public Communicator {
  private:
   [[noreturn]] void fail(const char* what, const std::exception& e) const {
     PSTAR_THROW(DistError, "rank ", rank(), " of ", world_size(), " (cuda:", device_, "): ", what,
-                " over NCCL failed: ", what_of(e),
+                " over NCCL failed: ", c10d_what(e),
                 "; another rank has probably stopped (its own log says why), or NCCL could not "
                 "reach it (NCCL_DEBUG=INFO shows which transport it tried; NCCL_SOCKET_IFNAME "
                 "names the interface between hosts)");
@@ -137,7 +132,7 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host, int devic
   } catch (const std::exception& e) {
     PSTAR_THROW(DistError, "rank ", rank(), " of ", world_size(),
                 ": the NCCL group on cuda:", device_, " did not form within ", timeout.count(),
-                " s: ", what_of(e),
+                " s: ", c10d_what(e),
                 "; every rank needs a GPU of its own (NCCL refuses two ranks on one GPU: "
                 "distributed.share_gpus runs them over gloo), and NCCL_DEBUG=INFO says what it "
                 "tried");
