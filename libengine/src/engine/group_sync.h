@@ -195,7 +195,8 @@ class GroupSync {
   dist::Communicator* comm_;
   std::vector<Group> groups_;
   // reduce_parts' fp32 buffers on comm_side_: this rank's sum, and a bf16 or fp16 gradient part
-  // widened; host vectors, or tensors of the GPU for a device communicator.
+  // widened. On the host, vectors outside LibTorch's allocator, which the emulated tier counts as
+  // non-model memory (pstar/memory/cpu_counter.h); on the GPU, tensors of the caching allocator.
   std::vector<float> reduced_, widened_;
   at::Tensor device_reduced_, device_widened_;
   float* reduce_buffer(std::vector<float>& host, at::Tensor& device, int64_t numel);
