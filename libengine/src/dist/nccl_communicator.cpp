@@ -48,8 +48,8 @@ class NcclCommunicator final : public Communicator {
     if (group_) {
       try {
         group_->shutdown();
-      } catch (const std::exception& e) {
-        (void)e;  // a failed run's group: its error has been reported
+      } catch (const std::exception&) {
+        // A failed run's group: its error has been reported already.
       }
     }
 #endif
