@@ -1,6 +1,8 @@
 // What every communicator shares, and why a build has no NCCL one.
 #include "pstar/dist/communicator.h"
 
+#include <cstring>
+
 #include "pstar/base/error.h"
 #include "pstar/core/torch_compat.h"
 
@@ -10,6 +12,21 @@ double Communicator::all_reduce_sum(double value) {
   std::vector<double> v{value};
   all_reduce_sum(v);
   return v[0];
+}
+
+void Communicator::reduce_scatter_flat(float* flat, int64_t numel) {
+  // Host memory only: a device communicator reduces its flat buffers itself (Note [flat
+  // collectives]).
+  PSTAR_INTERNAL_ASSERT(!on_device(), "a device communicator without its own reduce_scatter_flat");
+  std::vector<float> sum(static_cast<size_t>(numel));
+  reduce_scatter(
+      numel,
+      [&](int64_t part, float* acc) {
+        const float* mine = flat + part * numel;
+        for (int64_t i = 0; i < numel; ++i) acc[i] += mine[i];
+      },
+      sum.data());
+  std::memcpy(flat + rank() * numel, sum.data(), static_cast<size_t>(numel) * sizeof(float));
 }
 
 std::string nccl_missing_reason() {

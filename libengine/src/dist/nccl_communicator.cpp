@@ -62,6 +62,7 @@ class NcclCommunicator final : public Communicator {
   void all_gather(const std::vector<void*>& parts, int64_t bytes) override;
   void reduce_scatter(int64_t numel, const std::function<void(int64_t, float*)>& add_local,
                       float* out) override;
+  void reduce_scatter_flat(float* flat, int64_t numel) override;
   void all_reduce_sum(std::vector<double>& values) override;
   using Communicator::all_reduce_sum;
   void barrier() override { host_->barrier(); }
@@ -97,7 +98,6 @@ class NcclCommunicator final : public Communicator {
   const int device_;
   const std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> group_;
-  at::Tensor scratch_;  // reduce_scatter's fp32 sum of another rank's part, reused
   CommStats stats_;
 };
 
@@ -147,76 +147,78 @@ void NcclCommunicator::all_gather(const std::vector<void*>& parts, int64_t bytes
   PSTAR_INTERNAL_ASSERT(static_cast<int64_t>(parts.size()) == n);
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
   const auto begin = Clock::now();
-  // Parts side by side (a split module's span) are one buffer: a ring all-gather in place, this
-  // rank's part read from its own slot, as FSDP2 gathers. One rank keeps the broadcasts, so that
-  // a machine with one GPU runs the path every other group takes.
-  bool side_by_side = n > 1;
+  // Note [flat collectives]: the engine hands its parts side by side, gathered in place as one
+  // buffer, this rank's part read from its own slot. Parts elsewhere (a caller outside the engine)
+  // go through a buffer of LibTorch's, copied in and out.
+  bool side_by_side = true;
   for (int64_t r = 0; r < n && side_by_side; ++r)
     side_by_side = parts[static_cast<size_t>(r)] == static_cast<char*>(parts[0]) + r * bytes;
-  c10::intrusive_ptr<c10d::Work> last;
+  at::Tensor all;
+  if (side_by_side) {
+    all = on_gpu(parts[0], n * bytes, torch::kUInt8);
+  } else {
+    all = torch::empty({n * bytes},
+                       torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA, device_));
+    all.narrow(0, rank() * bytes, bytes)
+        .copy_(on_gpu(parts[static_cast<size_t>(rank())], bytes, torch::kUInt8));
+  }
+  at::Tensor mine = all.narrow(0, rank() * bytes, bytes);
+  c10d::AllgatherOptions options;
+  options.timeout = timeout_;
+  c10::intrusive_ptr<c10d::Work> work;
   try {
-    if (side_by_side) {
-      at::Tensor all = on_gpu(parts[0], n * bytes, torch::kUInt8);
-      at::Tensor mine = all.narrow(0, rank() * bytes, bytes);
-      last = group_->_allgather_base(all, mine);
-    } else {
-      // Root r sends part r; NCCL queues each broadcast after the last on its stream, so only
-      // the last is waited for.
-      for (int64_t r = 0; r < n; ++r) {
-        std::vector<at::Tensor> t{on_gpu(parts[static_cast<size_t>(r)], bytes, torch::kUInt8)};
-        c10d::BroadcastOptions options;
-        options.rootRank = r;
-        options.timeout = timeout_;
-        last = group_->broadcast(t, options);
-      }
-    }
+    work = group_->_allgather_base(all, mine, options);
   } catch (const std::exception& e) {
     fail("all-gather", e);
   }
-  finish(last, "all-gather");
+  finish(work, "all-gather");
+  if (!side_by_side) {
+    for (int64_t r = 0; r < n; ++r) {
+      if (r == rank()) continue;
+      on_gpu(parts[static_cast<size_t>(r)], bytes, torch::kUInt8)
+          .copy_(all.narrow(0, r * bytes, bytes));
+    }
+    c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)).synchronize();
+  }
   stats_.bytes_sent += (n - 1) * bytes;
+  stats_.seconds += core::seconds_since(begin);
+}
+
+void NcclCommunicator::reduce_scatter_flat(float* flat, int64_t numel) {
+  const int64_t n = world_size();
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  const auto begin = Clock::now();
+  // In place: NCCL's reduce-scatter writes the sum of this rank's part over its own slot of the
+  // input (its documented in-place case), so the reduction needs no buffer beyond the flat one.
+  at::Tensor all = on_gpu(flat, n * numel, torch::kFloat32);
+  at::Tensor mine = all.narrow(0, rank() * numel, numel);
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  options.timeout = timeout_;
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = group_->_reduce_scatter_base(mine, all, options);
+  } catch (const std::exception& e) {
+    fail("reduce-scatter", e);
+  }
+  finish(work, "reduce-scatter");
+  stats_.bytes_sent += (n - 1) * numel * 4;
   stats_.seconds += core::seconds_since(begin);
 }
 
 void NcclCommunicator::reduce_scatter(int64_t numel,
                                       const std::function<void(int64_t, float*)>& add_local,
                                       float* out) {
+  // Not the engine's (Note [flat collectives]): the parts are summed into a flat buffer of
+  // LibTorch's, reduced, and this rank's sum copied out.
   const int64_t n = world_size();
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
-  const auto begin = Clock::now();
-  if (!scratch_.defined() || scratch_.numel() < numel) {
-    scratch_ = torch::empty(
-        {numel}, torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCUDA, device_));
-  }
-  c10d::ReduceOptions options;
-  options.reduceOp = c10d::ReduceOp::SUM;
-  options.timeout = timeout_;
-  c10::intrusive_ptr<c10d::Work> last;
-  for (int64_t j = 0; j < n; ++j) {
-    // This rank's own part is summed in `out`; the others' in the scratch, reused once the last
-    // reduce has read it (wait() orders this stream after it).
-    at::Tensor acc =
-        j == rank() ? on_gpu(out, numel, torch::kFloat32) : scratch_.narrow(0, 0, numel);
-    if (last) {
-      try {
-        last->wait(timeout_);
-      } catch (const std::exception& e) {
-        fail("reduce-scatter", e);
-      }
-    }
-    acc.zero_();
-    add_local(j, acc.data_ptr<float>());
-    std::vector<at::Tensor> t{acc};
-    options.rootRank = j;
-    try {
-      last = group_->reduce(t, options);
-    } catch (const std::exception& e) {
-      fail("reduce-scatter", e);
-    }
-  }
-  finish(last, "reduce-scatter");
-  stats_.bytes_sent += (n - 1) * numel * 4;
-  stats_.seconds += core::seconds_since(begin);
+  at::Tensor all = torch::zeros(
+      {n * numel}, torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCUDA, device_));
+  for (int64_t j = 0; j < n; ++j) add_local(j, all.data_ptr<float>() + j * numel);
+  reduce_scatter_flat(all.data_ptr<float>(), numel);
+  on_gpu(out, numel, torch::kFloat32).copy_(all.narrow(0, rank() * numel, numel));
+  c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)).synchronize();
 }
 
 void NcclCommunicator::all_reduce_sum(std::vector<double>& values) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <utility>
 
 #include "grad_accumulator.h"
 #include "pstar/base/error.h"
@@ -40,17 +41,17 @@ const ManagedTensor& ChunkStore::tensor(const std::string& name) const {
 // ---- bytes per place ---------------------------------------------------------------------------
 
 void ChunkStore::add_bytes(Place place, int64_t bytes) {
-  memory::Stat& stat = place == Place::kDevice ? device_ : host_;
+  memory::Stat& stat = place == Place::kDevice ? bytes_.device : bytes_.host;
   if (bytes >= 0)
     stat.increase(bytes);
   else
     stat.decrease(-bytes);
   if (listeners_.observer != nullptr)
-    listeners_.observer->set_chunk_bytes(device_.current, host_.current);
+    listeners_.observer->set_chunk_bytes(bytes_.device.current, bytes_.host.current);
 }
 
 int64_t ChunkStore::gathered_device_bytes() const {
-  int64_t bytes = 0;
+  int64_t bytes = bytes_.collective_device;
   for (const Chunk& c : chunks_)
     bytes += c.remote && c.param && c.compute_place == Place::kDevice
                  ? c.size * format_.payload.compute()
@@ -77,8 +78,8 @@ void ChunkStore::set_budgets(int64_t device, int64_t host) {
 }
 
 void ChunkStore::check_host() {
-  PSTAR_CHECK(host_.current <= budgets_.host, OutOfMemoryError, "host tier: chunks need ",
-              format_bytes(host_.current), " but engine.host_memory is ",
+  PSTAR_CHECK(bytes_.host.current <= budgets_.host, OutOfMemoryError, "host tier: chunks need ",
+              format_bytes(bytes_.host.current), " but engine.host_memory is ",
               format_bytes(budgets_.host),
               "; raise engine.host_memory or engine.device_memory, or train a smaller model");
   check_host_pools();
@@ -102,7 +103,7 @@ void ChunkStore::check_host_pools() {
 void ChunkStore::set_observer(EngineObserver* observer) {
   listeners_.observer = observer;
   if (listeners_.observer != nullptr)
-    listeners_.observer->set_chunk_bytes(device_.current, host_.current);
+    listeners_.observer->set_chunk_bytes(bytes_.device.current, bytes_.host.current);
 }
 
 void ChunkStore::record(int64_t chunk, formats::ChunkEventKind kind, int64_t bytes,
@@ -347,9 +348,16 @@ void ChunkStore::zero_padding(int64_t k) {
   if (c.master && !c.nvme) view(c.master, torch::kFloat32, c.used, rest).zero_();
 }
 
-void ChunkStore::allocate_remote(int64_t k) {
+void ChunkStore::allocate_remote(int64_t k, Block param_slot) {
   Chunk& c = chunks_[static_cast<size_t>(k)];
-  c.param = allocate_payload(c.compute_place, c.size * format_.elem_bytes, !c.host_only());
+  if (param_slot) {
+    PSTAR_INTERNAL_ASSERT(
+        param_slot.side() == c.compute_place && param_slot.bytes() == c.size * format_.elem_bytes,
+        "chunk ", k, " lent a slot of another side or size");
+    c.param = std::move(param_slot);
+  } else {
+    c.param = allocate_payload(c.compute_place, c.size * format_.elem_bytes, !c.host_only());
+  }
   if (!format_.reuse) c.grad = allocate_payload(c.compute_place, c.size * 4, !c.host_only());
   add_bytes(c.compute_place, compute_bytes(k));
   record(k, formats::ChunkEventKind::kAllocate, compute_bytes(k));

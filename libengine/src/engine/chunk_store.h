@@ -198,11 +198,12 @@ class ChunkStore {
   const core::SetupPhases& setup_phases() const { return setup_; }
 
   // ---- bytes per place ----
-  const memory::Stat& device_bytes() const { return device_; }
-  const memory::Stat& host_bytes() const { return host_; }
+  const memory::Stat& device_bytes() const { return bytes_.device; }
+  const memory::Stat& host_bytes() const { return bytes_.host; }
   // The host's peak restarts at what it holds now (a step begins).
-  void reset_host_peak() { host_.reset_peak(); }
-  // Other ranks' chunks gathered onto the device, and the margin's payloads.
+  void reset_host_peak() { bytes_.host.reset_peak(); }
+  // Other ranks' chunks gathered onto the device (with the collectives' own device blocks, Note
+  // [flat gathers] in group_sync.h), and the margin's payloads.
   int64_t gathered_device_bytes() const;
   int64_t margin_bytes() const;
   void set_budgets(int64_t device, int64_t host);
@@ -211,8 +212,10 @@ class ChunkStore {
   // Host memory the store's owners hold beside the chunks (speculation's rollback slots): counted
   // like payloads (negative: given back).
   void add_host_bytes(int64_t bytes) { add_bytes(Place::kHost, bytes); }
-  // The same for either side: the collectives' staging blocks (Note [staged collectives]).
+  // The same for either side: the collectives' blocks (Note [staged collectives], Note [flat
+  // gathers]).
   void add_side_bytes(tier::Side side, int64_t bytes) {
+    if (side == tier::Side::kDevice) bytes_.collective_device += bytes;
     add_bytes(side == tier::Side::kDevice ? Place::kDevice : Place::kHost, bytes);
   }
   // OutOfMemoryError when the host holds more than its budget, payloads or pools.
@@ -265,8 +268,10 @@ class ChunkStore {
   // Zeroes the padding of chunk k's parameters and master weights (the elements past `used`), which
   // new_chunk leaves unfilled; once its last leaf has come.
   void zero_padding(int64_t k);
-  // Gives remote chunk k compute payloads (to be filled by a gather), or takes them away.
-  void allocate_remote(int64_t k);
+  // Gives remote chunk k compute payloads (to be filled by a gather), or takes them away. With
+  // `param_slot` (Note [flat gathers]) its param payload is that slot of its group's flat block,
+  // on the side it computes on, which the caller keeps until free_remote(k).
+  void allocate_remote(int64_t k, Block param_slot = Block());
   void free_remote(int64_t k);
 
   // ---- split modules (Note [split modules]) ----
@@ -343,7 +348,12 @@ class ChunkStore {
   std::unordered_map<const torch::nn::Module*, std::vector<int64_t>> module_tensors_;
   std::unordered_map<std::string, int64_t> tensor_by_name_;
   std::unordered_map<int64_t, Span> spans_;  // by group (Note [split modules])
-  memory::Stat device_, host_;
+  // The bytes held per place, and of the device's those of the collectives' blocks
+  // (add_side_bytes).
+  struct Bytes {
+    memory::Stat device, host;
+    int64_t collective_device = 0;
+  } bytes_;
   struct Budgets {
     int64_t device = 0, host = 0;
   } budgets_;

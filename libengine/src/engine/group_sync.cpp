@@ -1,5 +1,6 @@
 #include "group_sync.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -19,6 +20,7 @@ chunk::Sharding sharding_of(const dist::Communicator* comm) {
 GroupSync::GroupSync(ChunkStore& store, dist::Communicator* comm, bool beside_compute)
     : store_(store),
       comm_(comm),
+      flat_(comm != nullptr && comm->on_device()),
       beside_(comm != nullptr && beside_compute),
       comm_side_(comm != nullptr && comm->on_device() ? tier::Side::kDevice : tier::Side::kHost) {
   if (comm_ != nullptr) worker_ = std::make_unique<core::OrderedWorker>();
@@ -33,6 +35,8 @@ void GroupSync::build_groups() {
   groups_.clear();
   groups_.resize(static_cast<size_t>(store_.num_chunks() / sharding.world_size));
   for (const auto& t : store_.tensors()) ++groups_[static_cast<size_t>(group_of(t.chunk))].tensors;
+  largest_chunk_ = 0;
+  for (const Chunk& c : store_.chunks()) largest_chunk_ = std::max(largest_chunk_, c.size);
 }
 
 int64_t GroupSync::group_chunk(int64_t g, int64_t part) const {
@@ -68,6 +72,7 @@ void GroupSync::release(int64_t g) {
     const int64_t k = group_chunk(g, part);
     if (store_.chunk(k).remote) store_.free_remote(k);
   }
+  release_flat(g);  // Note [flat gathers]: after the chunks that held its slots
   group.gathered = false;
 }
 
@@ -127,6 +132,7 @@ void GroupSync::end_micro_batch() {
     reduce(g);
     release(g);
   }
+  release_reduce_buffer();  // Note [flat gathers]: every reduction of the micro-batch is done
   for (auto& g : groups_) {
     Group fresh;
     fresh.tensors = g.tensors;

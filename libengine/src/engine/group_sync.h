@@ -30,8 +30,26 @@ namespace pstar::engine {
 // counted in the budget of their side and freed when it is finished. On the emulated tier
 // nothing is staged; tests stage through a tier that says its sides are separate (CheckingTier),
 // with a host communicator and with a device one, and the losses are the same bits.
-// The reduction's fp32 buffers live on the communicator's side too: host vectors, or tensors on
-// the GPU from LibTorch's allocator, inside the non-model memory the warm-up measures.
+// The reduction's fp32 buffers live on the communicator's side too: host vectors for Gloo, a
+// block of the tier's for a device communicator (Note [flat gathers]).
+
+// Note [flat gathers]
+// A device communicator takes flat buffers only (Note [flat collectives] in
+// pstar/dist/communicator.h), so with one an ordinary group is gathered into a block of the
+// communicator's side that holds its N parts side by side, the group's flat block: this rank's
+// part is copied into its slot, and every other rank's chunk that computes on that side takes its
+// slot as its param payload, filled in place by the gather, so that nothing is copied out. Parts
+// on the other side (a host-only group's, the CPU embedding's) are copied out of their slots when
+// the gather is finished, and a block with no slot lent goes then; one with slots lent goes when
+// the group is released. A split module's span already holds its parts side by side and is
+// gathered in place (Note [split modules]), unless it is staged, when it goes through a flat block
+// too. A reduction fills one fp32 buffer of the communicator's side, N parts of the largest
+// chunk, with this rank's gradients (widened, the padding zeroed) and the communicator leaves the
+// sum of this rank's part in its own slot (reduce_scatter_flat); the worker runs one collective at
+// a time, so one buffer serves every reduction of a micro-batch, and it goes when the micro-batch
+// ends. The flat blocks' slots that no chunk holds and the reduction's buffer are counted in the
+// device budget (ChunkStore::add_side_bytes) and, as gathered memory, in the room placement
+// leaves; remote_device_bytes and reduce_buffer_bytes say what they take, for the margin.
 
 // Note [collectives beside compute]
 // Every collective of the engine runs on one communication thread (a core::OrderedWorker) in the
@@ -75,6 +93,11 @@ struct Group {
   // Note [staged collectives] beside compute: the host blocks of the queued collective's staged
   // parts (empty for a part not staged), the collective's own.
   std::vector<tier::Block> staged;
+  // Note [flat gathers]: the gather's flat block, the bytes of it counted as the collectives'
+  // (the slots no chunk holds), and whether a chunk holds a slot of it.
+  tier::Block flat;
+  int64_t flat_side_bytes = 0;
+  bool flat_lent = false;
   bool grads_pending() const { return grads_seen > 0 && !reduced; }
 };
 
@@ -128,8 +151,11 @@ class GroupSync {
   // Queues group g's gather ahead (one of ahead_candidates; the caller has awaited the host Adam
   // of its owned chunk), started now or at its use.
   void queue_ahead(int64_t g, bool start_now);
-  // The device bytes group g's remote chunks take while gathered.
+  // The device bytes group g's remote chunks take while gathered (with its flat block's, Note
+  // [flat gathers]).
   int64_t remote_device_bytes(int64_t g) const;
+  // Note [flat gathers]: the device bytes of the reduction's buffer while the backward runs.
+  int64_t reduce_buffer_bytes() const;
   // Queues the reductions settle() found complete, behind the moment's gathers; `beside`: left to
   // run beside compute, else finished here.
   void issue_reductions(bool beside);
@@ -194,12 +220,25 @@ class GroupSync {
   ChunkStore& store_;
   dist::Communicator* comm_;
   std::vector<Group> groups_;
-  // reduce_parts' fp32 buffers on comm_side_: this rank's sum, and a bf16 or fp16 gradient part
-  // widened. On the host, vectors outside LibTorch's allocator, which the emulated tier counts as
-  // non-model memory (pstar/memory/cpu_counter.h); on the GPU, tensors of the caching allocator.
+  // reduce_parts' fp32 buffers for a host communicator: this rank's sum, and a bf16 or fp16
+  // gradient part widened. Vectors outside LibTorch's allocator, which the emulated tier counts as
+  // non-model memory (pstar/memory/cpu_counter.h).
   std::vector<float> reduced_, widened_;
-  at::Tensor device_reduced_, device_widened_;
-  float* reduce_buffer(std::vector<float>& host, at::Tensor& device, int64_t numel);
+  // Note [flat gathers]: whether the communicator takes flat buffers (a device one), and the
+  // reduction's fp32 buffer then: world_size parts of the largest chunk, held for a micro-batch.
+  const bool flat_;
+  int64_t largest_chunk_ = 0;
+  tier::Block reduce_flat_;
+  // Note [flat gathers]: the reduction's buffer, made (and counted) if it is not yet.
+  void make_reduce_buffer();
+  void release_reduce_buffer();
+  // Gives back group g's flat block and the bytes counted for it.
+  void release_flat(int64_t g);
+  // Whether group g is gathered in place in its span (Note [split modules]) rather than through a
+  // flat block, with a device communicator.
+  bool gathers_in_span(int64_t g) const;
+  void reduce_flat(int64_t size, const std::vector<ReducePart>& grads, c10::ScalarType type,
+                   void* own, int64_t own_used);
   int64_t gathers_ = 0, reductions_ = 0, staged_bytes_ = 0;
   const bool beside_;  // Note [collectives beside compute]
   // Where the communicator's collectives read and write (Note [staged collectives]).

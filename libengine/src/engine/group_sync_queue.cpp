@@ -16,6 +16,18 @@ namespace pstar::engine {
 
 using core::seconds_since;
 
+namespace {
+
+// Tensors over the reduction's pointers, all on one side: `where`.
+auto side_view(c10::Device where) {
+  return [where](const void* data, int64_t numel, c10::ScalarType dtype) {
+    return torch::from_blob(const_cast<void*>(data), {numel},
+                            torch::TensorOptions().dtype(dtype).device(where));
+  };
+}
+
+}  // namespace
+
 // What a queued gather waits for before its collective: the payloads it fills (known once they
 // are allocated), or word that it will never run.
 struct GatherStart {
@@ -35,7 +47,11 @@ void GroupSync::stop_queue() {
     group.start->opened.notify_all();
   }
   worker_.reset();  // drops what has not begun and waits for what has
-  for (int64_t g = 0; g < num_groups(); ++g) release_staged(g);
+  for (int64_t g = 0; g < num_groups(); ++g) {
+    release_staged(g);
+    release_flat(g);
+  }
+  release_reduce_buffer();
 }
 
 void GroupSync::wait(int64_t ticket) {
@@ -57,14 +73,59 @@ void GroupSync::wait(int64_t ticket) {
 
 int64_t GroupSync::remote_device_bytes(int64_t g) const {
   int64_t bytes = 0;
+  const int64_t world = store_.sharding().world_size;
+  if (flat_ && !gathers_in_span(g)) {
+    // Note [flat gathers]: the flat block, whose slots are the param payloads of the remote chunks
+    // on the device, and those chunks' gradient payloads.
+    const int64_t size = store_.size(group_chunk(g, 0));
+    bytes = world * size * store_.format().elem_bytes;
+    for (int64_t part = 0; part < world; ++part) {
+      const Chunk& c = store_.chunks()[static_cast<size_t>(group_chunk(g, part))];
+      if (c.remote && !c.host_only() && !store_.format().reuse) bytes += c.size * 4;
+    }
+    return bytes;
+  }
   // Note [split modules]: a split module's span holds this rank's part as well.
   const bool split = store_.split_group(g);
-  for (int64_t part = 0; part < store_.sharding().world_size; ++part) {
+  for (int64_t part = 0; part < world; ++part) {
     const int64_t k = group_chunk(g, part);
     const Chunk& c = store_.chunks()[static_cast<size_t>(k)];
     if ((c.remote || split) && !c.host_only()) bytes += store_.compute_bytes(k);
   }
   return bytes;
+}
+
+int64_t GroupSync::reduce_buffer_bytes() const {
+  return flat_ ? store_.sharding().world_size * largest_chunk_ * 4 : 0;
+}
+
+bool GroupSync::gathers_in_span(int64_t g) const {
+  if (!store_.split_group(g)) return false;
+  const Chunk& first = store_.chunks()[static_cast<size_t>(group_chunk(g, 0))];
+  const tier::Side span_side = first.host_only() ? tier::Side::kHost : tier::Side::kDevice;
+  return span_side == comm_side_ || store_.tier().host_addresses_device();
+}
+
+void GroupSync::release_flat(int64_t g) {
+  Group& group = groups_[static_cast<size_t>(g)];
+  if (!group.flat) return;
+  store_.add_side_bytes(comm_side_, -group.flat_side_bytes);
+  group.flat.reset();
+  group.flat_side_bytes = 0;
+  group.flat_lent = false;
+}
+
+void GroupSync::make_reduce_buffer() {
+  if (reduce_flat_) return;
+  const int64_t bytes = reduce_buffer_bytes();
+  reduce_flat_ = store_.tier().allocate_uninitialized(comm_side_, bytes);
+  store_.add_side_bytes(comm_side_, bytes);
+}
+
+void GroupSync::release_reduce_buffer() {
+  if (!reduce_flat_) return;
+  store_.add_side_bytes(comm_side_, -reduce_flat_.bytes());
+  reduce_flat_.reset();
 }
 
 tier::Block& GroupSync::staged_block(int64_t g, int64_t part, int64_t bytes) {
@@ -113,6 +174,7 @@ void GroupSync::queue_gather(int64_t g, bool start_now) {
 void GroupSync::start_gather(int64_t g) {
   Group& group = groups_[static_cast<size_t>(g)];
   if (!group.start) return;
+  const int64_t world = store_.sharding().world_size;
   const int64_t bytes = store_.size(group_chunk(g, 0)) * store_.format().elem_bytes;
   std::vector<void*> parts;
   bool any_staged = false;
@@ -122,24 +184,55 @@ void GroupSync::start_gather(int64_t g) {
   // communicator gathers them as one buffer (Note [device collectives]).
   const bool split = store_.split_group(g);
   if (split) store_.open_span(g);
-  for (int64_t part = 0; part < store_.sharding().world_size; ++part) {
+  // Note [flat gathers]: with a device communicator, the parts go through the group's flat block
+  // unless the span holds them side by side already.
+  const bool through_flat = flat_ && !gathers_in_span(g);
+  if (through_flat) {
+    group.flat = store_.tier().allocate_uninitialized(comm_side_, world * bytes);
+    group.flat_side_bytes = 0;
+    group.flat_lent = false;
+  }
+  for (int64_t part = 0; part < world; ++part) {
     const int64_t k = group_chunk(g, part);
-    if (store_.chunk(k).remote && !split) store_.allocate_remote(k);
+    Chunk& c = store_.chunk(k);
+    if (through_flat) {
+      void* slot = static_cast<char*>(group.flat.data()) + part * bytes;
+      parts.push_back(slot);
+      if (c.remote && !split && c.compute_place == comm_side_) {
+        store_.allocate_remote(k, tier::Block(slot, bytes, comm_side_, nullptr));
+        group.flat_lent = true;
+        continue;
+      }
+      group.flat_side_bytes += bytes;
+      if (c.remote) {
+        if (!split) store_.allocate_remote(k);  // filled from its slot at finish
+        continue;
+      }
+      // This rank's part, from its payload (its slot of the span, for a split module).
+      tier::Block span_slot = split ? store_.span_slot(g, part, /*grad=*/false) : tier::Block();
+      tier::Block into(slot, bytes, comm_side_, nullptr);
+      store_.tier().copy(into, split ? span_slot : c.param, bytes);
+      staged_bytes_ += bytes;
+      any_staged = true;
+      continue;
+    }
+    if (c.remote && !split) store_.allocate_remote(k);
     tier::Block slot = split ? store_.span_slot(g, part, /*grad=*/false) : tier::Block();
-    tier::Block& payload = split ? slot : store_.chunk(k).param;
+    tier::Block& payload = split ? slot : c.param;
     if (!staged(payload)) {
       parts.push_back(payload.data());
       continue;
     }
     // Note [staged collectives]: this rank's part goes out now, the others' come in at finish.
     tier::Block& host = staged_block(g, part, bytes);
-    if (!store_.chunk(k).remote) {
+    if (!c.remote) {
       store_.tier().copy(host, payload, bytes);
       staged_bytes_ += bytes;
       any_staged = true;
     }
     parts.push_back(host.data());
   }
+  if (through_flat) store_.add_side_bytes(comm_side_, group.flat_side_bytes);
   if (any_staged) store_.tier().synchronize();
   store_.check_host();
   const std::shared_ptr<GatherStart> start = std::exchange(group.start, nullptr);
@@ -191,6 +284,7 @@ void GroupSync::queue_reduce(int64_t g) {
                          : const_cast<void*>(store_.grad_data(own));
   store_.check_host();
   const auto type = format.reuse ? format.dtype : torch::kFloat32;
+  if (flat_) make_reduce_buffer();  // Note [flat gathers]
   group.reducing = true;
   group.ticket = worker_->submit([this, size, grads, type, out, own_used, &group] {
     const auto begin = std::chrono::steady_clock::now();
@@ -199,34 +293,43 @@ void GroupSync::queue_reduce(int64_t g) {
   });
 }
 
-float* GroupSync::reduce_buffer(std::vector<float>& host, at::Tensor& device, int64_t numel) {
-  if (comm_side_ == tier::Side::kHost) {
-    host.resize(static_cast<size_t>(numel));
-    return host.data();
+void GroupSync::reduce_flat(int64_t size, const std::vector<ReducePart>& grads,
+                            c10::ScalarType type, void* own, int64_t own_used) {
+  // Note [flat gathers]: every pointer here is on the device communicator's side.
+  const auto view = side_view(store_.tier().device_of(comm_side_));
+  auto* flat = static_cast<float*>(reduce_flat_.data());
+  PSTAR_INTERNAL_ASSERT(reduce_flat_.bytes() >= store_.sharding().world_size * size * 4,
+                        "the reduction's buffer is smaller than a group");
+  for (size_t part = 0; part < grads.size(); ++part) {
+    const ReducePart& p = grads[part];
+    at::Tensor slot = view(flat + static_cast<int64_t>(part) * size, size, torch::kFloat32);
+    // A widening copy: no temporary, and the same bits as adding the gradient to zero.
+    if (p.grad != nullptr) slot.narrow(0, 0, p.used).copy_(view(p.grad, p.used, type));
+    const int64_t filled = p.grad != nullptr ? p.used : 0;
+    if (filled < size) slot.narrow(0, filled, size - filled).zero_();
   }
-  if (!device.defined() || device.numel() < numel) {
-    device = torch::empty(
-        {numel},
-        torch::TensorOptions().dtype(torch::kFloat32).device(store_.tier().device_of(comm_side_)));
-  }
-  return device.data_ptr<float>();
+  comm_->reduce_scatter_flat(flat, size);
+  const int64_t rank = store_.sharding().rank;
+  if (own_used > 0)
+    view(own, own_used, type).copy_(view(flat + rank * size, own_used, torch::kFloat32));
 }
 
 void GroupSync::reduce_parts(int64_t size, const std::vector<ReducePart>& grads,
                              c10::ScalarType type, void* own, int64_t own_used) {
   torch::NoGradGuard no_grad;
+  if (flat_) {
+    reduce_flat(size, grads, type, own, own_used);
+    return;
+  }
   // Every pointer here is on the communicator's side (Note [staged collectives]).
-  const c10::Device where = store_.tier().device_of(comm_side_);
-  auto view = [&](const void* data, int64_t numel, c10::ScalarType dtype) {
-    return torch::from_blob(const_cast<void*>(data), {numel},
-                            torch::TensorOptions().dtype(dtype).device(where));
-  };
-  float* reduced = reduce_buffer(reduced_, device_reduced_, size);
+  const auto view = side_view(store_.tier().device_of(comm_side_));
+  reduced_.resize(static_cast<size_t>(size));
+  float* reduced = reduced_.data();
   // A bf16 or fp16 gradient is widened into a buffer of this class's own first: LibTorch would
   // allocate a temporary for the mixed-type add, which the emulated tier counts as non-model
   // memory of whatever moment the main thread is in.
-  float* widened =
-      type != torch::kFloat32 ? reduce_buffer(widened_, device_widened_, size) : nullptr;
+  if (type != torch::kFloat32) widened_.resize(static_cast<size_t>(size));
+  float* widened = type != torch::kFloat32 ? widened_.data() : nullptr;
   comm_->reduce_scatter(
       size,
       [&](int64_t part, float* acc) {
@@ -258,13 +361,22 @@ void GroupSync::finish(int64_t g) {
     bool any_staged = false;
     for (int64_t part = 0; part < world; ++part) {
       Chunk& c = store_.chunk(group_chunk(g, part));
-      if (!c.remote || !staged(c.param)) continue;
-      store_.tier().copy(c.param, group.staged[static_cast<size_t>(part)], param_bytes);
+      if (group.flat) {
+        // Note [flat gathers]: a remote part that does not hold its slot is copied out of it.
+        char* slot = static_cast<char*>(group.flat.data()) + part * param_bytes;
+        if (!c.remote || c.param.data() == slot) continue;
+        store_.tier().copy(c.param, tier::Block(slot, param_bytes, comm_side_, nullptr),
+                           param_bytes);
+      } else {
+        if (!c.remote || !staged(c.param)) continue;
+        store_.tier().copy(c.param, group.staged[static_cast<size_t>(part)], param_bytes);
+      }
       staged_bytes_ += param_bytes;
       any_staged = true;
     }
-    if (any_staged) store_.tier().synchronize();  // the copies in have read the host blocks
+    if (any_staged) store_.tier().synchronize();  // the copies in have read the blocks
     release_staged(g);
+    if (!group.flat_lent) release_flat(g);  // else it goes with the group (release)
     if (store_.split_group(g)) {
       store_.repoint_span(g);
     } else {

@@ -346,6 +346,7 @@ void ChunkedEngine::Impl::plan_margin() {
     gathered = placement.gathered_peak_bytes(group_bytes);
     if (sync.beside_compute())
       gathered += *std::max_element(group_bytes.begin(), group_bytes.end());
+    gathered += sync.reduce_buffer_bytes();  // Note [flat gathers]: held through the backward
   }
   const int64_t margin =
       placement.margin_size(candidates, store.tier().device_capacity_bytes(), gathered);

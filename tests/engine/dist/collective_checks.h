@@ -67,6 +67,24 @@ inline bool check_collectives(dist::Communicator& comm) {
     }
   }
 
+  // The flat reduce-scatter (Note [flat collectives]): the same sums, left in this rank's slot.
+  std::vector<float> flat(static_cast<size_t>(n * kNumel));
+  for (int64_t part = 0; part < n; ++part)
+    for (int64_t i = 0; i < kNumel; ++i)
+      flat[static_cast<size_t>(part * kNumel + i)] =
+          collective_contribution(comm.rank(), part, i) * 2.0F;
+  comm.reduce_scatter_flat(flat.data(), kNumel);
+  for (int64_t i = 0; i < kNumel; ++i) {
+    double expected = 0;
+    for (int64_t r = 0; r < n; ++r) expected += 2.0 * collective_contribution(r, comm.rank(), i);
+    const float got = flat[static_cast<size_t>(comm.rank() * kNumel + i)];
+    if (std::abs(got - expected) > 1e-6 * std::abs(expected)) {
+      check(false, "flat reduce-scatter element " + std::to_string(i) + ": " + std::to_string(got) +
+                       " vs " + std::to_string(expected));
+      break;
+    }
+  }
+
   check(comm.all_reduce_sum(static_cast<double>(comm.rank() + 1)) ==
             static_cast<double>(n * (n + 1) / 2),
         "all-reduce");
@@ -77,7 +95,7 @@ inline bool check_collectives(dist::Communicator& comm) {
 
   // Each rank sent N-1 parts per collective and one double in the all-reduce.
   const dist::CommStats stats = comm.take_stats();
-  check(stats.bytes_sent == (n - 1) * kBytes + (n - 1) * kNumel * 4 + 8,
+  check(stats.bytes_sent == (n - 1) * kBytes + 2 * (n - 1) * kNumel * 4 + 8,
         "bytes sent " + std::to_string(stats.bytes_sent));
   check(comm.take_stats().bytes_sent == 0, "stats are reset when taken");
   return ok;

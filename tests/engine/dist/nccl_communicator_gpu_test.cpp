@@ -72,6 +72,12 @@ TEST_F(NcclOneRank, CollectivesMoveDeviceMemory) {
     EXPECT_NEAR(host[i].item<float>(), 0.5 + static_cast<double>(i) * 1e-3, 1e-6) << i;
   }
 
+  // The flat reduce-scatter the engine uses (Note [flat collectives]): in place, in its own slot.
+  at::Tensor flat = torch::arange(kNumel, gpu.dtype(torch::kFloat32)).mul(2e-3).add(0.25);
+  const at::Tensor before = flat.cpu();
+  comm_->reduce_scatter_flat(flat.data_ptr<float>(), kNumel);
+  EXPECT_TRUE(torch::equal(flat.cpu(), before)) << "one rank's sum is its own contribution";
+
   // Scalars: fp64 on the device, back on the host.
   std::vector<double> values{2.5, -1e300};
   comm_->all_reduce_sum(values);

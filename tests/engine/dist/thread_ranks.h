@@ -94,7 +94,8 @@ class ThreadCommunicator final : public dist::Communicator {
   const dist::WorldInfo& world() const override { return world_; }
 
   // Plays a device communicator (Note [device collectives]): the engine then hands it the memory
-  // of the tier's device side, which on the emulated and checking tiers the host addresses too.
+  // of the tier's device side, which on the emulated and checking tiers the host addresses too,
+  // and flat buffers only (Note [flat collectives]), as NCCL needs: it refuses anything else.
   void set_on_device(bool yes) { on_device_ = yes; }
   bool on_device() const override { return on_device_; }
   // Called with the parts of every all_gather, so that a test can hold the engine to the side its
@@ -102,11 +103,21 @@ class ThreadCommunicator final : public dist::Communicator {
   void set_gather_check(std::function<void(const std::vector<void*>& parts, int64_t bytes)> check) {
     gather_check_ = std::move(check);
   }
+  // The same for the flat buffer of every reduce_scatter_flat (Note [flat collectives]).
+  void set_reduce_check(std::function<void(const float* flat, int64_t bytes)> check) {
+    reduce_check_ = std::move(check);
+  }
 
   void all_gather(const std::vector<void*>& parts, int64_t bytes) override {
     const int64_t n = world_size(), me = rank();
     PSTAR_INTERNAL_ASSERT(static_cast<int64_t>(parts.size()) == n);
     if (gather_check_) gather_check_(parts, bytes);
+    if (on_device_) {
+      for (int64_t r = 0; r < n; ++r)
+        PSTAR_INTERNAL_ASSERT(
+            parts[static_cast<size_t>(r)] == static_cast<char*>(parts[0]) + r * bytes,
+            "a device communicator's all_gather was handed parts apart");
+    }
     hub_->pointer(me) = parts[static_cast<size_t>(me)];
     hub_->arrive(me);
     for (int64_t r = 0; r < n; ++r)
@@ -117,6 +128,7 @@ class ThreadCommunicator final : public dist::Communicator {
 
   void reduce_scatter(int64_t numel, const std::function<void(int64_t, float*)>& add_local,
                       float* out) override {
+    PSTAR_INTERNAL_ASSERT(!on_device_, "a device communicator reduces flat buffers only");
     const int64_t n = world_size(), me = rank();
     std::vector<float> mine(static_cast<size_t>(n * numel), 0.0F);
     for (int64_t part = 0; part < n; ++part) add_local(part, mine.data() + part * numel);
@@ -129,6 +141,22 @@ class ThreadCommunicator final : public dist::Communicator {
     }
     hub_->arrive(me);
     std::memcpy(out, sum.data(), static_cast<size_t>(numel) * 4);
+    stats_.bytes_sent += (n - 1) * numel * 4;
+  }
+
+  // The same sums as reduce_scatter's, in the same rank order, read from the ranks' flat buffers.
+  void reduce_scatter_flat(float* flat, int64_t numel) override {
+    const int64_t n = world_size(), me = rank();
+    if (reduce_check_) reduce_check_(flat, n * numel * 4);
+    hub_->pointer(me) = flat;
+    hub_->arrive(me);
+    std::vector<float> sum(static_cast<size_t>(numel), 0.0F);
+    for (int64_t r = 0; r < n; ++r) {
+      const float* theirs = static_cast<const float*>(hub_->pointer(r)) + me * numel;
+      for (int64_t i = 0; i < numel; ++i) sum[static_cast<size_t>(i)] += theirs[i];
+    }
+    hub_->arrive(me);  // every rank has read this one's slots before it overwrites its own
+    std::memcpy(flat + me * numel, sum.data(), static_cast<size_t>(numel) * 4);
     stats_.bytes_sent += (n - 1) * numel * 4;
   }
 
@@ -166,6 +194,7 @@ class ThreadCommunicator final : public dist::Communicator {
   dist::CommStats stats_;
   bool on_device_ = false;
   std::function<void(const std::vector<void*>&, int64_t)> gather_check_;
+  std::function<void(const float*, int64_t)> reduce_check_;
 };
 
 // Runs body(comm) on `n` ranks, each a thread of this process, and returns each rank's error ("":

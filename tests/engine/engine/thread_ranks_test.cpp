@@ -118,11 +118,13 @@ TEST(ThreadRanksTest, FourRanksOwnAQuarterEachAndTrackOneRank) {
 // Note [staged collectives]: two ranks whose tier says the host cannot address its device side
 // (the CUDA tier's case) gather and reduce their device-side payloads through host blocks, beside
 // compute or each waited for where it is issued (PSTAR_OVERLAP_COMM=0's schedule). With a device
-// communicator (NCCL's side, Note [device collectives]) it is the host-side payloads, the CPU
-// embedding's, that travel through device blocks, and the reduction's buffers are the device
-// side's. Their losses and bytes sent are the bits of the same two ranks on a tier the host
-// addresses, the staged bytes are counted, and the checking tier sees every kernel told the right
-// side.
+// communicator (NCCL's side, Note [device collectives]) every group goes through a flat block of
+// the device side (Note [flat gathers]), which the remote chunks keep as their payloads or, for
+// the host-side ones (the CPU embedding's), are copied out of; and every reduction through one
+// flat buffer of the device side. Both are the tier's blocks, and the double refuses parts that
+// are not side by side. Their losses and bytes sent are the bits of the same two ranks on a tier
+// the host addresses, the staged bytes are counted, and the checking tier sees every kernel told
+// the right side.
 TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
   pstar::testing::ScratchDir dir;
   const std::string corpus = dir.file("corpus.txt");
@@ -137,11 +139,8 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
   struct Mode {
     bool staged, beside, device_comm;
   };
-  const Mode modes[] = {{false, true, false},
-                        {true, true, false},
-                        {true, false, false},
-                        {true, true, true},
-                        {true, false, true}};
+  const Mode modes[] = {{false, true, false}, {true, true, false}, {true, false, false},
+                        {false, true, true},  {true, true, true},  {true, false, true}};
   std::vector<std::vector<std::vector<StepMetrics>>> runs;
   for (const Mode mode : modes) {
     SCOPED_TRACE(str_cat(mode.staged ? "staged" : "not staged",
@@ -154,14 +153,18 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
       auto& thread_comm = dynamic_cast<pstar::testing::ThreadCommunicator&>(comm);
       thread_comm.set_on_device(mode.device_comm);
       ledgers[r] = std::make_shared<tier::testing::Ledger>();
-      // Every part a collective moves lies on the communicator's side, where the sides differ.
-      if (mode.staged) {
+      // Every part a collective moves lies on the communicator's side, where the sides differ,
+      // and a device communicator's in blocks of the tier's device side.
+      if (mode.staged || mode.device_comm) {
         thread_comm.set_gather_check([ledger = ledgers[r], &mode](const std::vector<void*>& parts,
                                                                   int64_t bytes) {
           for (const void* part : parts)
             ledger->expect_inside_locked(part, bytes,
                                          mode.device_comm ? tier::Side::kDevice : tier::Side::kHost,
                                          "a gathered part");
+        });
+        thread_comm.set_reduce_check([ledger = ledgers[r]](const float* flat, int64_t bytes) {
+          ledger->expect_inside_locked(flat, bytes, tier::Side::kDevice, "a reduction's buffer");
         });
       }
       auto checking = std::make_unique<tier::testing::CheckingTier>(
@@ -182,7 +185,8 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
           << "rank " << r << ": " << ledgers[r]->violations.front();
       int64_t ahead = 0;
       for (const StepMetrics& m : steps[r]) {
-        if (mode.staged) {
+        // A flat block takes a copy of this rank's part (Note [flat gathers]).
+        if (mode.staged || mode.device_comm) {
           EXPECT_GT(m.engine.comm_staged_bytes, 0) << "rank " << r << ", step " << m.step;
         } else {
           EXPECT_EQ(m.engine.comm_staged_bytes, 0) << "rank " << r << ", step " << m.step;

@@ -12,23 +12,29 @@
 // Note [device collectives]
 // NCCL moves GPU memory between GPUs, so the NCCL communicator (connect_nccl, issue 36) says
 // on_device(): the engine hands it device pointers (Note [staged collectives] in
-// engine/group_sync.h stages a host-side payload through a device block) and its reduce_scatter
-// passes add_local device accumulators. Each collective is issued under a guard for the rank's
-// GPU from the engine's communication thread, whose current stream is the device's default
-// stream, where the model computes; c10d's NCCL stream waits for that stream first, so it reads
-// what compute has queued. The call then blocks its own thread (never the main one) until its
-// stream has finished, so it returns with its result complete, as every communicator does. Parts
-// that lie side by side (a split module's span, Note [split modules]) are all-gathered in place
-// as one buffer, a ring all-gather. An ordinary group's parts are separate blocks, so its
-// all-gather is N broadcasts (root r sends part r), and every reduce-scatter is N reduces into
-// fp32 (root j receives part j), each queued after the last on the NCCL stream: the bytes a ring
-// sends, (N - 1) parts per rank, but one collective at a time, so up to N / (N - 1) of a ring's
-// time (2x at N = 2). A flat buffer for every group, which allows all_gather_into_tensor and
-// reduce_scatter_tensor throughout, is the next step. The loss, the
-// norm and the flags are all-reduced in fp64 on the device; exchange() and barrier() stay on the
-// Gloo communicator the run started with, whose TCPStore the NCCL group rendezvous through. A
-// collective that waits longer than the run's timeout throws DistError (c10d's blocking wait),
-// before c10d's watchdog, set later, would tear the process down.
+// engine/group_sync.h stages a host-side payload through a device block). Each collective is
+// issued under a guard for the rank's GPU from the engine's communication thread, whose current
+// stream is the device's default stream, where the model computes; c10d's NCCL stream waits for
+// that stream first, so it reads what compute has queued. The call then blocks its own thread
+// (never the main one) until its stream has finished, so it returns with its result complete, as
+// every communicator does. A device communicator's collectives are flat (Note [flat
+// collectives]). The loss, the norm and the flags are all-reduced in fp64 on the device;
+// exchange() and barrier() stay on the Gloo communicator the run started with, whose TCPStore the
+// NCCL group rendezvous through. A collective that waits longer than the run's timeout throws
+// DistError (c10d's blocking wait), before c10d's watchdog, set later, would tear the process
+// down.
+//
+// Note [flat collectives]
+// NCCL's all-gather and reduce-scatter run as rings over one buffer that holds every rank's part
+// side by side (all_gather_into_tensor and reduce_scatter_tensor in Python, _allgather_base and
+// _reduce_scatter_base in C++): each rank sends (N - 1) / N of the group once. Separate parts
+// would need N broadcasts or N reduces, one after another, up to N / (N - 1) of the ring's time
+// (2x at N = 2). So the engine hands a device communicator flat buffers only (GroupSync, Note
+// [flat gathers] in engine/group_sync.h): all_gather's parts lie side by side, and a reduction
+// comes as reduce_scatter_flat over a buffer of N parts of fp32, which the engine fills with this
+// rank's gradients and whose memory it counts in the device budget. The Gloo rings take separate
+// parts and need no such buffer (their reduce_scatter adds each part as it passes); their
+// reduce_scatter_flat, the base class's, runs through reduce_scatter.
 #pragma once
 
 #include <chrono>
@@ -48,8 +54,8 @@ struct CommStats {
 };
 
 // What the chunk engine needs of the other ranks. The run's communicator is a GlooCommunicator
-// (connect_gloo); tests may stand in one of their own (tests/engine/dist/thread_ranks.h runs ranks
-// as threads of one process), and the device communicator of issue 36 is to be another. Every
+// (connect_gloo), or on GPUs an NCCL one (connect_nccl); tests may stand in one of their own
+// (tests/engine/dist/thread_ranks.h runs ranks as threads of one process). Every
 // rank calls the collectives in the same order; each call returns once this rank's result is
 // complete.
 class Communicator {
@@ -63,9 +69,10 @@ class Communicator {
   int64_t rank() const { return world().rank; }
   int64_t world_size() const { return world().world_size; }
 
-  // Note [device collectives]: whether all_gather and reduce_scatter move the memory of this
-  // rank's compute device (NCCL between GPUs) rather than host memory (Gloo's rings). The pointers
-  // they are given, and the accumulators add_local receives, are then device memory.
+  // Note [device collectives]: whether the collectives move the memory of this rank's compute
+  // device (NCCL between GPUs) rather than host memory (Gloo's rings). The pointers they are given
+  // are then device memory, and the engine hands them flat buffers only (Note [flat
+  // collectives]): all_gather's parts side by side, reductions through reduce_scatter_flat.
   virtual bool on_device() const { return false; }
 
   // parts[r] is rank r's `bytes` bytes: this rank's is read, every other one is written.
@@ -75,6 +82,11 @@ class Communicator {
   virtual void reduce_scatter(int64_t numel,
                               const std::function<void(int64_t part, float* acc)>& add_local,
                               float* out) = 0;
+  // Note [flat collectives]: `flat` holds world_size() parts of `numel` floats side by side, this
+  // rank's contribution to each; leaves the sum of part rank() over the ranks in that part's own
+  // slot (the other slots are left undefined). On this communicator's side. The base class's runs
+  // reduce_scatter over the slots.
+  virtual void reduce_scatter_flat(float* flat, int64_t numel);
   // In place, over all ranks.
   virtual void all_reduce_sum(std::vector<double>& values) = 0;
   double all_reduce_sum(double value);
