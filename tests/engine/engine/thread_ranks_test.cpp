@@ -214,5 +214,68 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
   }
 }
 
+// Note [flat gathers] without param/grad reuse (fp32: each remote chunk keeps a slot of its group's
+// flat block as its param payload and a gradient payload of its own), with gradient accumulation
+// (one reduction buffer per micro-batch) on four ranks whose tier's sides are separate: a device
+// communicator gives the bits of a host one on the same tier, with the same bytes sent, and every
+// block it is handed lies in the tier's device side.
+TEST(ThreadRanksTest, FlatCollectivesGiveTheBitsOfRingOnesInFp32WithAccumulation) {
+  pstar::testing::ScratchDir dir;
+  const std::string corpus = dir.file("corpus.txt");
+  pstar::testing::write_text(corpus, pstar::testing::repetitive_corpus());
+  config::TrainConfig c = pstar::testing::small_gpt_config(corpus, "chunked");
+  c.training.steps = 3;
+  c.gradient_accumulation_steps = 2;
+  c.train_micro_batch_size_per_gpu = 1;
+  c.train_batch_size = kRanks * 2;
+  c.bf16.enabled = config::on_off(false);
+  std::vector<std::vector<std::vector<StepMetrics>>> runs;
+  for (const bool device_comm : {false, true}) {
+    SCOPED_TRACE(device_comm ? "device communicator" : "host communicator");
+    std::vector<std::vector<StepMetrics>> steps(kRanks);
+    std::vector<std::shared_ptr<tier::testing::Ledger>> ledgers(kRanks);
+    pstar::testing::run_thread_ranks(kRanks, [&](dist::Communicator& comm) {
+      const size_t r = static_cast<size_t>(comm.rank());
+      auto& thread_comm = dynamic_cast<pstar::testing::ThreadCommunicator&>(comm);
+      thread_comm.set_on_device(device_comm);
+      ledgers[r] = std::make_shared<tier::testing::Ledger>();
+      const tier::Side side = device_comm ? tier::Side::kDevice : tier::Side::kHost;
+      thread_comm.set_gather_check(
+          [ledger = ledgers[r], side](const std::vector<void*>& parts, int64_t bytes) {
+            for (const void* part : parts)
+              ledger->expect_inside_locked(part, bytes, side, "a gathered part");
+          });
+      thread_comm.set_reduce_check([ledger = ledgers[r]](const float* flat, int64_t bytes) {
+        ledger->expect_inside_locked(flat, bytes, tier::Side::kDevice, "a reduction's buffer");
+      });
+      auto checking = std::make_unique<tier::testing::CheckingTier>(
+          ledgers[r], std::numeric_limits<int64_t>::max());
+      checking->set_host_addresses_device(false);
+      TrainOptions o;
+      o.device = "cpu";
+      o.progress = false;
+      o.comm = &comm;
+      Trainer trainer(c, tier::testing::build_small_gpt(c, std::move(checking), &comm), o);
+      while (trainer.steps_done() < c.training.steps) steps[r].push_back(trainer.step());
+      return true;
+    });
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    for (size_t r = 0; r < kRanks; ++r) {
+      EXPECT_TRUE(ledgers[r]->violations.empty())
+          << "rank " << r << ": " << ledgers[r]->violations.front();
+      ASSERT_EQ(steps[r].size(), static_cast<size_t>(c.training.steps));
+      for (const StepMetrics& m : steps[r]) EXPECT_GT(m.engine.reductions, 0) << "rank " << r;
+    }
+    runs.push_back(std::move(steps));
+  }
+  for (size_t r = 0; r < kRanks; ++r) {
+    for (size_t s = 0; s < runs[0][r].size(); ++s) {
+      EXPECT_EQ(runs[1][r][s].loss, runs[0][r][s].loss) << "rank " << r << ", step " << s + 1;
+      EXPECT_EQ(runs[1][r][s].grad_norm, runs[0][r][s].grad_norm) << "rank " << r;
+      EXPECT_EQ(runs[1][r][s].engine.comm_bytes, runs[0][r][s].engine.comm_bytes) << "rank " << r;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pstar::train
