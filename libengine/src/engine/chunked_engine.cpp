@@ -21,6 +21,7 @@
 #include "pstar/core/clock.h"
 #include "pstar/core/log.h"
 #include "pstar/core/random_id.h"
+#include "pstar/dist/communicator.h"
 #include "pstar/nvme/aligned_buffer.h"
 #include "pstar/nvme/store.h"
 #include "pstar/plan/run_plan.h"
@@ -125,6 +126,7 @@ std::unique_ptr<ChunkedEngine::Impl> make_impl(const plan::RunPlan& plan,
   settings.speculation = plan.speculation != plan::RunPlan::Speculation::kOff;
   settings.speculation_forced = plan.speculation == plan::RunPlan::Speculation::kAlways;
   settings.overlap_comm = plan.overlap_comm;
+  settings.reduce_buffer_cap = plan.reduce_buffer_cap;
   PlacementSettings placement;
   placement.warmup_iterations = settings.warmup_iterations;
   placement.prefetch = plan.prefetch;
@@ -225,6 +227,10 @@ ChunkedEngine::ChunkedEngine(const plan::RunPlan& plan, const std::vector<LeafMo
   in.device_budget = plan.device_budget_per_rank;
   in.host_budget = plan.budgets.host;
   in.non_model = predicted_non_model;
+  // Note [flat gathers]: a device communicator reduces through a buffer of the device's.
+  if (comm != nullptr && comm->on_device())
+    in.device_reduce_buffer =
+        plan::reduce_buffer_bytes(world, layout.largest_chunk(), plan.reduce_buffer_cap);
   const std::string& nvme_path = plan.config.engine.nvme_path;
   in.nvme_capacity = nvme_capacity(nvme_path);
   in.nvme_block = nvme::kDefaultAlignment;

@@ -30,6 +30,7 @@ struct EngineSettings {
   bool speculation = false;  // Note [speculative adam]: rollback slots are made after the warm-up
   bool speculation_forced = false;  // engine.speculative_adam true: no room for a slot is an error
   bool overlap_comm = true;         // Note [collectives beside compute] (RunPlan::overlap_comm)
+  int64_t reduce_buffer_cap = 0;    // Note [flat gathers] (RunPlan::reduce_buffer_cap)
 };
 
 // The device memory of one step, beside what the parts count.

@@ -17,10 +17,12 @@ chunk::Sharding sharding_of(const dist::Communicator* comm) {
   return chunk::Sharding{comm->rank(), comm->world_size()};
 }
 
-GroupSync::GroupSync(ChunkStore& store, dist::Communicator* comm, bool beside_compute)
+GroupSync::GroupSync(ChunkStore& store, dist::Communicator* comm, bool beside_compute,
+                     int64_t reduce_buffer_cap)
     : store_(store),
       comm_(comm),
       flat_(comm != nullptr && comm->on_device()),
+      reduce_buffer_cap_(reduce_buffer_cap),
       beside_(comm != nullptr && beside_compute),
       comm_side_(comm != nullptr && comm->on_device() ? tier::Side::kDevice : tier::Side::kHost) {
   if (comm_ != nullptr) worker_ = std::make_unique<core::OrderedWorker>();

@@ -44,12 +44,14 @@ namespace pstar::engine {
 // the group is released. A split module's span already holds its parts side by side and is
 // gathered in place (Note [split modules]), unless it is staged, when it goes through a flat block
 // too. A reduction fills one fp32 buffer of the communicator's side, N parts of the largest
-// chunk, with this rank's gradients (widened, the padding zeroed) and the communicator leaves the
-// sum of this rank's part in its own slot (reduce_scatter_flat); the worker runs one collective at
-// a time, so one buffer serves every reduction of a micro-batch, and it goes when the micro-batch
-// ends. The flat blocks' slots that no chunk holds and the reduction's buffer are counted in the
-// device budget (ChunkStore::add_side_bytes) and, as gathered memory, in the room placement
-// leaves; remote_device_bytes and reduce_buffer_bytes say what they take, for the margin.
+// chunk or of a piece of it, with this rank's gradients (widened, the padding zeroed) and the
+// communicator leaves the sum of this rank's part in its own slot (reduce_scatter_flat), a piece of
+// every part at a time so that the buffer stays within plan::kReduceBufferBytes (256 MiB) whatever
+// the chunk size; the worker runs one collective at a time, so one buffer serves every reduction of
+// a micro-batch, and it goes when the micro-batch ends. The flat blocks' slots that no chunk holds
+// and the reduction's buffer are counted in the device budget (ChunkStore::add_side_bytes) and, as
+// gathered memory, in the room placement leaves; remote_device_bytes and reduce_buffer_bytes say
+// what they take, for the margin.
 
 // Note [collectives beside compute]
 // Every collective of the engine runs on one communication thread (a core::OrderedWorker) in the
@@ -119,7 +121,9 @@ chunk::Sharding sharding_of(const dist::Communicator* comm);
 class GroupSync {
  public:
   // `comm` null: one rank. `beside_compute`: Note [collectives beside compute].
-  GroupSync(ChunkStore& store, dist::Communicator* comm, bool beside_compute);
+  // `reduce_buffer_cap`: Note [flat gathers] (plan::reduce_buffer_bytes).
+  GroupSync(ChunkStore& store, dist::Communicator* comm, bool beside_compute,
+            int64_t reduce_buffer_cap);
   ~GroupSync();
   GroupSync(const GroupSync&) = delete;
   GroupSync& operator=(const GroupSync&) = delete;
@@ -225,8 +229,9 @@ class GroupSync {
   // non-model memory (pstar/memory/cpu_counter.h).
   std::vector<float> reduced_, widened_;
   // Note [flat gathers]: whether the communicator takes flat buffers (a device one), and the
-  // reduction's fp32 buffer then: world_size parts of the largest chunk, held for a micro-batch.
+  // reduction's fp32 buffer then (plan::reduce_buffer_bytes), held for a micro-batch.
   const bool flat_;
+  const int64_t reduce_buffer_cap_;
   int64_t largest_chunk_ = 0;
   tier::Block reduce_flat_;
   // Note [flat gathers]: the reduction's buffer, made (and counted) if it is not yet.

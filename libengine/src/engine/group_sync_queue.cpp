@@ -11,6 +11,7 @@
 #include "pstar/base/error.h"
 #include "pstar/core/clock.h"
 #include "pstar/dist/communicator.h"
+#include "pstar/plan/memory_plan.h"
 
 namespace pstar::engine {
 
@@ -96,7 +97,9 @@ int64_t GroupSync::remote_device_bytes(int64_t g) const {
 }
 
 int64_t GroupSync::reduce_buffer_bytes() const {
-  return flat_ ? store_.sharding().world_size * largest_chunk_ * 4 : 0;
+  return flat_ ? plan::reduce_buffer_bytes(store_.sharding().world_size, largest_chunk_,
+                                           reduce_buffer_cap_)
+               : 0;
 }
 
 bool GroupSync::gathers_in_span(int64_t g) const {
@@ -297,21 +300,34 @@ void GroupSync::reduce_flat(int64_t size, const std::vector<ReducePart>& grads,
                             c10::ScalarType type, void* own, int64_t own_used) {
   // Note [flat gathers]: every pointer here is on the device communicator's side.
   const auto view = side_view(store_.tier().device_of(comm_side_));
-  auto* flat = static_cast<float*>(reduce_flat_.data());
-  PSTAR_INTERNAL_ASSERT(reduce_flat_.bytes() >= store_.sharding().world_size * size * 4,
-                        "the reduction's buffer is smaller than a group");
-  for (size_t part = 0; part < grads.size(); ++part) {
-    const ReducePart& p = grads[part];
-    at::Tensor slot = view(flat + static_cast<int64_t>(part) * size, size, torch::kFloat32);
-    // A widening copy: no temporary, and the same bits as adding the gradient to zero.
-    if (p.grad != nullptr) slot.narrow(0, 0, p.used).copy_(view(p.grad, p.used, type));
-    const int64_t filled = p.grad != nullptr ? p.used : 0;
-    if (filled < size) slot.narrow(0, filled, size - filled).zero_();
-  }
-  comm_->reduce_scatter_flat(flat, size);
+  const int64_t world = store_.sharding().world_size;
   const int64_t rank = store_.sharding().rank;
-  if (own_used > 0)
-    view(own, own_used, type).copy_(view(flat + rank * size, own_used, torch::kFloat32));
+  const int64_t piece = plan::reduce_piece_elements(world, largest_chunk_, reduce_buffer_cap_);
+  auto* flat = static_cast<float*>(reduce_flat_.data());
+  PSTAR_INTERNAL_ASSERT(reduce_flat_.bytes() >= world * piece * 4,
+                        "the reduction's buffer is smaller than its pieces");
+  // Elements [begin, begin + len) of every part, side by side in the buffer's first world * len.
+  for (int64_t begin = 0; begin < size; begin += piece) {
+    const int64_t len = std::min(piece, size - begin);
+    for (int64_t part = 0; part < world; ++part) {
+      const ReducePart& p = grads[static_cast<size_t>(part)];
+      at::Tensor slot = view(flat + part * len, len, torch::kFloat32);
+      const int64_t filled =
+          p.grad != nullptr ? std::clamp<int64_t>(p.used - begin, 0, len) : int64_t{0};
+      // A widening copy: no temporary, and the same bits as adding the gradient to zero.
+      if (filled > 0) {
+        const auto* from = static_cast<const char*>(p.grad) + begin * c10::elementSize(type);
+        slot.narrow(0, 0, filled).copy_(view(from, filled, type));
+      }
+      if (filled < len) slot.narrow(0, filled, len - filled).zero_();
+    }
+    comm_->reduce_scatter_flat(flat, len);
+    const int64_t out = std::clamp<int64_t>(own_used - begin, 0, len);
+    if (out > 0) {
+      auto* to = static_cast<char*>(own) + begin * c10::elementSize(type);
+      view(to, out, type).copy_(view(flat + rank * len, out, torch::kFloat32));
+    }
+  }
 }
 
 void GroupSync::reduce_parts(int64_t size, const std::vector<ReducePart>& grads,

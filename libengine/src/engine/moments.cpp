@@ -21,7 +21,7 @@ ChunkedEngine::Impl::Impl(std::unique_ptr<tier::DeviceTier> tier, const ChunkFor
     : settings(engine_settings),
       store(std::move(tier), format, sharding, std::move(sizes), std::move(parts)),
       placement(placement_settings),
-      sync(store, comm, engine_settings.overlap_comm),
+      sync(store, comm, engine_settings.overlap_comm, engine_settings.reduce_buffer_cap),
       grads(store),
       adam(store, adam_settings, overlap_adam, sharding.world_size) {
   // Note [collectives beside compute]: a chunk moves only once no queued collective uses it.

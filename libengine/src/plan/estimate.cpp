@@ -35,6 +35,10 @@ Evaluation evaluate_with(const FitInput& base, const Workload& w, const model::M
   // Pinned staging per GPU (hardware_input): the largest chunk's compute payload each way.
   if (in.staging_per_rank > 0)
     in.staging_per_rank = 2 * e.layout.largest_chunk() * e.payload.compute();
+  // Ranks on GPUs of their own reduce over NCCL, through a flat fp32 buffer on the device (Note
+  // [flat gathers] in engine/group_sync.h).
+  if (in.device_reduce_buffer > 0)
+    in.device_reduce_buffer = reduce_buffer_bytes(in.world_size, e.layout.largest_chunk());
   in.layout = e.layout;
   in.payload = e.payload;
   in.non_model = e.activations.peak;
@@ -55,6 +59,7 @@ FitInput hardware_input(const Hardware& hw, const Workload& w) {
   in.staging_per_rank =
       2 * w.chunk_size * payload_bytes(w.elem_bytes, w.gradient_accumulation).compute();
   in.nvme_capacity = hw.nvme_capacity;
+  if (in.world_size > 1) in.device_reduce_buffer = reduce_buffer_bytes(in.world_size, w.chunk_size);
   return in;
 }
 

@@ -88,7 +88,8 @@ Fit check_fit(const FitInput& in) {
   f.owned_chunks = owned.count();
   f.owned.padding_bytes = ceil_div(in.layout.padding_elements(), in.world_size) * whole;
   f.host_staging = in.staging_per_rank * r;
-  f.device_working = in.world_size * (largest + second) * in.payload.compute();
+  f.device_working =
+      in.world_size * (largest + second) * in.payload.compute() + in.device_reduce_buffer;
   f.device_non_model = in.non_model;
   f.device_limit = static_cast<int64_t>(device_fill_bytes(in.device_budget));
   f.nvme_limit = static_cast<int64_t>(kNvmeFillRatio * static_cast<double>(in.nvme_capacity));

@@ -218,7 +218,8 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
 // flat block as its param payload and a gradient payload of its own), with gradient accumulation
 // (one reduction buffer per micro-batch) on four ranks whose tier's sides are separate: a device
 // communicator gives the bits of a host one on the same tier, with the same bytes sent, and every
-// block it is handed lies in the tier's device side.
+// block it is handed lies in the tier's device side; also with a reduction buffer so small that
+// each group is reduced in pieces of 3000 elements per part, the last one shorter.
 TEST(ThreadRanksTest, FlatCollectivesGiveTheBitsOfRingOnesInFp32WithAccumulation) {
   pstar::testing::ScratchDir dir;
   const std::string corpus = dir.file("corpus.txt");
@@ -230,8 +231,18 @@ TEST(ThreadRanksTest, FlatCollectivesGiveTheBitsOfRingOnesInFp32WithAccumulation
   c.train_batch_size = kRanks * 2;
   c.bf16.enabled = config::on_off(false);
   std::vector<std::vector<std::vector<StepMetrics>>> runs;
-  for (const bool device_comm : {false, true}) {
-    SCOPED_TRACE(device_comm ? "device communicator" : "host communicator");
+  struct Mode {
+    bool device_comm;
+    int64_t reduce_buffer_cap;
+  };
+  const Mode modes[] = {{false, plan::kReduceBufferBytes},
+                        {true, plan::kReduceBufferBytes},
+                        {true, int64_t{kRanks} * 3000 * 4}};
+  for (const Mode& mode : modes) {
+    const bool device_comm = mode.device_comm;
+    SCOPED_TRACE(str_cat(device_comm ? "device communicator" : "host communicator",
+                         ", reduction buffer cap ", mode.reduce_buffer_cap));
+    std::vector<int64_t> reduce_bytes(kRanks, 0);
     std::vector<std::vector<StepMetrics>> steps(kRanks);
     std::vector<std::shared_ptr<tier::testing::Ledger>> ledgers(kRanks);
     pstar::testing::run_thread_ranks(kRanks, [&](dist::Communicator& comm) {
@@ -245,9 +256,11 @@ TEST(ThreadRanksTest, FlatCollectivesGiveTheBitsOfRingOnesInFp32WithAccumulation
             for (const void* part : parts)
               ledger->expect_inside_locked(part, bytes, side, "a gathered part");
           });
-      thread_comm.set_reduce_check([ledger = ledgers[r]](const float* flat, int64_t bytes) {
-        ledger->expect_inside_locked(flat, bytes, tier::Side::kDevice, "a reduction's buffer");
-      });
+      thread_comm.set_reduce_check(
+          [ledger = ledgers[r], &reduce_bytes, r](const float* flat, int64_t bytes) {
+            ledger->expect_inside_locked(flat, bytes, tier::Side::kDevice, "a reduction's buffer");
+            reduce_bytes[r] = std::max(reduce_bytes[r], bytes);
+          });
       auto checking = std::make_unique<tier::testing::CheckingTier>(
           ledgers[r], std::numeric_limits<int64_t>::max());
       checking->set_host_addresses_device(false);
@@ -255,7 +268,10 @@ TEST(ThreadRanksTest, FlatCollectivesGiveTheBitsOfRingOnesInFp32WithAccumulation
       o.device = "cpu";
       o.progress = false;
       o.comm = &comm;
-      Trainer trainer(c, tier::testing::build_small_gpt(c, std::move(checking), &comm), o);
+      Trainer trainer(c,
+                      tier::testing::build_small_gpt(c, std::move(checking), &comm,
+                                                     /*overlap_comm=*/true, mode.reduce_buffer_cap),
+                      o);
       while (trainer.steps_done() < c.training.steps) steps[r].push_back(trainer.step());
       return true;
     });
@@ -265,14 +281,22 @@ TEST(ThreadRanksTest, FlatCollectivesGiveTheBitsOfRingOnesInFp32WithAccumulation
           << "rank " << r << ": " << ledgers[r]->violations.front();
       ASSERT_EQ(steps[r].size(), static_cast<size_t>(c.training.steps));
       for (const StepMetrics& m : steps[r]) EXPECT_GT(m.engine.reductions, 0) << "rank " << r;
+      // The pieces stay within the cap.
+      if (device_comm) {
+        EXPECT_GT(reduce_bytes[r], 0) << "rank " << r;
+        EXPECT_LE(reduce_bytes[r], mode.reduce_buffer_cap) << "rank " << r;
+      }
     }
     runs.push_back(std::move(steps));
   }
-  for (size_t r = 0; r < kRanks; ++r) {
-    for (size_t s = 0; s < runs[0][r].size(); ++s) {
-      EXPECT_EQ(runs[1][r][s].loss, runs[0][r][s].loss) << "rank " << r << ", step " << s + 1;
-      EXPECT_EQ(runs[1][r][s].grad_norm, runs[0][r][s].grad_norm) << "rank " << r;
-      EXPECT_EQ(runs[1][r][s].engine.comm_bytes, runs[0][r][s].engine.comm_bytes) << "rank " << r;
+  for (size_t i = 1; i < runs.size(); ++i) {
+    for (size_t r = 0; r < kRanks; ++r) {
+      for (size_t s = 0; s < runs[0][r].size(); ++s) {
+        EXPECT_EQ(runs[i][r][s].loss, runs[0][r][s].loss)
+            << "mode " << i << ", rank " << r << ", step " << s + 1;
+        EXPECT_EQ(runs[i][r][s].grad_norm, runs[0][r][s].grad_norm) << "mode " << i;
+        EXPECT_EQ(runs[i][r][s].engine.comm_bytes, runs[0][r][s].engine.comm_bytes) << "mode " << i;
+      }
     }
   }
 }

@@ -412,12 +412,14 @@ class CheckingTier final : public DeviceTier {
 inline train::ModelAndEngine build_small_gpt(const config::TrainConfig& c,
                                              std::unique_ptr<DeviceTier> tier,
                                              dist::Communicator* comm = nullptr,
-                                             bool overlap_comm = true) {
+                                             bool overlap_comm = true,
+                                             int64_t reduce_buffer_cap = plan::kReduceBufferBytes) {
   auto shape = model::resolve_gpt_config(c.model);
   const int64_t predicted =
       plan::estimate_gpt_activations(plan::gpt_activation_input(c, shape)).peak;
   plan::RunPlan plan = pstar::testing::cpu_plan(c, comm);
-  plan.overlap_comm = overlap_comm;  // Note [collectives beside compute]
+  plan.overlap_comm = overlap_comm;            // Note [collectives beside compute]
+  plan.reduce_buffer_cap = reduce_buffer_cap;  // Note [flat gathers]
   auto engine = std::make_unique<engine::ChunkedEngine>(plan, plan::gpt_leaf_modules(shape),
                                                         predicted, comm, std::move(tier));
   engine::UnitValues values;

@@ -27,6 +27,7 @@
 // capacity.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -55,6 +56,20 @@ inline constexpr int64_t kNvmeStagingChunks = 4;
 inline constexpr double kNvmeFillRatio = 0.9;
 // The bytes of a device budget the plans may fill with chunks and non-model memory
 // (kDeviceFillRatio of it): every use of the ratio goes through this.
+// Note [flat gathers] in engine/group_sync.h: a device communicator reduces a group through an
+// fp32 buffer of world_size parts, in pieces of at most reduce_piece_elements per part, so that
+// the buffer stays within kReduceBufferBytes whatever the chunk size (a whole chunk per part would
+// take 2 GiB on 8 GPUs at 64 Mi elements). Every rank derives the same pieces.
+inline constexpr int64_t kReduceBufferBytes = int64_t{256} << 20;
+inline int64_t reduce_piece_elements(int64_t world_size, int64_t largest_chunk,
+                                     int64_t cap_bytes = kReduceBufferBytes) {
+  return std::max<int64_t>(1, std::min(largest_chunk, cap_bytes / (4 * world_size)));
+}
+inline int64_t reduce_buffer_bytes(int64_t world_size, int64_t largest_chunk,
+                                   int64_t cap_bytes = kReduceBufferBytes) {
+  return world_size * reduce_piece_elements(world_size, largest_chunk, cap_bytes) * 4;
+}
+
 inline double device_fill_bytes(int64_t device_budget) {
   return kDeviceFillRatio * static_cast<double>(device_budget);
 }
@@ -155,7 +170,10 @@ struct FitInput {
   int64_t host_budget = 0;       // per host
   int64_t non_model = 0;         // predicted non-model peak per rank (0: unknown, measured later)
   int64_t staging_per_rank = 0;  // pinned host staging buffers (0 on the emulated device tier)
-  int64_t nvme_capacity = 0;     // per host, bytes; 0: no NVMe tier (Note [nvme fit])
+  // Note [flat gathers] in engine/group_sync.h: the reduction's fp32 buffer a device communicator
+  // (NCCL) needs on the device through the backward (reduce_buffer_bytes); 0 for the host rings.
+  int64_t device_reduce_buffer = 0;
+  int64_t nvme_capacity = 0;  // per host, bytes; 0: no NVMe tier (Note [nvme fit])
   // The staging pool's buffers are whole blocks of this: the engine's are O_DIRECT's 4096 bytes
   // (a chunk's optimizer payloads are a multiple of it unless the chunk size is odd).
   int64_t nvme_block = 1;
@@ -182,8 +200,10 @@ struct Fit {
   // payload is on the host and the ones whose compute payload stays on the device.
   int64_t nvme_chunks = 0, nvme_host_chunks = 0, nvme_device_chunks = 0;
   // Per rank, on the device.
-  int64_t device_static = 0;   // device_chunks * whole + nvme_device_chunks * compute payload
-  int64_t device_working = 0;  // two groups of gathered compute payloads (the two largest)
+  int64_t device_static = 0;  // device_chunks * whole + nvme_device_chunks * compute payload
+  // Two groups of gathered compute payloads (the two largest), and a device communicator's
+  // reduction buffer (FitInput::device_reduce_buffer).
+  int64_t device_working = 0;
   int64_t device_non_model = 0;
   int64_t device_used = 0;
   int64_t device_limit = 0;  // kDeviceFillRatio * device_budget

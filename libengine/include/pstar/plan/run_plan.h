@@ -86,6 +86,9 @@ struct RunPlan {
   // complete and gathers a moment ahead (Note [collectives beside compute] in
   // engine/group_sync.h). On unless PSTAR_OVERLAP_COMM=0 (train::plan_run).
   bool overlap_comm = true;
+  // Note [flat gathers] in engine/group_sync.h: the most a device communicator's reduction buffer
+  // takes (plan::reduce_buffer_bytes); tests lower it to reduce in several pieces.
+  int64_t reduce_buffer_cap = kReduceBufferBytes;
   // Note [speculative adam]: kOff, kAlways (engine.speculative_adam true) or kAfterCalmSteps
   // ("auto" with the worker: only on steps after ones that did not clip or overflow).
   enum class Speculation { kOff, kAlways, kAfterCalmSteps };
