@@ -374,7 +374,11 @@ void ChunkedEngine::Impl::plan_margin() {
             " moments, peak non-model ", format_bytes(max_non_model), ", ", given, " of ", num,
             " chunks in the device margin (Adam on the device; ", fixed,
             " of them placed there at start-up), working set up to ", max_needed, " chunk(s) (",
-            format_bytes(placement.largest_working_set_bytes()), ")");
+            format_bytes(placement.largest_working_set_bytes()), ")",
+            sync.reduce_buffer_bytes() > 0
+                ? str_cat(", the reductions' flat buffer ",
+                          format_bytes(sync.reduce_buffer_bytes()), " through the backward")
+                : std::string());
   if (settings.speculation) provide_speculation_slots();
 }
 
