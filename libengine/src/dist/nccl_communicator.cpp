@@ -83,6 +83,18 @@ class NcclCommunicator final : public Communicator {
     return torch::from_blob(data, {numel},
                             torch::TensorOptions().dtype(type).device(torch::kCUDA, device_));
   }
+  // Issues one collective (`issue` returns its c10d work), then finishes it: a failure of either
+  // is this rank's DistError.
+  template <typename Issue>
+  void run(const char* what, Issue&& issue) {
+    c10::intrusive_ptr<c10d::Work> work;
+    try {
+      work = issue();
+    } catch (const std::exception& e) {
+      fail(what, e);
+    }
+    finish(work, what);
+  }
   // Orders this thread's current stream after `work`, then blocks this thread until the stream is
   // done: the call returns with its result complete (Note [device collectives]).
   void finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
@@ -165,13 +177,7 @@ void NcclCommunicator::all_gather(const std::vector<void*>& parts, int64_t bytes
   at::Tensor mine = all.narrow(0, rank() * bytes, bytes);
   c10d::AllgatherOptions options;
   options.timeout = timeout_;
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    work = group_->_allgather_base(all, mine, options);
-  } catch (const std::exception& e) {
-    fail("all-gather", e);
-  }
-  finish(work, "all-gather");
+  run("all-gather", [&] { return group_->_allgather_base(all, mine, options); });
   if (!side_by_side) {
     for (int64_t r = 0; r < n; ++r) {
       if (r == rank()) continue;
@@ -195,13 +201,7 @@ void NcclCommunicator::reduce_scatter_flat(float* flat, int64_t numel) {
   c10d::ReduceScatterOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
   options.timeout = timeout_;
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    work = group_->_reduce_scatter_base(mine, all, options);
-  } catch (const std::exception& e) {
-    fail("reduce-scatter", e);
-  }
-  finish(work, "reduce-scatter");
+  run("reduce-scatter", [&] { return group_->_reduce_scatter_base(mine, all, options); });
   stats_.bytes_sent += (n - 1) * numel * 4;
   stats_.seconds += core::seconds_since(begin);
 }
@@ -230,13 +230,7 @@ void NcclCommunicator::all_reduce_sum(std::vector<double>& values) {
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
   options.timeout = timeout_;
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    work = group_->allreduce(t, options);
-  } catch (const std::exception& e) {
-    fail("all-reduce", e);
-  }
-  finish(work, "all-reduce");
+  run("all-reduce", [&] { return group_->allreduce(t, options); });
   const at::Tensor sum = t[0].cpu();
   std::copy(sum.data_ptr<double>(), sum.data_ptr<double>() + count, values.begin());
   stats_.bytes_sent += count * static_cast<int64_t>(sizeof(double));

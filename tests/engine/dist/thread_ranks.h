@@ -132,32 +132,14 @@ class ThreadCommunicator final : public dist::Communicator {
     const int64_t n = world_size(), me = rank();
     std::vector<float> mine(static_cast<size_t>(n * numel), 0.0F);
     for (int64_t part = 0; part < n; ++part) add_local(part, mine.data() + part * numel);
-    hub_->pointer(me) = mine.data();
-    hub_->arrive(me);
-    std::vector<float> sum(static_cast<size_t>(numel), 0.0F);
-    for (int64_t r = 0; r < n; ++r) {
-      const float* theirs = static_cast<const float*>(hub_->pointer(r)) + me * numel;
-      for (int64_t i = 0; i < numel; ++i) sum[static_cast<size_t>(i)] += theirs[i];
-    }
-    hub_->arrive(me);
-    std::memcpy(out, sum.data(), static_cast<size_t>(numel) * 4);
-    stats_.bytes_sent += (n - 1) * numel * 4;
+    sum_flat(mine.data(), numel);
+    std::memcpy(out, mine.data() + me * numel, static_cast<size_t>(numel) * 4);
   }
 
-  // The same sums as reduce_scatter's, in the same rank order, read from the ranks' flat buffers.
+  // The same sums as reduce_scatter's, in the same rank order.
   void reduce_scatter_flat(float* flat, int64_t numel) override {
-    const int64_t n = world_size(), me = rank();
-    if (reduce_check_) reduce_check_(flat, n * numel * 4);
-    hub_->pointer(me) = flat;
-    hub_->arrive(me);
-    std::vector<float> sum(static_cast<size_t>(numel), 0.0F);
-    for (int64_t r = 0; r < n; ++r) {
-      const float* theirs = static_cast<const float*>(hub_->pointer(r)) + me * numel;
-      for (int64_t i = 0; i < numel; ++i) sum[static_cast<size_t>(i)] += theirs[i];
-    }
-    hub_->arrive(me);  // every rank has read this one's slots before it overwrites its own
-    std::memcpy(flat + me * numel, sum.data(), static_cast<size_t>(numel) * 4);
-    stats_.bytes_sent += (n - 1) * numel * 4;
+    if (reduce_check_) reduce_check_(flat, world_size() * numel * 4);
+    sum_flat(flat, numel);
   }
 
   void all_reduce_sum(std::vector<double>& values) override {
@@ -189,6 +171,21 @@ class ThreadCommunicator final : public dist::Communicator {
   dist::CommStats take_stats() override { return std::exchange(stats_, dist::CommStats{}); }
 
  private:
+  // Sums this rank's part of every rank's flat buffer, in rank order, into its own slot.
+  void sum_flat(float* flat, int64_t numel) {
+    const int64_t n = world_size(), me = rank();
+    hub_->pointer(me) = flat;
+    hub_->arrive(me);
+    std::vector<float> sum(static_cast<size_t>(numel), 0.0F);
+    for (int64_t r = 0; r < n; ++r) {
+      const float* theirs = static_cast<const float*>(hub_->pointer(r)) + me * numel;
+      for (int64_t i = 0; i < numel; ++i) sum[static_cast<size_t>(i)] += theirs[i];
+    }
+    hub_->arrive(me);  // every rank has read this one's slots before it overwrites its own
+    std::memcpy(flat + me * numel, sum.data(), static_cast<size_t>(numel) * 4);
+    stats_.bytes_sent += (n - 1) * numel * 4;
+  }
+
   std::shared_ptr<ThreadHub> hub_;
   dist::WorldInfo world_;
   dist::CommStats stats_;

@@ -115,6 +115,86 @@ TEST(ThreadRanksTest, FourRanksOwnAQuarterEachAndTrackOneRank) {
   }
 }
 
+// How the ranks of the collectives' tests run: each on a checking tier (roomy), whose sides are
+// separate memories where `staged`, with the collectives beside compute or each waited for, with a
+// device communicator or a host one, and the reduction buffer's cap (Note [flat gathers]).
+struct CheckedMode {
+  bool staged = false, beside = true, device_comm = false;
+  int64_t reduce_buffer_cap = plan::kReduceBufferBytes;
+};
+
+// What each rank of such a run saw: its steps, what its checking tier found wrong, and the largest
+// flat buffer a reduction handed the communicator.
+struct CheckedRun {
+  std::vector<std::vector<StepMetrics>> steps;
+  std::vector<std::shared_ptr<tier::testing::Ledger>> ledgers;
+  std::vector<int64_t> reduce_bytes;
+};
+
+// Trains `c` on `ranks` thread ranks in `mode`. Where the sides differ or the communicator is on
+// the device, every part a collective moves must lie in a live block of the communicator's side,
+// and every reduction buffer in one of the device side (the ledgers' violations say otherwise).
+CheckedRun run_checked(const config::TrainConfig& c, int ranks, const CheckedMode& mode) {
+  CheckedRun run;
+  run.steps.resize(static_cast<size_t>(ranks));
+  run.ledgers.resize(static_cast<size_t>(ranks));
+  run.reduce_bytes.assign(static_cast<size_t>(ranks), 0);
+  pstar::testing::run_thread_ranks(ranks, [&](dist::Communicator& comm) {
+    const size_t r = static_cast<size_t>(comm.rank());
+    auto& thread_comm = dynamic_cast<pstar::testing::ThreadCommunicator&>(comm);
+    thread_comm.set_on_device(mode.device_comm);
+    auto ledger = run.ledgers[r] = std::make_shared<tier::testing::Ledger>();
+    if (mode.staged || mode.device_comm) {
+      const tier::Side side = mode.device_comm ? tier::Side::kDevice : tier::Side::kHost;
+      thread_comm.set_gather_check([ledger, side](const std::vector<void*>& parts, int64_t bytes) {
+        for (const void* part : parts)
+          ledger->expect_inside_locked(part, bytes, side, "a gathered part");
+      });
+      thread_comm.set_reduce_check([ledger, &run, r](const float* flat, int64_t bytes) {
+        ledger->expect_inside_locked(flat, bytes, tier::Side::kDevice, "a reduction's buffer");
+        run.reduce_bytes[r] = std::max(run.reduce_bytes[r], bytes);
+      });
+    }
+    auto checking =
+        std::make_unique<tier::testing::CheckingTier>(ledger, std::numeric_limits<int64_t>::max());
+    checking->set_host_addresses_device(!mode.staged);
+    TrainOptions o;
+    o.device = "cpu";
+    o.progress = false;
+    o.comm = &comm;
+    Trainer trainer(c,
+                    tier::testing::build_small_gpt(c, std::move(checking), &comm, mode.beside,
+                                                   mode.reduce_buffer_cap),
+                    o);
+    while (trainer.steps_done() < c.training.steps) run.steps[r].push_back(trainer.step());
+    return true;
+  });
+  return run;
+}
+
+// Every run after the first gives the first one's losses, norms and bytes sent, bit for bit.
+void expect_same_bits(const std::vector<CheckedRun>& runs) {
+  for (size_t i = 1; i < runs.size(); ++i) {
+    for (size_t r = 0; r < runs[0].steps.size(); ++r) {
+      const std::vector<StepMetrics>& first = runs[0].steps[r];
+      const std::vector<StepMetrics>& other = runs[i].steps[r];
+      ASSERT_EQ(other.size(), first.size());
+      for (size_t s = 0; s < first.size(); ++s) {
+        EXPECT_EQ(other[s].loss, first[s].loss)
+            << "mode " << i << ", rank " << r << ", step " << s + 1;
+        EXPECT_EQ(other[s].grad_norm, first[s].grad_norm) << "mode " << i;
+        EXPECT_EQ(other[s].engine.comm_bytes, first[s].engine.comm_bytes) << "mode " << i;
+      }
+    }
+  }
+}
+
+void expect_no_violations(const CheckedRun& run) {
+  for (size_t r = 0; r < run.ledgers.size(); ++r)
+    EXPECT_TRUE(run.ledgers[r]->violations.empty())
+        << "rank " << r << ": " << run.ledgers[r]->violations.front();
+}
+
 // Note [staged collectives]: two ranks whose tier says the host cannot address its device side
 // (the CUDA tier's case) gather and reduce their device-side payloads through host blocks, beside
 // compute or each waited for where it is issued (PSTAR_OVERLAP_COMM=0's schedule). With a device
@@ -136,55 +216,19 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
   c.bf16.enabled = config::on_off(true);  // param/grad reuse: the gradients in the param payloads
   // Unstaged and staged with the collectives beside compute (Note [collectives beside compute]),
   // and staged with each collective waited for where it is issued.
-  struct Mode {
-    bool staged, beside, device_comm;
-  };
-  const Mode modes[] = {{false, true, false}, {true, true, false}, {true, false, false},
-                        {false, true, true},  {true, true, true},  {true, false, true}};
-  std::vector<std::vector<std::vector<StepMetrics>>> runs;
-  for (const Mode mode : modes) {
+  const CheckedMode modes[] = {{false, true, false}, {true, true, false}, {true, false, false},
+                               {false, true, true},  {true, true, true},  {true, false, true}};
+  std::vector<CheckedRun> runs;
+  for (const CheckedMode& mode : modes) {
     SCOPED_TRACE(str_cat(mode.staged ? "staged" : "not staged",
                          mode.beside ? ", beside compute" : ", each waited for",
                          mode.device_comm ? ", device communicator" : ""));
-    std::vector<std::vector<StepMetrics>> steps(2);
-    std::vector<std::shared_ptr<tier::testing::Ledger>> ledgers(2);
-    pstar::testing::run_thread_ranks(2, [&](dist::Communicator& comm) {
-      const size_t r = static_cast<size_t>(comm.rank());
-      auto& thread_comm = dynamic_cast<pstar::testing::ThreadCommunicator&>(comm);
-      thread_comm.set_on_device(mode.device_comm);
-      ledgers[r] = std::make_shared<tier::testing::Ledger>();
-      // Every part a collective moves lies on the communicator's side, where the sides differ,
-      // and a device communicator's in blocks of the tier's device side.
-      if (mode.staged || mode.device_comm) {
-        thread_comm.set_gather_check([ledger = ledgers[r], &mode](const std::vector<void*>& parts,
-                                                                  int64_t bytes) {
-          for (const void* part : parts)
-            ledger->expect_inside_locked(part, bytes,
-                                         mode.device_comm ? tier::Side::kDevice : tier::Side::kHost,
-                                         "a gathered part");
-        });
-        thread_comm.set_reduce_check([ledger = ledgers[r]](const float* flat, int64_t bytes) {
-          ledger->expect_inside_locked(flat, bytes, tier::Side::kDevice, "a reduction's buffer");
-        });
-      }
-      auto checking = std::make_unique<tier::testing::CheckingTier>(
-          ledgers[r], std::numeric_limits<int64_t>::max());
-      checking->set_host_addresses_device(!mode.staged);
-      TrainOptions o;
-      o.device = "cpu";
-      o.progress = false;
-      o.comm = &comm;
-      Trainer trainer(c, tier::testing::build_small_gpt(c, std::move(checking), &comm, mode.beside),
-                      o);
-      while (trainer.steps_done() < c.training.steps) steps[r].push_back(trainer.step());
-      return true;
-    });
+    runs.push_back(run_checked(c, 2, mode));
     ASSERT_FALSE(::testing::Test::HasFailure());
+    expect_no_violations(runs.back());
     for (size_t r = 0; r < 2; ++r) {
-      EXPECT_TRUE(ledgers[r]->violations.empty())
-          << "rank " << r << ": " << ledgers[r]->violations.front();
       int64_t ahead = 0;
-      for (const StepMetrics& m : steps[r]) {
+      for (const StepMetrics& m : runs.back().steps[r]) {
         // A flat block takes a copy of this rank's part (Note [flat gathers]).
         if (mode.staged || mode.device_comm) {
           EXPECT_GT(m.engine.comm_staged_bytes, 0) << "rank " << r << ", step " << m.step;
@@ -199,19 +243,8 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
         EXPECT_EQ(ahead, 0) << "rank " << r;
       }
     }
-    runs.push_back(std::move(steps));
   }
-  for (size_t i = 1; i < runs.size(); ++i) {
-    for (size_t r = 0; r < 2; ++r) {
-      ASSERT_EQ(runs[i][r].size(), runs[0][r].size());
-      for (size_t s = 0; s < runs[0][r].size(); ++s) {
-        EXPECT_EQ(runs[i][r][s].loss, runs[0][r][s].loss)
-            << "mode " << i << ", rank " << r << ", step " << s + 1;
-        EXPECT_EQ(runs[i][r][s].grad_norm, runs[0][r][s].grad_norm) << "mode " << i;
-        EXPECT_EQ(runs[i][r][s].engine.comm_bytes, runs[0][r][s].engine.comm_bytes) << "mode " << i;
-      }
-    }
-  }
+  expect_same_bits(runs);
 }
 
 // Note [flat gathers] without param/grad reuse (fp32: each remote chunk keeps a slot of its group's
@@ -230,75 +263,28 @@ TEST(ThreadRanksTest, FlatCollectivesGiveTheBitsOfRingOnesInFp32WithAccumulation
   c.train_micro_batch_size_per_gpu = 1;
   c.train_batch_size = kRanks * 2;
   c.bf16.enabled = config::on_off(false);
-  std::vector<std::vector<std::vector<StepMetrics>>> runs;
-  struct Mode {
-    bool device_comm;
-    int64_t reduce_buffer_cap;
-  };
-  const Mode modes[] = {{false, plan::kReduceBufferBytes},
-                        {true, plan::kReduceBufferBytes},
-                        {true, int64_t{kRanks} * 3000 * 4}};
-  for (const Mode& mode : modes) {
-    const bool device_comm = mode.device_comm;
-    SCOPED_TRACE(str_cat(device_comm ? "device communicator" : "host communicator",
+  const CheckedMode modes[] = {{true, true, false, plan::kReduceBufferBytes},
+                               {true, true, true, plan::kReduceBufferBytes},
+                               {true, true, true, int64_t{kRanks} * 3000 * 4}};
+  std::vector<CheckedRun> runs;
+  for (const CheckedMode& mode : modes) {
+    SCOPED_TRACE(str_cat(mode.device_comm ? "device communicator" : "host communicator",
                          ", reduction buffer cap ", mode.reduce_buffer_cap));
-    std::vector<int64_t> reduce_bytes(kRanks, 0);
-    std::vector<std::vector<StepMetrics>> steps(kRanks);
-    std::vector<std::shared_ptr<tier::testing::Ledger>> ledgers(kRanks);
-    pstar::testing::run_thread_ranks(kRanks, [&](dist::Communicator& comm) {
-      const size_t r = static_cast<size_t>(comm.rank());
-      auto& thread_comm = dynamic_cast<pstar::testing::ThreadCommunicator&>(comm);
-      thread_comm.set_on_device(device_comm);
-      ledgers[r] = std::make_shared<tier::testing::Ledger>();
-      const tier::Side side = device_comm ? tier::Side::kDevice : tier::Side::kHost;
-      thread_comm.set_gather_check(
-          [ledger = ledgers[r], side](const std::vector<void*>& parts, int64_t bytes) {
-            for (const void* part : parts)
-              ledger->expect_inside_locked(part, bytes, side, "a gathered part");
-          });
-      thread_comm.set_reduce_check(
-          [ledger = ledgers[r], &reduce_bytes, r](const float* flat, int64_t bytes) {
-            ledger->expect_inside_locked(flat, bytes, tier::Side::kDevice, "a reduction's buffer");
-            reduce_bytes[r] = std::max(reduce_bytes[r], bytes);
-          });
-      auto checking = std::make_unique<tier::testing::CheckingTier>(
-          ledgers[r], std::numeric_limits<int64_t>::max());
-      checking->set_host_addresses_device(false);
-      TrainOptions o;
-      o.device = "cpu";
-      o.progress = false;
-      o.comm = &comm;
-      Trainer trainer(c,
-                      tier::testing::build_small_gpt(c, std::move(checking), &comm,
-                                                     /*overlap_comm=*/true, mode.reduce_buffer_cap),
-                      o);
-      while (trainer.steps_done() < c.training.steps) steps[r].push_back(trainer.step());
-      return true;
-    });
+    runs.push_back(run_checked(c, kRanks, mode));
     ASSERT_FALSE(::testing::Test::HasFailure());
+    const CheckedRun& run = runs.back();
+    expect_no_violations(run);
     for (size_t r = 0; r < kRanks; ++r) {
-      EXPECT_TRUE(ledgers[r]->violations.empty())
-          << "rank " << r << ": " << ledgers[r]->violations.front();
-      ASSERT_EQ(steps[r].size(), static_cast<size_t>(c.training.steps));
-      for (const StepMetrics& m : steps[r]) EXPECT_GT(m.engine.reductions, 0) << "rank " << r;
+      ASSERT_EQ(run.steps[r].size(), static_cast<size_t>(c.training.steps));
+      for (const StepMetrics& m : run.steps[r]) EXPECT_GT(m.engine.reductions, 0) << "rank " << r;
       // The pieces stay within the cap.
-      if (device_comm) {
-        EXPECT_GT(reduce_bytes[r], 0) << "rank " << r;
-        EXPECT_LE(reduce_bytes[r], mode.reduce_buffer_cap) << "rank " << r;
-      }
-    }
-    runs.push_back(std::move(steps));
-  }
-  for (size_t i = 1; i < runs.size(); ++i) {
-    for (size_t r = 0; r < kRanks; ++r) {
-      for (size_t s = 0; s < runs[0][r].size(); ++s) {
-        EXPECT_EQ(runs[i][r][s].loss, runs[0][r][s].loss)
-            << "mode " << i << ", rank " << r << ", step " << s + 1;
-        EXPECT_EQ(runs[i][r][s].grad_norm, runs[0][r][s].grad_norm) << "mode " << i;
-        EXPECT_EQ(runs[i][r][s].engine.comm_bytes, runs[0][r][s].engine.comm_bytes) << "mode " << i;
+      if (mode.device_comm) {
+        EXPECT_GT(run.reduce_bytes[r], 0) << "rank " << r;
+        EXPECT_LE(run.reduce_bytes[r], mode.reduce_buffer_cap) << "rank " << r;
       }
     }
   }
+  expect_same_bits(runs);
 }
 
 }  // namespace
