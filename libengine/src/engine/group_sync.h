@@ -69,6 +69,13 @@ namespace pstar::engine {
 //   unless they are gathered, have gradients this micro-batch or are being reduced. A queued
 //   gather starts (its payloads allocated, its collective free to run) at once when the device has
 //   room for it beside this moment's chunks, else when its moment comes, as without the queue.
+// Each collective runs on the tier's communication stream (Note [communication stream] in
+// pstar/tier/device_tier.h), after a mark the main thread takes once its inputs are in place: a
+// gather's when it starts (this rank's part copied into its slot, the payloads allocated), a
+// reduction's when it is queued (the gradients complete, the buffer allocated). So on a GPU a
+// gather started ahead waits only for that, not for the module computing when its collective is
+// issued, and from the mark to its finish the main thread leaves its buffers alone, as the CPU's
+// real concurrency already demands.
 // Every rank queues the same collectives in the same order: what is queued and when depends on the
 // trace and the groups' gradient counts only, never on timing or memory, which decide only when a
 // gather may start and when the main thread waits. A wait for a collective starts every gather

@@ -37,7 +37,17 @@ struct GatherStart {
   bool open = false, cancelled = false;
   std::vector<void*> parts;
   int64_t bytes = 0;
+  std::shared_ptr<const tier::StreamMark> after;  // Note [communication stream]
 };
+
+// Runs one collective's work on this (the communication) thread: on the tier's communication
+// stream, after `after`, and returns once it has completed (Note [communication stream]).
+template <typename Work>
+void run_on_comm_stream(tier::DeviceTier& tier, const tier::StreamMark* after, Work&& work) {
+  const std::unique_ptr<tier::CommStreamScope> scope = tier.enter_comm_stream(after);
+  work();
+  if (scope) scope->finish();
+}
 
 void GroupSync::stop_queue() {
   if (!worker_) return;
@@ -160,15 +170,17 @@ void GroupSync::queue_gather(int64_t g, bool start_now) {
   group.ticket = worker_->submit([this, start, &group] {
     std::vector<void*> parts;
     int64_t bytes = 0;
+    std::shared_ptr<const tier::StreamMark> after;
     {
       std::unique_lock<std::mutex> lock(start->mutex);
       start->opened.wait(lock, [&] { return start->open; });
       if (start->cancelled) return;
       parts = start->parts;
       bytes = start->bytes;
+      after = start->after;
     }
     const auto begin = std::chrono::steady_clock::now();
-    comm_->all_gather(parts, bytes);
+    run_on_comm_stream(store_.tier(), after.get(), [&] { comm_->all_gather(parts, bytes); });
     group.seconds = seconds_since(begin);
   });
   if (start_now) start_gather(g);
@@ -238,10 +250,13 @@ void GroupSync::start_gather(int64_t g) {
   if (through_flat) store_.add_side_bytes(comm_side_, group.flat_side_bytes);
   if (any_staged) store_.tier().synchronize();
   store_.check_host();
+  // Note [communication stream]: the parts are in place, the own one copied into its slot.
+  std::shared_ptr<const tier::StreamMark> after = store_.tier().mark_compute();
   const std::shared_ptr<GatherStart> start = std::exchange(group.start, nullptr);
   const std::lock_guard<std::mutex> lock(start->mutex);
   start->parts = std::move(parts);
   start->bytes = bytes;
+  start->after = std::move(after);
   start->open = true;
   start->opened.notify_all();
 }
@@ -288,10 +303,13 @@ void GroupSync::queue_reduce(int64_t g) {
   store_.check_host();
   const auto type = format.reuse ? format.dtype : torch::kFloat32;
   if (flat_) make_reduce_buffer();  // Note [flat gathers]
+  // Note [communication stream]: the gradients are complete and the buffers allocated.
+  std::shared_ptr<const tier::StreamMark> after = store_.tier().mark_compute();
   group.reducing = true;
-  group.ticket = worker_->submit([this, size, grads, type, out, own_used, &group] {
+  group.ticket = worker_->submit([this, size, grads, type, out, own_used, after, &group] {
     const auto begin = std::chrono::steady_clock::now();
-    reduce_parts(size, grads, type, out, own_used);
+    run_on_comm_stream(store_.tier(), after.get(),
+                       [&] { reduce_parts(size, grads, type, out, own_used); });
     group.seconds = seconds_since(begin);
   });
 }

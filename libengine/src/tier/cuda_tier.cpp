@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -70,6 +71,27 @@ class PageableOwner final : public Block::Owner {
  private:
   std::shared_ptr<CudaTierState> state_;
   memory::HostBlock block_;
+};
+
+// Note [communication stream]: the compute stream's work up to the moment of the mark.
+struct ComputeMark final : StreamMark {
+  cuda::Event event{false};
+};
+
+// Note [communication stream]: the tier's communication stream as this thread's current one.
+class CommScope final : public CommStreamScope {
+ public:
+  CommScope(std::shared_ptr<CudaTierState> state, c10::cuda::CUDAStream stream)
+      : state_(std::move(state)), guard_(stream) {}
+  ~CommScope() override = default;  // gives the thread its stream back
+  CommScope(const CommScope&) = delete;
+  CommScope& operator=(const CommScope&) = delete;
+
+  void finish() override { state_->communication.synchronize(); }
+
+ private:
+  std::shared_ptr<CudaTierState> state_;
+  c10::cuda::CUDAStreamGuard guard_;
 };
 
 class CudaTier final : public DeviceTier {
@@ -285,6 +307,27 @@ class CudaTier final : public DeviceTier {
     return peak;
   }
 
+  std::shared_ptr<const StreamMark> mark_compute() override {
+    if (!comm_stream_) return nullptr;
+    const c10::cuda::CUDAGuard guard(device_index());
+    auto mark = std::make_shared<ComputeMark>();
+    check(cudaEventRecord(mark->event.native(), compute()), "cudaEventRecord of a compute mark");
+    return mark;
+  }
+
+  std::unique_ptr<CommStreamScope> enter_comm_stream(const StreamMark* after) override {
+    if (!comm_stream_) return nullptr;
+    const c10::cuda::CUDAGuard guard(device_index());
+    cuda::Stream& stream = state_->communication;
+    if (after != nullptr) {
+      const auto* mark = dynamic_cast<const ComputeMark*>(after);
+      PSTAR_INTERNAL_ASSERT(mark != nullptr, "a stream mark of another tier");
+      mark->event.wait(stream);
+    }
+    return std::make_unique<CommScope>(
+        state_, c10::cuda::getStreamFromExternal(stream.native(), device_index()));
+  }
+
   void synchronize() override {
     const c10::cuda::CUDAGuard guard(device_index());
     check(cudaStreamSynchronize(compute()), "cudaStreamSynchronize of the compute stream");
@@ -430,6 +473,12 @@ class CudaTier final : public DeviceTier {
   std::string description_;
   const int64_t context_bytes_;
   std::atomic<int64_t> own_syncs_{0};  // allocate_device/allocate_host's last resort
+  // Note [communication stream]: PSTAR_COMM_STREAM=0 leaves the other thread's work on its
+  // current stream (LibTorch's default, the compute stream).
+  const bool comm_stream_ = [] {
+    const char* v = std::getenv("PSTAR_COMM_STREAM");
+    return v == nullptr || std::string(v) != "0";
+  }();
 };
 
 }  // namespace

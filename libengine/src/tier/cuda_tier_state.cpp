@@ -15,6 +15,7 @@ CudaTierState::~CudaTierState() {
     for (const Retired& r : retired) r.after.synchronize();
     for (const Unsettled& u : unsettled) u.after.synchronize();
     for (cuda::Stream& stream : copies) stream.synchronize();
+    communication.synchronize();
   } catch (...) {
   }
 }

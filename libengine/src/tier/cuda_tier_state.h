@@ -112,6 +112,9 @@ struct CudaTierState {
   cuda::PinnedHostPool pinned;
   memory::HostPool pageable;  // host blocks no copy touches in steady state
   cuda::Stream copies[kCopyStreams];
+  // Note [communication stream]: where another thread's work runs (the chunk engine's
+  // collectives), ordered after the compute stream by marks, and waited for by that thread.
+  cuda::Stream communication;
 
   std::mutex mutex;  // guards everything below
   // Re-recorded for every copy: the compute queued before it, the copy itself.

@@ -144,17 +144,21 @@ CheckedRun run_checked(const config::TrainConfig& c, int ranks, const CheckedMod
     auto& thread_comm = dynamic_cast<pstar::testing::ThreadCommunicator&>(comm);
     thread_comm.set_on_device(mode.device_comm);
     auto ledger = run.ledgers[r] = std::make_shared<tier::testing::Ledger>();
-    if (mode.staged || mode.device_comm) {
-      const tier::Side side = mode.device_comm ? tier::Side::kDevice : tier::Side::kHost;
-      thread_comm.set_gather_check([ledger, side](const std::vector<void*>& parts, int64_t bytes) {
-        for (const void* part : parts)
-          ledger->expect_inside_locked(part, bytes, side, "a gathered part");
-      });
-      thread_comm.set_reduce_check([ledger, &run, r](const float* flat, int64_t bytes) {
-        ledger->expect_inside_locked(flat, bytes, tier::Side::kDevice, "a reduction's buffer");
-        run.reduce_bytes[r] = std::max(run.reduce_bytes[r], bytes);
-      });
-    }
+    // Note [communication stream]: what each collective uses, for the ledger's checks.
+    const bool sided = mode.staged || mode.device_comm;
+    const tier::Side side = mode.device_comm ? tier::Side::kDevice : tier::Side::kHost;
+    thread_comm.set_gather_check(
+        [ledger, side, sided](const std::vector<void*>& parts, int64_t bytes) {
+          for (const void* part : parts) {
+            ledger->in_flight_locked(part, bytes);
+            if (sided) ledger->expect_inside_locked(part, bytes, side, "a gathered part");
+          }
+        });
+    thread_comm.set_reduce_check([ledger, &run, r](const float* flat, int64_t bytes) {
+      ledger->in_flight_locked(flat, bytes);
+      ledger->expect_inside_locked(flat, bytes, tier::Side::kDevice, "a reduction's buffer");
+      run.reduce_bytes[r] = std::max(run.reduce_bytes[r], bytes);
+    });
     auto checking =
         std::make_unique<tier::testing::CheckingTier>(ledger, std::numeric_limits<int64_t>::max());
     checking->set_host_addresses_device(!mode.staged);
@@ -189,10 +193,16 @@ void expect_same_bits(const std::vector<CheckedRun>& runs) {
   }
 }
 
+// No rank's checking tier saw a violation, and every rank ran its collectives on the
+// communication stream, each after a mark (Note [communication stream]).
 void expect_no_violations(const CheckedRun& run) {
-  for (size_t r = 0; r < run.ledgers.size(); ++r)
-    EXPECT_TRUE(run.ledgers[r]->violations.empty())
-        << "rank " << r << ": " << run.ledgers[r]->violations.front();
+  for (size_t r = 0; r < run.ledgers.size(); ++r) {
+    const tier::testing::Ledger& ledger = *run.ledgers[r];
+    EXPECT_TRUE(ledger.violations.empty()) << "rank " << r << ": " << ledger.violations.front();
+    EXPECT_GT(ledger.comm_scopes, 0) << "rank " << r;
+    EXPECT_EQ(ledger.comm_scopes, ledger.marks) << "rank " << r;
+    EXPECT_TRUE(ledger.open_marks.empty()) << "rank " << r;
+  }
 }
 
 // Note [staged collectives]: two ranks whose tier says the host cannot address its device side

@@ -24,6 +24,7 @@
 
 #include "engine/cpu_plan.h"
 #include "engine/small_gpt_config.h"
+#include "engine/tier/tier_ledger.h"
 #include "pstar/base/error.h"
 #include "pstar/checkpoint/run_checkpoint.h"
 #include "pstar/chunk/access_trace.h"
@@ -44,110 +45,6 @@
 namespace pstar::tier::testing {
 
 // ---- the chunk engine against the contract --------------------------------------------------
-
-// What the checking tier saw.
-struct Ledger {
-  struct Range {
-    int64_t bytes;
-    Side side;
-    bool host_only;  // from allocate_host_only (Note [pinned what moves])
-    bool moved;      // from allocate_uninitialized: a move's destination
-  };
-  std::map<uintptr_t, Range> live;  // by start address
-  int64_t live_bytes[2] = {0, 0};   // by Side
-  int64_t peak_device_bytes = 0;
-  int64_t copied[2][2] = {{0, 0}, {0, 0}};  // [from][to]
-  int64_t adam_calls[2] = {0, 0};
-  int64_t copied_ahead = 0, awaited = 0;
-  int64_t uninitialized_allocations = 0;  // move destinations (allocate_uninitialized)
-  int64_t synchronizations = 0;
-  // The largest reserved non-model peak the tier reported since the test last cleared it.
-  int64_t reported_reserved_peak = 0;
-  int64_t host_only_allocations = 0;
-  int64_t unfilled_allocations = 0;  // start-up payloads written whole by the engine
-  int64_t reserved_host_blocks = 0;  // asked for ahead of the chunks (reserve_host)
-  int64_t host_only_copied = 0;      // bytes copied from or into allocate_host_only blocks
-
-  int64_t live_host_only_bytes() const {
-    int64_t bytes = 0;
-    for (const auto& [start, range] : live) bytes += range.host_only ? range.bytes : 0;
-    return bytes;
-  }
-  // Host memory fit for copies (pinned on the CUDA tier) that holds no payload a move put there.
-  int64_t live_unmoved_copyable_host_bytes() const {
-    int64_t bytes = 0;
-    for (const auto& [start, range] : live)
-      bytes += range.side == Side::kHost && !range.host_only && !range.moved ? range.bytes : 0;
-    return bytes;
-  }
-  // Copies ahead not yet awaited, by destination: the bytes to write when they are.
-  std::map<uintptr_t, std::vector<uint8_t>> ahead;
-  std::vector<std::string> violations;
-  // Host Adam from another thread than the one that built the tier (Note [host adam overlap]),
-  // and the ranges such an Adam is updating right now: nothing else may touch them meanwhile.
-  int64_t adam_off_thread = 0;
-  int64_t adam_out_of_place = 0;  // Adam calls that wrote the state elsewhere (speculation)
-  // Gradients summed on the thread that built the tier by the single-buffer call: the norm taking
-  // a speculated chunk's sum the worker had not started (Note [speculative adam]).
-  int64_t sums_on_owner_thread = 0;
-  std::vector<std::pair<uintptr_t, uintptr_t>> busy;
-  // What an off-thread Adam out of place only reads (its state and gradient): another read may
-  // share them, a write may not.
-  std::vector<std::pair<uintptr_t, uintptr_t>> reading;
-  // Calls may come from the engine's Adam worker too: the tier holds this while it reads or
-  // writes the ledger (not while the inner tier works).
-  std::mutex mutex;
-
-  // `read`: the caller only reads [p, p + bytes), which an Adam's reads may share.
-  void expect_idle(const void* p, int64_t bytes, const char* what, bool read = false) {
-    const auto a = reinterpret_cast<uintptr_t>(p);
-    const auto overlaps = [&](const std::vector<std::pair<uintptr_t, uintptr_t>>& ranges) {
-      for (const auto& [begin, end] : ranges)
-        if (p != nullptr && a < end && begin < a + static_cast<uintptr_t>(bytes)) return true;
-      return false;
-    };
-    if (overlaps(busy) || (!read && overlaps(reading)))
-      violations.push_back(std::string(what) + " overlaps a host Adam still running");
-  }
-
-  // Lands a copy ahead into the block at `p`, if one is outstanding.
-  bool land(const void* p) {
-    const auto it = ahead.find(reinterpret_cast<uintptr_t>(p));
-    if (it == ahead.end()) return false;
-    std::memcpy(const_cast<void*>(p), it->second.data(), it->second.size());
-    ahead.erase(it);
-    return true;
-  }
-  // The engine hands `p` to a kernel: a copy ahead into it must have been awaited.
-  void expect_landed(const void* p, const char* what) {
-    if (p != nullptr && land(p))
-      violations.push_back(std::string(what) + " was copied ahead and not awaited");
-  }
-
-  // Whether [p, p + bytes) lies in one live block of `side`.
-  bool inside(const void* p, int64_t bytes, Side side) const {
-    const auto addr = reinterpret_cast<uintptr_t>(p);
-    auto it = live.upper_bound(addr);
-    if (it == live.begin()) return false;
-    --it;
-    return it->second.side == side && addr + static_cast<uintptr_t>(bytes) <=
-                                          it->first + static_cast<uintptr_t>(it->second.bytes);
-  }
-  void expect_inside(const void* p, int64_t bytes, Side side, const char* what) {
-    if (p != nullptr && !inside(p, bytes, side))
-      violations.push_back(std::string(what) + " is not in a live " + side_name(side) + " block");
-  }
-  // The same under the mutex, for a caller on another thread (a communicator's).
-  void expect_inside_locked(const void* p, int64_t bytes, Side side, const char* what) {
-    const std::lock_guard<std::mutex> lock(mutex);
-    expect_inside(p, bytes, side, what);
-  }
-  // A copy between the sides touches [p, p + bytes): counts it if that is host-only memory.
-  void note_copy_of(const void* p, int64_t bytes) {
-    const auto it = live.find(reinterpret_cast<uintptr_t>(p));
-    if (it != live.end() && it->second.host_only) host_only_copied += bytes;
-  }
-};
 
 // The emulated tier, with every call checked against the blocks it handed out.
 class CheckingTier final : public DeviceTier {
@@ -240,6 +137,7 @@ class CheckingTier final : public DeviceTier {
       std::shared_ptr<Ledger> ledger;
       ~Owner() override {
         const std::lock_guard<std::mutex> lock(ledger->mutex);
+        ledger->touch(inner.data(), inner.bytes(), "a released block");
         ledger->ahead.erase(reinterpret_cast<uintptr_t>(inner.data()));
         const auto it = ledger->live.find(reinterpret_cast<uintptr_t>(inner.data()));
         ledger->live_bytes[static_cast<int>(it->second.side)] -= it->second.bytes;
@@ -264,6 +162,8 @@ class CheckingTier final : public DeviceTier {
     ledger_->expect_idle(dst.data(), bytes, "a copy's destination");
     ledger_->expect_inside(src.data(), bytes, src.side(), "a copy's source");
     ledger_->expect_inside(dst.data(), bytes, dst.side(), "a copy's destination");
+    ledger_->touch(src.data(), bytes, "a copy's source");
+    ledger_->touch(dst.data(), bytes, "a copy's destination");
     ledger_->copied[static_cast<int>(src.side())][static_cast<int>(dst.side())] += bytes;
     ledger_->note_copy_of(src.data(), bytes);
     ledger_->note_copy_of(dst.data(), bytes);
@@ -280,6 +180,8 @@ class CheckingTier final : public DeviceTier {
     ledger_->expect_inside(src.data(), bytes, src.side(), "a copy ahead's source");
     ledger_->expect_inside(dst.data(), bytes, dst.side(), "a copy ahead's destination");
     if (dst.side() != Side::kDevice) ledger_->violations.push_back("a copy ahead into the host");
+    ledger_->touch(src.data(), bytes, "a copy ahead's source");
+    ledger_->touch(dst.data(), bytes, "a copy ahead's destination");
     ledger_->copied[static_cast<int>(src.side())][static_cast<int>(dst.side())] += bytes;
     ledger_->note_copy_of(src.data(), bytes);
     ledger_->copied_ahead += bytes;
@@ -297,6 +199,7 @@ class CheckingTier final : public DeviceTier {
       ledger_->expect_idle(block.data(), bytes, "a zeroed range");
       ledger_->expect_inside(block.data(), bytes, block.side(), "a zeroed range");
       ledger_->expect_landed(block.data(), "a zeroed block");
+      ledger_->touch(block.data(), bytes, "a zeroed range");
     }
     inner_->zero(block, bytes);
   }
@@ -326,8 +229,10 @@ class CheckingTier final : public DeviceTier {
       }
       const void* touched[] = {span.master, span.grad, span.param_out};
       for (const void* p : touched) ledger_->expect_landed(p, "a buffer Adam updates");
-      for (const auto& [p, bytes] : buffers)
+      for (const auto& [p, bytes] : buffers) {
         ledger_->expect_idle(p, bytes, "a buffer Adam updates");
+        ledger_->touch(p, bytes, "a buffer Adam updates");
+      }
       ++ledger_->adam_calls[static_cast<int>(side)];
       if (off_thread) {
         if (side != Side::kHost) ledger_->violations.push_back("device Adam off the main thread");
@@ -367,6 +272,7 @@ class CheckingTier final : public DeviceTier {
       const int64_t bytes = numel * (grad_type == optim::GradType::kF32 ? 4 : 2);
       ledger_->expect_idle(grad, bytes, "a gradient summed", /*read=*/true);
       ledger_->expect_inside(grad, bytes, side, "a gradient summed");
+      ledger_->touch(grad, bytes, "a gradient summed");
       if (std::this_thread::get_id() == owner_thread_) ++ledger_->sums_on_owner_thread;
       ledger_->expect_landed(grad, "a gradient summed");
     }
@@ -394,7 +300,58 @@ class CheckingTier final : public DeviceTier {
   HostMemory host_memory() const override { return inner_->host_memory(); }
   int64_t trim() override { return inner_->trim(); }
 
+  // Note [communication stream]: a mark is the ledger's sequence number when it was taken, and a
+  // scope holds the collective it runs to the checks of Ledger::end_scope_locked.
+  std::shared_ptr<const StreamMark> mark_compute() override {
+    auto mark = std::make_shared<Mark>();
+    mark->ledger = ledger_;
+    const std::lock_guard<std::mutex> lock(ledger_->mutex);
+    if (std::this_thread::get_id() != owner_thread_)
+      ledger_->violations.push_back("a compute mark taken off the driving thread");
+    ++ledger_->marks;
+    mark->seq = ledger_->seq;
+    ledger_->open_marks.insert(mark->seq);
+    return mark;
+  }
+  std::unique_ptr<CommStreamScope> enter_comm_stream(const StreamMark* after) override {
+    struct Scope final : CommStreamScope {
+      std::shared_ptr<Ledger> ledger;
+      bool finished = false;
+      ~Scope() override {
+        if (finished) return;
+        const std::lock_guard<std::mutex> lock(ledger->mutex);
+        ledger->end_scope_locked();
+      }
+      void finish() override {
+        const std::lock_guard<std::mutex> lock(ledger->mutex);
+        ledger->end_scope_locked();
+        finished = true;
+      }
+    };
+    const auto* mark = dynamic_cast<const Mark*>(after);
+    auto scope = std::make_unique<Scope>();
+    scope->ledger = ledger_;
+    const std::lock_guard<std::mutex> lock(ledger_->mutex);
+    ++ledger_->comm_scopes;
+    if (mark == nullptr) ledger_->violations.push_back("a communication scope without a mark");
+    if (std::this_thread::get_id() == owner_thread_)
+      ledger_->violations.push_back("the communication stream entered on the driving thread");
+    ledger_->scopes[std::this_thread::get_id()] =
+        Ledger::Scope{mark != nullptr ? mark->seq : ledger_->seq, {}};
+    return scope;
+  }
+
  private:
+  struct Mark final : StreamMark {
+    std::shared_ptr<Ledger> ledger;
+    int64_t seq = 0;
+    ~Mark() override {
+      const std::lock_guard<std::mutex> lock(ledger->mutex);
+      const auto it = ledger->open_marks.find(seq);
+      if (it != ledger->open_marks.end()) ledger->open_marks.erase(it);
+    }
+  };
+
   std::unique_ptr<DeviceTier> inner_;
   std::shared_ptr<Ledger> ledger_;
   int64_t capacity_;

@@ -408,6 +408,59 @@ TEST_F(ChunkedEngineOnATier, ReservedPeakAddsTheTiersReservesToTheReservedNonMod
         << "step " << i + 1;
 }
 
+// Note [communication stream]: the checking tier holds the engine to the rule that nothing
+// touches a collective's buffers between the collective's mark and its end. A copy into the buffer
+// before the mark is the collective's input; one after it is a violation (on a GPU it would run
+// beside the collective, on another stream); one into another block, or after the end, is not.
+TEST(CheckingTierStreams, ATouchAfterTheMarkOfACollectiveThatUsesItIsAViolation) {
+  auto ledger = std::make_shared<Ledger>();
+  CheckingTier tier(ledger, std::numeric_limits<int64_t>::max());
+  Block source = tier.allocate(Side::kDevice, 256);
+  Block buffer = tier.allocate(Side::kDevice, 256);
+  Block other = tier.allocate(Side::kDevice, 256);
+  const auto collective = [&](const StreamMark* mark) {
+    std::thread comm([&] {
+      const std::unique_ptr<CommStreamScope> scope = tier.enter_comm_stream(mark);
+      ledger->in_flight_locked(buffer.data(), 256);
+      scope->finish();
+    });
+    comm.join();
+  };
+  tier.copy(buffer, source, 256);  // the input, before the mark
+  std::shared_ptr<const StreamMark> mark = tier.mark_compute();
+  tier.copy(other, source, 256);
+  collective(mark.get());
+  EXPECT_TRUE(ledger->violations.empty()) << ledger->violations.front();
+  tier.copy(other, buffer, 256);  // after the end: no collective uses it any more
+
+  mark = tier.mark_compute();
+  tier.copy(buffer, source, 128);  // between the mark and the end
+  collective(mark.get());
+  ASSERT_EQ(ledger->violations.size(), 1U);
+  EXPECT_NE(ledger->violations[0].find("a copy's destination touched a collective's buffer"),
+            std::string::npos)
+      << ledger->violations[0];
+  EXPECT_EQ(ledger->marks, 2);
+  EXPECT_EQ(ledger->comm_scopes, 2);
+  mark.reset();
+  EXPECT_TRUE(ledger->open_marks.empty());
+}
+
+// The checking tier also refuses a scope without a mark, a scope on the driving thread, and a
+// collective outside any scope.
+TEST(CheckingTierStreams, ScopesNeedAMarkAndAThreadOfTheirOwn) {
+  auto ledger = std::make_shared<Ledger>();
+  CheckingTier tier(ledger, std::numeric_limits<int64_t>::max());
+  Block buffer = tier.allocate(Side::kDevice, 64);
+  ledger->in_flight_locked(buffer.data(), 64);
+  const std::unique_ptr<CommStreamScope> scope = tier.enter_comm_stream(nullptr);
+  scope->finish();
+  ASSERT_EQ(ledger->violations.size(), 3U);
+  EXPECT_EQ(ledger->violations[0], "a collective outside a communication stream's scope");
+  EXPECT_EQ(ledger->violations[1], "a communication scope without a mark");
+  EXPECT_EQ(ledger->violations[2], "the communication stream entered on the driving thread");
+}
+
 // The batched sum of squares gives every buffer the bits of its own call (the CUDA tier's own is
 // checked on a GPU in SqSumKernelStreamTest).
 TEST(DeviceTierSums, BatchedSumsMatchOneCallEach) {

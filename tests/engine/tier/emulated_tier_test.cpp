@@ -92,6 +92,14 @@ TEST(EmulatedTier, ViewPastTheBlockIsAnInternalError) {
   EXPECT_NO_THROW(tier->view(b, torch::kFloat32, 0, {4}));
 }
 
+// Note [communication stream]: the emulated tier runs everything in call order, so it has no
+// marks and no communication stream, and a collective's thread just runs its work.
+TEST(EmulatedTier, HasNoCommunicationStream) {
+  auto tier = make_emulated_tier();
+  EXPECT_EQ(tier->mark_compute(), nullptr);
+  EXPECT_EQ(tier->enter_comm_stream(nullptr), nullptr);
+}
+
 TEST(EmulatedTier, CopyAndZeroMoveExactlyTheBytesAsked) {
   auto tier = make_emulated_tier();
   Block host = tier->allocate(Side::kHost, 64);

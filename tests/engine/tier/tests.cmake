@@ -6,4 +6,5 @@ pstar_add_test(NAME engine_tier_tests LABEL unit PCH
 # reports Skipped with the reason everywhere else.
 pstar_add_test(NAME engine_tier_gpu_tests LABEL gpu PCH
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_training_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/cuda_comm_stream_test.cpp
   LIBS pstar::engine)

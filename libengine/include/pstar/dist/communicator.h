@@ -13,11 +13,13 @@
 // NCCL moves GPU memory between GPUs, so the NCCL communicator (connect_nccl, issue 36) says
 // on_device(): the engine hands it device pointers (Note [staged collectives] in
 // engine/group_sync.h stages a host-side payload through a device block). Each collective is
-// issued under a guard for the rank's GPU from the engine's communication thread, whose current
-// stream is the device's default stream, where the model computes; c10d's NCCL stream waits for
-// that stream first, so it reads what compute has queued. The call then blocks its own thread
-// (never the main one) until its stream has finished, so it returns with its result complete, as
-// every communicator does. A device communicator's collectives are flat (Note [flat
+// issued under a guard for the rank's GPU from the engine's communication thread, on that thread's
+// current stream: the tier's communication stream, ordered after the compute that prepared the
+// collective's buffers (Note [communication stream] in pstar/tier/device_tier.h), or the default
+// stream where the model computes when that is switched off. c10d's NCCL stream waits for the
+// current stream first, so it reads what was queued before it. The call then blocks its own
+// thread (never the main one) until its stream has finished, so it returns with its result
+// complete, as every communicator does. A device communicator's collectives are flat (Note [flat
 // collectives]). The loss, the norm and the flags are all-reduced in fp64 on the device;
 // exchange() and barrier() stay on the Gloo communicator the run started with, whose TCPStore the
 // NCCL group rendezvous through. A collective that waits longer than the run's timeout throws

@@ -34,8 +34,27 @@
 // Threads. One thread drives a tier, except that adam_step, grad_sq_sum and zero on kHost buffers
 // may also run on one other thread at the same time, on blocks the driving thread leaves alone
 // meanwhile (the chunk engine's host Adam worker, Note [host adam overlap]). They still wait for
-// the copies the driving thread queued into or out of those blocks before.
+// the copies the driving thread queued into or out of those blocks before. A third thread may
+// queue LibTorch work and collectives of its own on blocks the driving thread leaves alone
+// meanwhile, inside a communication stream's scope (Note [communication stream]).
 //
+// Note [communication stream]
+// A thread other than the driving one may queue device work of its own: the chunk engine's
+// communication thread (Note [collectives beside compute] in engine/group_sync.h), whose
+// collectives read and write payloads the driving thread prepared. On the CUDA tier that work runs
+// on a stream of the tier's own, so that a collective queued while the model computes waits only
+// for the work that prepared its buffers, not for every kernel queued on the compute stream by the
+// time it starts. The driving thread takes a mark_compute() once the collective's inputs are in
+// place (after the copies into them and the allocations of its buffers); the other thread enters
+// the communication stream after that mark (enter_comm_stream), queues its work, and finish()es
+// the scope, which returns once that work has completed. So the driving thread may use or release
+// the collective's buffers once it knows the other thread has finished, with no wait on the
+// device; between the mark and that moment it must leave them alone, exactly as it must on the
+// emulated tier, where the other thread really runs beside it (the checking tier of the tests
+// holds the engine to it). The emulated tier has no streams: its mark is null and its scope
+// nothing. PSTAR_COMM_STREAM=0 keeps the CUDA tier's other thread on LibTorch's current stream, as
+// before this note (a diagnosis switch).
+
 // Note [pinned what moves]
 // Copies between the sides run asynchronously only from and into page-locked host memory, and
 // page-locked memory is scarce (the system can neither swap nor reclaim it, and pinning it is
@@ -95,6 +114,22 @@ class Block {
   void* data_ = nullptr;
   int64_t bytes_ = 0;
   Side side_ = Side::kHost;
+};
+
+// Note [communication stream]: the work queued on a tier's compute stream up to some moment.
+class StreamMark {
+ public:
+  virtual ~StreamMark() = default;
+};
+
+// Note [communication stream]: the communication stream made current on one thread, until it is
+// destroyed there. Destroying it unfinished (an error on its way) waits for nothing: its work may
+// be a collective that will never complete, and the run is ending.
+class CommStreamScope {
+ public:
+  virtual ~CommStreamScope() = default;
+  // Waits until the work queued in the scope has completed; throws what the device reported.
+  virtual void finish() = 0;
 };
 
 class DeviceTier {
@@ -200,6 +235,18 @@ class DeviceTier {
   // (reset with reset_non_model_peak()): the CUDA caching allocator's reserved bytes. By default
   // the allocated peak (an allocator that keeps nothing back).
   virtual int64_t non_model_reserved_peak_bytes() { return non_model_peak_bytes(); }
+
+  // Note [communication stream]: a mark of what the calling thread has queued on its compute
+  // stream so far; null on a tier without streams.
+  virtual std::shared_ptr<const StreamMark> mark_compute() { return nullptr; }
+  // Note [communication stream]: on a thread other than the driving one, makes the tier's
+  // communication stream current until the scope is destroyed, ordered after `after` (a mark of
+  // this tier's, or null where mark_compute() gives none); null on a tier without streams, or where
+  // the stream is switched off.
+  virtual std::unique_ptr<CommStreamScope> enter_comm_stream(const StreamMark* after) {
+    (void)after;
+    return nullptr;
+  }
 
   // Waits until everything queued so far has finished, so that the host may touch any block.
   virtual void synchronize() = 0;
