@@ -38,6 +38,11 @@ std::vector<std::vector<StepMetrics>> train_ranks(const config::TrainConfig& c, 
   pstar::testing::run_thread_ranks(ranks, [&](dist::Communicator& comm) {
     const auto r = static_cast<size_t>(comm.rank());
     ledgers[r] = std::make_shared<tier::testing::Ledger>();
+    // Note [communication stream]: nothing touches a gather's parts between its mark and its end.
+    dynamic_cast<pstar::testing::ThreadCommunicator&>(comm).set_gather_check(
+        [ledger = ledgers[r]](const std::vector<void*>& parts, int64_t bytes) {
+          for (const void* part : parts) ledger->in_flight_locked(part, bytes);
+        });
     auto checking = std::make_unique<tier::testing::CheckingTier>(
         ledgers[r], std::numeric_limits<int64_t>::max());
     TrainOptions o;
@@ -53,6 +58,8 @@ std::vector<std::vector<StepMetrics>> train_ranks(const config::TrainConfig& c, 
     if (ledgers[r] == nullptr) continue;
     EXPECT_TRUE(ledgers[r]->violations.empty())
         << "rank " << r << ": " << ledgers[r]->violations.front();
+    EXPECT_GT(ledgers[r]->comm_scopes, 0) << "rank " << r;
+    EXPECT_EQ(ledgers[r]->comm_scopes, ledgers[r]->marks) << "rank " << r;
   }
   return steps;
 }

@@ -292,8 +292,11 @@ TEST_F(SplitModulesTest, StagedSplitGroupsGiveTheSameBits) {
           return checking;
         },
         mode.device_comm,
-        // Every part a collective moves lies on the communicator's side, where the sides differ.
+        // Every part a collective moves lies on the communicator's side, where the sides differ,
+        // and nothing touches it between the collective's mark and its end (Note [communication
+        // stream]).
         [&](const std::vector<void*>& parts, int64_t bytes) {
+          for (const void* part : parts) ledger->in_flight_locked(part, bytes);
           if (!mode.staged) return;
           for (const void* part : parts)
             ledger->expect_inside_locked(part, bytes,
@@ -302,6 +305,8 @@ TEST_F(SplitModulesTest, StagedSplitGroupsGiveTheSameBits) {
         }));
     ASSERT_FALSE(::testing::Test::HasFailure());
     EXPECT_TRUE(ledger->violations.empty()) << ledger->violations.front();
+    EXPECT_GT(ledger->comm_scopes, 0);
+    EXPECT_EQ(ledger->comm_scopes, ledger->marks);
     for (const StepMetrics& m : runs.back()[0].steps) {
       if (mode.staged) {
         EXPECT_GT(m.engine.comm_staged_bytes, 0) << "step " << m.step;
