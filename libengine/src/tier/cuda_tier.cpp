@@ -73,9 +73,20 @@ class PageableOwner final : public Block::Owner {
   memory::HostBlock block_;
 };
 
-// Note [communication stream]: the compute stream's work up to the moment of the mark.
+// Note [communication stream]: the compute stream's work up to the moment of the mark. Its event
+// goes back to the spares with it: a wait already queued on it keeps what it waits for.
 struct ComputeMark final : StreamMark {
-  cuda::Event event{false};
+  ComputeMark(std::shared_ptr<CudaTierState> s, cuda::Event e)
+      : state(std::move(s)), event(std::move(e)) {}
+  ~ComputeMark() override {
+    const std::lock_guard<std::mutex> lock(state->mutex);
+    state->spare_events.push_back(std::move(event));
+  }
+  ComputeMark(const ComputeMark&) = delete;
+  ComputeMark& operator=(const ComputeMark&) = delete;
+
+  std::shared_ptr<CudaTierState> state;
+  cuda::Event event;
 };
 
 // Note [communication stream]: the tier's communication stream as this thread's current one.
@@ -310,9 +321,12 @@ class CudaTier final : public DeviceTier {
   std::shared_ptr<const StreamMark> mark_compute() override {
     if (!comm_stream_) return nullptr;
     const c10::cuda::CUDAGuard guard(device_index());
-    auto mark = std::make_shared<ComputeMark>();
-    check(cudaEventRecord(mark->event.native(), compute()), "cudaEventRecord of a compute mark");
-    return mark;
+    cuda::Event event = [&] {
+      const std::lock_guard<std::mutex> lock(state_->mutex);
+      return state_->take_event_locked();
+    }();
+    check(cudaEventRecord(event.native(), compute()), "cudaEventRecord of a compute mark");
+    return std::make_shared<ComputeMark>(state_, std::move(event));
   }
 
   std::unique_ptr<CommStreamScope> enter_comm_stream(const StreamMark* after) override {
