@@ -5,6 +5,7 @@
 #include <string>
 
 #include "pstar/formats/config.h"
+#include "test_util.h"
 
 namespace pstar::testing {
 
@@ -24,6 +25,14 @@ inline config::TrainConfig small_gpt_config(const std::string& corpus,
   c.default_chunk_size = 20000;
   c.engine.mode = config::engine_mode_from_name(mode);
   return c;
+}
+
+// The same over the repetitive corpus, written into `dir` first.
+inline config::TrainConfig small_gpt_config_in(const ScratchDir& dir,
+                                               const std::string& mode = "chunked") {
+  const std::string corpus = dir.file("corpus.txt");
+  write_text(corpus, repetitive_corpus());
+  return small_gpt_config(corpus, mode);
 }
 
 }  // namespace pstar::testing

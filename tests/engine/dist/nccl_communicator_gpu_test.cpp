@@ -88,9 +88,7 @@ TEST_F(NcclOneRank, CollectivesMoveDeviceMemory) {
 
 TEST_F(NcclOneRank, TrainingThroughItTracksNoCommunicator) {
   pstar::testing::ScratchDir dir;
-  const std::string corpus = dir.file("corpus.txt");
-  pstar::testing::write_text(corpus, pstar::testing::repetitive_corpus());
-  config::TrainConfig c = pstar::testing::small_gpt_config(corpus, "chunked");
+  config::TrainConfig c = pstar::testing::small_gpt_config_in(dir);
   c.engine.device_memory = int64_t{2} << 30;
   c.training.steps = 4;
   auto run = [&](Communicator* comm) {

@@ -48,9 +48,7 @@ std::string check_rank(dist::Communicator& comm, const config::TrainConfig& c,
 
 TEST(InitRanksTest, EachRankWritesTheOneRankValuesOfTheChunksItOwns) {
   pstar::testing::ScratchDir dir;
-  const std::string corpus = dir.file("corpus.txt");
-  pstar::testing::write_text(corpus, pstar::testing::repetitive_corpus());
-  config::TrainConfig c = pstar::testing::small_gpt_config(corpus, "chunked");
+  config::TrainConfig c = pstar::testing::small_gpt_config_in(dir);
   c.train_micro_batch_size_per_gpu = 2;
   c.train_batch_size = 4;  // two ranks of 2
   const std::map<std::string, at::Tensor> reference = pstar::testing::one_rank_parameters(c);

@@ -45,9 +45,7 @@ struct RankRun {
 
 TEST(ThreadRanksTest, FourRanksOwnAQuarterEachAndTrackOneRank) {
   pstar::testing::ScratchDir dir;
-  const std::string corpus = dir.file("corpus.txt");
-  pstar::testing::write_text(corpus, pstar::testing::repetitive_corpus());
-  config::TrainConfig c = pstar::testing::small_gpt_config(corpus, "chunked");
+  config::TrainConfig c = pstar::testing::small_gpt_config_in(dir);
   c.training.steps = kSteps;
   c.train_micro_batch_size_per_gpu = kGlobalBatch;
   c.train_batch_size = kGlobalBatch;
@@ -217,9 +215,7 @@ void expect_no_violations(const CheckedRun& run) {
 // the right side.
 TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
   pstar::testing::ScratchDir dir;
-  const std::string corpus = dir.file("corpus.txt");
-  pstar::testing::write_text(corpus, pstar::testing::repetitive_corpus());
-  config::TrainConfig c = pstar::testing::small_gpt_config(corpus, "chunked");
+  config::TrainConfig c = pstar::testing::small_gpt_config_in(dir);
   c.training.steps = 4;
   c.train_micro_batch_size_per_gpu = 2;
   c.train_batch_size = 4;
@@ -265,9 +261,7 @@ TEST(ThreadRanksTest, StagedCollectivesGiveTheSameBits) {
 // each group is reduced in pieces of 3000 elements per part, the last one shorter.
 TEST(ThreadRanksTest, FlatCollectivesGiveTheBitsOfRingOnesInFp32WithAccumulation) {
   pstar::testing::ScratchDir dir;
-  const std::string corpus = dir.file("corpus.txt");
-  pstar::testing::write_text(corpus, pstar::testing::repetitive_corpus());
-  config::TrainConfig c = pstar::testing::small_gpt_config(corpus, "chunked");
+  config::TrainConfig c = pstar::testing::small_gpt_config_in(dir);
   c.training.steps = 3;
   c.gradient_accumulation_steps = 2;
   c.train_micro_batch_size_per_gpu = 1;

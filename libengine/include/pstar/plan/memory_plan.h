@@ -54,8 +54,6 @@ inline constexpr int64_t kNvmeStagingChunks = 4;
 // Share of the NVMe capacity the plans may fill: headroom for the filesystem (ext4 reserves 5%
 // for root by default; metadata, other files) and for SSDs, whose writes slow as they fill.
 inline constexpr double kNvmeFillRatio = 0.9;
-// The bytes of a device budget the plans may fill with chunks and non-model memory
-// (kDeviceFillRatio of it): every use of the ratio goes through this.
 // Note [flat gathers] in engine/group_sync.h: a device communicator reduces a group through an
 // fp32 buffer of world_size parts, in pieces of at most reduce_piece_elements per part, so that
 // the buffer stays within kReduceBufferBytes whatever the chunk size (a whole chunk per part would
@@ -70,6 +68,8 @@ inline int64_t reduce_buffer_bytes(int64_t world_size, int64_t largest_chunk,
   return world_size * reduce_piece_elements(world_size, largest_chunk, cap_bytes) * 4;
 }
 
+// The bytes of a device budget the plans may fill with chunks and non-model memory
+// (kDeviceFillRatio of it): every use of the ratio goes through this.
 inline double device_fill_bytes(int64_t device_budget) {
   return kDeviceFillRatio * static_cast<double>(device_budget);
 }
