@@ -40,11 +40,21 @@ struct GatherStart {
   std::shared_ptr<const tier::StreamMark> after;  // Note [communication stream]
 };
 
+// A range of memory one collective's work reads or writes.
+struct CommUse {
+  const void* data;
+  int64_t bytes;
+};
+
 // Runs one collective's work on this (the communication) thread: on the tier's communication
-// stream, after `after`, and returns once it has completed (Note [communication stream]).
+// stream, after `after`, and returns once it has completed (Note [communication stream]). `uses`
+// is every range the work reads or writes, declared to the scope.
 template <typename Work>
-void run_on_comm_stream(tier::DeviceTier& tier, const tier::StreamMark* after, Work&& work) {
+void run_on_comm_stream(tier::DeviceTier& tier, const tier::StreamMark* after,
+                        const std::vector<CommUse>& uses, Work&& work) {
   const std::unique_ptr<tier::CommStreamScope> scope = tier.enter_comm_stream(after);
+  if (scope)
+    for (const CommUse& use : uses) scope->uses(use.data, use.bytes);
   work();
   if (scope) scope->finish();
 }
@@ -179,8 +189,10 @@ void GroupSync::queue_gather(int64_t g, bool start_now) {
       bytes = start->bytes;
       after = start->after;
     }
+    std::vector<CommUse> uses;
+    for (const void* part : parts) uses.push_back(CommUse{part, bytes});
     const auto begin = std::chrono::steady_clock::now();
-    run_on_comm_stream(store_.tier(), after.get(), [&] { comm_->all_gather(parts, bytes); });
+    run_on_comm_stream(store_.tier(), after.get(), uses, [&] { comm_->all_gather(parts, bytes); });
     group.seconds = seconds_since(begin);
   });
   if (start_now) start_gather(g);
@@ -303,12 +315,19 @@ void GroupSync::queue_reduce(int64_t g) {
   store_.check_host();
   const auto type = format.reuse ? format.dtype : torch::kFloat32;
   if (flat_) make_reduce_buffer();  // Note [flat gathers]
-  // Note [communication stream]: the gradients are complete and the buffers allocated.
+  // Note [communication stream]: the gradients are complete and the buffers allocated. The
+  // reduction reads every part's gradients and writes this rank's sum (and the flat buffer).
   std::shared_ptr<const tier::StreamMark> after = store_.tier().mark_compute();
+  std::vector<CommUse> uses;
+  const int64_t elem_bytes = static_cast<int64_t>(c10::elementSize(type));
+  for (const ReducePart& p : grads)
+    if (p.grad != nullptr) uses.push_back(CommUse{p.grad, p.used * elem_bytes});
+  if (own_used > 0) uses.push_back(CommUse{out, own_used * elem_bytes});
+  if (reduce_flat_) uses.push_back(CommUse{reduce_flat_.data(), reduce_flat_.bytes()});
   group.reducing = true;
-  group.ticket = worker_->submit([this, size, grads, type, out, own_used, after, &group] {
+  group.ticket = worker_->submit([this, size, grads, type, out, own_used, after, uses, &group] {
     const auto begin = std::chrono::steady_clock::now();
-    run_on_comm_stream(store_.tier(), after.get(),
+    run_on_comm_stream(store_.tier(), after.get(), uses,
                        [&] { reduce_parts(size, grads, type, out, own_used); });
     group.seconds = seconds_since(begin);
   });

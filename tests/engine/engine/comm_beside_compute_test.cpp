@@ -60,6 +60,7 @@ std::vector<std::vector<StepMetrics>> train_ranks(const config::TrainConfig& c, 
         << "rank " << r << ": " << ledgers[r]->violations.front();
     EXPECT_GT(ledgers[r]->comm_scopes, 0) << "rank " << r;
     EXPECT_EQ(ledgers[r]->comm_scopes, ledgers[r]->marks) << "rank " << r;
+    EXPECT_GE(ledgers[r]->declared_uses, ledgers[r]->comm_scopes) << "rank " << r;
   }
   return steps;
 }

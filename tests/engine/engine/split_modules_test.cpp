@@ -307,6 +307,7 @@ TEST_F(SplitModulesTest, StagedSplitGroupsGiveTheSameBits) {
     EXPECT_TRUE(ledger->violations.empty()) << ledger->violations.front();
     EXPECT_GT(ledger->comm_scopes, 0);
     EXPECT_EQ(ledger->comm_scopes, ledger->marks);
+    EXPECT_GE(ledger->declared_uses, ledger->comm_scopes);
     for (const StepMetrics& m : runs.back()[0].steps) {
       if (mode.staged) {
         EXPECT_GT(m.engine.comm_staged_bytes, 0) << "step " << m.step;

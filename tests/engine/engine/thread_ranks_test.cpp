@@ -199,6 +199,7 @@ void expect_no_violations(const CheckedRun& run) {
     EXPECT_TRUE(ledger.violations.empty()) << "rank " << r << ": " << ledger.violations.front();
     EXPECT_GT(ledger.comm_scopes, 0) << "rank " << r;
     EXPECT_EQ(ledger.comm_scopes, ledger.marks) << "rank " << r;
+    EXPECT_GE(ledger.declared_uses, ledger.comm_scopes) << "rank " << r;
     EXPECT_TRUE(ledger.open_marks.empty()) << "rank " << r;
   }
 }

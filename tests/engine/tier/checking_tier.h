@@ -327,6 +327,12 @@ class CheckingTier final : public DeviceTier {
         ledger->end_scope_locked();
         finished = true;
       }
+      // What the engine says its collective uses, checked as what the communicator used.
+      void uses(const void* data, int64_t bytes) override {
+        ledger->in_flight_locked(data, bytes);
+        const std::lock_guard<std::mutex> lock(ledger->mutex);
+        ++ledger->declared_uses;
+      }
     };
     const auto* mark = dynamic_cast<const Mark*>(after);
     auto scope = std::make_unique<Scope>();

@@ -446,6 +446,33 @@ TEST(CheckingTierStreams, ATouchAfterTheMarkOfACollectiveThatUsesItIsAViolation)
   EXPECT_TRUE(ledger->open_marks.empty());
 }
 
+// The engine declares to the scope what its collective's work uses beyond what the communicator
+// sees (CommStreamScope::uses: the gradients a reduction reads, the sum it writes), and the
+// checking tier holds those ranges as it holds the communicator's: a write before the mark is the
+// input, one between the mark and the end a violation.
+TEST(CheckingTierStreams, RangesTheEngineDeclaresAreHeldToo) {
+  auto ledger = std::make_shared<Ledger>();
+  CheckingTier tier(ledger, std::numeric_limits<int64_t>::max());
+  Block source = tier.allocate(Side::kDevice, 256);
+  Block grad = tier.allocate(Side::kDevice, 256);
+  Block sum = tier.allocate(Side::kDevice, 256);
+  tier.copy(grad, source, 256);  // the gradient, complete before the mark
+  std::shared_ptr<const StreamMark> mark = tier.mark_compute();
+  tier.copy(sum, source, 64);  // into the sum the collective writes, after the mark
+  std::thread comm([&] {
+    const std::unique_ptr<CommStreamScope> scope = tier.enter_comm_stream(mark.get());
+    scope->uses(grad.data(), 256);
+    scope->uses(sum.data(), 256);
+    scope->finish();
+  });
+  comm.join();
+  ASSERT_EQ(ledger->violations.size(), 1U);
+  EXPECT_NE(ledger->violations[0].find("a copy's destination touched a collective's buffer"),
+            std::string::npos)
+      << ledger->violations[0];
+  EXPECT_EQ(ledger->declared_uses, 2);
+}
+
 // The checking tier also refuses a scope without a mark, a scope on the driving thread, and a
 // collective outside any scope.
 TEST(CheckingTierStreams, ScopesNeedAMarkAndAThreadOfTheirOwn) {

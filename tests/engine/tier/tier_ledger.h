@@ -126,8 +126,9 @@ struct Ledger {
   // moment it was taken; while one is outstanding, the operations of threads outside a
   // communication scope are kept (`touches`), and when a scope finishes, none of those after its
   // mark may touch a range its collective used (`in_flight`, which the test's communicator
-  // registers from inside the scope): on the CUDA tier they would run beside the collective on
-  // another stream.
+  // registers from inside the scope, and the engine declares to it: the gradients a reduction
+  // reads and the sum it writes, which the communicator does not see): on the CUDA tier they would
+  // run beside the collective on another stream.
   struct Touch {
     int64_t seq;
     uintptr_t begin, end;
@@ -139,6 +140,7 @@ struct Ledger {
   };
   int64_t seq = 0;
   int64_t marks = 0, comm_scopes = 0;
+  int64_t declared_uses = 0;  // ranges the engine declared to its scopes (CommStreamScope::uses)
   std::multiset<int64_t> open_marks;
   std::vector<Touch> touches;
   std::map<std::thread::id, Scope> scopes;  // the scope each communication thread is in

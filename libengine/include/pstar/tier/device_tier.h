@@ -130,6 +130,11 @@ class CommStreamScope {
   virtual ~CommStreamScope() = default;
   // Waits until the work queued in the scope has completed; throws what the device reported.
   virtual void finish() = 0;
+  // Declares [data, data + bytes) read or written by the work of this scope. The CUDA tier keeps
+  // no list: the driving thread waits on the host before it touches such a range again. A tier
+  // that checks the rule above (the tests' checking tier) holds the driving thread to it for these
+  // ranges.
+  virtual void uses(const void* /*data*/, int64_t /*bytes*/) {}
 };
 
 class DeviceTier {
