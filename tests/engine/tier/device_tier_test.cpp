@@ -408,16 +408,23 @@ TEST_F(ChunkedEngineOnATier, ReservedPeakAddsTheTiersReservesToTheReservedNonMod
         << "step " << i + 1;
 }
 
+// A checking tier of its own per test, on the test's thread (the driving one).
+class CheckingTierStreams : public ::testing::Test {
+ protected:
+  Block device_block(int64_t bytes = 256) { return tier.allocate(Side::kDevice, bytes); }
+
+  std::shared_ptr<Ledger> ledger = std::make_shared<Ledger>();
+  CheckingTier tier{ledger, std::numeric_limits<int64_t>::max()};
+};
+
 // Note [communication stream]: the checking tier holds the engine to the rule that nothing
 // touches a collective's buffers between the collective's mark and its end. A copy into the buffer
 // before the mark is the collective's input; one after it is a violation (on a GPU it would run
 // beside the collective, on another stream); one into another block, or after the end, is not.
-TEST(CheckingTierStreams, ATouchAfterTheMarkOfACollectiveThatUsesItIsAViolation) {
-  auto ledger = std::make_shared<Ledger>();
-  CheckingTier tier(ledger, std::numeric_limits<int64_t>::max());
-  Block source = tier.allocate(Side::kDevice, 256);
-  Block buffer = tier.allocate(Side::kDevice, 256);
-  Block other = tier.allocate(Side::kDevice, 256);
+TEST_F(CheckingTierStreams, ATouchAfterTheMarkOfACollectiveThatUsesItIsAViolation) {
+  Block source = device_block();
+  Block buffer = device_block();
+  Block other = device_block();
   const auto collective = [&](const StreamMark* mark) {
     std::thread comm([&] {
       const std::unique_ptr<CommStreamScope> scope = tier.enter_comm_stream(mark);
@@ -450,12 +457,10 @@ TEST(CheckingTierStreams, ATouchAfterTheMarkOfACollectiveThatUsesItIsAViolation)
 // sees (CommStreamScope::uses: the gradients a reduction reads, the sum it writes), and the
 // checking tier holds those ranges as it holds the communicator's: a write before the mark is the
 // input, one between the mark and the end a violation.
-TEST(CheckingTierStreams, RangesTheEngineDeclaresAreHeldToo) {
-  auto ledger = std::make_shared<Ledger>();
-  CheckingTier tier(ledger, std::numeric_limits<int64_t>::max());
-  Block source = tier.allocate(Side::kDevice, 256);
-  Block grad = tier.allocate(Side::kDevice, 256);
-  Block sum = tier.allocate(Side::kDevice, 256);
+TEST_F(CheckingTierStreams, RangesTheEngineDeclaresAreHeldToo) {
+  Block source = device_block();
+  Block grad = device_block();
+  Block sum = device_block();
   tier.copy(grad, source, 256);  // the gradient, complete before the mark
   std::shared_ptr<const StreamMark> mark = tier.mark_compute();
   tier.copy(sum, source, 64);  // into the sum the collective writes, after the mark
@@ -475,10 +480,8 @@ TEST(CheckingTierStreams, RangesTheEngineDeclaresAreHeldToo) {
 
 // The checking tier also refuses a scope without a mark, a scope on the driving thread, and a
 // collective outside any scope.
-TEST(CheckingTierStreams, ScopesNeedAMarkAndAThreadOfTheirOwn) {
-  auto ledger = std::make_shared<Ledger>();
-  CheckingTier tier(ledger, std::numeric_limits<int64_t>::max());
-  Block buffer = tier.allocate(Side::kDevice, 64);
+TEST_F(CheckingTierStreams, ScopesNeedAMarkAndAThreadOfTheirOwn) {
+  Block buffer = device_block(64);
   ledger->in_flight_locked(buffer.data(), 64);
   const std::unique_ptr<CommStreamScope> scope = tier.enter_comm_stream(nullptr);
   scope->finish();
