@@ -75,7 +75,9 @@ namespace pstar::engine {
 // reduction's when it is queued (the gradients complete, the buffer allocated). So on a GPU a
 // gather started ahead waits only for that, not for the module computing when its collective is
 // issued, and from the mark to its finish the main thread leaves its buffers alone, as the CPU's
-// real concurrency already demands.
+// real concurrency already demands. The scope is told every range the collective's work uses
+// (CommStreamScope::uses: the parts, the reduction's gradients, its sum and its buffer), so that
+// the tests' checking tier holds the main thread to this.
 // Every rank queues the same collectives in the same order: what is queued and when depends on the
 // trace and the groups' gradient counts only, never on timing or memory, which decide only when a
 // gather may start and when the main thread waits. A wait for a collective starts every gather
