@@ -17,18 +17,6 @@ namespace pstar::engine {
 
 using core::seconds_since;
 
-namespace {
-
-// Tensors over the reduction's pointers, all on one side: `where`.
-auto side_view(c10::Device where) {
-  return [where](const void* data, int64_t numel, c10::ScalarType dtype) {
-    return torch::from_blob(const_cast<void*>(data), {numel},
-                            torch::TensorOptions().dtype(dtype).device(where));
-  };
-}
-
-}  // namespace
-
 // What a queued gather waits for before its collective: the payloads it fills (known once they
 // are allocated), or word that it will never run.
 struct GatherStart {
@@ -39,6 +27,16 @@ struct GatherStart {
   int64_t bytes = 0;
   std::shared_ptr<const tier::StreamMark> after;  // Note [communication stream]
 };
+
+namespace {
+
+// Tensors over the reduction's pointers, all on one side: `where`.
+auto side_view(c10::Device where) {
+  return [where](const void* data, int64_t numel, c10::ScalarType dtype) {
+    return torch::from_blob(const_cast<void*>(data), {numel},
+                            torch::TensorOptions().dtype(dtype).device(where));
+  };
+}
 
 // A range of memory one collective's work reads or writes.
 struct CommUse {
@@ -58,6 +56,8 @@ void run_on_comm_stream(tier::DeviceTier& tier, const tier::StreamMark* after,
   work();
   if (scope) scope->finish();
 }
+
+}  // namespace
 
 void GroupSync::stop_queue() {
   if (!worker_) return;
