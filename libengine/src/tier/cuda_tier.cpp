@@ -488,10 +488,16 @@ class CudaTier final : public DeviceTier {
   const int64_t context_bytes_;
   std::atomic<int64_t> own_syncs_{0};  // allocate_device/allocate_host's last resort
   // Note [communication stream]: PSTAR_COMM_STREAM=0 leaves the other thread's work on its
-  // current stream (LibTorch's default, the compute stream).
+  // current stream (LibTorch's default, the compute stream). Checked as PSTAR_ONEDNN is, so that
+  // a misspelt value is not taken for "on".
   const bool comm_stream_ = [] {
     const char* v = std::getenv("PSTAR_COMM_STREAM");
-    return v == nullptr || std::string(v) != "0";
+    if (v == nullptr) return true;
+    const std::string value = v;
+    PSTAR_CHECK(value == "0" || value == "1", ConfigError, "PSTAR_COMM_STREAM=", value,
+                ": expected 0 (collectives on the compute stream) or 1 (on a stream of their "
+                "own, the default)");
+    return value == "1";
   }();
 };
 
