@@ -38,21 +38,15 @@ auto side_view(c10::Device where) {
   };
 }
 
-// A range of memory one collective's work reads or writes.
-struct CommUse {
-  const void* data;
-  int64_t bytes;
-};
-
 // Runs one collective's work on this (the communication) thread: on the tier's communication
-// stream, after `after`, and returns once it has completed (Note [communication stream]). `uses`
-// is every range the work reads or writes, declared to the scope.
-template <typename Work>
-void run_on_comm_stream(tier::DeviceTier& tier, const tier::StreamMark* after,
-                        const std::vector<CommUse>& uses, Work&& work) {
+// stream, after `after`, and returns once it has completed (Note [communication stream]).
+// `declare(scope)` tells the scope every range the work reads or writes; it runs only where the
+// tier gives a scope.
+template <typename Declare, typename Work>
+void run_on_comm_stream(tier::DeviceTier& tier, const tier::StreamMark* after, Declare&& declare,
+                        Work&& work) {
   const std::unique_ptr<tier::CommStreamScope> scope = tier.enter_comm_stream(after);
-  if (scope)
-    for (const CommUse& use : uses) scope->uses(use.data, use.bytes);
+  if (scope) declare(*scope);
   work();
   if (scope) scope->finish();
 }
@@ -189,10 +183,13 @@ void GroupSync::queue_gather(int64_t g, bool start_now) {
       bytes = start->bytes;
       after = start->after;
     }
-    std::vector<CommUse> uses;
-    for (const void* part : parts) uses.push_back(CommUse{part, bytes});
     const auto begin = std::chrono::steady_clock::now();
-    run_on_comm_stream(store_.tier(), after.get(), uses, [&] { comm_->all_gather(parts, bytes); });
+    run_on_comm_stream(
+        store_.tier(), after.get(),
+        [&](tier::CommStreamScope& scope) {
+          for (const void* part : parts) scope.uses(part, bytes);
+        },
+        [&] { comm_->all_gather(parts, bytes); });
     group.seconds = seconds_since(begin);
   });
   if (start_now) start_gather(g);
@@ -318,17 +315,19 @@ void GroupSync::queue_reduce(int64_t g) {
   // Note [communication stream]: the gradients are complete and the buffers allocated. The
   // reduction reads every part's gradients and writes this rank's sum (and the flat buffer).
   std::shared_ptr<const tier::StreamMark> after = store_.tier().mark_compute();
-  std::vector<CommUse> uses;
-  const int64_t elem_bytes = static_cast<int64_t>(c10::elementSize(type));
-  for (const ReducePart& p : grads)
-    if (p.grad != nullptr) uses.push_back(CommUse{p.grad, p.used * elem_bytes});
-  if (own_used > 0) uses.push_back(CommUse{out, own_used * elem_bytes});
-  if (reduce_flat_) uses.push_back(CommUse{reduce_flat_.data(), reduce_flat_.bytes()});
   group.reducing = true;
-  group.ticket = worker_->submit([this, size, grads, type, out, own_used, after, uses, &group] {
+  group.ticket = worker_->submit([this, size, grads, type, out, own_used, after, &group] {
     const auto begin = std::chrono::steady_clock::now();
-    run_on_comm_stream(store_.tier(), after.get(), uses,
-                       [&] { reduce_parts(size, grads, type, out, own_used); });
+    const auto elem_bytes = static_cast<int64_t>(c10::elementSize(type));
+    run_on_comm_stream(
+        store_.tier(), after.get(),
+        [&](tier::CommStreamScope& scope) {
+          for (const ReducePart& p : grads)
+            if (p.grad != nullptr) scope.uses(p.grad, p.used * elem_bytes);
+          if (own_used > 0) scope.uses(out, own_used * elem_bytes);
+          if (reduce_flat_) scope.uses(reduce_flat_.data(), reduce_flat_.bytes());
+        },
+        [&] { reduce_parts(size, grads, type, out, own_used); });
     group.seconds = seconds_since(begin);
   });
 }
