@@ -158,8 +158,9 @@ void register_estimate(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--vocab", o->vocab,
                   "Vocabulary of the searched shapes (default 50257; 128256 with --family llama)");
-  sub->add_option("--model", o->model,
-                  "Check this model: a GPT or Llama-family preset, e.g. llama-3.1-8b, GPT3_6.7B");
+  sub->add_option(
+      "--model", o->model,
+      "Check this model: a GPT or decoder preset, e.g. llama-3.1-8b, qwen3-8b, GPT3_6.7B");
   sub->add_option("--family", o->family,
                   "Which shapes the largest-model search builds: gpt, or llama (Llama-3-like: "
                   "head_dim 128, 8 key/value heads, Llama 3's SwiGLU width, untied head)")

@@ -8,6 +8,7 @@
 
 #include "pstar/base/error.h"
 #include "pstar/base/size.h"
+#include "pstar/model/decoder_shape.h"
 #include "pstar/model/gpt_shape.h"
 #include "pstar/model/model_shape.h"
 #include "pstar/plan/estimate.h"
@@ -66,13 +67,13 @@ std::string known_model_names() {
   std::string names;
   for (const auto& p : model::gpt_presets())
     names += (names.empty() ? "" : ", ") + std::string(p.name);
-  for (const auto& p : model::llama_presets()) names += ", " + std::string(p.name);
+  for (const auto& p : model::decoder_presets()) names += ", " + std::string(p.name);
   return names;
 }
 
 // --model NAME: any GPT or Llama-family preset, at --seq-len when given.
 model::ModelShape resolve_named_model(const EstimateCommandOptions& o) {
-  bool known = model::find_llama_preset(o.model) != nullptr;
+  bool known = model::find_decoder_preset(o.model) != nullptr;
   for (const auto& p : model::gpt_presets()) known = known || o.model == p.name;
   PSTAR_CHECK(known, ConfigError, "--model: unknown model '", o.model,
               "'; known: ", known_model_names());

@@ -26,17 +26,18 @@ std::string params_text(int64_t params) {
 }
 
 // "GPT hidden 4096, 32 layers, 32 heads" or "llama hidden 4096, 32 layers, 32/8 heads of 128,
-// SwiGLU 14336, vocabulary 128256, untied head".
+// gated silu MLP 14336, vocabulary 128256, untied head".
 std::string model_text(const model::ModelShape& s) {
   switch (s.family) {
     case model::ModelFamily::kGpt:
       return str_cat("GPT hidden ", s.gpt.hidden, ", ", s.gpt.layers, " layers, ", s.gpt.heads,
                      " heads");
-    case model::ModelFamily::kLlama: {
-      const model::LlamaConfig& c = s.llama;
-      return str_cat(c.model_type, " hidden ", c.hidden, ", ", c.layers, " layers, ", c.heads, "/",
-                     c.kv_heads, " query/key-value heads of ", c.head_dim, ", SwiGLU ",
-                     c.intermediate, ", vocabulary ", c.vocab_size,
+    case model::ModelFamily::kDecoder: {
+      const model::DecoderConfig& c = s.decoder;
+      return str_cat(c.model_type(), " hidden ", c.hidden, ", ", c.layers, " layers, ", c.heads,
+                     "/", c.kv_heads, " query/key-value heads of ", c.head_dim, ", gated ",
+                     model::mlp_activation_name(c.activation), " MLP ", c.intermediate,
+                     ", vocabulary ", c.vocab_size,
                      c.tie_word_embeddings ? ", tied head" : ", untied head");
     }
   }
@@ -53,12 +54,12 @@ json model_json(const model::ModelShape& s, int64_t params) {
   if (s.family == model::ModelFamily::kGpt) {
     j["heads"] = s.gpt.heads;
   } else {
-    j["model_type"] = s.llama.model_type;
-    j["heads"] = s.llama.heads;
-    j["kv_heads"] = s.llama.kv_heads;
-    j["head_dim"] = s.llama.head_dim;
-    j["intermediate"] = s.llama.intermediate;
-    j["tie_word_embeddings"] = s.llama.tie_word_embeddings;
+    j["model_type"] = s.decoder.model_type();
+    j["heads"] = s.decoder.heads;
+    j["kv_heads"] = s.decoder.kv_heads;
+    j["head_dim"] = s.decoder.head_dim;
+    j["intermediate"] = s.decoder.intermediate;
+    j["tie_word_embeddings"] = s.decoder.tie_word_embeddings;
   }
   return j;
 }

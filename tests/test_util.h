@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -50,6 +51,19 @@ inline std::string python_with_torch() {
     if (std::system((python + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) return python;
   }
   return "";
+}
+
+// What `command` prints on its standard output (its exit status is not checked: compare the
+// output).
+inline std::string command_output(const std::string& command) {
+  std::string out;
+  if (FILE* pipe = ::popen(command.c_str(), "r")) {
+    char buffer[4096];
+    size_t n;
+    while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+    ::pclose(pipe);
+  }
+  return out;
 }
 
 inline void write_text(const std::string& path, const std::string& text) {

@@ -83,8 +83,9 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
 
   const Level model = top.child("model");
   model.read_optional_choice(
-      "type", &c.model.type, {"gpt", "llama"},
-      "\"llama\" covers Llama, Mistral and Qwen2; unset: from model.preset or model.init_from");
+      "type", &c.model.type, {"gpt", "decoder", "llama"},
+      "\"decoder\" covers Llama, Mistral, Qwen2, Qwen3, Gemma 3 and Phi-3/Phi-4 (\"llama\" is its "
+      "former name); unset: from model.preset or model.init_from");
   model.read_string("preset", &c.model.preset);  // the engine knows the presets and checks it
   model.read_optional_int("hidden", &c.model.hidden, 1, kInt64Max);
   model.read_optional_int("layers", &c.model.layers, 1, kInt64Max);

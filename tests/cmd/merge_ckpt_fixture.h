@@ -28,9 +28,10 @@
 #include "pstar/formats/config.h"
 #include "pstar/formats/hf_folder.h"
 #include "pstar/formats/safetensors.h"
+#include "pstar/model/decoder_shape.h"
 #include "pstar/model/gpt.h"
 #include "pstar/model/gpt_shape.h"
-#include "pstar/model/llama_shape.h"
+#include "pstar/model/hf_decoder_config.h"
 #include "pstar/plan/memory_plan.h"
 #include "test_util.h"
 

@@ -105,14 +105,14 @@ TEST_F(MergeCkptTest, AFolderOutputIsAHuggingFaceFolderThatTrainsAgain) {
   EXPECT_EQ(folder.model_type, "llama");
   EXPECT_GT(folder.shards.size(), 1u);  // 0.5 MB of bf16 tensors over 100 KB shards
   EXPECT_FALSE(folder.index_path.empty());
-  const model::LlamaConfig shape =
-      model::llama_config_from_hf_json(folder.config_text, folder.config_path);
-  const model::LlamaConfig& tiny = *model::find_llama_preset("llama-tiny");
+  const model::DecoderConfig shape =
+      model::decoder_config_from_hf_json(folder.config_text, folder.config_path);
+  const model::DecoderConfig& tiny = *model::find_decoder_preset("llama-tiny");
   EXPECT_EQ(shape.num_params(), tiny.num_params());
   EXPECT_EQ(shape.kv_heads, tiny.kv_heads);
   EXPECT_EQ(json::parse(folder.config_text)["torch_dtype"], "bfloat16");
   const auto masters = shard_parameters(dir_.path() / "ck/step-00000003", 2);
-  const auto expected = model::llama_parameter_shapes(tiny);
+  const auto expected = model::decoder_parameter_shapes(tiny);
   ASSERT_EQ(folder.shard_of.size(), expected.size());
   for (const auto& p : expected) {
     SCOPED_TRACE(p.name);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pstar/base/error.h"
+#include "pstar/base/strings.h"
 #include "pstar/base/version.h"
 #include "pstar/checkpoint/store.h"
 #include "pstar/core/log.h"
@@ -18,6 +19,7 @@
 #include "pstar/formats/hf_folder.h"
 #include "pstar/formats/mapped_file.h"
 #include "pstar/formats/safetensors.h"
+#include "pstar/model/decoder_shape.h"
 #include "pstar/model/model_shape.h"
 #include "shard_io.h"
 
@@ -225,9 +227,74 @@ MergeSummary write_safetensors(const CheckpointIndex& index, const MergeOptions&
   return summary;
 }
 
+// A decoder's tensors as its family's checkpoints spell them (decoder_checkpoint_tensors): in the
+// order stream_parameters completes them (a fused tensor when its last part comes), each with the
+// parts it still waits for.
+struct HfTensorPlan {
+  std::vector<model::CheckpointTensor> tensors;              // in write order
+  std::map<std::string, std::pair<size_t, size_t>> part_of;  // parameter -> (tensor, part)
+};
+
+HfTensorPlan hf_tensor_plan(const CheckpointIndex& index, const model::ModelShape& shape) {
+  std::vector<model::CheckpointTensor> all;
+  if (shape.family == model::ModelFamily::kDecoder) {
+    all = model::decoder_checkpoint_tensors(shape.decoder);
+  } else {
+    for (const auto& p : shape.parameter_shapes())
+      all.push_back({p.name, p.shape, {{p.name, p.shape[0]}}});
+  }
+  std::map<std::string, std::pair<size_t, size_t>> where;
+  for (size_t t = 0; t < all.size(); ++t)
+    for (size_t k = 0; k < all[t].parts.size(); ++k) where[all[t].parts[k].parameter] = {t, k};
+  HfTensorPlan plan;
+  std::vector<size_t> missing(all.size());
+  for (size_t t = 0; t < all.size(); ++t) missing[t] = all[t].parts.size();
+  std::map<size_t, size_t> placed;  // index in `all` -> index in plan.tensors
+  for (const ShardParameter* p : write_order(index)) {
+    const auto it = where.find(p->name);
+    PSTAR_INTERNAL_ASSERT(it != where.end(), "checkpoint parameter ", p->name,
+                          " has no tensor in the Hugging Face folder");
+    const size_t t = it->second.first;
+    if (--missing[t] > 0) continue;
+    placed[t] = plan.tensors.size();
+    plan.tensors.push_back(all[t]);
+  }
+  for (const auto& [name, at] : where) plan.part_of[name] = {placed.at(at.first), at.second};
+  return plan;
+}
+
+// A wrapping folder's tensors that are not the decoder's (Gemma 3's vision tower and projector):
+// copied from the folder the run trained from, as they were read.
+struct CarriedTensors {
+  formats::HfFolder folder;
+  std::vector<formats::HfFolderWriter::Tensor> entries;
+  std::map<std::string, std::string> shard;  // name -> shard path
+};
+
+CarriedTensors carried_tensors(const model::DecoderConfig& c, const std::string& source) {
+  CarriedTensors out;
+  PSTAR_CHECK(formats::is_directory(source), ConfigError, "merge-ckpt: the model is the language ",
+              "model of a ", c.wrapper->model_type, " folder whose other parts come from ", source,
+              ", which is gone; merge into a .safetensors or .pt file instead");
+  out.folder = formats::read_hf_folder(source);
+  for (const std::string& shard : out.folder.shards) {
+    const formats::SafetensorsReader reader(shard);
+    for (const auto& t : reader.tensors()) {
+      if (starts_with(t.name, c.wrapper->weight_prefix) ||
+          starts_with(t.name, c.wrapper->head_prefix) || out.shard.count(t.name))
+        continue;
+      out.entries.push_back({t.name, t.dtype, t.shape});
+      out.shard[t.name] = shard;
+    }
+  }
+  return out;
+}
+
 // A Hugging Face folder (Note [atomic folder] in formats/hf_folder.h): its config.json describes
 // the model the checkpoint's config trained, in Hugging Face's keys; the tensors go in file order,
-// one input file at a time, into shards of at most o.max_shard_bytes.
+// one input file at a time, into shards of at most o.max_shard_bytes, spelled as the family's
+// checkpoints spell them (Phi-3's projections fused again; a wrapper's prefixes, and its other
+// parts copied back from the folder the run read).
 MergeSummary write_hf_folder(const CheckpointIndex& index, const MergeOptions& o,
                              const config::TrainConfig& config) {
   const c10::ScalarType dtype = scalar_type(o.dtype);
@@ -235,15 +302,49 @@ MergeSummary write_hf_folder(const CheckpointIndex& index, const MergeOptions& o
   const char* torch_dtype = o.dtype == MergeDType::kBf16   ? "bfloat16"
                             : o.dtype == MergeDType::kFp16 ? "float16"
                                                            : "float32";
+  const HfTensorPlan plan = hf_tensor_plan(index, shape);
   std::vector<formats::HfFolderWriter::Tensor> tensors;
-  for (const ShardParameter* p : write_order(index))
-    tensors.push_back({p->name, safetensors_dtype(dtype), p->shape});
+  for (const auto& t : plan.tensors) tensors.push_back({t.name, safetensors_dtype(dtype), t.shape});
+  std::optional<CarriedTensors> carried;
+  if (shape.family == model::ModelFamily::kDecoder && shape.decoder.wrapper) {
+    carried = carried_tensors(shape.decoder, shape.hf_folder);
+    tensors.insert(tensors.end(), carried->entries.begin(), carried->entries.end());
+  }
   formats::HfFolderWriter writer(o.output, model::hf_config_json(shape, torch_dtype), tensors,
                                  o.max_shard_bytes);
-  MergeSummary summary =
-      stream_parameters(index, dtype, [&](const std::string& name, const at::Tensor& value) {
-        writer.write(name, value.data_ptr(), value.nbytes());
-      });
+  std::map<size_t, std::vector<at::Tensor>> parts;  // fused tensors waiting for parts
+  int64_t waiting_bytes = 0;
+  MergeSummary summary = stream_parameters(
+      index, dtype,
+      [&](const std::string& name, const at::Tensor& value) {
+        const auto [t, k] = plan.part_of.at(name);
+        const model::CheckpointTensor& tensor = plan.tensors[t];
+        if (tensor.parts.size() == 1) {
+          writer.write(tensor.name, value.data_ptr(), value.nbytes());
+          return;
+        }
+        std::vector<at::Tensor>& have = parts[t];
+        have.resize(tensor.parts.size());
+        have[k] = value.clone();
+        waiting_bytes += tensor_bytes(have[k]);
+        for (const auto& part : have)
+          if (!part.defined()) return;
+        const at::Tensor joined = torch::cat(have, 0);
+        writer.write(tensor.name, joined.data_ptr(), joined.nbytes());
+        for (const auto& part : have) waiting_bytes -= tensor_bytes(part);
+        parts.erase(t);
+      },
+      [&] { return waiting_bytes; });
+  if (carried) {
+    for (const auto& e : carried->entries) {
+      const formats::SafetensorsReader reader(carried->shard.at(e.name));
+      const formats::TensorInfo* info = reader.find(e.name);
+      writer.write(e.name, reader.data(*info), info->size_bytes);
+    }
+    log::info("merge-ckpt: copied ", carried->entries.size(), " tensor(s) of the ",
+              shape.decoder.wrapper->model_type, " model that pstar does not train from ",
+              shape.hf_folder);
+  }
   writer.commit();
   log::info("merge-ckpt: ", writer.num_shards(), " shard(s) in the Hugging Face folder ", o.output);
   summary.outputs.push_back(o.output);
@@ -332,10 +433,10 @@ MergeSummary merge_checkpoint(const CheckpointIndex& index, const MergeOptions& 
   } else if (auto config = gpt_config_of(index, index.config_path, &why);
              config &&
              model::resolve_model_shape(config->model).family != model::ModelFamily::kGpt) {
-    // A Llama-family model trains again from a Hugging Face folder (config.json beside the
-    // weights), not from one file: a config.json naming this file would not describe it.
+    // A decoder trains again from a Hugging Face folder (config.json beside the weights), not
+    // from one file: a config.json naming this file would not describe it.
     log::warn("merge-ckpt: no config.json written beside ", o.output,
-              ": a Llama-family model trains from a Hugging Face folder; put this file in one "
+              ": a decoder trains from a Hugging Face folder; put this file in one "
               "beside the config.json of the folder it was trained from");
   } else if (config) {
     PSTAR_CHECK(!in_checkpoint_dir, ConfigError, "-o ", o.output,

@@ -1,17 +1,23 @@
 #include "pstar/model/factory.h"
 
+#include <map>
+
 #include "pstar/base/error.h"
+#include "pstar/base/strings.h"
+#include "pstar/core/log.h"
 #include "pstar/formats/hf_folder.h"
+#include "pstar/model/decoder.h"
+#include "pstar/model/decoder_shape.h"
 #include "pstar/model/hf_weights.h"
 #include "pstar/model/init.h"
-#include "pstar/model/llama.h"
 
 #include <torch/torch.h>
 
 namespace pstar::model {
 
 std::shared_ptr<CausalLM> build_causal_lm(const ModelShape& shape, const BuildOptions& options) {
-  if (shape.family == ModelFamily::kLlama) return std::make_shared<Llama>(shape.llama, options);
+  if (shape.family == ModelFamily::kDecoder)
+    return std::make_shared<Decoder>(shape.decoder, options);
   return std::make_shared<Gpt>(shape.gpt, options);
 }
 
@@ -48,22 +54,48 @@ int64_t load_pretrained(const ModelShape& shape, const std::string& init_from, C
     return load_hf_gpt2_safetensors(*gpt, file, write);
   }
   PSTAR_CHECK(formats::is_directory(init_from), ConfigError, "model.init_from: ", init_from,
-              " is not a folder; a Llama-family model loads from a Hugging Face model folder "
-              "(config.json beside model.safetensors or its shards)");
+              " is not a folder; a decoder loads from a Hugging Face model folder (config.json "
+              "beside model.safetensors or its shards)");
+  const DecoderConfig& c = shape.decoder;
+  const std::vector<CheckpointTensor> tensors = decoder_checkpoint_tensors(c);
   std::vector<ExpectedTensor> expected;
-  for (const auto& p : shape.parameter_shapes()) expected.push_back({p.name, p.shape});
+  std::map<std::string, const CheckpointTensor*> by_name;
+  for (const auto& t : tensors) {
+    expected.push_back({t.name, t.shape});
+    by_name[t.name] = &t;
+  }
   auto params = model.named_parameters();
   const ParameterWriter copy = [&](const std::string& name, const at::Tensor& value) {
     torch::NoGradGuard no_grad;
     params[name].copy_(value);
   };
-  // Files of tied models may still carry lm_head.weight, and old ones the rotary inv_freq buffers.
-  const auto ignored = [&](const std::string& name) {
-    return (shape.llama.tie_word_embeddings && name == "lm_head.weight") ||
-           name.find("rotary_emb.inv_freq") != std::string::npos;
+  const ParameterWriter& to = write ? write : copy;
+  // A fused tensor (Phi-3's qkv_proj, gate_up_proj) is split into its parameters by rows.
+  const ParameterWriter split = [&](const std::string& name, const at::Tensor& value) {
+    int64_t row = 0;
+    for (const auto& part : by_name.at(name)->parts) {
+      to(part.parameter, value.narrow(0, row, part.rows));
+      row += part.rows;
+    }
   };
-  return load_hf_weights(formats::read_hf_folder(init_from), expected, write ? write : copy,
-                         ignored);
+  // Files of tied models may still carry lm_head.weight, and old ones the rotary inv_freq buffers;
+  // a wrapping model's other parts (Gemma 3's vision tower) are not trained.
+  const auto not_decoder = [&](const std::string& name) {
+    return c.wrapper && !starts_with(name, c.wrapper->weight_prefix) &&
+           !starts_with(name, c.wrapper->head_prefix);
+  };
+  const formats::HfFolder folder = formats::read_hf_folder(init_from);
+  if (c.wrapper)
+    log::info(init_from, ": a ", c.wrapper->model_type, " model; pstar trains its language model (",
+              c.wrapper->weight_prefix,
+              "*) and leaves the rest (the vision tower and its projector) untrained: merge-ckpt "
+              "copies those back from this folder");
+  const auto ignored = [&](const std::string& name) {
+    const std::string head = c.wrapper ? c.wrapper->head_prefix + "weight" : "lm_head.weight";
+    return (c.tie_word_embeddings && name == head) ||
+           name.find("rotary_emb.inv_freq") != std::string::npos || not_decoder(name);
+  };
+  return load_hf_weights(folder, expected, split, ignored);
 }
 
 }  // namespace pstar::model

@@ -39,15 +39,17 @@ torch::Tensor GptLayerNorm::forward(const torch::Tensor& x) {
   });
 }
 
-GptEmbedding::GptEmbedding(int64_t count, int64_t dim) {
+GptEmbedding::GptEmbedding(int64_t count, int64_t dim, int64_t padding_idx_)
+    : padding_idx(padding_idx_) {
   weight = register_parameter("weight", torch::empty({count, dim}));
 }
 
 torch::Tensor GptEmbedding::forward(const torch::Tensor& ids) {
   // With engine.use_cpu_embedding the table stays on the host while the rest computes on a GPU:
   // the lookup runs where the table is (no-ops when both are on one device).
-  return run_module(
-      *this, [&] { return torch::embedding(weight, ids.to(weight.device())).to(ids.device()); });
+  return run_module(*this, [&] {
+    return torch::embedding(weight, ids.to(weight.device()), padding_idx).to(ids.device());
+  });
 }
 
 GptAttention::GptAttention(const GptConfig& config) : heads(config.heads) {

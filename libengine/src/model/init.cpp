@@ -2,6 +2,7 @@
 // parameter starts how, and the parallel driver over the kernel in init_kernel.cpp.
 #include "pstar/model/init.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "init_kernel.h"
@@ -53,6 +54,8 @@ int write_init(uint64_t seed, const std::vector<InitWrite>& writes,
     size_t write;
     int64_t begin, end;
   };
+  // The writes, then a copy of each that has zeroed elements, which writes zeros there.
+  std::vector<InitWrite> all = writes;
   std::vector<Piece> pieces;
   for (size_t i = 0; i < writes.size(); ++i) {
     const InitWrite& w = writes[i];
@@ -60,18 +63,35 @@ int write_init(uint64_t seed, const std::vector<InitWrite>& writes,
                           w.end, ")");
     PSTAR_INTERNAL_ASSERT((w.low == nullptr) == (w.low_type == optim::ParamOutType::kNone),
                           "an init write's 16-bit copy without its type, or the reverse");
-    for (int64_t b = w.begin; b < w.end; b += kInitPiece)
-      pieces.push_back(Piece{i, b, std::min(w.end, b + kInitPiece)});
+    const int64_t zb = std::max(w.begin, w.init.zero_begin);
+    const int64_t ze = std::min(w.end, w.init.zero_end);
+    size_t zeros = i;
+    if (zb < ze) {
+      InitWrite z = w;
+      z.init = ParameterInit{ParameterInit::Kind::kZeros, 0};
+      zeros = all.size();
+      all.push_back(z);
+    }
+    for (int64_t b = w.begin; b < w.end; b += kInitPiece) {
+      const int64_t e = std::min(w.end, b + kInitPiece);
+      if (zb >= ze || e <= zb || b >= ze) {
+        pieces.push_back(Piece{i, b, e});
+        continue;
+      }
+      if (b < zb) pieces.push_back(Piece{i, b, zb});
+      pieces.push_back(Piece{zeros, std::max(b, zb), std::min(e, ze)});
+      if (ze < e) pieces.push_back(Piece{i, ze, e});
+    }
   }
   const auto bytes_of = [&](const Piece& p) {
-    const InitWrite& w = writes[p.write];
+    const InitWrite& w = all[p.write];
     return (p.end - p.begin) * ((w.f32 != nullptr ? 4 : 0) + (w.low != nullptr ? 2 : 0));
   };
   // Each piece's values depend on its elements alone (Note [counter-based init]), so any split
   // over the threads, and any order, writes the same bits.
   return core::parallel_pieces(static_cast<int64_t>(pieces.size()), [&](int64_t k) {
     const Piece& p = pieces[static_cast<size_t>(k)];
-    init_kernel::write_range(seed, writes[p.write], p.begin, p.end);
+    init_kernel::write_range(seed, all[p.write], p.begin, p.end);
     if (on_done) on_done(bytes_of(p));
   });
 }
@@ -99,15 +119,22 @@ ParameterInit gpt_parameter_init(const GptConfig& c, const std::string& name) {
   return {Kind::kNormal, kStd};
 }
 
-// Llama's (LlamaPreTrainedModel._init_weights with initializer_range 0.02): N(0, 0.02) for the
-// embedding and every linear weight, the head included; zero biases; unit RMSNorm weights.
-ParameterInit llama_parameter_init(const std::string& name) {
+// The decoders' (Hugging Face's _init_weights with initializer_range 0.02): N(0, 0.02) for the
+// embedding and every linear weight, the head included; zero biases; RMSNorm weights at the
+// identity: 1 for w·x̂, 0 for Gemma's (1 + w)·x̂; the padding row of the embedding 0.
+ParameterInit decoder_parameter_init(const DecoderConfig& c, const std::string& name) {
   using Kind = ParameterInit::Kind;
+  if (name == "model.embed_tokens.weight" && c.pad_token_id) {
+    const int64_t row = *c.pad_token_id * c.hidden;
+    return {Kind::kNormal, 0.02, row, row + c.hidden};
+  }
   if (ends_with(name, ".bias")) return {Kind::kZeros, 0};
-  if (ends_with(name, "norm.weight")) return {Kind::kOnes, 0};  // RMSNorms: *layernorm, model.norm
+  // RMSNorms: *layernorm, q_norm, k_norm, model.norm.
+  if (ends_with(name, "norm.weight"))
+    return {c.norms.kind == NormKind::kWeight ? Kind::kOnes : Kind::kZeros, 0};
   PSTAR_INTERNAL_ASSERT(
       ends_with_any(name, {"embed_tokens.weight", "proj.weight", "lm_head.weight"}),
-      "no initialisation for the Llama parameter ", name);
+      "no initialisation for the decoder parameter ", name);
   return {Kind::kNormal, 0.02};
 }
 
@@ -117,8 +144,8 @@ ParameterInit parameter_init(const ModelShape& shape, const std::string& name) {
   switch (shape.family) {
     case ModelFamily::kGpt:
       return gpt_parameter_init(shape.gpt, name);
-    case ModelFamily::kLlama:
-      return llama_parameter_init(name);
+    case ModelFamily::kDecoder:
+      return decoder_parameter_init(shape.decoder, name);
   }
   PSTAR_INTERNAL_ASSERT(false, "unknown model family");
 }

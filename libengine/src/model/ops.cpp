@@ -1,5 +1,6 @@
 #include "pstar/model/ops.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -53,11 +54,23 @@ bool fused_attention_on_cuda() {
 }
 
 std::optional<at::Tensor> fused_causal_attention(const at::Tensor& q, const at::Tensor& k,
-                                                 const at::Tensor& v, const at::Tensor& allowed) {
+                                                 const at::Tensor& v, const at::Tensor& allowed,
+                                                 std::optional<double> scale) {
   if (!q.is_cuda() || !fused_attention_on_cuda()) return std::nullopt;
-#if PSTAR_TORCH_VERSION_AT_LEAST(2, 0)
-  // The default scale is 1/sqrt(head_dim), as both models' explicit paths use. With a mask the
-  // flash kernel is out; the memory-efficient one takes a boolean mask.
+  // The kernels' own scale is 1/sqrt(head_dim); another (Gemma 3's query_pre_attn_scalar) is an
+  // argument from LibTorch 2.1 on.
+  const double own = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  const bool own_scale = !scale || *scale == own;
+#if PSTAR_TORCH_VERSION_AT_LEAST(2, 1)
+  const std::optional<double> given = own_scale ? std::nullopt : scale;
+  // With a mask the flash kernel is out; the memory-efficient one takes a boolean mask.
+  if (allowed.defined())
+    return at::scaled_dot_product_attention(q, k, v, allowed, /*dropout_p=*/0.0,
+                                            /*is_causal=*/false, given);
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                          /*is_causal=*/true, given);
+#elif PSTAR_TORCH_VERSION_AT_LEAST(2, 0)
+  if (!own_scale) return std::nullopt;
   if (allowed.defined())
     return at::scaled_dot_product_attention(q, k, v, allowed, /*dropout_p=*/0.0,
                                             /*is_causal=*/false);
@@ -67,8 +80,18 @@ std::optional<at::Tensor> fused_causal_attention(const at::Tensor& q, const at::
   (void)k;
   (void)v;
   (void)allowed;
+  (void)own_scale;
   return std::nullopt;
 #endif
+}
+
+at::Tensor sliding_window_mask(const at::Tensor& allowed, int64_t seq, int64_t window,
+                               c10::Device device) {
+  if (window >= seq) return allowed;
+  const auto i = torch::arange(seq, torch::dtype(torch::kInt64).device(device));
+  const auto distance = i.unsqueeze(1) - i.unsqueeze(0);  // query minus key
+  const auto band = distance.ge(0).logical_and(distance.lt(window)).view({1, 1, seq, seq});
+  return allowed.defined() ? allowed.logical_and(band) : band;
 }
 
 at::Tensor segment_causal_mask(const at::Tensor& segments) {

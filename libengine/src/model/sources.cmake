@@ -1,8 +1,11 @@
 target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gpt.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpt_shape.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/llama.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/llama_shape.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/decoder.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/decoder_presets.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/decoder_shape.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/family.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/hf_decoder_config.cpp
   ${CMAKE_CURRENT_LIST_DIR}/model_shape.cpp
   ${CMAKE_CURRENT_LIST_DIR}/factory.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hooks.cpp

@@ -4,14 +4,15 @@
 
 #include "pstar/base/error.h"
 #include "pstar/formats/config.h"
-#include "pstar/model/llama_shape.h"
+#include "pstar/model/decoder_config.h"
 #include "pstar/model/model_shape.h"
 
 namespace pstar::plan {
 
-LlamaActivationInput llama_activation_input(const model::LlamaConfig& shape, int64_t micro_batch,
-                                            int64_t elem_bytes, bool checkpointing) {
-  LlamaActivationInput in;
+DecoderActivationInput decoder_activation_input(const model::DecoderConfig& shape,
+                                                int64_t micro_batch, int64_t elem_bytes,
+                                                bool checkpointing) {
+  DecoderActivationInput in;
   in.hidden = shape.hidden;
   in.layers = shape.layers;
   in.heads = shape.heads;
@@ -22,18 +23,23 @@ LlamaActivationInput llama_activation_input(const model::LlamaConfig& shape, int
   in.seq = shape.seq_len;  // the trainer samples full-length windows
   in.micro_batch = micro_batch;
   in.elem_bytes = elem_bytes;
+  in.norms_per_block = shape.norms_per_block();
+  in.qk_norm = shape.norms.qk;
   in.checkpointing = checkpointing;
   return in;
 }
 
-// Note [llama activation model]
-// What autograd keeps for one layer of model/llama.cpp, with T = B·S tokens, q = heads·head_dim,
+// Note [decoder activation model]
+// What autograd keeps for one layer of model/decoder.cpp, with T = B·S tokens, q = heads·head_dim,
 // I = intermediate, A = heads·B·S² scores and e bytes per compute element (docs/estimate.md):
-// - two RMSNorms, as LibTorch 1.13's autograd saves them (counted with saved-tensor hooks): two
-//   fp32 tensors of width h (the input cast up and its square's operand chain), the normalised
-//   output cast back (e) and the weighted output the next projections read (e), and the fp32
-//   inverse RMS: 2·((8 + 2e)·T·h + 4·T). In fp32 the casts are no-ops, but the input, the product
-//   and the weighted output are still four distinct fp32 tensors;
+// - two RMSNorms (four with sandwich norms), as LibTorch 1.13's autograd saves them (counted with
+//   saved-tensor hooks for the Llama form): two fp32 tensors of width h (the input cast up and its
+//   square's operand chain), the normalised output cast back (e) and the weighted output the next
+//   projections read (e), and the fp32 inverse RMS: (8 + 2e)·T·h + 4·T each. In fp32 the casts are
+//   no-ops, but the input, the product and the weighted output are still four distinct fp32
+//   tensors. Gemma's (1 + w) form keeps the same count in a different order;
+// - q/k norms, where the family has them: the same over the queries' and keys' widths, with one
+//   inverse RMS per head: (8 + 2e)·T·(q + kv) + 4·T·(heads + kv_heads);
 // - attention: the rotated queries, and keys and values at query width (grouped-query attention
 //   repeats them before the products; without grouping they are that wide already): 3·e·T·q; the
 //   heads' output before o_proj: e·T·q; the fp32 softmax output and its compute-dtype copy
@@ -41,7 +47,7 @@ LlamaActivationInput llama_activation_input(const model::LlamaConfig& shape, int
 //   cos/sin tables: their other operand needs no gradient;
 // - SwiGLU: gate and up projections, SiLU's output and the product: 4·e·T·I.
 // Checkpointing keeps each layer's input (e·T·h) and recomputes one layer in backward.
-ActivationEstimate estimate_llama_activations(const LlamaActivationInput& in) {
+ActivationEstimate estimate_decoder_activations(const DecoderActivationInput& in) {
   const int64_t e = in.elem_bytes;
   const bool fp32 = e >= 4;
   const int64_t tokens = in.micro_batch * in.seq;
@@ -53,7 +59,11 @@ ActivationEstimate estimate_llama_activations(const LlamaActivationInput& in) {
 
   ActivationEstimate a;
   const int64_t norm = (8 + 2 * e) * th + 4 * tokens;
-  const int64_t norms = 2 * norm;
+  const int64_t kv_width = in.kv_heads * in.head_dim;
+  const int64_t qk_norms =
+      in.qk_norm ? (8 + 2 * e) * (tq + tokens * kv_width) + 4 * tokens * (in.heads + in.kv_heads)
+                 : 0;
+  const int64_t norms = in.norms_per_block * norm + qk_norms;
   a.block_saved = norms + 4 * e * tq + 4 * e * ti + (4 + (fp32 ? 0 : e)) * scores + in.seq * in.seq;
   a.stored_without_checkpointing = in.layers * a.block_saved;
   a.stored_with_checkpointing = in.layers * e * th;
@@ -91,9 +101,9 @@ ActivationEstimate estimate_model_activations(const model::ModelShape& shape, in
       in.checkpointing = checkpointing;
       return estimate_gpt_activations(in);
     }
-    case model::ModelFamily::kLlama:
-      return estimate_llama_activations(
-          llama_activation_input(shape.llama, micro_batch, elem_bytes, checkpointing));
+    case model::ModelFamily::kDecoder:
+      return estimate_decoder_activations(
+          decoder_activation_input(shape.decoder, micro_batch, elem_bytes, checkpointing));
   }
   PSTAR_INTERNAL_ASSERT(false, "unknown model family");
   return {};

@@ -5,8 +5,9 @@
 
 #include "pstar/base/error.h"
 #include "pstar/formats/config.h"
+#include "pstar/model/decoder_shape.h"
+#include "pstar/model/family.h"
 #include "pstar/model/gpt_shape.h"
-#include "pstar/model/llama_shape.h"
 #include "pstar/plan/activations.h"
 
 namespace pstar::plan {
@@ -112,20 +113,21 @@ StepTime step_time(const Hardware& hw, const Workload& w, const Evaluation& e) {
 
 // Note [flops per token]
 // The GPT keeps PatrickStar's count, 6·P per token (8·P with recomputation), so that its figures
-// stay comparable with PatrickStar's published TFLOPS and with earlier pstar reports. The Llama
-// family is counted matrix by matrix, since GQA, SwiGLU and a large untied vocabulary put its
+// stay comparable with PatrickStar's published TFLOPS and with earlier pstar reports. The decoder
+// is counted matrix by matrix, since GQA, SwiGLU and a large untied vocabulary put its
 // FLOPs far from 6·P: per token and layer, the forward multiplies by q_proj and o_proj
 // (2·h·q each, q = heads·head_dim), k_proj and v_proj (2·h·kv each, kv = kv_heads·head_dim) and
 // the three SwiGLU matrices (2·h·I each), and attention adds Q·Kᵀ and P·V over the whole S×S
-// score matrix as model/llama.cpp computes it (2·S·q each); the head adds 2·V·h. Embedding
+// score matrix as model/decoder.cpp computes it (sliding-window layers too: the explicit path
+// computes every score and masks) (2·S·q each); the head adds 2·V·h. Embedding
 // lookups, norms, biases, RoPE and softmax are left out (under 1%). Backward is twice the forward;
 // recomputation adds one forward of the layers (not of the head).
 double train_flops_per_token(const model::ModelShape& shape, bool checkpointing) {
   switch (shape.family) {
     case model::ModelFamily::kGpt:
       return (checkpointing ? 8.0 : 6.0) * static_cast<double>(shape.num_params());
-    case model::ModelFamily::kLlama: {
-      const model::LlamaConfig& c = shape.llama;
+    case model::ModelFamily::kDecoder: {
+      const model::DecoderConfig& c = shape.decoder;
       const auto h = static_cast<double>(c.hidden);
       const auto q = static_cast<double>(c.q_width());
       const auto kv = static_cast<double>(c.kv_width());
@@ -170,9 +172,9 @@ int64_t llama3_intermediate(int64_t hidden) {
 model::ModelShape llama3_shape(int64_t hidden, int64_t layers, int64_t vocab, int64_t seq_len) {
   PSTAR_INTERNAL_ASSERT(hidden > 0 && hidden % 1024 == 0 && layers > 0);
   model::ModelShape s;
-  s.family = model::ModelFamily::kLlama;
-  model::LlamaConfig& c = s.llama;
-  c.model_type = "llama";
+  s.family = model::ModelFamily::kDecoder;
+  model::DecoderConfig& c = s.decoder;
+  c = model::family_defaults(model::llama_family());
   c.hidden = hidden;
   c.intermediate = llama3_intermediate(hidden);
   c.layers = layers;
@@ -182,8 +184,9 @@ model::ModelShape llama3_shape(int64_t hidden, int64_t layers, int64_t vocab, in
   c.vocab_size = vocab;
   c.seq_len = seq_len;
   c.max_positions = std::max<int64_t>(seq_len, 131072);
-  c.rope_theta = 500000;
+  c.attention.rope[0].theta = c.attention.rope[1].theta = 500000;
   c.tie_word_embeddings = false;
+  c.attention.layer_kinds.assign(static_cast<size_t>(layers), model::LayerKind::kFull);
   return s;
 }
 
@@ -351,12 +354,13 @@ Estimate estimate_largest_llama(const Hardware& hw, const Workload& w,
         "Llama-3-like shapes (head_dim 128, 8 key/value heads, Llama 3's SwiGLU width, untied "
         "head) at widths 1024..65536, layers between hidden/160 and hidden/64";
   }
-  for (const auto& p : model::llama_presets()) {
+  for (const auto& p : model::decoder_presets()) {
     if (p.config.vocab_size < 1000) continue;  // llama-tiny is for tests
     model::ModelShape s;
-    s.family = model::ModelFamily::kLlama;
-    s.llama = p.config;
-    s.llama.seq_len = w.seq_len;
+    s.family = model::ModelFamily::kDecoder;
+    s.decoder = p.config;
+    s.decoder.seq_len = w.seq_len;
+    s.decoder.max_positions = std::max(s.decoder.max_positions, w.seq_len);
     Evaluation e = evaluate(hw, w, s);
     out.ladder.push_back(LadderEntry{p.name, e.params, e.fit.fits});
   }

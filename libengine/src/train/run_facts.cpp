@@ -110,7 +110,7 @@ plan::RunFacts gather_run_facts(const config::TrainConfig& config, const std::st
   if (config.engine.mode == config::EngineMode::kChunked && device.is_cuda() &&
       config.use_cpu_embedding == config::OnOffAuto::kAuto) {
     const model::ModelShape shape = model::resolve_model_shape(config.model);
-    facts.tied_head = shape.family == model::ModelFamily::kGpt || shape.llama.tie_word_embeddings;
+    facts.tied_head = shape.family == model::ModelFamily::kGpt || shape.decoder.tie_word_embeddings;
   }
   return facts;
 }

@@ -12,7 +12,7 @@
 #include "pstar/chunk/access_trace.h"
 #include "pstar/engine/chunked_engine.h"
 #include "pstar/formats/config.h"
-#include "pstar/model/llama.h"
+#include "pstar/model/decoder.h"
 #include "pstar/train/trainer.h"
 #include "pstar_test_paths.h"
 #include "test_util.h"
@@ -55,7 +55,7 @@ class LlamaTrainingTest : public ::testing::Test {
     o.progress = false;
     o.resume_dir = resume;
     auto built = build_model_and_engine(cpu_plan(c));
-    EXPECT_NE(dynamic_cast<model::Llama*>(built.model.get()), nullptr);
+    EXPECT_NE(dynamic_cast<model::Decoder*>(built.model.get()), nullptr);
     if (engine_out) *engine_out = dynamic_cast<ChunkedEngine*>(built.engine.get());
     auto trainer = std::make_unique<Trainer>(c, std::move(built), o);
     std::vector<StepMetrics> out;

@@ -269,7 +269,7 @@ TEST(InitTest, ParametersStartAsHuggingFacesInitWeightsSays) {
     EXPECT_DOUBLE_EQ(got.std, want.std) << name;
   }
   ModelShape llama;
-  llama.family = ModelFamily::kLlama;
+  llama.family = ModelFamily::kDecoder;
   const std::pair<const char*, ParameterInit> llama_cases[] = {
       {"model.embed_tokens.weight", {Kind::kNormal, 0.02}},
       {"model.layers.1.self_attn.q_proj.weight", {Kind::kNormal, 0.02}},

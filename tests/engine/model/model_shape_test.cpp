@@ -4,6 +4,8 @@
 
 #include "pstar/base/error.h"
 #include "pstar/formats/config.h"
+#include "pstar/model/decoder_shape.h"
+#include "pstar/model/hf_decoder_config.h"
 #include "pstar/model/model_shape.h"
 #include "test_util.h"
 
@@ -22,13 +24,18 @@ config::ModelConfig model_config(const std::string& type, const std::string& pre
 }
 
 TEST(ModelShapeTest, TheFamilyComesFromTypePresetOrNeither) {
-  EXPECT_EQ(resolve_model_shape(model_config("", "llama-3.1-8b")).family, ModelFamily::kLlama);
-  EXPECT_EQ(resolve_model_shape(model_config("llama", "mistral-7b")).llama.model_type, "mistral");
+  EXPECT_EQ(resolve_model_shape(model_config("", "llama-3.1-8b")).family, ModelFamily::kDecoder);
+  // "llama" is the decoder's former name: any family's preset.
+  EXPECT_EQ(resolve_model_shape(model_config("llama", "mistral-7b")).decoder.model_type(),
+            std::string("mistral"));
+  EXPECT_EQ(resolve_model_shape(model_config("decoder", "qwen3-8b")).decoder.model_type(),
+            std::string("qwen3"));
   EXPECT_EQ(resolve_model_shape(model_config("", "gpt-mini")).family, ModelFamily::kGpt);
   EXPECT_EQ(resolve_model_shape(model_config("gpt", "gpt2-small")).gpt.hidden, 768);
   const std::string e =
       message_of<ConfigError>([] { resolve_model_shape(model_config("gpt", "qwen2.5-7b")); });
-  EXPECT_NE(e.find("Llama-family"), std::string::npos) << e;
+  EXPECT_NE(e.find("is a qwen2 model"), std::string::npos) << e;
+  EXPECT_NE(e.find("\"decoder\""), std::string::npos) << e;
   const std::string unknown =
       message_of<ConfigError>([] { resolve_model_shape(model_config("llama", "gpt-mini")); });
   EXPECT_NE(unknown.find("llama-3.1-8b"), std::string::npos) << unknown;  // lists the known ones
@@ -44,7 +51,7 @@ TEST(ModelShapeTest, PresetOverridesAndWhatPlannersRead) {
   int64_t total = 0;
   for (int64_t n : s.leaf_numels()) total += n;
   EXPECT_EQ(total, s.num_params());
-  EXPECT_EQ(s.parameter_shapes().size(), llama_parameter_shapes(s.llama).size());
+  EXPECT_EQ(s.parameter_shapes().size(), decoder_parameter_shapes(s.decoder).size());
   const auto embedding = s.embedding_leaves();
   EXPECT_TRUE(embedding[0]);
   EXPECT_EQ(std::count(embedding.begin(), embedding.end(), true), 1);  // lm_head is a linear
@@ -53,42 +60,42 @@ TEST(ModelShapeTest, PresetOverridesAndWhatPlannersRead) {
   EXPECT_NE(s.describe().find("4 query / 2 key-value heads"), std::string::npos) << s.describe();
 }
 
-// llama_leaf_module_numels counts leaves directly (for the estimator's speed): it must agree with
-// the parameters llama_parameter_shapes names, leaf by leaf, whatever the biases and tying.
+// decoder_leaf_module_numels counts leaves directly (for the estimator's speed): it must agree with
+// the parameters decoder_parameter_shapes names, leaf by leaf, whatever the biases and tying.
 TEST(ModelShapeTest, LlamaLeafSizesAreTheParametersOfEachLeaf) {
-  for (const auto& preset : llama_presets()) {
+  for (const auto& preset : decoder_presets()) {
     for (int variant = 0; variant < 4; ++variant) {
-      LlamaConfig c = preset.config;
+      DecoderConfig c = preset.config;
       c.layers = 3;
       if (variant == 1) c.tie_word_embeddings = !c.tie_word_embeddings;
       if (variant == 2) c.qkv_bias = c.o_bias = c.mlp_bias = true;
       if (variant == 3) c.qkv_bias = !c.qkv_bias;
       SCOPED_TRACE(str_cat(preset.name, " variant ", variant));
       std::vector<int64_t> from_params;
-      for (const auto& p : llama_parameter_shapes(c)) {
+      for (const auto& p : decoder_parameter_shapes(c)) {
         int64_t n = 1;
         for (int64_t d : p.shape) n *= d;
         if (p.leaf >= static_cast<int64_t>(from_params.size())) from_params.resize(p.leaf + 1, 0);
         from_params[static_cast<size_t>(p.leaf)] += n;
       }
-      EXPECT_EQ(llama_leaf_module_numels(c), from_params);
+      EXPECT_EQ(decoder_leaf_module_numels(c), from_params);
     }
   }
 }
 
 TEST(ModelShapeTest, AFolderGivesTheShapeAndKeysBesideItMustAgree) {
   ScratchDir dir;
-  LlamaConfig c = *find_llama_preset("llama-tiny");
-  write_text(dir.file("config.json"), llama_config_to_hf_json(c, "bfloat16"));
+  DecoderConfig c = *find_decoder_preset("llama-tiny");
+  write_text(dir.file("config.json"), decoder_config_to_hf_json(c, "bfloat16"));
   write_text(dir.file("model.safetensors"), "");  // read_hf_folder checks it exists; not read here
   config::ModelConfig m;
   m.type = "";
   m.init_from = dir.path().string();
   m.seq_len = 100;  // the training length may differ from the preset's, up to max positions
   const ModelShape s = resolve_model_shape(m);
-  EXPECT_EQ(s.family, ModelFamily::kLlama);
+  EXPECT_EQ(s.family, ModelFamily::kDecoder);
   EXPECT_EQ(s.hf_folder, dir.path().string());
-  EXPECT_EQ(s.llama.kv_heads, c.kv_heads);
+  EXPECT_EQ(s.decoder.kv_heads, c.kv_heads);
   EXPECT_EQ(s.seq_len(), 100);
 
   m.hidden = 128;
@@ -102,7 +109,7 @@ TEST(ModelShapeTest, AFolderGivesTheShapeAndKeysBesideItMustAgree) {
   m.seq_len.reset();
   m.type = "gpt";
   e = message_of<ConfigError>([&] { resolve_model_shape(m); });
-  EXPECT_NE(e.find("model.type \"llama\""), std::string::npos) << e;
+  EXPECT_NE(e.find("model.type \"decoder\""), std::string::npos) << e;
 }
 
 TEST(ModelShapeTest, AGpt2FolderIsTheGptFamily) {

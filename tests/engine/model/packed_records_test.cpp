@@ -9,9 +9,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "pstar/model/decoder.h"
+#include "pstar/model/decoder_shape.h"
 #include "pstar/model/gpt.h"
-#include "pstar/model/llama.h"
-#include "pstar/model/llama_shape.h"
+#include "pstar/model/hf_decoder_config.h"
 #include "pstar/model/ops.h"
 
 namespace pstar::model {
@@ -33,12 +34,12 @@ std::shared_ptr<CausalLM> gpt() {
 }
 
 std::shared_ptr<CausalLM> llama() {
-  LlamaConfig c = *find_llama_preset("llama-tiny");
+  DecoderConfig c = *find_decoder_preset("llama-tiny");
   c.vocab_size = kVocab;
   c.seq_len = kSeq;
   BuildOptions o;
   o.seed = 12;
-  return std::make_shared<Llama>(c, o);
+  return std::make_shared<Decoder>(c, o);
 }
 
 // Two rows: records of 5, 7 and 4 tokens filling the first exactly, then 6 and 3 tokens and 7

@@ -9,7 +9,8 @@
 #include <iostream>
 
 #include "pstar/formats/config.h"
-#include "pstar/model/llama_shape.h"
+#include "pstar/model/decoder_shape.h"
+#include "pstar/model/hf_decoder_config.h"
 #include "pstar/model/model_shape.h"
 #include "pstar/plan/activations.h"
 #include "pstar/plan/estimate.h"
@@ -61,7 +62,7 @@ TEST(LlamaEstimateTest, PresetsCountTheirPublishedParametersAndChunkThemAll) {
     const Evaluation e = evaluate(hw, w, preset(name));
     EXPECT_EQ(e.params, count);
     EXPECT_EQ(e.layout.params, count);  // every leaf module is in a chunk, once
-    EXPECT_EQ(e.shape.family, model::ModelFamily::kLlama);
+    EXPECT_EQ(e.shape.family, model::ModelFamily::kDecoder);
   }
 }
 
@@ -100,12 +101,12 @@ TEST(LlamaEstimateTest, FlopsPerTokenCountEveryMatrix) {
 
   // Grouped-query attention: 32 key/value heads would add 2·2·(4096−1024)·4096 per layer.
   model::ModelShape mha = s;
-  mha.llama.kv_heads = 32;
+  mha.decoder.kv_heads = 32;
   EXPECT_DOUBLE_EQ(train_flops_per_token(mha, false) - train_flops_per_token(s, false),
                    3 * 32 * 2 * 2.0 * (4096 - 1024) * 4096);
   // A tied head still multiplies: the count does not change.
   model::ModelShape tied = s;
-  tied.llama.tie_word_embeddings = true;
+  tied.decoder.tie_word_embeddings = true;
   EXPECT_DOUBLE_EQ(train_flops_per_token(tied, false), train_flops_per_token(s, false));
 
   // The GPT keeps PatrickStar's count.
@@ -128,13 +129,13 @@ TEST(LlamaEstimateTest, ShapeRuleReproducesLlama3) {
   // With Llama 3's vocabulary, the rule's 4096×32 and 8192×80 are the 8B and 70B exactly.
   EXPECT_EQ(llama3_shape(4096, 32, 128256, 2048).num_params(), published().at("llama-3.1-8b"));
   EXPECT_EQ(llama3_shape(8192, 80, 128256, 2048).num_params(), published().at("llama-3.1-70b"));
-  const model::LlamaConfig c = llama3_shape(3072, 4, 128256, 4096).llama;
+  const model::DecoderConfig c = llama3_shape(3072, 4, 128256, 4096).decoder;
   EXPECT_EQ(c.head_dim, 128);
   EXPECT_EQ(c.heads, 24);
   EXPECT_EQ(c.kv_heads, 8);
   EXPECT_FALSE(c.tie_word_embeddings);
   EXPECT_EQ(c.seq_len, 4096);
-  EXPECT_NO_THROW(model::validate_llama_config(c, "rule"));
+  EXPECT_NO_THROW(model::validate_decoder_config(c, "rule"));
 }
 
 // Note [chunk sizes]: with one rank, Llama-3's and Qwen2.5's embedding and LM head get chunks of
@@ -151,7 +152,7 @@ TEST(LlamaEstimateTest, OversizedModulesGetChunksOfTheirOwn) {
     EXPECT_EQ(e.layout.choice, ChunkLayout::Choice::kMixed) << name;
     EXPECT_EQ(e.layout.oversized_chunks, 2) << name << ": the embedding and the LM head";
     EXPECT_LE(e.layout.chunk_size, int64_t{256} << 20) << name;
-    EXPECT_GE(e.layout.largest_chunk(), s.llama.vocab_size * s.llama.hidden) << name;
+    EXPECT_GE(e.layout.largest_chunk(), s.decoder.vocab_size * s.decoder.hidden) << name;
     const double padding =
         static_cast<double>(e.layout.padding_elements()) / static_cast<double>(e.params);
     EXPECT_LE(padding, 0.01) << name << ": " << e.layout.padding_elements() << " elements";
@@ -177,7 +178,7 @@ TEST(LlamaEstimateTest, OversizedModulesGetChunksOfTheirOwn) {
       EXPECT_EQ(many.layout.split_modules, 2) << name << " on " << gpus;
       EXPECT_EQ(many.layout.oversized_chunks, 2 * gpus) << name << " on " << gpus;
       EXPECT_LE(many.layout.chunk_size, int64_t{256} << 20) << name;
-      const int64_t part = (s.llama.vocab_size * s.llama.hidden + gpus - 1) / gpus;
+      const int64_t part = (s.decoder.vocab_size * s.decoder.hidden + gpus - 1) / gpus;
       // The parts of the two split modules (the last group's, where it is split, hold layers).
       const int64_t modules_end = many.layout.num_chunks - (many.layout.tail_leaves > 0 ? gpus : 0);
       for (int64_t k = 0; k < modules_end; ++k) {
@@ -282,8 +283,8 @@ TEST(LlamaEstimateTest, LargestLlamaSearchStopsAtTheLastFit) {
   const Estimate est = estimate_largest_llama(hw, w, std::nullopt);
   const Evaluation& e = est.best;
   ASSERT_TRUE(e.fit.fits) << e.fit.reason;
-  EXPECT_EQ(e.shape.family, model::ModelFamily::kLlama);
-  const model::LlamaConfig& c = e.shape.llama;
+  EXPECT_EQ(e.shape.family, model::ModelFamily::kDecoder);
+  const model::DecoderConfig& c = e.shape.decoder;
   EXPECT_EQ(c.head_dim, 128);
   EXPECT_EQ(c.kv_heads, 8);
   EXPECT_EQ(c.vocab_size, 128256);
@@ -321,8 +322,8 @@ TEST(LlamaEstimateTest, ActivationsFollowTheFamilysModel) {
   Workload w;
   w.micro_batch = 2;
   const Evaluation e = evaluate_budgets(80 * kGB, 80 * kGB, w, s);
-  LlamaActivationInput in = llama_activation_input(s.llama, 2, 2, true);
-  EXPECT_EQ(e.activations.peak, estimate_llama_activations(in).peak);
+  DecoderActivationInput in = decoder_activation_input(s.decoder, 2, 2, true);
+  EXPECT_EQ(e.activations.peak, estimate_decoder_activations(in).peak);
   EXPECT_EQ(e.fit.device_non_model, e.activations.peak);
 }
 
@@ -387,7 +388,7 @@ TEST(NvmeEstimateTest, LargestGptOnH100With2TBFitsAndOneMoreLayerDoesNot) {
   const Estimate llama = estimate_largest_llama(hw, lw, std::nullopt);
   ASSERT_TRUE(llama.best.fit.fits) << llama.best.fit.reason;
   EXPECT_GT(llama.best.fit.nvme_chunks, 0);
-  const model::LlamaConfig& c = llama.best.shape.llama;
+  const model::DecoderConfig& c = llama.best.shape.decoder;
   if (c.layers < c.hidden / 64) {
     EXPECT_FALSE(
         evaluate(hw, lw, llama3_shape(c.hidden, c.layers + 1, lw.vocab, lw.seq_len)).fit.fits);

@@ -15,7 +15,8 @@
 #include "pstar/formats/config.h"
 #include "pstar/formats/hf_folder.h"
 #include "pstar/formats/safetensors.h"
-#include "pstar/model/llama_shape.h"
+#include "pstar/model/decoder_shape.h"
+#include "pstar/model/hf_decoder_config.h"
 #include "pstar/model/model_shape.h"
 #include "pstar/plan/estimate.h"
 #include "pstar/train/trainer.h"
@@ -153,9 +154,8 @@ class LlamaEstimateValidationTest : public ::testing::TestWithParam<LlamaCase> {
     pstar::testing::write_text(corpus_, pstar::testing::repetitive_corpus());
   }
 
-  static model::LlamaConfig shape(const LlamaCase& c, int64_t layers) {
-    model::LlamaConfig m;
-    m.model_type = "llama";
+  static model::DecoderConfig shape(const LlamaCase& c, int64_t layers) {
+    model::DecoderConfig m;  // the llama row, every layer full
     m.hidden = c.hidden;
     m.heads = c.heads;
     m.kv_heads = c.kv_heads;
@@ -165,7 +165,7 @@ class LlamaEstimateValidationTest : public ::testing::TestWithParam<LlamaCase> {
     m.vocab_size = 256;  // byte tokens
     m.max_positions = 512;
     m.seq_len = c.seq;
-    m.rope_theta = 10000;
+    m.attention.rope[0].theta = m.attention.rope[1].theta = 10000;
     m.tie_word_embeddings = c.tied;
     return m;
   }
@@ -174,11 +174,12 @@ class LlamaEstimateValidationTest : public ::testing::TestWithParam<LlamaCase> {
     const std::string dir = dir_.file(str_cat("llama-", layers));
     if (std::filesystem::exists(dir)) return dir;
     std::filesystem::create_directories(dir);
-    const model::LlamaConfig m = shape(c, layers);
-    pstar::testing::write_text(dir + "/config.json", model::llama_config_to_hf_json(m, "float32"));
+    const model::DecoderConfig m = shape(c, layers);
+    pstar::testing::write_text(dir + "/config.json",
+                               model::decoder_config_to_hf_json(m, "float32"));
     formats::SafetensorsWriter writer;
     torch::manual_seed(layers);
-    for (const auto& p : model::llama_parameter_shapes(m)) {
+    for (const auto& p : model::decoder_parameter_shapes(m)) {
       const bool norm = p.name.find("norm") != std::string::npos;
       const auto value = norm ? torch::ones(p.shape) : 0.02 * torch::randn(p.shape);
       writer.add(p.name, formats::DType::kF32, p.shape, value.data_ptr(), value.nbytes());
@@ -217,8 +218,8 @@ TEST_P(LlamaEstimateValidationTest, PredictionMatchesTheEngine) {
   const int64_t device = c.device_mib << 20, host = c.host_mib << 20;
   auto at_depth = [&](int64_t layers) {
     model::ModelShape s;
-    s.family = model::ModelFamily::kLlama;
-    s.llama = shape(c, layers);
+    s.family = model::ModelFamily::kDecoder;
+    s.decoder = shape(c, layers);
     return s;
   };
   const int64_t layers = max_layers_budgets(device, host, w, at_depth, 64);

@@ -47,8 +47,9 @@ struct Bf16Config {
 };
 
 struct ModelConfig {
-  // "gpt", "llama" (Llama, Mistral, Qwen2), or empty: the preset's family, else the family of
-  // the Hugging Face folder in init_from, else gpt (model::resolve_model_shape decides).
+  // "gpt", "decoder" (Llama, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3/Phi-4; "llama" is its former
+  // name), or empty: the preset's network, else the Hugging Face folder's in init_from, else gpt
+  // (model::resolve_model_shape decides).
   std::string type;
   std::string preset;  // empty: explicit shape only
   // Explicit values override the preset's.

@@ -52,9 +52,11 @@ class GptLayerNorm : public torch::nn::Module {
 
 class GptEmbedding : public torch::nn::Module, public EmbeddingLeaf {
  public:
-  GptEmbedding(int64_t count, int64_t dim);
+  // `padding_idx` >= 0: that row's lookups give no gradient (nn.Embedding's padding_idx).
+  GptEmbedding(int64_t count, int64_t dim, int64_t padding_idx = -1);
   torch::Tensor forward(const torch::Tensor& ids);
   torch::Tensor weight;
+  int64_t padding_idx;
 };
 
 class GptAttention : public torch::nn::Module {

@@ -45,6 +45,9 @@ struct ParameterInit {
   enum class Kind : uint8_t { kNormal, kZeros, kOnes };
   Kind kind = Kind::kZeros;
   double std = 0;  // kNormal: N(0, std^2)
+  // Elements [zero_begin, zero_end) are 0 whatever the kind: an embedding's padding row, which
+  // Hugging Face's _init_weights zeroes (nn.Embedding's padding_idx).
+  int64_t zero_begin = 0, zero_end = 0;
 };
 
 struct ModelShape;

@@ -20,19 +20,22 @@ namespace pstar::model {
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
 
 // Note [fused attention]
-// Causal attention softmax(q kᵀ / √head_dim + mask) v for q, k, v of shape [batch, heads, seq,
-// head_dim], through LibTorch's scaled_dot_product_attention where it can: LibTorch 2.0 or later
-// and q on a CUDA device. Its flash and memory-efficient kernels never write the [seq, seq] scores
-// to memory and take the softmax in fp32 inside; the models' explicit path writes the scores in
-// fp32, masks them, takes the softmax and casts back, several passes over batch × heads × seq²
-// floats per layer and their saved copies for the backward. Returns std::nullopt where the fused
-// path is not available (Debian's LibTorch 1.13, the CPU), and the model computes it explicitly.
-// PSTAR_ATTENTION=explicit in the environment (read once) forces the explicit path everywhere.
-// `allowed` (optional): a [batch, 1, seq, seq] bool mask, true where query i may see key j
-// (segment_causal_mask), in place of the plain causal mask.
+// Causal attention softmax(scale · q kᵀ + mask) v for q, k, v of shape [batch, heads, seq,
+// head_dim] (scale 1/√head_dim unless given), through LibTorch's scaled_dot_product_attention where
+// it can: LibTorch 2.0 or later and q on a CUDA device. Its flash and memory-efficient kernels
+// never write the [seq, seq] scores to memory and take the softmax in fp32 inside; the models'
+// explicit path writes the scores in fp32, masks them, takes the softmax and casts back, several
+// passes over batch × heads × seq² floats per layer and their saved copies for the backward.
+// Returns std::nullopt where the fused path is not available (Debian's LibTorch 1.13, the CPU), and
+// the model computes it explicitly. PSTAR_ATTENTION=explicit in the environment (read once) forces
+// the explicit path everywhere. `allowed` (optional): a [batch, 1, seq, seq] bool mask, true where
+// query i may see key j (segment_causal_mask, sliding_window_mask), in place of the plain causal
+// mask. A `scale` other than 1/√head_dim needs LibTorch 2.1's `scale` argument: with an older one,
+// std::nullopt.
 std::optional<at::Tensor> fused_causal_attention(const at::Tensor& q, const at::Tensor& k,
                                                  const at::Tensor& v,
-                                                 const at::Tensor& allowed = {});
+                                                 const at::Tensor& allowed = {},
+                                                 std::optional<double> scale = std::nullopt);
 
 // Note [packed attention]
 // Records packed into one row (Note [packed batches] in pstar/data/batches.h) must not see each
@@ -41,6 +44,15 @@ std::optional<at::Tensor> fused_causal_attention(const at::Tensor& q, const at::
 // device: batch·seq² bytes, 16 MiB for 4 rows of 2048, kept for the layers' recomputation. Each
 // row of it has its diagonal set, so no softmax runs over nothing.
 at::Tensor segment_causal_mask(const at::Tensor& segments);
+
+// Note [sliding window]
+// A sliding-window layer lets query i see key j when i - window < j <= i: the last `window`
+// positions, its own included, as Hugging Face's sliding_window_overlay and flash attention's
+// window_size (window - 1, ...) count them. This is that mask, [1, 1, seq, seq] bool, and-ed with
+// `allowed` (Note [packed attention]'s mask) when that is defined; with window >= seq it is
+// `allowed` itself (undefined: plain causal), so the fused kernels keep their causal path.
+at::Tensor sliding_window_mask(const at::Tensor& allowed, int64_t seq, int64_t window,
+                               c10::Device device);
 
 // Scores [batch, heads, seq, seq] with the positions a query may not see set to -inf: the causal
 // mask, or `allowed`'s complement when it is defined. For the models' explicit attention.

@@ -12,8 +12,10 @@
 #include "pstar/formats/config.h"
 #include "pstar/formats/hf_folder.h"
 #include "pstar/formats/safetensors.h"
+#include "pstar/model/decoder_shape.h"
+#include "pstar/model/hf_decoder_config.h"
 #include "pstar/model/factory.h"
-#include "pstar/model/llama.h"
+#include "pstar/model/decoder.h"
 #include "pstar_test_paths.h"
 #include "test_util.h"
 
@@ -74,13 +76,13 @@ TEST(HfLlamaTest, AFolderWrittenByPythonGivesTheLossOfItsOwnForward) {
 class BadHfFolderTest : public ::testing::Test {
  protected:
   void write_folder(bool sharded) {
-    c_ = *find_llama_preset("llama-tiny");
+    c_ = *find_decoder_preset("llama-tiny");
     c_.layers = 1;
-    pstar::testing::write_text(dir_.file("config.json"), llama_config_to_hf_json(c_, "float32"));
+    pstar::testing::write_text(dir_.file("config.json"), decoder_config_to_hf_json(c_, "float32"));
     std::map<std::string, std::string> shard_of;
     formats::SafetensorsWriter first, second;
     int64_t i = 0;
-    for (const auto& p : llama_parameter_shapes(c_)) {
+    for (const auto& p : decoder_parameter_shapes(c_)) {
       const auto value = torch::randn(p.shape);
       auto& writer = (sharded && i++ % 2 == 1) ? second : first;
       writer.add(p.name, formats::DType::kF32, p.shape, value.data_ptr(), value.nbytes());
@@ -100,7 +102,7 @@ class BadHfFolderTest : public ::testing::Test {
   }
 
   ScratchDir dir_;
-  LlamaConfig c_;
+  DecoderConfig c_;
 };
 
 TEST_F(BadHfFolderTest, GoodFoldersLoadWithOneFileOrShards) {
@@ -155,9 +157,9 @@ TEST_F(BadHfFolderTest, TheIndexPointsAtAShardLackingTheTensor) {
 TEST_F(BadHfFolderTest, AMisshapedTensorIsNamedWithBothShapes) {
   write_folder(false);
   // A config that says 4 key/value heads where the weights have 2.
-  LlamaConfig wider = c_;
+  DecoderConfig wider = c_;
   wider.kv_heads = 4;
-  pstar::testing::write_text(dir_.file("config.json"), llama_config_to_hf_json(wider, "float32"));
+  pstar::testing::write_text(dir_.file("config.json"), decoder_config_to_hf_json(wider, "float32"));
   const std::string e = error_of_loading();
   EXPECT_NE(e.find("\"model.layers.0.self_attn.k_proj.weight\" has shape [32, 64] but the model "
                    "needs [64, 64]"),

@@ -1,8 +1,9 @@
-// Llama-family shape, naming, config.json parsing and maths. The reference forward below is written
-// from Hugging Face's definitions (LlamaRMSNorm, the llama3 rope parameters, rotate_half,
-// repeat_kv, eager attention, LlamaMLP) independently of model/llama.cpp: float64, the inverse
-// frequencies by a scalar loop, each query head's key/value head picked by index rather than by
-// expanding, the causal mask by an explicit loop bound.
+// The decoder's maths and naming on Llama's shape. The reference forward below is written from
+// Hugging Face's definitions (LlamaRMSNorm, the llama3 rope parameters, rotate_half, repeat_kv,
+// eager attention, LlamaMLP) independently of model/decoder.cpp: float64, the inverse frequencies
+// by a scalar loop, each query head's key/value head picked by index rather than by expanding, the
+// causal mask by an explicit loop bound. The other families' features are checked against
+// tests/reference/decoder_reference.py (family_test.cpp).
 #include <cmath>
 #include <map>
 #include <set>
@@ -11,7 +12,9 @@
 #include <torch/torch.h>
 
 #include "pstar/base/error.h"
-#include "pstar/model/llama.h"
+#include "pstar/model/decoder.h"
+#include "pstar/model/decoder_shape.h"
+#include "pstar/model/ops.h"
 
 namespace pstar::model {
 namespace {
@@ -25,19 +28,19 @@ BuildOptions seeded(uint64_t seed) {
 
 // Grouped-query attention (4 query heads, 2 key/value heads), rope_theta 500000, llama3 scaling
 // whose band falls inside head_dim 16's wavelengths, an untied head.
-LlamaConfig tiny() {
-  LlamaConfig c = *find_llama_preset("llama-tiny");
+DecoderConfig tiny() {
+  DecoderConfig c = *find_decoder_preset("llama-tiny");
   c.seq_len = 12;
   return c;
 }
 
 // The scalar formula of Hugging Face's _compute_llama3_parameters, in double.
-std::vector<double> reference_inverse_frequencies(const LlamaConfig& c) {
+std::vector<double> reference_inverse_frequencies(const DecoderConfig& c) {
   std::vector<double> out;
   for (int64_t i = 0; i < c.head_dim; i += 2) {
-    double f = 1.0 / std::pow(c.rope_theta, static_cast<double>(i) / c.head_dim);
-    if (c.rope_scaling) {
-      const auto& s = *c.rope_scaling;
+    const RopeConfig& s = c.rope_of(LayerKind::kFull);
+    double f = 1.0 / std::pow(s.theta, static_cast<double>(i) / c.head_dim);
+    if (s.type == RopeType::kLlama3) {
       const double old = static_cast<double>(s.original_max_position_embeddings);
       const double wavelen = 2 * M_PI / f;
       if (wavelen > old / s.low_freq_factor) {
@@ -55,7 +58,7 @@ std::vector<double> reference_inverse_frequencies(const LlamaConfig& c) {
 
 using Params = std::map<std::string, torch::Tensor>;
 
-Params double_params(Llama& model) {
+Params double_params(Decoder& model) {
   Params p;
   for (const auto& item : model.named_parameters())
     p[item.key()] = item.value().detach().to(torch::kFloat64).requires_grad_(true);
@@ -74,7 +77,7 @@ torch::Tensor ref_rms(const Params& p, const std::string& name, const torch::Ten
 }
 
 // logits [B, S, V] in float64.
-torch::Tensor reference_logits(const LlamaConfig& c, const Params& p, const torch::Tensor& ids) {
+torch::Tensor reference_logits(const DecoderConfig& c, const Params& p, const torch::Tensor& ids) {
   const int64_t B = ids.size(0), S = ids.size(1), hd = c.head_dim;
   const auto f64 = torch::kFloat64;
   auto x =
@@ -91,7 +94,7 @@ torch::Tensor reference_logits(const LlamaConfig& c, const Params& p, const torc
   };
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string pre = "model.layers." + std::to_string(l) + ".";
-    const auto h = ref_rms(p, pre + "input_layernorm", x, c.rms_norm_eps);
+    const auto h = ref_rms(p, pre + "input_layernorm", x, c.norms.eps);
     auto q =
         rope(ref_linear(p, pre + "self_attn.q_proj", h).view({B, S, c.heads, hd}).transpose(1, 2));
     auto k = rope(
@@ -115,12 +118,12 @@ torch::Tensor reference_logits(const LlamaConfig& c, const Params& p, const torc
     }
     const auto attn = torch::stack(outs, 2).reshape({B, S, c.heads * hd});
     x = x + ref_linear(p, pre + "self_attn.o_proj", attn);
-    const auto h2 = ref_rms(p, pre + "post_attention_layernorm", x, c.rms_norm_eps);
+    const auto h2 = ref_rms(p, pre + "post_attention_layernorm", x, c.norms.eps);
     const auto gate = ref_linear(p, pre + "mlp.gate_proj", h2);
     const auto mlp = (gate / (1 + torch::exp(-gate))) * ref_linear(p, pre + "mlp.up_proj", h2);
     x = x + ref_linear(p, pre + "mlp.down_proj", mlp);
   }
-  x = ref_rms(p, "model.norm", x, c.rms_norm_eps);
+  x = ref_rms(p, "model.norm", x, c.norms.eps);
   const auto& head =
       c.tie_word_embeddings ? p.at("model.embed_tokens.weight") : p.at("lm_head.weight");
   return torch::matmul(x, head.t());
@@ -137,19 +140,19 @@ double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
          want.abs().max().item<double>();
 }
 
-TEST(LlamaTest, RopeInverseFrequenciesMatchTheLlama3Formula) {
-  const LlamaConfig c = tiny();
-  const auto got = rope_inverse_frequencies(c);
+TEST(DecoderTest, RopeInverseFrequenciesMatchTheLlama3Formula) {
+  const DecoderConfig c = tiny();
+  const auto got = rope_inverse_frequencies(c.rope_of(LayerKind::kFull), c.head_dim);
   const auto want = reference_inverse_frequencies(c);
   ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size()));
   // The test config puts frequencies in all three bands: divided, interpolated and kept.
   int divided = 0, kept = 0;
-  LlamaConfig unscaled = c;
-  unscaled.rope_scaling.reset();
+  DecoderConfig unscaled = c;
+  unscaled.attention.rope[0].type = RopeType::kDefault;
   const auto plain = reference_inverse_frequencies(unscaled);
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_NEAR(got[i].item<double>(), want[i], 1e-6 * want[i]) << "frequency " << i;
-    divided += std::abs(want[i] - plain[i] / c.rope_scaling->factor) < 1e-12 * plain[i];
+    divided += std::abs(want[i] - plain[i] / c.attention.rope[0].factor) < 1e-12 * plain[i];
     kept += want[i] == plain[i];
   }
   EXPECT_GT(divided, 0);
@@ -157,13 +160,13 @@ TEST(LlamaTest, RopeInverseFrequenciesMatchTheLlama3Formula) {
   EXPECT_LT(divided + kept, static_cast<int>(want.size())) << "no frequency was interpolated";
 }
 
-TEST(LlamaTest, LogitsLossAndGradientsMatchAFloat64Reference) {
+TEST(DecoderTest, LogitsLossAndGradientsMatchAFloat64Reference) {
   for (bool qwen_biases : {false, true}) {
     SCOPED_TRACE(qwen_biases ? "q/k/v biases" : "no biases");
-    LlamaConfig c = tiny();
+    DecoderConfig c = tiny();
     c.qkv_bias = qwen_biases;
     torch::manual_seed(3);  // the ids, targets and the biases' noise
-    Llama model(c, seeded(3));
+    Decoder model(c, seeded(3));
     {
       torch::NoGradGuard no_grad;  // non-zero biases and norms, so that they are exercised
       for (auto& item : model.named_parameters())
@@ -190,11 +193,11 @@ TEST(LlamaTest, LogitsLossAndGradientsMatchAFloat64Reference) {
   }
 }
 
-TEST(LlamaTest, TiedHeadAndCheckpointingGiveTheSameNumbers) {
-  LlamaConfig c = tiny();
+TEST(DecoderTest, TiedHeadAndCheckpointingGiveTheSameNumbers) {
+  DecoderConfig c = tiny();
   c.tie_word_embeddings = true;
   torch::manual_seed(5);  // the ids
-  Llama model(c, seeded(5));
+  Decoder model(c, seeded(5));
   EXPECT_EQ(model.named_parameters().find("lm_head.weight"), nullptr);
   const auto ids = torch::randint(c.vocab_size, {2, c.seq_len}, torch::kInt64);
   Params p = double_params(model);
@@ -213,11 +216,11 @@ TEST(LlamaTest, TiedHeadAndCheckpointingGiveTheSameNumbers) {
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(plain[i], checkpointed[i]));
 }
 
-TEST(LlamaTest, ParameterNamesShapesAndCountsFollowHuggingFace) {
-  LlamaConfig c = tiny();
+TEST(DecoderTest, ParameterNamesShapesAndCountsFollowHuggingFace) {
+  DecoderConfig c = tiny();
   c.qkv_bias = true;  // Qwen2's layout
-  Llama model(c);
-  const auto shapes = llama_parameter_shapes(c);
+  Decoder model(c);
+  const auto shapes = decoder_parameter_shapes(c);
   auto params = model.named_parameters();
   ASSERT_EQ(params.size(), shapes.size());
   int64_t total = 0;
@@ -254,104 +257,8 @@ TEST(LlamaTest, ParameterNamesShapesAndCountsFollowHuggingFace) {
   EXPECT_EQ(params.find("model.layers.0.self_attn.o_proj.bias"), nullptr);
   // Leaf sizes in use order sum to the count.
   int64_t leaves = 0;
-  for (int64_t n : llama_leaf_module_numels(c)) leaves += n;
+  for (int64_t n : decoder_leaf_module_numels(c)) leaves += n;
   EXPECT_EQ(leaves, c.num_params());
-}
-
-TEST(LlamaTest, PresetsHaveThePublishedParameterCounts) {
-  // The totals Hugging Face's model cards and safetensors indexes report.
-  const std::map<std::string, int64_t> published = {
-      {"llama-3.2-1b", 1235814400LL}, {"llama-3.2-3b", 3212749824LL},
-      {"llama-3.1-8b", 8030261248LL}, {"llama-2-13b", 13015864320LL},
-      {"mistral-7b", 7241732096LL},   {"qwen2.5-7b", 7615616512LL},
-      {"qwen2.5-14b", 14770033664LL}, {"llama-3.1-70b", 70553706496LL},
-  };
-  for (const auto& [name, count] : published) {
-    const LlamaConfig* c = find_llama_preset(name);
-    ASSERT_NE(c, nullptr) << name;
-    EXPECT_EQ(c->num_params(), count) << name;
-  }
-  EXPECT_EQ(find_llama_preset("llama-4"), nullptr);
-}
-
-TEST(LlamaTest, HuggingFaceConfigJsonRoundTrips) {
-  for (const auto& preset : llama_presets()) {
-    SCOPED_TRACE(preset.name);
-    const LlamaConfig& c = preset.config;
-    LlamaConfig back =
-        llama_config_from_hf_json(llama_config_to_hf_json(c, "bfloat16"), "config.json");
-    back.seq_len = c.seq_len;  // a training choice, not in the file
-    EXPECT_EQ(back.model_type, c.model_type);
-    EXPECT_EQ(llama_parameter_shapes(back).size(), llama_parameter_shapes(c).size());
-    EXPECT_EQ(back.num_params(), c.num_params());
-    EXPECT_EQ(back.kv_heads, c.kv_heads);
-    EXPECT_EQ(back.rope_theta, c.rope_theta);
-    EXPECT_EQ(back.rms_norm_eps, c.rms_norm_eps);
-    EXPECT_EQ(back.rope_scaling.has_value(), c.rope_scaling.has_value());
-    if (c.rope_scaling) {
-      EXPECT_EQ(back.rope_scaling->factor, c.rope_scaling->factor);
-    }
-    EXPECT_EQ(back.sliding_window, c.sliding_window);
-    EXPECT_EQ(back.tie_word_embeddings, c.tie_word_embeddings);
-  }
-}
-
-TEST(LlamaTest, HuggingFaceConfigJsonFieldsAndDefaults) {
-  // A Llama 3.1 8B config.json as published, abridged to the fields that shape the network.
-  const std::string llama31 = R"({
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
-    "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu",
-    "attention_bias": false, "mlp_bias": false, "tie_word_embeddings": false,
-    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
-    "torch_dtype": "bfloat16"})";
-  const LlamaConfig c = llama_config_from_hf_json(llama31, "8b/config.json");
-  EXPECT_EQ(c.head_dim, 128);
-  EXPECT_EQ(c.num_params(), find_llama_preset("llama-3.1-8b")->num_params());
-  // Qwen2: q/k/v biases whatever attention_bias says; a sliding_window without use_sliding_window
-  // does not apply.
-  const LlamaConfig q = llama_config_from_hf_json(
-      R"({"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
-          "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
-          "vocab_size": 100, "sliding_window": 16, "use_sliding_window": false})",
-      "q/config.json");
-  EXPECT_TRUE(q.qkv_bias);
-  EXPECT_FALSE(q.o_bias);
-  EXPECT_FALSE(q.sliding_window.has_value());
-}
-
-TEST(LlamaTest, BadConfigJsonNamesFileKeyAndWhatWorks) {
-  auto error_of = [](const std::string& text) -> std::string {
-    try {
-      llama_config_from_hf_json(text, "dir/config.json");
-    } catch (const ConfigError& e) {
-      return e.what();
-    }
-    return "no error";
-  };
-  const std::string base = R"("hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
-                              "num_attention_heads": 4, "vocab_size": 100)";
-  auto has = [](const std::string& text, const std::string& part) {
-    return text.find(part) != std::string::npos;
-  };
-  std::string e = error_of(R"({"model_type": "falcon", )" + base + "}");
-  EXPECT_TRUE(has(e, "dir/config.json") && has(e, "falcon") && has(e, "llama, mistral, qwen2"))
-      << e;
-  e = error_of(R"({"model_type": "llama", "hidden_size": 64})");
-  EXPECT_TRUE(has(e, "missing \"intermediate_size\"")) << e;
-  e = error_of(R"({"model_type": "llama", "num_key_value_heads": 3, )" + base + "}");
-  EXPECT_TRUE(has(e, "num_key_value_heads (3)")) << e;
-  e = error_of(R"({"model_type": "llama", "rope_scaling": {"type": "yarn", "factor": 4}, )" + base +
-               "}");
-  EXPECT_TRUE(has(e, "\"yarn\"") && has(e, "llama3")) << e;
-  e = error_of(R"({"model_type": "llama", "hidden_act": "gelu", )" + base + "}");
-  EXPECT_TRUE(has(e, "hidden_act \"gelu\"")) << e;
-  e = error_of(R"({"model_type": "llama", "vocab_size": "big", )" +
-               base.substr(0, base.rfind(',')) + "}");
-  EXPECT_TRUE(has(e, "\"vocab_size\" must be a positive integer")) << e;
-  EXPECT_TRUE(has(error_of("{not json"), "not valid JSON"));
 }
 
 }  // namespace

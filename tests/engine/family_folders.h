@@ -1,0 +1,81 @@
+// The tiny Hugging Face folders of tests/reference/decoder_reference.py, one per family (and
+// variant), written once per test process, with the float64 losses that script computes for them:
+// the reference every family's tests compare pstar with.
+#pragma once
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "pstar/formats/config.h"
+#include "pstar_test_paths.h"
+#include "test_util.h"
+
+namespace pstar::testing {
+
+struct FamilyFolder {
+  std::string family, variant;
+  std::string dir;             // config.json and model.safetensors
+  std::string tokens;          // tokens.bin: uint16 ids
+  std::vector<double> losses;  // each step's float64 loss, AdamW between
+  int64_t batch = 0, seq = 0;
+  double lr = 0, weight_decay = 0;
+};
+
+// The folder of `family` ("llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3") and
+// `variant` ("", "rope_parameters", "wrapped", "wrapped_v5"), written on first use; null when no
+// Python with torch can write it (the caller skips, naming the package). Failing to write it with
+// one is a test failure.
+inline const FamilyFolder* family_folder(const std::string& family,
+                                         const std::string& variant = "") {
+  static ScratchDir* root = new ScratchDir();  // for the process: the folders outlive the tests
+  static std::map<std::string, std::unique_ptr<FamilyFolder>> made;
+  static const std::string python = python_with_torch();
+  if (python.empty()) return nullptr;
+  const std::string key = family + (variant.empty() ? "" : "-" + variant);
+  auto& slot = made[key];
+  if (slot) return slot.get();
+  auto f = std::make_unique<FamilyFolder>();
+  f->family = family;
+  f->variant = variant;
+  f->dir = root->file(key);
+  const std::string command =
+      python + " " + PSTAR_SOURCE_DIR + "/tests/reference/decoder_reference.py --family " + family +
+      (variant.empty() ? "" : " --variant " + variant) + " --out " + f->dir + " >/dev/null";
+  if (std::system(command.c_str()) != 0) {
+    ADD_FAILURE() << "failed: " << command;
+    return nullptr;
+  }
+  const auto j = nlohmann::json::parse(read_text(f->dir + "/reference.json"));
+  f->tokens = f->dir + "/tokens.bin";
+  f->losses = j.at("losses").get<std::vector<double>>();
+  f->batch = j.at("batch").get<int64_t>();
+  f->seq = j.at("seq").get<int64_t>();
+  f->lr = j.at("lr").get<double>();
+  f->weight_decay = j.at("weight_decay").get<double>();
+  slot = std::move(f);
+  return slot.get();
+}
+
+// A run that trains the folder as the script's reference does: its tokens in sequential windows,
+// constant lr, AdamW with its weight decay, no clipping, fp32, `steps` steps.
+inline config::TrainConfig family_training_config(const FamilyFolder& f) {
+  config::TrainConfig c;
+  c.model.init_from = f.dir;
+  c.model.seq_len = f.seq;
+  c.data.path = f.tokens;
+  c.data.sampling = "sequential";
+  c.train_micro_batch_size_per_gpu = f.batch;
+  c.optimizer.lr = f.lr;
+  c.optimizer.weight_decay = f.weight_decay;
+  c.training.steps = static_cast<int64_t>(f.losses.size());
+  c.training.lr_schedule.type = "constant";
+  c.gradient_clipping = 0;
+  return c;
+}
+
+}  // namespace pstar::testing
