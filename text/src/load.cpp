@@ -18,7 +18,7 @@
 namespace pstar::text {
 namespace {
 
-// The largest id pstar accepts: far above any real vocabulary (Llama 3: 128256, Gemma: 256000),
+// The largest id pstar accepts: far above any real vocabulary (Llama 3: 128256, Gemma 3: 262145),
 // and low enough that a table by id (a user's statistics, an embedding) stays small. A file with
 // an id of 4 billion is refused instead of asking for that much memory.
 constexpr uint64_t kMaxId = (uint64_t{1} << 24) - 1;
