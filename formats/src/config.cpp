@@ -102,6 +102,7 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   data.read_string("tokenizer", &c.data.tokenizer);
   data.read_string("chat_template", &c.data.chat_template);
   data.read_string("chat_date", &c.data.chat_date);
+  data.read_json_object("chat_template_kwargs", &c.data.chat_template_kwargs);
   std::string loss_on = loss_on_name(c.data.loss_on);
   data.read_choice("loss_on", &loss_on, {"assistant", "last_assistant", "all"},
                    "the assistant turns, the last assistant turn, or every token");

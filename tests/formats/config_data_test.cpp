@@ -45,6 +45,7 @@ TEST(ConfigRecords, DefaultsAndPaths) {
   EXPECT_EQ(c.data.tokenizer, "/cfg/tok");
   EXPECT_EQ(c.data.chat_template, "");
   EXPECT_EQ(c.data.chat_date, "");
+  EXPECT_EQ(c.data.chat_template_kwargs, "");
   EXPECT_EQ(c.data.loss_on, LossOn::kAssistant);
   EXPECT_TRUE(c.data.packing);
   EXPECT_TRUE(c.data.truncate);
@@ -57,10 +58,12 @@ TEST(ConfigRecords, DefaultsAndPaths) {
 TEST(ConfigRecords, EveryKeyAndTheRoundTrip) {
   const TrainConfig c = parse(records(
       R"("chat_template": "other/tokenizer_config.json", "chat_date": "2024-02-29",
+         "chat_template_kwargs": {"enable_thinking": false, "style": ["a", 1]},
          "loss_on": "last_assistant", "packing": false, "truncate": false,
          "skip_bad_records": true, "sampling": "sequential", "eval": {"jsonl": "held.jsonl"})"));
   EXPECT_EQ(c.data.chat_template, "/cfg/other/tokenizer_config.json");
   EXPECT_EQ(c.data.chat_date, "2024-02-29");
+  EXPECT_EQ(c.data.chat_template_kwargs, R"({"enable_thinking":false,"style":["a",1]})");
   EXPECT_EQ(c.data.loss_on, LossOn::kLastAssistant);
   EXPECT_FALSE(c.data.packing);
   EXPECT_FALSE(c.data.truncate);
@@ -74,6 +77,7 @@ TEST(ConfigRecords, EveryKeyAndTheRoundTrip) {
   EXPECT_EQ(back.data.tokenizer, c.data.tokenizer);
   EXPECT_EQ(back.data.chat_template, c.data.chat_template);
   EXPECT_EQ(back.data.chat_date, c.data.chat_date);
+  EXPECT_EQ(back.data.chat_template_kwargs, c.data.chat_template_kwargs);
   EXPECT_EQ(back.data.loss_on, c.data.loss_on);
   EXPECT_EQ(back.data.packing, c.data.packing);
   EXPECT_EQ(back.data.truncate, c.data.truncate);
@@ -82,9 +86,14 @@ TEST(ConfigRecords, EveryKeyAndTheRoundTrip) {
   EXPECT_NE(to_json_text(c).find(R"("loss_on": "last_assistant")"), std::string::npos);
 
   // --set reaches them; relative paths from --set resolve against the working directory.
-  const TrainConfig s = parse(records(), {"data.loss_on=all", "data.packing=false"});
+  const TrainConfig s = parse(records(), {"data.loss_on=all", "data.packing=false",
+                                          "data.chat_template_kwargs.enable_thinking=false"});
   EXPECT_EQ(s.data.loss_on, LossOn::kAll);
   EXPECT_FALSE(s.data.packing);
+  EXPECT_EQ(s.data.chat_template_kwargs, R"({"enable_thinking":false})");
+  // An empty object or null is none.
+  EXPECT_EQ(parse(records(R"("chat_template_kwargs": {})")).data.chat_template_kwargs, "");
+  EXPECT_EQ(parse(records(R"("chat_template_kwargs": null)")).data.chat_template_kwargs, "");
 }
 
 TEST(ConfigRecords, ExactlyOneSource) {
@@ -106,14 +115,16 @@ TEST(ConfigRecords, ExactlyOneSource) {
 TEST(ConfigRecords, RecordKeysNeedRecords) {
   for (const char* rest :
        {R"("chat_template": "t.json")", R"("chat_date": "2024-01-01")", R"("loss_on": "all")",
-        R"("packing": false)", R"("truncate": false)", R"("skip_bad_records": true)"}) {
+        R"("packing": false)", R"("truncate": false)", R"("skip_bad_records": true)",
+        R"("chat_template_kwargs": {"enable_thinking": false})"}) {
     const std::string json = std::string(R"({"data": {"text": "a.txt", )") + rest + "}}";
     const std::string key = std::string(rest).substr(1, std::string(rest).find('"', 1) - 1);
     expect_contains(config_error(json), {"data." + key + " is set but data.jsonl is not"});
   }
   // Their defaults, as to_json_text writes them, read back for any source.
   EXPECT_NO_THROW(parse(
-      R"({"data": {"text": "a.txt", "loss_on": "assistant", "packing": true, "chat_date": ""}})"));
+      R"({"data": {"text": "a.txt", "loss_on": "assistant", "packing": true, "chat_date": "",
+                   "chat_template_kwargs": {}}})"));
 }
 
 TEST(ConfigRecords, ValuesAreChecked) {
@@ -129,6 +140,10 @@ TEST(ConfigRecords, ValuesAreChecked) {
                      std::string("found \"") + bad + "\""});
   }
   EXPECT_EQ(parse(records(R"("chat_date": "2000-02-29")")).data.chat_date, "2000-02-29");
+  expect_contains(config_error(records(R"("chat_template_kwargs": "enable_thinking=false")")),
+                  {"data.chat_template_kwargs: expected a JSON object (or null), found string"});
+  expect_contains(config_error(records(R"("chat_template_kwargs": {"messages": []})")),
+                  {"data.chat_template_kwargs.messages: a variable pstar sets itself"});
   expect_contains(config_error(records(R"("jsonll": "x")")), {"did you mean 'data.jsonl'?"});
 }
 

@@ -87,6 +87,50 @@ TEST(ChatTemplateTest, PythonOperatorsTestsAndMethods) {
   EXPECT_EQ(render("{{ [{'a': 1}, {'a': 0}] | selectattr('a') | list | length }}"), "1");
 }
 
+TEST(ChatTemplateTest, StripWithCharactersIsPythons) {
+  // str.strip(chars) removes any of the characters from the ends, nothing else (Qwen3's template
+  // strips newlines and keeps spaces); None or nothing strips whitespace.
+  EXPECT_EQ(render("[{{ '\\n\\n a \\n'.strip('\\n') }}][{{ '\\n\\n a \\n'.lstrip('\\n') }}]"
+                   "[{{ '\\n\\n a \\n'.rstrip('\\n') }}]"),
+            "[ a ][ a \n][\n\n a ]");
+  EXPECT_EQ(render("[{{ 'xyaxbyx'.strip('xy') }}][{{ '  a  '.strip(none) }}][{{ 'aa'.strip('') }}]"
+                   "[{{ '\u00e9a\u00e9'.strip('\u00e9') }}][{{ '--a--' | trim('-') }}]"),
+            "[axb][a][aa][a][a]");
+  // What is stripped keeps the message's origin on what is left (Note [string origins]).
+  const auto t = ChatTemplate::parse("<{{ messages[0].content.strip('\\n') }}>", "test", "", "");
+  const RenderedChat r = t.render({{"assistant", "\n\nHi\n"}}, {});
+  EXPECT_EQ(r.text, "<Hi>");
+  ASSERT_EQ(r.spans.size(), 1u);
+  EXPECT_EQ(r.spans[0].begin, 1u);
+  EXPECT_EQ(r.spans[0].end, 3u);
+  EXPECT_THROW(render("{{ 'a'.strip(1) }}"), FormatError);
+}
+
+TEST(ChatTemplateTest, ReasoningContentAndKwargsReachTheTemplate) {
+  // reasoning_content is defined only where a message has it, and its bytes are the message's.
+  std::vector<ChatMessage> m = {{"user", "q"}, {"assistant", "a"}};
+  m[1].reasoning_content = "why";
+  const auto t = ChatTemplate::parse(
+      "{% for x in messages %}{% if x.reasoning_content is defined %}<r>{{ x.reasoning_content }}"
+      "</r>{% endif %}{{ x.content }}{% endfor %}{% if enable_thinking is false %}!{% endif %}"
+      "{{ level | default('-') }}",
+      "test", "", "");
+  RenderedChat r = t.render(m, {});
+  EXPECT_EQ(r.text, "q<r>why</r>a-");
+  ASSERT_EQ(r.spans.size(), 3u);
+  EXPECT_EQ(r.spans[1].message, 1);
+  EXPECT_EQ(r.text.substr(r.spans[1].begin, r.spans[1].end - r.spans[1].begin), "why");
+  // apply_chat_template's keyword arguments: JSON values as the template's variables.
+  ChatOptions o;
+  o.template_kwargs = R"({"enable_thinking": false, "level": [1, "two", {"k": null}]})";
+  EXPECT_EQ(t.render(m, o).text, "q<r>why</r>a![1, 'two', {'k': None}]");
+  // A variable pstar sets itself cannot be replaced, and the text must be a JSON object.
+  o.template_kwargs = R"({"messages": []})";
+  EXPECT_THROW(t.render(m, o), FormatError);
+  o.template_kwargs = "[1]";
+  EXPECT_THROW(t.render(m, o), FormatError);
+}
+
 TEST(ChatTemplateTest, TojsonAsHuggingFaceCallsJsonDumps) {
   EXPECT_EQ(render("{{ {'name': 'f', 'args': [1, 2.5, true, none], 'q': 'é\"\n'} | tojson }}"),
             "{\"name\": \"f\", \"args\": [1, 2.5, true, null], \"q\": \"é\\\"\\n\"}");
@@ -125,6 +169,36 @@ TEST(ChatTemplateTest, ErrorsNameTheTemplateTheLineAndWhatIsMissing) {
   EXPECT_NE(message_of("{{ 'a' + 1 }}").find("'+' between a string and a integer"),
             std::string::npos);
   EXPECT_NE(message_of("{{ missing.attr }}").find("of an undefined value"), std::string::npos);
+  // What the interpreter lacks is refused by name.
+  EXPECT_NE(message_of("{% call m() %}x{% endcall %}").find("{% call %} is not supported"),
+            std::string::npos);
+  EXPECT_NE(message_of("{% filter upper %}x{% endfilter %}").find("{% filter %} is not supported"),
+            std::string::npos);
+  EXPECT_NE(message_of("{% for m in messages recursive %}{% endfor %}")
+                .find("recursive for loops are not supported"),
+            std::string::npos);
+}
+
+TEST(ChatTemplateTest, ErrorLinesAreTheTemplatesOwnAfterTrimBlocks) {
+  // trim_blocks drops the newline after each block tag before lexing; the line of an error is
+  // still the template's own: here line 6, after five lines that end with a block tag.
+  auto message_of = [](const std::string& source) {
+    try {
+      render(source, {{"user", "u"}});
+    } catch (const FormatError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string head =
+      "{% set a = 1 %}\n{% if true %}\n  {% set b = 2 %}\n{% endif %}\n{# note #}\n";
+  EXPECT_NE(message_of(head + "x{{ 'a' + 1 }}").find("test, line 6: "), std::string::npos)
+      << message_of(head + "x{{ 'a' + 1 }}");
+  EXPECT_NE(message_of(head + "{% macro m() %}{% endmacro %}").find("test, line 6: {% macro %}"),
+            std::string::npos);
+  // Newlines inside tags, strings and kept text count too.
+  EXPECT_NE(message_of("{{ 'a'\n}}\n{{\n 'b' + 1 }}").find("test, line 4: "), std::string::npos)
+      << message_of("{{ 'a'\n}}\n{{\n 'b' + 1 }}");
 }
 
 TEST(ChatTemplateTest, SpansFollowContentThroughTrimConcatenationAndSlices) {

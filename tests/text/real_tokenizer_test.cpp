@@ -1,7 +1,7 @@
-// pstar_text against the real encoders: GPT-2's (gpt-3-encoder) and Llama 3's (@lenml/tokenizers,
-// a port of transformers.js), on the corpus in tests/data/tokenizer/corpus. The ids were computed
-// by those packages' own JavaScript when scripts/fetch-tokenizer-data.sh fetched them (pinned
-// versions) into a git-ignored cache; this test reads them and runs no node.
+// pstar_text against the real encoders: GPT-2's (gpt-3-encoder) and Llama 3's, Qwen3's and Gemma
+// 3's (@lenml/tokenizers, a port of transformers.js), on the corpus in tests/data/tokenizer/corpus.
+// The ids were computed by those packages' own JavaScript when scripts/fetch-tokenizer-data.sh
+// fetched them (pinned versions) into a git-ignored cache; this test reads them and runs no node.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -37,15 +37,14 @@ const Case kCases[] = {
     {"gpt2-json", "gpt2"},       // the same as a tokenizer.json
     {"llama3", "llama3"},        // Llama 3's tokenizer.json (Split + ByteLevel, ignore_merges)
     {"llama3-pairs", "llama3"},  // the same with merges as pairs
+    {"qwen3", "qwen3"},          // byte-level like Qwen2.5's; <think> and tool tokens added
+    // BPE over code points with byte fallback, Replace(" " -> "▁"), 6,415 added tokens
+    {"gemma3", "gemma3"},
 };
 
-// Loaded once per test program: Llama 3's file is 9 MB of JSON.
+// Loaded once per test program (tokenizer_data.h).
 const Tokenizer& tokenizer(const std::string& folder) {
-  static std::map<std::string, std::unique_ptr<Tokenizer>> loaded;
-  auto& slot = loaded[folder];
-  if (!slot)
-    slot = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_data_dir() + "/" + folder));
-  return *slot;
+  return testing::cached_tokenizer(tokenizer_data_dir() + "/" + folder);
 }
 
 #define SKIP_WITHOUT_DATA()                                                       \
@@ -172,6 +171,19 @@ TEST(RealTokenizerFacts, VocabularyAndSpecialTokens) {
   EXPECT_EQ(llama3.eos_id(), 128001u);
   EXPECT_EQ(llama3.encode("a<|end_of_text|>b"), (Ids{64, 128001, 65}));
   EXPECT_NE(gpt2.fingerprint(), tokenizer("gpt2-json").fingerprint());
+
+  const Tokenizer& gemma3 = tokenizer("gemma3");
+  // 262,144 entries and <image_soft_token> (262144) added after them.
+  EXPECT_EQ(gemma3.vocab_size(), 262145);
+  EXPECT_EQ(gemma3.bos_id(), 2u);        // <bos>
+  EXPECT_EQ(gemma3.eos_id(), 106u);      // tokenizer_config.json's eos_token <end_of_turn>
+  EXPECT_EQ(gemma3.prefix_id(), 2u);     // the post-processor's <bos>
+  EXPECT_TRUE(gemma3.is_special(106));   // <end_of_turn> ends an assistant turn
+  EXPECT_FALSE(gemma3.is_special(107));  // "\n", an added token that is not special
+  EXPECT_EQ(gemma3.token_text(238 + 0xE2), "\xE2");  // <0xE2> spells its byte
+  EXPECT_EQ(gemma3.normalize("a b"),
+            "a\xE2\x96\x81"
+            "b");
 }
 
 }  // namespace

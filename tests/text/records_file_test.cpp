@@ -120,7 +120,9 @@ TEST(RecordFile, AnotherFileTemplateTokenizerOrOptionIsAnotherFile) {
   dated.date = "2024-01-01";
   RecordOptions skipping;
   skipping.skip_bad_records = true;
-  for (const RecordOptions& o : {last, dated, skipping})
+  RecordOptions kwargs;
+  kwargs.template_kwargs = R"({"enable_thinking": false})";
+  for (const RecordOptions& o : {last, dated, skipping, kwargs})
     EXPECT_NE(record_cache_path(t, &chat, jsonl, o), base);
   const ChatTemplate other = ChatTemplate::parse(
       "{% for m in messages %}{{ m.content }}{% endfor %}", "other", "<s>", "</s>");

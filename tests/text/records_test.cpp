@@ -170,6 +170,41 @@ TEST(RecordMasks, ATemplatesRaiseExceptionIsABadRecordWithItsMessage) {
   EXPECT_EQ(stats.records(), 0);
 }
 
+TEST(RecordMasks, ReasoningContentCountsAndKwargsReachTheTemplate) {
+  // A template that writes an assistant's reasoning_content before its content, and a flag from
+  // data.chat_template_kwargs: the reasoning is the assistant's text and counts; the flag's text
+  // is the template's.
+  const Tokenizer t = small_tokenizer();
+  const ChatTemplate chat = ChatTemplate::parse(
+      "{% for m in messages %}<|start|>{{ m.role }}\n{% if m.reasoning_content is defined %}"
+      "{{ m.reasoning_content }}|{% endif %}{{ m.content }}<|end|>{% endfor %}"
+      "{% if verbose is true %}Hello{% endif %}",
+      "reasoning template", "<s>", "</s>");
+  RecordOptions options;
+  options.template_kwargs = R"({"verbose": true})";
+  RecordTokenizer records(t, &chat, options);
+  std::vector<uint32_t> tokens;
+  RecordStats stats;
+  const auto bad = records.tokenize(
+      R"({"messages": [{"role": "user", "content": "Capital?"},)"
+      R"( {"role": "assistant", "reasoning_content": "the capital", "content": "Paris"}]})",
+      tokens, stats);
+  ASSERT_FALSE(bad) << bad->message;
+  EXPECT_EQ(all_text(t, tokens),
+            "<|start|>user\nCapital?<|end|><|start|>assistant\nthe capital|Paris<|end|>Hello");
+  EXPECT_EQ(counted_text(t, tokens), "the capitalParis<|end|>");
+  // reasoning_content must be a string (or null, as if absent).
+  EXPECT_EQ(records
+                .tokenize(R"({"messages": [{"role": "assistant", "content": "a",)"
+                          R"( "reasoning_content": 3}]})",
+                          tokens, stats)
+                ->kind,
+            "wrong type");
+  EXPECT_FALSE(records.tokenize(R"({"messages": [{"role": "assistant", "content": "a",)"
+                                R"( "reasoning_content": null}]})",
+                                tokens, stats));
+}
+
 TEST(RecordMasks, ConversationWithoutATemplateSaysWhy) {
   const Tokenizer t = small_tokenizer();
   RecordTokenizer records(t, nullptr, {}, "no chat_template in x/tokenizer_config.json");

@@ -6,10 +6,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "pstar/text/tokenizer.h"
 #include "pstar_test_paths.h"
 
 namespace pstar::text::testing {
@@ -27,6 +30,26 @@ inline std::string read_file(const std::filesystem::path& path) {
 
 inline nlohmann::json read_json(const std::filesystem::path& path) {
   return nlohmann::json::parse(read_file(path));
+}
+
+// The tokenizer in `folder`, loaded once per test program (Gemma 3's file is 33 MB of JSON, a few
+// seconds to load; the tests of a program share it).
+inline const Tokenizer& cached_tokenizer(const std::string& folder) {
+  static std::map<std::string, std::unique_ptr<Tokenizer>> loaded;
+  auto& slot = loaded[folder];
+  if (!slot) slot = std::make_unique<Tokenizer>(Tokenizer::load(folder));
+  return *slot;
+}
+
+// A family's tokenizer as the fetch script laid it out: the tokenizer folder of
+// scripts/tokenizer-data/reference.js when it has one (the same package's files), else the chat
+// folder of chat_reference.js.
+inline const Tokenizer& family_tokenizer(const std::string& family) {
+  const std::filesystem::path own = std::filesystem::path(tokenizer_data_dir()) / family;
+  return cached_tokenizer(
+      std::filesystem::exists(own / "tokenizer.json")
+          ? own.string()
+          : (std::filesystem::path(tokenizer_data_dir()) / "chat" / family).string());
 }
 
 }  // namespace pstar::text::testing

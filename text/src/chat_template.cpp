@@ -64,14 +64,57 @@ Value strftime_on(const std::string& date) {
       "strftime_now");
 }
 
+// A JSON value as the template sees it (Python's json.loads gives apply_chat_template the same).
+Value from_json(const Json& j) {
+  switch (j.type()) {
+    case Json::value_t::null:
+      return Value::none();
+    case Json::value_t::boolean:
+      return Value::boolean(j.get<bool>());
+    case Json::value_t::number_integer:
+      return Value::integer(j.get<int64_t>());
+    case Json::value_t::number_unsigned:
+      return Value::integer(static_cast<int64_t>(j.get<uint64_t>()));
+    case Json::value_t::number_float:
+      return Value::floating(j.get<double>());
+    case Json::value_t::string:
+      return Value::string(j.get<std::string>());
+    case Json::value_t::array: {
+      jinja::List items;
+      for (const Json& item : j) items.push_back(from_json(item));
+      return Value::list(std::move(items));
+    }
+    case Json::value_t::object: {
+      Dict d;
+      for (const auto& item : j.items()) d.set(item.key(), from_json(item.value()));
+      return Value::dict(std::move(d));
+    }
+    case Json::value_t::binary:
+    case Json::value_t::discarded:
+      break;
+  }
+  return Value();
+}
+
+// The variables globals_for() sets itself, which data.chat_template_kwargs may not replace (the
+// config parser keeps the same list: formats/src/config/data_checks.cpp).
+constexpr const char* kOwnVariables[] = {"messages",  "add_generation_prompt", "bos_token",
+                                         "eos_token", "raise_exception",       "namespace",
+                                         "range",     "strftime_now"};
+
 Dict globals_for(const std::vector<ChatMessage>& messages, const ChatOptions& options,
                  const std::string& bos, const std::string& eos) {
   jinja::List list;
   for (size_t i = 0; i < messages.size(); ++i) {
     Dict m;
     m.set("role", Value::string(messages[i].role));
-    // The content's bytes remember their message (Note [string origins]).
+    // The content's bytes remember their message (Note [string origins]); so do the reasoning's,
+    // which is the assistant's own text as much as its content is.
     m.set("content", Value::string(Str(messages[i].content, static_cast<int32_t>(i))));
+    if (messages[i].reasoning_content) {
+      m.set("reasoning_content",
+            Value::string(Str(*messages[i].reasoning_content, static_cast<int32_t>(i))));
+    }
     list.push_back(Value::dict(std::move(m)));
   }
   Dict g;
@@ -117,6 +160,22 @@ Dict globals_for(const std::vector<ChatMessage>& messages, const ChatOptions& op
                      },
                      "range"));
   if (!options.date.empty()) g.set("strftime_now", strftime_on(options.date));
+  if (!options.template_kwargs.empty()) {
+    Json kwargs;
+    try {
+      kwargs = Json::parse(options.template_kwargs);
+    } catch (const Json::exception& e) {
+      PSTAR_THROW(FormatError, "chat template kwargs are not JSON: ", e.what());
+    }
+    PSTAR_CHECK(kwargs.is_object(), FormatError, "chat template kwargs must be a JSON object, not ",
+                kwargs.type_name());
+    for (const auto& item : kwargs.items()) {
+      for (const char* own : kOwnVariables)
+        PSTAR_CHECK(item.key() != own, FormatError, "chat template kwargs: '", item.key(),
+                    "' is a variable pstar sets itself and cannot be given");
+      g.set(item.key(), from_json(item.value()));
+    }
+  }
   return g;
 }
 

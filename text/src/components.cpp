@@ -1,9 +1,12 @@
 // The tokenizer's building blocks: added-token matching, split behaviours and BPE merging.
 #include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <queue>
 
 #include "pstar/base/error.h"
 #include "tokenizer_impl.h"
+#include "utf8.h"
 
 namespace pstar::text {
 
@@ -131,6 +134,142 @@ void apply_split_behavior(const std::vector<Span>& spans, SplitBehavior behavior
                pieces.end());
 }
 
+namespace {
+
+constexpr uint64_t kNoMerge = ~uint64_t{0};
+
+std::string hex_byte(unsigned char byte) {
+  char hex[3];
+  std::snprintf(hex, sizeof(hex), "%02x", byte);
+  return hex;
+}
+
+}  // namespace
+
+uint64_t Bpe::pair_rank(uint32_t a, uint32_t b) const {
+  const auto it = merges.find((uint64_t{a} << 32) | b);
+  return it == merges.end() ? kNoMerge : it->second;
+}
+
+void Bpe::initial_symbols(std::string_view word, std::vector<uint32_t>& symbols) const {
+  symbols.clear();
+  // A piece without an entry becomes unk (consecutive ones fused into one with fuse_unk).
+  bool previous_unk = false;
+  auto push_unk = [&](const std::string& what) {
+    PSTAR_CHECK(unk.has_value(), FormatError, what,
+                " has no token in the BPE vocabulary and model.unk_token is null");
+    if (!(fuse_unk && previous_unk)) symbols.push_back(*unk);
+    previous_unk = true;
+  };
+  if (byte_level) {
+    for (const char ch : word) {
+      const auto byte = static_cast<unsigned char>(ch);
+      if (byte_ids[byte] >= 0) {
+        symbols.push_back(static_cast<uint32_t>(byte_ids[byte]));
+        previous_unk = false;
+      } else {
+        push_unk("the byte 0x" + hex_byte(byte));
+      }
+    }
+    return;
+  }
+  // Note [code-point BPE]: the text was checked as UTF-8 before it got here.
+  for (size_t i = 0; i < word.size();) {
+    const size_t start = i;
+    const uint32_t cp = decode_utf8(word, i);
+    const auto it = char_ids.find(cp);
+    if (it != char_ids.end()) {
+      symbols.push_back(it->second);
+      previous_unk = false;
+      continue;
+    }
+    if (byte_fallback && std::all_of(word.begin() + static_cast<std::ptrdiff_t>(start),
+                                     word.begin() + static_cast<std::ptrdiff_t>(i), [&](char b) {
+                                       return fallback_ids[static_cast<unsigned char>(b)] >= 0;
+                                     })) {
+      for (size_t k = start; k < i; ++k)
+        symbols.push_back(static_cast<uint32_t>(fallback_ids[static_cast<unsigned char>(word[k])]));
+      previous_unk = false;
+      continue;
+    }
+    char what[48];
+    std::snprintf(what, sizeof(what), "the character U+%04X", cp);
+    push_unk(what);
+  }
+}
+
+size_t Bpe::merge_by_scan(std::vector<uint32_t>& symbols, std::vector<uint64_t>& ranks) const {
+  // ranks[i] is the pair (i, i+1) as (rank << 32 | new id), or kNoMerge. The rank is in the high
+  // half, so comparing whole values orders by rank (ties keep the leftmost, as the scan takes
+  // only a strictly smaller one): the order Hugging Face's priority queue gives.
+  ranks.resize(symbols.size());
+  for (size_t i = 0; i + 1 < symbols.size(); ++i) ranks[i] = pair_rank(symbols[i], symbols[i + 1]);
+  ranks.back() = kNoMerge;
+  size_t n = symbols.size();
+  while (n > 1) {
+    size_t best = 0;
+    for (size_t i = 1; i + 1 < n; ++i) {
+      if (ranks[i] < ranks[best]) best = i;
+    }
+    if (ranks[best] == kNoMerge) break;
+    symbols[best] = static_cast<uint32_t>(ranks[best] & 0xffffffffu);
+    std::copy(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 2,
+              symbols.begin() + static_cast<std::ptrdiff_t>(n),
+              symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    std::copy(ranks.begin() + static_cast<std::ptrdiff_t>(best) + 2,
+              ranks.begin() + static_cast<std::ptrdiff_t>(n),
+              ranks.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    --n;
+    if (best > 0) ranks[best - 1] = pair_rank(symbols[best - 1], symbols[best]);
+    ranks[best] = best + 1 < n ? pair_rank(symbols[best], symbols[best + 1]) : kNoMerge;
+  }
+  return n;
+}
+
+size_t Bpe::merge_by_heap(std::vector<uint32_t>& symbols) const {
+  // The same order as merge_by_scan (lowest rank, then leftmost), through a min-heap of candidate
+  // pairs keyed by (rank, position of the left symbol) over a linked list of the symbols. A
+  // candidate is stale when its left symbol is gone or the pair there is no longer the one it
+  // was made for (the rank names the pair: each rank is one merge).
+  const size_t n = symbols.size();
+  std::vector<int64_t> next(n), prev(n);
+  std::vector<bool> alive(n, true);
+  for (size_t i = 0; i < n; ++i) {
+    next[i] = i + 1 < n ? static_cast<int64_t>(i + 1) : -1;
+    prev[i] = static_cast<int64_t>(i) - 1;
+  }
+  using Candidate = std::pair<uint64_t, size_t>;  // (rank << 32 | new id, left position)
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  for (size_t i = 0; i + 1 < n; ++i) {
+    const uint64_t r = pair_rank(symbols[i], symbols[i + 1]);
+    if (r != kNoMerge) heap.emplace(r, i);
+  }
+  while (!heap.empty()) {
+    const auto [rank, pos] = heap.top();
+    heap.pop();
+    if (!alive[pos] || next[pos] < 0) continue;
+    const auto right = static_cast<size_t>(next[pos]);
+    if (pair_rank(symbols[pos], symbols[right]) != rank) continue;
+    symbols[pos] = static_cast<uint32_t>(rank & 0xffffffffu);
+    alive[right] = false;
+    next[pos] = next[right];
+    if (next[right] >= 0) prev[static_cast<size_t>(next[right])] = static_cast<int64_t>(pos);
+    if (prev[pos] >= 0) {
+      const auto left = static_cast<size_t>(prev[pos]);
+      const uint64_t r = pair_rank(symbols[left], symbols[pos]);
+      if (r != kNoMerge) heap.emplace(r, left);
+    }
+    if (next[pos] >= 0) {
+      const uint64_t r = pair_rank(symbols[pos], symbols[static_cast<size_t>(next[pos])]);
+      if (r != kNoMerge) heap.emplace(r, pos);
+    }
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (alive[i]) symbols[kept++] = symbols[i];
+  return kept;
+}
+
 void Bpe::encode_word(std::string_view word, std::vector<uint32_t>& out,
                       std::vector<uint32_t>& symbols, std::vector<uint64_t>& ranks) const {
   if (word.empty()) return;
@@ -143,59 +282,10 @@ void Bpe::encode_word(std::string_view word, std::vector<uint32_t>& out,
       return;
     }
   }
-  // The initial symbols: one per byte; a byte without an entry becomes unk (consecutive ones
-  // fused into one with fuse_unk).
-  symbols.clear();
-  bool previous_unk = false;
-  for (const char ch : word) {
-    const auto byte = static_cast<unsigned char>(ch);
-    if (byte_ids[byte] >= 0) {
-      symbols.push_back(static_cast<uint32_t>(byte_ids[byte]));
-      previous_unk = false;
-      continue;
-    }
-    PSTAR_CHECK(
-        unk.has_value(), FormatError, "the byte 0x",
-        [&] {
-          char hex[3];
-          std::snprintf(hex, sizeof(hex), "%02x", byte);
-          return std::string(hex);
-        }(),
-        " has no token in the BPE vocabulary and model.unk_token is null");
-    if (!(fuse_unk && previous_unk)) symbols.push_back(*unk);
-    previous_unk = true;
-  }
-  // Merge the adjacent pair of lowest rank (leftmost among equals) until none is left: the order
-  // Hugging Face's priority queue gives. ranks[i] is the pair (i, i+1) as (rank << 32 | new id),
-  // or ~0 when it is not a merge.
-  constexpr uint64_t kNone = ~uint64_t{0};
-  auto pair_rank = [&](uint32_t a, uint32_t b) {
-    const auto it = merges.find((uint64_t{a} << 32) | b);
-    return it == merges.end() ? kNone : it->second;
-  };
-  ranks.resize(symbols.size());
-  for (size_t i = 0; i + 1 < symbols.size(); ++i) ranks[i] = pair_rank(symbols[i], symbols[i + 1]);
-  ranks.back() = kNone;
-  size_t n = symbols.size();
-  while (n > 1) {
-    size_t best = 0;
-    for (size_t i = 1; i + 1 < n; ++i) {
-      if (ranks[i] < ranks[best]) best = i;
-    }
-    // The rank is in the high half, so comparing whole values orders by rank (ties keep the
-    // leftmost, as the scan takes only a strictly smaller one).
-    if (ranks[best] == kNone) break;
-    symbols[best] = static_cast<uint32_t>(ranks[best] & 0xffffffffu);
-    std::copy(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 2,
-              symbols.begin() + static_cast<std::ptrdiff_t>(n),
-              symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
-    std::copy(ranks.begin() + static_cast<std::ptrdiff_t>(best) + 2,
-              ranks.begin() + static_cast<std::ptrdiff_t>(n),
-              ranks.begin() + static_cast<std::ptrdiff_t>(best) + 1);
-    --n;
-    if (best > 0) ranks[best - 1] = pair_rank(symbols[best - 1], symbols[best]);
-    ranks[best] = best + 1 < n ? pair_rank(symbols[best], symbols[best + 1]) : kNone;
-  }
+  initial_symbols(word, symbols);
+  if (symbols.empty()) return;
+  const size_t n =
+      symbols.size() > kHeapMergeFrom ? merge_by_heap(symbols) : merge_by_scan(symbols, ranks);
   out.insert(out.end(), symbols.begin(), symbols.begin() + static_cast<std::ptrdiff_t>(n));
 }
 

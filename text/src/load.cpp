@@ -2,10 +2,13 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <utility>
 
 #include "checksum.h"
+#include "load_pipeline.h"
 #include "pstar/base/error.h"
 #include "pstar/formats/mapped_file.h"
 #include "pstar/text/tokenizer.h"
@@ -15,16 +18,10 @@
 namespace pstar::text {
 namespace {
 
-using Json = nlohmann::json;
-
-// The largest id pstar accepts: far above any real vocabulary (Llama 3: 128256, Gemma: 256000),
+// The largest id pstar accepts: far above any real vocabulary (Llama 3: 128256, Gemma 3: 262145),
 // and low enough that a table by id (a user's statistics, an embedding) stays small. A file with
 // an id of 4 billion is refused instead of asking for that much memory.
 constexpr uint64_t kMaxId = (uint64_t{1} << 24) - 1;
-
-// GPT-2's pre-tokenizer regex (ByteLevel with use_regex).
-constexpr const char* kGpt2Regex =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 std::string read_file(const std::string& path) {
   const formats::MappedFile file(path);
@@ -93,11 +90,15 @@ class Builder {
   const std::string& origin() const { return origin_; }
   TokenizerImpl& impl() { return *impl_; }
 
-  void set_vocab(const Json& vocab, const std::string& what) {
+  // The model's vocabulary; bpe.byte_level says how its entries are read (Note [code-point
+  // BPE]), and `byte_fallback` that <0x00>..<0xFF> stand for bytes.
+  void set_vocab(const Json& vocab, const std::string& what, bool byte_fallback = false) {
     PSTAR_CHECK(vocab.is_object(), FormatError, origin_, ": ", what,
                 " must be an object of token -> id, not ", vocab.type_name());
     auto& bpe = impl_->bpe;
     bpe.byte_ids.fill(-1);
+    bpe.fallback_ids.fill(-1);
+    bpe.byte_fallback = byte_fallback;
     for (const auto& [key, value] : vocab.items()) {
       PSTAR_CHECK(value.is_number_unsigned() && value.get<uint64_t>() <= kMaxId, FormatError,
                   origin_, ": ", what, " entry '", key, "' has id ", value.dump(),
@@ -105,7 +106,9 @@ class Builder {
       const auto id = value.get<uint32_t>();
       by_text_[key] = id;
       max_id_ = std::max<int64_t>(max_id_, id);
-      if (auto bytes = byte_level_bytes(key)) {
+      if (!bpe.byte_level) {
+        add_code_point_entry(key, id);
+      } else if (auto bytes = byte_level_bytes(key)) {
         if (bytes->size() == 1) bpe.byte_ids[static_cast<unsigned char>((*bytes)[0])] = id;
         set_text(id, *bytes);
         bpe.vocab.emplace(std::move(*bytes), id);
@@ -114,6 +117,30 @@ class Builder {
       }
     }
     impl_->token_ids = by_text_;
+  }
+
+  // An entry of a code-point model (Note [code-point BPE]): its text is the key, except that a
+  // byte-fallback entry <0xNN> spells its byte, so that token texts spell the text (Note [token
+  // offsets]).
+  void add_code_point_entry(const std::string& key, uint32_t id) {
+    auto& bpe = impl_->bpe;
+    unsigned byte = 0;
+    char tail = 0;
+    if (bpe.byte_fallback && key.size() == 6 &&
+        std::sscanf(key.c_str(), "<0x%2X%c", &byte, &tail) == 2 && tail == '>' &&
+        std::isxdigit(static_cast<unsigned char>(key[3])) &&
+        std::isxdigit(static_cast<unsigned char>(key[4]))) {
+      bpe.fallback_ids[byte] = id;
+      set_text(id, std::string(1, static_cast<char>(byte)));
+    } else {
+      set_text(id, key);
+    }
+    if (check_utf8(key).valid == key.size() && !check_utf8(key).invalid && !key.empty()) {
+      size_t i = 0;
+      const uint32_t cp = decode_utf8(key, i);
+      if (i == key.size()) bpe.char_ids[cp] = id;
+    }
+    bpe.vocab.emplace(key, id);
   }
 
   void add_merge(const std::string& a, const std::string& b, uint32_t rank,
@@ -170,7 +197,12 @@ class Builder {
     impl_->id_texts.clear();
     for (const auto& t : impl_->added) impl_->special[t.id] = impl_->special[t.id] || t.special;
     impl_->fingerprint = hex64(hash_);
-    std::string pipeline = impl_->nfc ? "NFC" : "no normalizer";
+    std::string pipeline;
+    for (const auto& n : impl_->normalizers) {
+      pipeline += pipeline.empty() ? "" : ", ";
+      pipeline += n.kind == Normalizer::Kind::kNfc ? "NFC" : "Replace";
+    }
+    if (pipeline.empty()) pipeline = "no normalizer";
     for (const auto& p : impl_->pre) {
       pipeline += p.kind == PreTokenizer::Kind::kByteLevel
                       ? std::string(", ByteLevel") + (p.regex ? " (GPT-2 regex)" : "")
@@ -179,6 +211,8 @@ class Builder {
     impl_->description =
         str_cat(form, " ", path, ": vocabulary ", impl_->vocab_size, ", ", impl_->bpe.merges.size(),
                 " merges, ", impl_->added.size(), " added tokens; ", pipeline, ", BPE",
+                impl_->bpe.byte_level ? "" : " over code points",
+                impl_->bpe.byte_fallback ? " with byte fallback" : "",
                 impl_->bpe.ignore_merges ? " (ignore_merges)" : "");
     return impl_;
   }
@@ -218,111 +252,7 @@ class Builder {
   uint64_t hash_ = kFnvOffset;
 };
 
-const Json& field(const Json& object, const char* key, const std::string& what,
-                  const std::string& origin) {
-  const auto it = object.find(key);
-  PSTAR_CHECK(it != object.end(), FormatError, origin, ": ", what, " has no \"", key, "\"");
-  return *it;
-}
-
-bool optional_bool(const Json& object, const char* key, bool fallback, const std::string& what,
-                   const std::string& origin) {
-  const auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return fallback;
-  PSTAR_CHECK(it->is_boolean(), FormatError, origin, ": ", what, ".", key,
-              " must be true or false, not ", it->dump());
-  return it->get<bool>();
-}
-
-std::string type_of(const Json& object, const std::string& what, const std::string& origin) {
-  PSTAR_CHECK(object.is_object(), FormatError, origin, ": ", what, " must be an object, not ",
-              object.type_name());
-  const Json& type = field(object, "type", what, origin);
-  PSTAR_CHECK(type.is_string(), FormatError, origin, ": ", what, ".type must be a string");
-  return type.get<std::string>();
-}
-
-void read_normalizer(const Json& n, const std::string& what, Builder& b) {
-  if (n.is_null()) return;
-  const std::string type = type_of(n, what, b.origin());
-  if (type == "NFC") {
-    b.impl().nfc = true;
-  } else if (type == "Sequence") {
-    const Json& list = field(n, "normalizers", what, b.origin());
-    PSTAR_CHECK(list.is_array(), FormatError, b.origin(), ": ", what,
-                ".normalizers must be an array");
-    for (size_t i = 0; i < list.size(); ++i) {
-      read_normalizer(list[i], str_cat(what, ".normalizers[", i, "]"), b);
-    }
-  } else {
-    PSTAR_THROW(FormatError, b.origin(), ": ", what, " has type '", type,
-                "', which pstar does not support (it supports no normalizer, NFC, or a Sequence "
-                "of NFC)");
-  }
-}
-
-SplitBehavior parse_behavior(const Json& v, const std::string& what, const std::string& origin) {
-  const std::string name = v.is_string() ? v.get<std::string>() : v.dump();
-  if (name == "Removed") return SplitBehavior::kRemoved;
-  if (name == "Isolated") return SplitBehavior::kIsolated;
-  if (name == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
-  if (name == "MergedWithNext") return SplitBehavior::kMergedWithNext;
-  if (name == "Contiguous") return SplitBehavior::kContiguous;
-  PSTAR_THROW(FormatError, origin, ": ", what, ".behavior '", name,
-              "' is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, "
-              "Contiguous");
-}
-
-void read_pre_tokenizer(const Json& p, const std::string& what, Builder& b) {
-  if (p.is_null()) return;
-  const std::string type = type_of(p, what, b.origin());
-  auto& pre = b.impl().pre;
-  if (type == "Sequence") {
-    const Json& list = field(p, "pretokenizers", what, b.origin());
-    PSTAR_CHECK(list.is_array(), FormatError, b.origin(), ": ", what,
-                ".pretokenizers must be an array");
-    for (size_t i = 0; i < list.size(); ++i) {
-      read_pre_tokenizer(list[i], str_cat(what, ".pretokenizers[", i, "]"), b);
-    }
-    return;
-  }
-  const bool after_byte_level = std::any_of(pre.begin(), pre.end(), [](const PreTokenizer& t) {
-    return t.kind == PreTokenizer::Kind::kByteLevel;
-  });
-  PSTAR_CHECK(!after_byte_level, FormatError, b.origin(), ": ", what, " (type '", type,
-              "') comes after a ByteLevel pre-tokenizer, which pstar does not support (it would "
-              "see the byte-level alphabet instead of the text)");
-  PreTokenizer t;
-  if (type == "Split") {
-    t.kind = PreTokenizer::Kind::kSplit;
-    const Json& pattern = field(p, "pattern", what, b.origin());
-    const bool is_regex = pattern.is_object() && pattern.contains("Regex");
-    const bool is_string = pattern.is_object() && pattern.contains("String");
-    PSTAR_CHECK((is_regex || is_string) && pattern.size() == 1 && pattern.begin()->is_string(),
-                FormatError, b.origin(), ": ", what,
-                ".pattern must be {\"Regex\": \"...\"} or {\"String\": \"...\"}, not ",
-                pattern.dump());
-    t.regex = std::make_unique<Regex>(pattern.begin()->get<std::string>(), is_string,
-                                      what + ".pattern." + (is_regex ? "Regex" : "String"));
-    t.behavior = parse_behavior(field(p, "behavior", what, b.origin()), what, b.origin());
-    t.invert = optional_bool(p, "invert", false, what, b.origin());
-  } else if (type == "ByteLevel") {
-    t.kind = PreTokenizer::Kind::kByteLevel;
-    // Hugging Face's defaults: add_prefix_space and use_regex true. trim_offsets changes
-    // offsets only, not ids.
-    t.add_prefix_space = optional_bool(p, "add_prefix_space", true, what, b.origin());
-    optional_bool(p, "trim_offsets", true, what, b.origin());
-    if (optional_bool(p, "use_regex", true, what, b.origin())) {
-      t.regex = std::make_unique<Regex>(kGpt2Regex, false, what + " (GPT-2's regex)");
-    }
-  } else {
-    PSTAR_THROW(FormatError, b.origin(), ": ", what, " has type '", type,
-                "', which pstar does not support (it supports Split, ByteLevel and Sequence)");
-  }
-  pre.push_back(std::move(t));
-}
-
-void read_model(const Json& m, Builder& b) {
+void read_model(const Json& m, bool byte_level, Builder& b) {
   const std::string& origin = b.origin();
   PSTAR_CHECK(m.is_object(), FormatError, origin, ": model must be an object");
   const auto type_it = m.find("type");
@@ -331,9 +261,13 @@ void read_model(const Json& m, Builder& b) {
                                ? type_it->get<std::string>()
                                : (m.contains("merges") ? "BPE" : "(none)");
   PSTAR_CHECK(type == "BPE", FormatError, origin, ": model has type '", type,
-              "', which pstar does not support (it supports byte-level BPE)");
-  b.set_vocab(field(m, "vocab", "model", origin), "model.vocab");
+              "', which pstar does not support (it supports BPE, byte-level or over code points)");
   auto& bpe = b.impl().bpe;
+  bpe.byte_level = byte_level;
+  // byte_fallback: a character without an entry becomes its bytes' <0xNN> entries (code-point
+  // models; a byte-level model has an entry for every byte and ignores it, as Hugging Face does).
+  const bool byte_fallback = optional_bool(m, "byte_fallback", false, "model", origin);
+  b.set_vocab(field(m, "vocab", "model", origin), "model.vocab", byte_fallback && !byte_level);
   const auto dropout = m.find("dropout");
   PSTAR_CHECK(dropout == m.end() || dropout->is_null() ||
                   (dropout->is_number() && dropout->get<double>() == 0.0),
@@ -344,11 +278,10 @@ void read_model(const Json& m, Builder& b) {
     PSTAR_CHECK(
         it == m.end() || it->is_null() || (it->is_string() && it->get<std::string>().empty()),
         FormatError, origin, ": model.", key, " is ", it->dump(),
-        ", which pstar does not support (byte-level BPE uses none)");
+        ", which pstar does not support (the tokenizers it reads use none)");
   }
   bpe.ignore_merges = optional_bool(m, "ignore_merges", false, "model", origin);
   bpe.fuse_unk = optional_bool(m, "fuse_unk", false, "model", origin);
-  optional_bool(m, "byte_fallback", false, "model", origin);
   const auto unk = m.find("unk_token");
   if (unk != m.end() && !unk->is_null()) {
     PSTAR_CHECK(unk->is_string(), FormatError, origin, ": model.unk_token must be a string");
@@ -430,16 +363,6 @@ std::optional<uint32_t> template_prefix(const Json& p, Builder& b) {
   return b.id_of_text(special["id"].get<std::string>());
 }
 
-void check_byte_level(const Builder& b, const std::string& origin) {
-  const auto& pre = const_cast<Builder&>(b).impl().pre;
-  const bool byte_level = std::any_of(pre.begin(), pre.end(), [](const PreTokenizer& t) {
-    return t.kind == PreTokenizer::Kind::kByteLevel;
-  });
-  PSTAR_CHECK(byte_level, FormatError, origin,
-              ": pre_tokenizer has no ByteLevel; pstar supports byte-level BPE tokenizers only "
-              "(GPT-2, Llama 3 and their kind)");
-}
-
 std::shared_ptr<TokenizerImpl> from_tokenizer_json(const std::string& text,
                                                    const std::string& origin,
                                                    const std::string& config_text) {
@@ -448,13 +371,15 @@ std::shared_ptr<TokenizerImpl> from_tokenizer_json(const std::string& text,
   b.hash(config_text);
   const Json j = parse_json(text, origin);
   PSTAR_CHECK(j.is_object(), FormatError, origin, " is not a JSON object");
-  read_model(field(j, "model", "the tokenizer", origin), b);
+  // The pre-tokenizer decides how the model's entries are read (Note [code-point BPE]).
+  const bool byte_level = j.contains("pre_tokenizer") && has_byte_level(j["pre_tokenizer"]);
+  read_model(field(j, "model", "the tokenizer", origin), byte_level, b);
   // Added tokens after the model: their ids win over vocabulary entries of the same text.
   if (j.contains("added_tokens")) read_added_tokens(j["added_tokens"], b);
-  if (j.contains("normalizer")) read_normalizer(j["normalizer"], "normalizer", b);
-  if (j.contains("pre_tokenizer")) read_pre_tokenizer(j["pre_tokenizer"], "pre_tokenizer", b);
+  if (j.contains("normalizer")) read_normalizer(j["normalizer"], "normalizer", origin, b.impl());
+  if (j.contains("pre_tokenizer"))
+    read_pre_tokenizer(j["pre_tokenizer"], "pre_tokenizer", origin, b.impl());
   if (j.contains("post_processor")) b.impl().prefix = template_prefix(j["post_processor"], b);
-  check_byte_level(b, origin);
   return b.finish("tokenizer.json", origin, config_text);
 }
 

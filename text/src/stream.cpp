@@ -111,6 +111,59 @@ class NfcStage final : public Stage {
   std::string pending_;
 };
 
+// Replace of a literal string (Hugging Face's Replace normalizer with a {"String": ...}): every
+// occurrence, left to right without overlaps, becomes the content. What may be the start of an
+// occurrence (up to pattern.size() - 1 bytes at the end) waits for the next piece.
+std::string replace_all(std::string_view text, const std::string& pattern,
+                        const std::string& content, size_t* consumed = nullptr, bool final = true) {
+  std::string out;
+  size_t pos = 0;
+  for (size_t hit; (hit = text.find(pattern, pos)) != std::string_view::npos;) {
+    out.append(text.substr(pos, hit - pos));
+    out += content;
+    pos = hit + pattern.size();
+  }
+  size_t keep = text.size();
+  if (!final && pattern.size() > 1 && text.size() - pos < pattern.size()) {
+    keep = pos;
+  } else if (!final && pattern.size() > 1) {
+    keep = text.size() - (pattern.size() - 1);
+    // Cut on a character boundary (a pattern is whole characters, so none starts inside one).
+    while (keep > pos && (static_cast<unsigned char>(text[keep]) & 0xc0) == 0x80) --keep;
+  }
+  out.append(text.substr(pos, keep - pos));
+  if (consumed != nullptr) *consumed = keep;
+  return out;
+}
+
+class ReplaceStage final : public Stage {
+ public:
+  ReplaceStage(const Normalizer& n, Stage& next) : n_(n), next_(next) {}
+
+  void text(std::string_view s) override {
+    pending_.append(s);
+    flush(false);
+  }
+  void end() override {
+    flush(true);
+    next_.end();
+  }
+  void token(uint32_t id) override { next_.token(id); }
+  size_t pending() const override { return pending_.size() + next_.pending(); }
+
+ private:
+  void flush(bool final) {
+    size_t consumed = 0;
+    const std::string out = replace_all(pending_, n_.pattern, n_.content, &consumed, final);
+    pending_.erase(0, consumed);
+    if (!out.empty()) next_.text(out);
+  }
+
+  const Normalizer& n_;
+  Stage& next_;
+  std::string pending_;
+};
+
 // The pre-tokenizers and the BPE model: the last stage, which appends ids to `out`.
 class PreTokenizeStage final : public Stage {
  public:
@@ -225,9 +278,14 @@ class StreamEncoder::Pipeline {
       normalized_added_ = std::make_unique<AddedTokenStage>(impl.normalized_added, *next);
       next = normalized_added_.get();
     }
-    if (impl.nfc) {
-      nfc_ = std::make_unique<NfcStage>(*next);
-      next = nfc_.get();
+    // The normalizers in the file's order: the last one feeds the stages above, so build from it.
+    for (auto it = impl.normalizers.rbegin(); it != impl.normalizers.rend(); ++it) {
+      if (it->kind == Normalizer::Kind::kNfc) {
+        normalizers_.push_back(std::make_unique<NfcStage>(*next));
+      } else {
+        normalizers_.push_back(std::make_unique<ReplaceStage>(*it, *next));
+      }
+      next = normalizers_.back().get();
     }
     if (!impl.raw_added.empty()) {
       raw_added_ = std::make_unique<AddedTokenStage>(impl.raw_added, *next);
@@ -267,7 +325,7 @@ class StreamEncoder::Pipeline {
  private:
   PreTokenizeStage last_;
   std::unique_ptr<AddedTokenStage> normalized_added_, raw_added_;
-  std::unique_ptr<NfcStage> nfc_;
+  std::vector<std::unique_ptr<Stage>> normalizers_;
   Stage* first_ = nullptr;
   std::string carry_;
   uint64_t offset_ = 0;  // bytes of the document fed so far
@@ -285,20 +343,27 @@ size_t StreamEncoder::pending_bytes() const { return pipeline_->pending(); }
 
 std::string Tokenizer::normalize(std::string_view text) const {
   const TokenizerImpl& impl = *impl_;
-  if (!impl.nfc) return std::string(text);
+  if (impl.normalizers.empty()) return std::string(text);
   const Utf8Check check = check_utf8(text);
   PSTAR_CHECK(!check.invalid && check.valid == text.size(), FormatError,
               "the text is not valid UTF-8 at byte ", check.valid,
               " (Hugging Face tokenizers take UTF-8 text only)");
   // The pipeline's order (StreamEncoder::Pipeline): added tokens matched on the raw text first,
-  // NFC on the stretches between them.
+  // the normalizers on the stretches between them.
+  auto normalized = [&](std::string_view stretch) {
+    std::string t(stretch);
+    for (const Normalizer& n : impl.normalizers)
+      t = n.kind == Normalizer::Kind::kNfc ? nfc(t.data(), t.size())
+                                           : replace_all(t, n.pattern, n.content);
+    return t;
+  };
   std::string out;
   size_t pos = 0;
   while (pos < text.size()) {
     const AddedTokenMatcher::Found f =
         impl.raw_added.empty() ? AddedTokenMatcher::Found{} : impl.raw_added.find(text, pos, true);
     const size_t stop = f.found ? f.begin : text.size();
-    out += nfc(text.data() + pos, stop - pos);
+    out += normalized(text.substr(pos, stop - pos));
     if (!f.found) break;
     out.append(text.substr(f.begin, f.end - f.begin));
     pos = f.end;

@@ -52,6 +52,15 @@ class AddedTokenMatcher {
   size_t max_len_ = 0;
 };
 
+// One normalizer of the sequence, applied in the file's order.
+struct Normalizer {
+  enum class Kind { kNfc, kReplace };
+  Kind kind = Kind::kNfc;
+  // kReplace: every occurrence of `pattern` (a literal string; found left to right, without
+  // overlaps, as Hugging Face's Replace finds a {"String": ...}) becomes `content`.
+  std::string pattern, content;
+};
+
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
 // Turns the spans of a split (matches and gaps) into pieces as `behavior` says, after swapping
@@ -77,6 +86,13 @@ struct BpeCache {
   std::string key;                // scratch
 };
 
+// Note [code-point BPE]
+// A BPE model runs over the characters of each pre-token (Hugging Face's BPE splits a word into
+// chars). Behind a ByteLevel pre-tokenizer those characters stand for bytes (GPT-2's alphabet), so
+// pstar runs it over the bytes directly (`byte_level`). Without one (SentencePiece-style files:
+// Gemma's Replace(" " -> "▁") normalizer and its vocabulary of "▁the"), the symbols are code
+// points: each character's own entry, else with byte_fallback its UTF-8 bytes as the entries
+// <0x00>..<0xFF>, else unk. Merges then join symbols by id either way.
 class Bpe {
  public:
   // encode_word through `cache`. Words longer than kMaxCachedWord bytes are not cached; the
@@ -89,14 +105,35 @@ class Bpe {
   void encode_word(std::string_view word, std::vector<uint32_t>& out,
                    std::vector<uint32_t>& symbols, std::vector<uint64_t>& ranks) const;
 
-  // Raw bytes of each entry reachable from bytes (its text in the byte-level alphabet decoded).
+  // Words longer than this many symbols merge through a heap (n log n) rather than by scanning
+  // for the best pair after each merge (n^2, faster for short words): without a regex splitting
+  // them, a code-point model's words are whole lines (Gemma's).
+  static constexpr size_t kHeapMergeFrom = 64;
+
+  bool byte_level = true;  // Note [code-point BPE]
+  // Byte-level: the raw bytes of each entry reachable from bytes (its text in the byte-level
+  // alphabet decoded). Code points: each entry by its text.
   std::unordered_map<std::string, uint32_t> vocab;
-  std::array<int64_t, 256> byte_ids{};  // -1: the byte has no entry
+  std::array<int64_t, 256> byte_ids{};  // byte-level: each byte's entry; -1: none
+  // Code points: the entry of each single character, and with byte_fallback each byte's <0xNN>
+  // entry (-1: none).
+  std::unordered_map<uint32_t, uint32_t> char_ids;
+  bool byte_fallback = false;
+  std::array<int64_t, 256> fallback_ids{};
   // (left id << 32 | right id) -> (rank << 32 | merged id).
   std::unordered_map<uint64_t, uint64_t> merges;
   bool ignore_merges = false;
   std::optional<uint32_t> unk;
   bool fuse_unk = false;
+
+ private:
+  // The initial symbols of a word (one per byte, or per code point: Note [code-point BPE]).
+  void initial_symbols(std::string_view word, std::vector<uint32_t>& symbols) const;
+  // Applies the merges, lowest rank first (leftmost among equals), until none applies; returns
+  // how many symbols are left at the front of `symbols`.
+  size_t merge_by_scan(std::vector<uint32_t>& symbols, std::vector<uint64_t>& ranks) const;
+  size_t merge_by_heap(std::vector<uint32_t>& symbols) const;
+  uint64_t pair_rank(uint32_t a, uint32_t b) const;
 };
 
 class TokenizerImpl {
@@ -104,7 +141,7 @@ class TokenizerImpl {
   std::vector<AddedToken> added;
   AddedTokenMatcher raw_added;         // normalized: false, matched on the text as given
   AddedTokenMatcher normalized_added;  // normalized: true, matched after the normalizer
-  bool nfc = false;
+  std::vector<Normalizer> normalizers;
   std::vector<PreTokenizer> pre;
   Bpe bpe;
   // Every entry by its text in the file (the byte-level alphabet) and added tokens by content.

@@ -120,6 +120,7 @@ void check_data(const Context& ctx, const TrainConfig& c) {
     std::string key;
     if (d.chat_template != defaults.chat_template) key = "data.chat_template";
     if (d.chat_date != defaults.chat_date) key = "data.chat_date";
+    if (d.chat_template_kwargs != defaults.chat_template_kwargs) key = "data.chat_template_kwargs";
     if (d.loss_on != defaults.loss_on) key = "data.loss_on";
     if (d.packing != defaults.packing) key = "data.packing";
     if (d.truncate != defaults.truncate) key = "data.truncate";
@@ -135,6 +136,18 @@ void check_data(const Context& ctx, const TrainConfig& c) {
     ctx.fail("data.chat_date", str_cat("expected \"\" or a date written YYYY-MM-DD, such as "
                                        "\"2024-07-26\", found \"",
                                        d.chat_date, "\""));
+  }
+  if (!d.chat_template_kwargs.empty()) {
+    // The variables the renderer sets itself (text/src/chat_template.cpp, kOwnVariables).
+    const Json kwargs = Json::parse(d.chat_template_kwargs);
+    for (const char* own : {"messages", "add_generation_prompt", "bos_token", "eos_token",
+                            "raise_exception", "namespace", "range", "strftime_now"}) {
+      if (kwargs.contains(own)) {
+        ctx.fail(str_cat("data.chat_template_kwargs.", own),
+                 "a variable pstar sets itself when it renders a conversation; give only the "
+                 "template's own options (such as Qwen3's enable_thinking)");
+      }
+    }
   }
   check_eval(ctx, c);
 }

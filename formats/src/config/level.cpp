@@ -125,6 +125,14 @@ void Level::read_string(const std::string& key, std::string* out) const {
   if (const Json* v = find(key)) *out = string_value(*v, path(key), "a string");
 }
 
+void Level::read_json_object(const std::string& key, std::string* out) const {
+  const Json* v = find(key);
+  if (v == nullptr) return;
+  if (!v->is_null() && !v->is_object())
+    ctx_.fail(path(key), "expected a JSON object (or null), found " + type_and_value(*v));
+  *out = v->is_null() || v->empty() ? "" : v->dump();
+}
+
 void Level::read_choice(const std::string& key, std::string* out,
                         const std::vector<std::string>& choices, const std::string& note) const {
   const Json* v = find(key);

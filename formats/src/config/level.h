@@ -79,6 +79,9 @@ class Level {
 
   void read_string(const std::string& key, std::string* out) const;
 
+  // A JSON object of any keys and values, kept as its text (compact); null or {} read as "".
+  void read_json_object(const std::string& key, std::string* out) const;
+
   // A string that must be one of `choices` (matched exactly); the message lists them and
   // suggests the closest. `note` explains more where that helps.
   void read_choice(const std::string& key, std::string* out,

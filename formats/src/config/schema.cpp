@@ -60,6 +60,9 @@ Json to_json(const TrainConfig& c) {
   data["tokenizer"] = c.data.tokenizer;
   data["chat_template"] = c.data.chat_template;
   data["chat_date"] = c.data.chat_date;
+  data["chat_template_kwargs"] = c.data.chat_template_kwargs.empty()
+                                     ? Json::object()
+                                     : Json::parse(c.data.chat_template_kwargs);
   data["loss_on"] = loss_on_name(c.data.loss_on);
   data["packing"] = c.data.packing;
   data["truncate"] = c.data.truncate;

@@ -24,6 +24,7 @@ text::RecordOptions record_options(const config::DataConfig& data) {
   text::RecordOptions o;
   o.loss_on = data.loss_on;
   o.date = data.chat_date;
+  o.template_kwargs = data.chat_template_kwargs;
   o.skip_bad_records = data.skip_bad_records;
   return o;
 }

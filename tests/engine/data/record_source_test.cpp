@@ -1,7 +1,10 @@
 // data.jsonl opened end to end (open_record_sources, open_training_data) through a small tokenizer
 // and chat template written here: the records and their split, the errors that name the file and
 // the line, and the training data over records beside that over tokens.
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -12,6 +15,7 @@
 #include "pstar/data/batch_sampler.h"
 #include "pstar/data/record_sampler.h"
 #include "pstar/data/record_source.h"
+#include "pstar/data/token_source.h"
 #include "pstar/data/training_data.h"
 #include "pstar/formats/config.h"
 #include "pstar/formats/token_file.h"
@@ -151,6 +155,98 @@ TEST(TrainingDataTest, RecordsGiveARecordSamplerAndTokensTheBatchSampler) {
   BatchSampler plain(*w.tokens, Sampling::kRandom, 2, 16, 1, t.training.seed);
   EXPECT_TRUE(torch::equal(tb.inputs, plain.batch(2, 1).inputs));
   EXPECT_EQ(w.global_counted_targets(2), 2 * 16);
+}
+
+// Gemma 3's ids run past 262,000. A tokenizer shaped like its tokenizer.json (BPE over code points,
+// byte fallback, Replace(" " -> "▁"), "\n" an added token) with its ids placed there: they pass
+// through the record file, the token file (uint32) and the batch into the embedding unchanged.
+TEST(RecordSourceTest, IdsPastTwoToTheSixteenReachTheEmbedding) {
+  using Json = nlohmann::json;
+  constexpr uint32_t kBase = 262000;
+  Json vocab = {{"<unk>", kBase},
+                {"a", kBase + 300},
+                {"b", kBase + 301},
+                {"\xE2\x96\x81", kBase + 302},
+                {"ab", kBase + 303}};
+  for (unsigned b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    vocab[name] = kBase + 1 + b;
+  }
+  const Json added = Json::array(
+      {{{"id", kBase + 400}, {"content", "<start_of_turn>"}, {"special", true}},
+       {{"id", kBase + 401}, {"content", "<end_of_turn>"}, {"special", true}},
+       {{"id", kBase + 402}, {"content", "\n"}, {"special", false}, {"normalized", false}}});
+  const Json tokenizer = {
+      {"added_tokens", added},
+      {"normalizer",
+       {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}},
+      {"pre_tokenizer",
+       {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithPrevious"}}},
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", vocab},
+        {"merges", Json::array({Json::array({"a", "b"})})},
+        {"unk_token", "<unk>"},
+        {"fuse_unk", true},
+        {"byte_fallback", true}}}};
+  const Json config = {
+      {"chat_template",
+       "{% for m in messages %}<start_of_turn>{{ m.role }}\n{{ m.content }}<end_of_turn>\n"
+       "{% endfor %}"},
+      {"eos_token", "<end_of_turn>"}};
+  ScratchDir dir;
+  std::filesystem::create_directories(dir.path() / "tok");
+  write_text(dir.file("tok/tokenizer.json"), tokenizer.dump());
+  write_text(dir.file("tok/tokenizer_config.json"), config.dump());
+  write_text(dir.file("chat.jsonl"), R"({"messages": [{"role": "user", "content": "ab ab?"},)"
+                                     R"( {"role": "assistant", "content": "ba ab \u00e9"}]})"
+                                     "\n");
+  constexpr int64_t kVocab = kBase + 403;
+
+  config::TrainConfig c;
+  c.data.jsonl = dir.file("chat.jsonl");
+  c.data.tokenizer = dir.file("tok");
+  c.data.sampling = "sequential";
+  const RecordSources sources = open_record_sources(c.data, kVocab, 64);
+  std::vector<uint32_t> record(static_cast<size_t>(sources.train->size(0)));
+  sources.train->read(0, 0, static_cast<int64_t>(record.size()), record.data());
+  std::vector<int64_t> ids;
+  for (uint32_t token : record) ids.push_back(formats::record_token_id(token));
+  // <start_of_turn>, then "user" in bytes (no entries), "\n", ab ▁ab: "ab" merged, ...
+  ASSERT_GT(ids.size(), 20u);
+  EXPECT_EQ(ids[0], kBase + 400);
+  EXPECT_EQ(ids[1], kBase + 1 + 'u');
+  EXPECT_EQ(*std::min_element(ids.begin(), ids.end()), kBase + 1 + '?');
+  EXPECT_NE(std::find(ids.begin(), ids.end(), kBase + 303), ids.end());  // "ab"
+
+  // One window holding the whole record: its inputs are the record's ids, and the embedding
+  // looks each up.
+  const int64_t seq_len = static_cast<int64_t>(ids.size()) - 1;
+  TrainingData d = open_training_data(c, kVocab, seq_len);
+  const Batch b = d.train->batch(1, 1);
+  ASSERT_EQ(b.inputs.size(1), seq_len);
+  const std::vector<int64_t> inputs(b.inputs.data_ptr<int64_t>(),
+                                    b.inputs.data_ptr<int64_t>() + seq_len);
+  EXPECT_EQ(inputs, std::vector<int64_t>(ids.begin(), ids.end() - 1));
+  const torch::Tensor weight = torch::arange(kVocab, torch::kFloat64).unsqueeze(1);
+  const torch::Tensor looked_up = torch::embedding(weight, b.inputs).squeeze(-1);
+  EXPECT_TRUE(torch::equal(looked_up.to(torch::kInt64), b.inputs));
+
+  // The same text as data.text: a token file of uint32 ids beside it.
+  config::DataConfig text;
+  text.text = dir.file("doc.txt");
+  text.tokenizer = dir.file("tok");
+  write_text(text.text, "ab ab?\nba ab \u00e9\n");
+  const auto source = open_token_source(text, kVocab, 4);
+  std::vector<int64_t> tokens(static_cast<size_t>(source->size()));
+  source->read(0, source->size(), tokens.data());
+  EXPECT_EQ(tokens.front(), kBase + 303);
+  EXPECT_EQ(*std::max_element(tokens.begin(), tokens.end()), kBase + 402);
+  bool uint32_file = false;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+    uint32_file = uint32_file || entry.path().string().find(".uint32.tokens") != std::string::npos;
+  EXPECT_TRUE(uint32_file);
 }
 
 }  // namespace

@@ -225,9 +225,12 @@ Value string_method(const Value& self, const std::string& name) {
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     const bool left = name != "rstrip", right = name != "lstrip";
     return bind([s, left, right](CallArgs& a) {
-      if (!a.positional.empty() && !a.positional[0].is_none())
-        fail(a, "strip(chars) is not supported; strip() removes whitespace");
-      return Value::string(strip(s, left, right));
+      // Python's str.strip(chars): None strips whitespace; a string strips any of its characters.
+      const Value& chars = a.get(0, "chars", kNoArg);
+      if (chars.is_undefined() || chars.is_none()) return Value::string(strip(s, left, right));
+      if (!chars.is_string())
+        fail(a, std::string("chars must be a string or None, not a ") + chars.type_name());
+      return Value::string(strip(s, left, right, &chars.as_str().text));
     });
   }
   if (name == "upper" || name == "lower") {
@@ -317,20 +320,31 @@ int64_t code_points(const std::string& s) {
   return n;
 }
 
-Str strip(const Str& s, bool left, bool right) {
+Str strip(const Str& s, bool left, bool right, const std::string* chars) {
   const std::string& t = s.text;
+  // Whether the code point is one to strip: whitespace, or one of `chars` (compared as code
+  // points, so that a multi-byte character in `chars` strips only itself).
+  auto strips = [&](size_t at, size_t n) {
+    if (chars == nullptr) return is_space(decode(t, at).first);
+    for (size_t i = 0; i < chars->size();) {
+      const size_t m = decode(*chars, i).second;
+      if (m == n && chars->compare(i, m, t, at, n) == 0) return true;
+      i += m;
+    }
+    return false;
+  };
   size_t b = 0, e = t.size();
   if (left) {
     while (b < e) {
-      const auto [cp, n] = decode(t, b);
-      if (!is_space(cp)) break;
+      const size_t n = decode(t, b).second;
+      if (!strips(b, n)) break;
       b += n;
     }
   }
   if (right) {
     while (e > b) {
       const size_t p = previous_start(t, e);
-      if (!is_space(decode(t, p).first)) break;
+      if (!strips(p, e - p)) break;
       e = p;
     }
   }
@@ -355,7 +369,12 @@ Value attribute(const Value& value, const std::string& name) {
 Value apply_filter(const std::string& name, const Value& v, CallArgs& args) {
   if (name == "trim") {
     if (!v.is_string()) fail(args, std::string("trim: expected a string, got a ") + v.type_name());
-    return Value::string(strip(v.as_str(), true, true));
+    // Jinja's trim(chars=None), which is Python's strip(chars).
+    const Value& chars = args.get(0, "chars", kNoArg);
+    if (chars.is_undefined() || chars.is_none())
+      return Value::string(strip(v.as_str(), true, true));
+    if (!chars.is_string()) fail(args, "trim: chars must be a string");
+    return Value::string(strip(v.as_str(), true, true, &chars.as_str().text));
   }
   if (name == "length" || name == "count") {
     if (v.is_string()) return Value::integer(code_points(v.as_str().text));

@@ -22,8 +22,9 @@ Value attribute(const Value& value, const std::string& name);
 // Hugging Face's tojson calls it; indent < 0 means None.
 std::string to_json(const Value& value, int indent);
 
-// Python's str.strip() of Unicode whitespace, keeping origins (Note [string origins]).
-Str strip(const Str& s, bool left, bool right);
+// Python's str.strip() of Unicode whitespace, or with `chars` str.strip(chars) (any of its
+// characters), keeping origins (Note [string origins]).
+Str strip(const Str& s, bool left, bool right, const std::string* chars = nullptr);
 
 // Python's len() of a string: code points, not bytes.
 int64_t code_points(const std::string& s);

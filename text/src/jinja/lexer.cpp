@@ -1,5 +1,6 @@
 #include "lexer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <string>
 #include <vector>
@@ -9,13 +10,34 @@
 namespace pstar::text::jinja {
 namespace {
 
+// The source after apply_chat_template's trim_blocks and lstrip_blocks, and where each of the
+// source's newlines went, so that a message names the template's own line (Note [source lines]).
+struct Trimmed {
+  std::string text;
+  // For each newline of the source, in order: the position in `text` from which text is on the
+  // next line (one past a newline kept; where a dropped one was).
+  std::vector<size_t> line_starts;
+  // The 1-based line of the source that text[pos] came from.
+  int line_at(size_t pos) const {
+    return 1 + static_cast<int>(std::upper_bound(line_starts.begin(), line_starts.end(), pos) -
+                                line_starts.begin());
+  }
+};
+
+// Note [source lines]
+// trim_blocks drops the newline after a block tag before anything is lexed, so counting the
+// newlines of the lexed text would put a construct on line 41 of Qwen3's template at line 9.
+// Every source newline is therefore recorded where it was kept or dropped, and tokens take their
+// line from the position they start at.
+//
 // apply_chat_template renders with trim_blocks and lstrip_blocks: spaces and tabs from the start
 // of a line up to a block or comment tag go, and so does the first newline after one.
-std::string apply_block_whitespace(const std::string& source) {
+Trimmed apply_block_whitespace(const std::string& source) {
   // Jinja's keep_trailing_newline=False: one newline at the very end is not part of the output.
   const std::string s =
       !source.empty() && source.back() == '\n' ? source.substr(0, source.size() - 1) : source;
-  std::string out;
+  Trimmed t;
+  std::string& out = t.text;
   out.reserve(s.size());
   size_t i = 0;
   while (i < s.size()) {
@@ -28,18 +50,22 @@ std::string apply_block_whitespace(const std::string& source) {
       out += s[i];
       out += '}';
       i += 2;
-      if (i < s.size() && s[i] == '\n') ++i;
+      if (i < s.size() && s[i] == '\n') {
+        t.line_starts.push_back(out.size());
+        ++i;
+      }
       continue;
     }
+    if (s[i] == '\n') t.line_starts.push_back(out.size() + 1);
     out += s[i++];
   }
-  return out;
+  return t;
 }
 
 class Lexer {
  public:
   Lexer(const std::string& source, const std::string& origin)
-      : s_(apply_block_whitespace(source)), origin_(origin) {}
+      : src_(apply_block_whitespace(source)), s_(src_.text), origin_(origin) {}
 
   std::vector<Tok> run() {
     size_t text_start = 0;
@@ -54,61 +80,61 @@ class Lexer {
       }
       const bool strip_before = open + 2 < s_.size() && s_[open + 2] == '-';
       emit_text(text_start, open, strip_next, strip_before);
-      count_lines(text_start, open);
       pos_ = open + 2 + (strip_before ? 1 : 0);
       if (k == '#') {
         const size_t close = s_.find("#}", pos_);
         if (close == std::string::npos) fail("a comment {# is not closed");
         strip_next = close > pos_ && s_[close - 1] == '-';
-        count_lines(pos_, close);
         pos_ = close + 2;
       } else {
-        toks_.push_back({k == '{' ? Tok::Type::kVarBegin : Tok::Type::kBlockBegin, "", line_});
+        push(k == '{' ? Tok::Type::kVarBegin : Tok::Type::kBlockBegin, "", open);
         strip_next = lex_tag(k == '{' ? '}' : '%');
       }
       text_start = pos_;
     }
     emit_text(text_start, s_.size(), strip_next, false);
-    toks_.push_back({Tok::Type::kEof, "", line_});
+    push(Tok::Type::kEof, "", s_.size());
     return std::move(toks_);
   }
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    PSTAR_THROW(FormatError, origin_, ", line ", line_, ": ", what);
+    PSTAR_THROW(FormatError, origin_, ", line ", src_.line_at(pos_), ": ", what);
   }
 
-  void count_lines(size_t from, size_t to) {
-    for (size_t i = from; i < to && i < s_.size(); ++i) line_ += s_[i] == '\n' ? 1 : 0;
+  // A token that starts at s_[start], with the source line it is on (Note [source lines]).
+  void push(Tok::Type type, std::string value, size_t start) {
+    toks_.push_back({type, std::move(value), src_.line_at(start)});
   }
 
   void emit_text(size_t begin, size_t end, bool strip_left, bool strip_right) {
     std::string t = s_.substr(begin, end - begin);
-    if (strip_left) t.erase(0, t.find_first_not_of(" \t\r\n"));
+    if (strip_left) {
+      const size_t first = t.find_first_not_of(" \t\r\n");
+      begin += first == std::string::npos ? t.size() : first;
+      t.erase(0, first);
+    }
     if (strip_right) {
       const size_t last = t.find_last_not_of(" \t\r\n");
       t.erase(last == std::string::npos ? 0 : last + 1);
     }
-    if (!t.empty()) toks_.push_back({Tok::Type::kText, std::move(t), line_});
+    if (!t.empty()) push(Tok::Type::kText, std::move(t), begin);
   }
 
   // Tokens up to the closing `}}` or `%}`; returns whether it was `-}}` / `-%}`.
   bool lex_tag(char close) {
     while (true) {
-      while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) {
-        line_ += s_[pos_] == '\n' ? 1 : 0;
-        ++pos_;
-      }
+      while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
       if (pos_ >= s_.size()) fail(close == '}' ? "{{ is not closed" : "{% is not closed");
       const char c = s_[pos_];
       if (c == '-' && pos_ + 2 < s_.size() && s_[pos_ + 1] == close && s_[pos_ + 2] == '}') {
-        pos_ += 3;
         end_tag(close);
+        pos_ += 3;
         return true;
       }
       if (c == close && pos_ + 1 < s_.size() && s_[pos_ + 1] == '}') {
-        pos_ += 2;
         end_tag(close);
+        pos_ += 2;
         return false;
       }
       if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
@@ -116,7 +142,7 @@ class Lexer {
         while (pos_ < s_.size() &&
                (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
           ++pos_;
-        toks_.push_back({Tok::Type::kName, s_.substr(b, pos_ - b), line_});
+        push(Tok::Type::kName, s_.substr(b, pos_ - b), b);
       } else if (std::isdigit(static_cast<unsigned char>(c))) {
         lex_number();
       } else if (c == '\'' || c == '"') {
@@ -128,14 +154,14 @@ class Lexer {
           if (s_.compare(pos_, 2, t) == 0) op = t;
         if (op.size() == 1 && std::string("+-*/%~<>=()[]{},.:|").find(c) == std::string::npos)
           fail(std::string("unexpected character '") + c + "' in a tag");
+        push(Tok::Type::kOp, op, pos_);
         pos_ += op.size();
-        toks_.push_back({Tok::Type::kOp, op, line_});
       }
     }
   }
 
   void end_tag(char close) {
-    toks_.push_back({close == '}' ? Tok::Type::kVarEnd : Tok::Type::kBlockEnd, "", line_});
+    push(close == '}' ? Tok::Type::kVarEnd : Tok::Type::kBlockEnd, "", pos_);
   }
 
   void lex_number() {
@@ -160,18 +186,17 @@ class Lexer {
     std::string digits;
     for (char ch : text)
       if (ch != '_') digits += ch;
-    toks_.push_back({is_float ? Tok::Type::kFloat : Tok::Type::kInt, digits, line_});
+    push(is_float ? Tok::Type::kFloat : Tok::Type::kInt, digits, b);
   }
 
   // Python's string literal escapes, as Jinja reads them.
   void lex_string(char quote) {
-    ++pos_;
+    const size_t start = pos_++;
     std::string out;
     while (true) {
       if (pos_ >= s_.size()) fail("a string literal is not closed");
       const char c = s_[pos_++];
       if (c == quote) break;
-      if (c == '\n') ++line_;
       if (c != '\\' || pos_ >= s_.size()) {
         out += c;
         continue;
@@ -197,20 +222,19 @@ class Lexer {
           out += '"';
           break;
         case '\n':
-          ++line_;
           break;  // a line continuation
         default:
           out += '\\';
           out += e;
       }
     }
-    toks_.push_back({Tok::Type::kString, std::move(out), line_});
+    push(Tok::Type::kString, std::move(out), start);
   }
 
-  std::string s_;
+  const Trimmed src_;
+  const std::string& s_;  // src_.text
   const std::string& origin_;
   size_t pos_ = 0;
-  int line_ = 1;
   std::vector<Tok> toks_;
 };
 

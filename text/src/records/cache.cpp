@@ -19,8 +19,9 @@ namespace {
 
 using Json = nlohmann::json;
 
-// Part of every cache key: a new version of the masking rules makes new files.
-constexpr std::string_view kRecordsVersion = "pstar records 1";
+// Part of every cache key: a new version of the masking rules makes new files. 2: messages'
+// reasoning_content is read (it was ignored), and the template's kwargs are part of the key.
+constexpr std::string_view kRecordsVersion = "pstar records 2";
 
 }  // namespace
 
@@ -120,6 +121,7 @@ std::string record_cache_path(const Tokenizer& tokenizer, const ChatTemplate* ch
   fnv1a_field(h, chat != nullptr ? chat->bos_token() + "\n" + chat->eos_token() : "");
   fnv1a_field(h, config::loss_on_name(options.loss_on));
   fnv1a_field(h, options.date);
+  fnv1a_field(h, options.template_kwargs);
   fnv1a_field(h, options.skip_bad_records ? "skip" : "");
   const formats::MappedFile jsonl(jsonl_path);
   fnv1a(h, jsonl.data(), jsonl.size());

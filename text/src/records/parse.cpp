@@ -144,7 +144,16 @@ std::optional<BadRecord> read_messages(const Json& list, ParsedRecord& out) {
     if (!content->is_string())
       return bad("content not a string",
                  at + ".content is " + type_and_value(*content) + ", expected a string");
-    out.messages.push_back({name, content->get<std::string>()});
+    ChatMessage message{name, content->get<std::string>(), std::nullopt};
+    // An assistant's reasoning apart from its content, for templates that read it (Qwen3's).
+    const auto reasoning = m.find("reasoning_content");
+    if (reasoning != m.end() && !reasoning->is_null()) {
+      if (!reasoning->is_string())
+        return bad("wrong type", at + ".reasoning_content is " + type_and_value(*reasoning) +
+                                     ", expected a string or null");
+      message.reasoning_content = reasoning->get<std::string>();
+    }
+    out.messages.push_back(std::move(message));
   }
   return std::nullopt;
 }

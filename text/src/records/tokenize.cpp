@@ -19,6 +19,14 @@ constexpr std::string_view kMarker = "\xEE\x80\x80";
 
 BadRecord bad(const char* kind, std::string message) { return {kind, std::move(message)}; }
 
+// How records render a conversation: without the generation prompt (Note [record masks]).
+ChatOptions chat_options_of(const RecordOptions& options) {
+  ChatOptions o;
+  o.date = options.date;
+  o.template_kwargs = options.template_kwargs;
+  return o;
+}
+
 // A byte range of the text whose tokens count.
 struct Range {
   size_t begin = 0, end = 0;
@@ -73,8 +81,7 @@ class RecordTokenizer::Impl {
                  ? m == last_assistant
                  : messages[static_cast<size_t>(m)].role == "assistant";
     };
-    ChatOptions chat_options;
-    chat_options.date = options_.date;
+    const ChatOptions chat_options = chat_options_of(options_);
     RenderedChat rendered;
     try {
       rendered = chat_->render(messages, chat_options);
@@ -151,11 +158,9 @@ class RecordTokenizer::Impl {
                          std::vector<Range>& contents) {
     std::vector<ChatMessage> marked = parsed_.messages;
     for (int m : unplaced) marked[static_cast<size_t>(m)].content = std::string(kMarker);
-    ChatOptions chat_options;
-    chat_options.date = options_.date;
     RenderedChat again;
     try {
-      again = chat_->render(marked, chat_options);
+      again = chat_->render(marked, chat_options_of(options_));
     } catch (const FormatError&) {
       return false;
     }

@@ -95,6 +95,9 @@ struct DataConfig {
   // (resolved path); empty: the one beside `tokenizer`.
   std::string chat_template;
   std::string chat_date;  // "" or YYYY-MM-DD: what the template's strftime_now() gives
+  // Further template variables, as apply_chat_template's keyword arguments ({"enable_thinking":
+  // false} for Qwen3): the text of a JSON object, or "" for none.
+  std::string chat_template_kwargs;
   LossOn loss_on = LossOn::kAssistant;
   bool packing = true;  // several records to a seq_len window (else one, padded)
   // A record longer than seq_len + 1 tokens: cut (and counted in the log), or an error.

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,10 @@ struct Program;
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant", or what the template knows
   std::string content;
+  // An assistant turn's reasoning kept apart from its content, as `message.reasoning_content`
+  // (Qwen3's template writes it in a <think> block); absent: the variable is undefined. Its bytes
+  // are the message's own, like the content's (Note [string origins]).
+  std::optional<std::string> reasoning_content = std::nullopt;
 };
 
 struct ChatOptions {
@@ -40,6 +45,11 @@ struct ChatOptions {
   // 3.1/3.2's templates write their own default date (26 Jul 2024) and the text does not depend
   // on the day a run starts.
   std::string date;
+  // Further variables for the template, as apply_chat_template's keyword arguments
+  // (data.chat_template_kwargs, e.g. {"enable_thinking": false} for Qwen3): the text of a JSON
+  // object, or "" for none. A name the renderer sets itself (messages, bos_token, ...) is a
+  // FormatError.
+  std::string template_kwargs;
 };
 
 // The rendered text, and the byte ranges of it that are a message's content (ranges of one

@@ -4,7 +4,8 @@
 //
 // Note [record masks]
 // A record is one line of the file, an object of one of three shapes, decided per line:
-//   {"messages": [{"role": ..., "content": ...}, ...]}  roles system, user, assistant
+//   {"messages": [{"role": ..., "content": ...}, ...]}  roles system, user, assistant; a message
+//                                                      may add "reasoning_content" (a string)
 //   {"prompt": ..., "completion": ...}
 //   {"text": ...}
 // (other keys of the object are ignored). A conversation is rendered with the chat template
@@ -54,6 +55,7 @@ using LossOn = config::LossOn;
 struct RecordOptions {
   LossOn loss_on = LossOn::kAssistant;
   std::string date;  // ChatOptions::date for the template's strftime_now ("" leaves it undefined)
+  std::string template_kwargs;  // ChatOptions::template_kwargs (data.chat_template_kwargs)
   bool skip_bad_records = false;
 };
 

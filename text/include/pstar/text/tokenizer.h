@@ -1,5 +1,6 @@
-// Byte-level BPE tokenizers as Hugging Face's `tokenizers` runs them: a `tokenizer.json`, or
-// GPT-2's `vocab.json` + `merges.txt` folder form (text/README.md lists what is supported).
+// BPE tokenizers as Hugging Face's `tokenizers` runs them: byte-level (GPT-2, Llama 3, Qwen) or
+// over code points with byte fallback (Gemma), from a `tokenizer.json`, or GPT-2's `vocab.json` +
+// `merges.txt` folder form (text/README.md lists what is supported).
 //
 // Note [whole-text equivalence]
 // encode(text) equals Hugging Face's `encode(text, add_special_tokens=False).ids` for the whole
@@ -9,6 +10,7 @@
 //   - added tokens: a tail that is the start of an added token, or a match a longer one could
 //     still extend;
 //   - NFC: everything after the last ASCII byte (ASCII never composes with what comes before);
+//   - Replace of a string: a tail that may be the start of the string (its length - 1 bytes);
 //   - the first pre-tokenizer's regex: runs with PCRE2's hard partial matching, so a match or a
 //     gap whose extent depends on text not yet seen is reported as such; the last piece the
 //     split behaviour produced is kept too, since the next match may still merge into it;
@@ -17,14 +19,16 @@
 // own, so StreamEncoder::finish() (end of document) and an added token end one.
 //
 // Note [token offsets]
-// Byte-level BPE loses nothing: the token texts of encode(text) (token_text: bytes for entries,
-// content for added tokens), one after another, spell normalize(text) exactly, so token i covers
+// BPE loses nothing: the token texts of encode(text) (token_text: bytes for byte-level entries,
+// the entry's text for code-point ones, the byte for a byte-fallback <0xNN>, content for added
+// tokens), one after another, spell normalize(text) exactly, so token i covers
 // the bytes [sum of the lengths before it, that + its length) of normalize(text). Without a
-// normalizer that is the text itself; with NFC, a position in the text maps to one in
-// normalize(text) by normalizing the pieces on either side apart, which is exact when no
-// character composes across the cut (text/records.h checks that the pieces spell the token texts
-// and refuses the record otherwise). What breaks the spelling (a ByteLevel add_prefix_space, an
-// unknown byte fused into an unk token) is found by that check, never silently mis-aligned.
+// normalizer that is the text itself; with NFC or Replace (Gemma's " " -> "▁"), a position in the
+// text maps to one in normalize(text) by normalizing the pieces on either side apart, which is
+// exact when no character composes and no replaced string lies across the cut (text/records.h
+// checks that the pieces spell the token texts and refuses the record otherwise). What breaks the
+// spelling (a ByteLevel add_prefix_space, an unknown byte or character fused into an unk token) is
+// found by that check, never silently mis-aligned.
 #pragma once
 
 #include <cstdint>
@@ -73,8 +77,9 @@ class Tokenizer {
   // 3.1's <|begin_of_text|>); nullopt when the post-processor adds none (GPT-2, Qwen2).
   std::optional<uint32_t> prefix_id() const;
   // The text as the tokenizer's normalizer leaves it, which is what the ids' token texts spell
-  // (Note [token offsets]): the same text without a normalizer; with NFC, each stretch between
-  // added tokens matched on the raw text composed, as encode() composes it. `text` must be UTF-8.
+  // (Note [token offsets]): the same text without a normalizer; else each stretch between added
+  // tokens matched on the raw text normalized (NFC, Replace), as encode() does. `text` must be
+  // UTF-8.
   std::string normalize(std::string_view text) const;
   // A 64-bit FNV-1a checksum (16 hex digits) of the files the tokenizer was loaded from, in a fixed
   // order: the key a token cache of a text file needs besides the text's own checksum.
