@@ -53,6 +53,7 @@ void Trainer::Impl::save_checkpoint() {
   state.loss_scaler = scaler.state();
   state.rng = at::detail::getDefaultCPUGenerator().get_state();
   checkpoints->save(state, [&](checkpoint::TensorList& out) { engine->state_dict(out); });
+  if (tensorboard) tensorboard->flush();  // Note [tensorboard flushes]
 }
 
 void Trainer::Impl::resume(const std::string& where) {
@@ -127,9 +128,18 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   // Rank 0 names the run; checkpoint manifests record it.
   checkpoints->set_run_id(core::random_id());
   checkpoint_timer.stop();
+  // Before the resume, which can take long: a directory that cannot be written is found at once.
+  if (!config.training.tensorboard_dir.empty() && rank() == 0)
+    tensorboard = std::make_unique<TensorBoardLog>(config.training.tensorboard_dir,
+                                                   "training.tensorboard_dir");
   if (!options.resume_dir.empty()) {
     core::PhaseTimer resume_timer(&setup, core::SetupPhase::kResume);
     resume(options.resume_dir);
+  }
+  if (tensorboard) {
+    tensorboard->start_run(step, config::to_json_text(config));
+    log::info("tensorboard: ", tensorboard->path(),
+              step > 0 ? str_cat(" (continuing from step ", step, ")") : std::string());
   }
 
   log::info("model: ", format_count(static_cast<double>(num_params)), " parameters (", num_params,
@@ -156,6 +166,10 @@ Trainer::Trainer(const config::TrainConfig& config, ModelAndEngine built,
                  const TrainOptions& options)
     : impl_(std::make_unique<Impl>(config, std::move(built.model), options)) {
   impl_->setup = built.setup;
+  impl_->model_flops_per_step =
+      built.model_flops_per_token *
+      static_cast<double>(config.train_micro_batch_size_per_gpu *
+                          config.gradient_accumulation_steps * impl_->model->max_seq_len());
   impl_->init(std::move(built.engine));
 }
 
