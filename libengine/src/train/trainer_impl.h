@@ -44,11 +44,14 @@ struct Trainer::Impl {
   std::unique_ptr<ParamEngine> engine;
   LrSchedule schedule;
   LossScaler scaler;
-  std::optional<MetricsWriter> metrics;
-  // training.tensorboard_dir, rank 0 only (train/tensorboard.h).
-  std::unique_ptr<TensorBoardLog> tensorboard;
-  // For StepMetrics::tflops: this rank's model FLOPs per step; 0 where unknown.
-  double model_flops_per_step = 0;
+  // Where a step's figures go (record()): the --metrics file and, with training.tensorboard_dir,
+  // rank 0's event file (train/tensorboard.h); and, for their tflops, this rank's model FLOPs per
+  // step (0: unknown).
+  struct {
+    std::optional<MetricsWriter> file;
+    std::unique_ptr<TensorBoardLog> tensorboard;
+    double model_flops_per_step = 0;
+  } metrics;
   std::unique_ptr<Profiler> profiler;
   // Made once the config is resolved (init).
   std::optional<checkpoint::RunCheckpoints> checkpoints;

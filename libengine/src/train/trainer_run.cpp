@@ -148,7 +148,7 @@ TrainSummary Trainer::run() {
     }
   }
   log::end_status();
-  if (s.tensorboard) s.tensorboard->flush();
+  if (s.metrics.tensorboard) s.metrics.tensorboard->flush();
   if (s.profiler) {
     const std::string path = s.rank_path(s.options.profile_path);
     s.profiler->write(path);

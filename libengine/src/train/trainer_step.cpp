@@ -120,10 +120,10 @@ StepMetrics Trainer::Impl::skip_empty_step(Clock::time_point step_start) {
 }
 
 void Trainer::Impl::record(const StepMetrics& m) {
-  if (metrics) metrics->write(m);
-  if (tensorboard) {
-    tensorboard->write_step(m);
-    if (logged_step(m)) tensorboard->flush();
+  if (metrics.file) metrics.file->write(m);
+  if (metrics.tensorboard) {
+    metrics.tensorboard->write_step(m);
+    if (logged_step(m)) metrics.tensorboard->flush();
   }
 }
 
@@ -156,7 +156,7 @@ bool Trainer::Impl::abandon_step(double seconds_so_far, int64_t micro_done, doub
 void Trainer::Impl::stop_after(int64_t completed_step) {
   const char* name = stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
   log::end_status();
-  if (tensorboard) tensorboard->flush();  // Note [tensorboard flushes]
+  if (metrics.tensorboard) metrics.tensorboard->flush();  // Note [tensorboard flushes]
   if (!config.training.save_dir.empty()) {
     if (checkpoints->last_saved_step() != completed_step) save_checkpoint();
     log::info("stopped on ", name, " after step ", completed_step, " of ", config.training.steps,
@@ -294,8 +294,8 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   m.tokens = totals.tokens;
   m.step_time_s = seconds_since(step_start);
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / std::max(m.step_time_s, 1e-9);
-  if (model_flops_per_step > 0)
-    m.tflops = model_flops_per_step / std::max(m.step_time_s, 1e-9) / 1e12;
+  if (metrics.model_flops_per_step > 0)
+    m.tflops = metrics.model_flops_per_step / std::max(m.step_time_s, 1e-9) / 1e12;
   m.times = times;
   // After the step's figures and before its checkpoint: the step's own time leaves it out.
   if (eval_due()) m.eval_loss = evaluate();
