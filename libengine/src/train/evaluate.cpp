@@ -98,8 +98,11 @@ EvalSummary evaluate(const config::TrainConfig& config, const TrainOptions& opti
   eval_config.training.save_interval = 0;
   eval_config.training.tensorboard_dir.clear();
   PreparedRun run = prepare_run(eval_config, options);
+  // Before evaluating, so that a directory that cannot be written is found at once; not without
+  // held-out data, which evaluate() refuses.
   std::unique_ptr<TensorBoardLog> tensorboard;
-  if (!config.training.tensorboard_dir.empty() && (run.comm == nullptr || run.comm->rank() == 0))
+  if (!config.training.tensorboard_dir.empty() && (run.comm == nullptr || run.comm->rank() == 0) &&
+      run.trainer->eval_windows() > 0)
     tensorboard = std::make_unique<TensorBoardLog>(config.training.tensorboard_dir,
                                                    "training.tensorboard_dir");
   const auto begin = Clock::now();
