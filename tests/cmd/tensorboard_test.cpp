@@ -19,6 +19,7 @@
 #include "metrics_util.h"
 #include "tensorboard_util.h"
 #include "test_util.h"
+#include "tiny_run.h"
 
 namespace pstar::cmd {
 namespace {
@@ -42,33 +43,19 @@ class TensorBoardCliTest : public ::testing::Test {
     write_text(dir_.file("conf/corpus.txt"), pstar::testing::repetitive_corpus());
   }
 
-  // gpt-tiny on the chunk engine with a tight device tier (the engine's figures are measured), a
-  // held-out tenth of the corpus evaluated every second step, and few flushes of the event file.
+  // tiny_chunked_config (the engine's figures are measured) with a held-out tenth of the corpus
+  // evaluated every second step, and few flushes of the event file.
   static json config() {
-    return {
-        {"model", {{"preset", "gpt-tiny"}, {"seq_len", 32}}},
-        {"data", {{"text", "corpus.txt"}, {"eval_fraction", 0.1}}},
-        {"train_micro_batch_size_per_gpu", 4},
-        {"default_chunk_size", 20000},
-        {"bf16", {{"enabled", false}}},
-        {"training",
-         {{"steps", 4},
-          {"log_interval", 1000},
-          {"eval_interval", 2},
-          {"eval_batches", 2},
-          {"lr_schedule", {{"type", "constant"}}}}},
-        {"engine",
-         {{"mode", "chunked"},
-          {"chunk_size_search", false},
-          {"device_memory", "3MB"},
-          {"host_memory", "1GB"}}},
-    };
+    json c = tiny_chunked_config(4);
+    c["data"]["eval_fraction"] = 0.1;
+    c["training"]["log_interval"] = 1000;
+    c["training"]["eval_interval"] = 2;
+    c["training"]["eval_batches"] = 2;
+    return c;
   }
   void write_config(const json& c) { write_text(dir_.file("conf/train.json"), c.dump(2)); }
-  std::vector<std::string> args(const std::vector<std::string>& extra) const {
-    std::vector<std::string> a{"train", "conf/train.json", "--device", "cpu"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    return a;
+  static std::vector<std::string> args(const std::vector<std::string>& extra) {
+    return cpu_train_args("conf/train.json", extra);
   }
   std::vector<std::string> event_files() const {
     std::vector<std::string> files;
