@@ -29,7 +29,14 @@ struct TrainCommandOptions {
   std::string profile_path;  // --profile: record a profile (docs/profile.md)
   int64_t profile_from = 1;
   std::string step_bound = "auto";  // --step-bound: on, off, auto (the chunk engine on a GPU)
+  std::string tensorboard_dir;      // --tensorboard: training.tensorboard_dir
 };
+
+// `--tensorboard DIR` of train and eval: `overrides` (--set) with training.tensorboard_dir=DIR
+// last, so that it wins over a --set of the same key; unchanged when `dir` is empty
+// (cmd/train.cpp).
+std::vector<std::string> with_tensorboard_dir(std::vector<std::string> overrides,
+                                              const std::string& dir);
 
 void register_train(CLI::App& app);
 int run_train(const TrainCommandOptions& options);
@@ -138,6 +145,7 @@ struct EvalCommandOptions {
   int64_t nproc = 0;  // > 0: start this many local ranks (launch_local)
   std::string master_port;
   int64_t dist_timeout_s = 300;
+  std::string tensorboard_dir;  // --tensorboard: training.tensorboard_dir
 };
 
 void register_eval(CLI::App& app);

@@ -34,6 +34,9 @@ void register_eval(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
   sub->add_flag("-q,--quiet", options->quiet, "Only warnings, errors and the result line");
+  sub->add_option("--tensorboard", options->tensorboard_dir,
+                  "Also write the held-out loss (tag eval/loss, at the checkpoint's step) to a "
+                  "TensorBoard event file in this directory (training.tensorboard_dir)");
   sub->add_option("--nproc", options->nproc,
                   "Start N local ranks, each evaluating a share of the windows")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}));
@@ -54,11 +57,13 @@ int run_eval(const EvalCommandOptions& options) {
     args.insert(args.end(), {"--device", options.device});
     if (!options.resume_dir.empty()) args.insert(args.end(), {"--resume", options.resume_dir});
     if (options.quiet) args.emplace_back("--quiet");
+    if (!options.tensorboard_dir.empty())
+      args.insert(args.end(), {"--tensorboard", options.tensorboard_dir});
     args.insert(args.end(), {"--dist-timeout", std::to_string(options.dist_timeout_s)});
     return launch_local(options.nproc, args, options.master_port);
   }
-  const config::TrainConfig config =
-      config::load_train_config(options.config_path, options.overrides);
+  const config::TrainConfig config = config::load_train_config(
+      options.config_path, with_tensorboard_dir(options.overrides, options.tensorboard_dir));
   if (options.quiet) log::set_level(log::Level::kWarn);
   train::TrainOptions eval_options;
   eval_options.device = options.device;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "pstar/core/log.h"
@@ -28,6 +29,9 @@ void register_train(CLI::App& app) {
       ->allow_extra_args(false);  // one KEY=VALUE per --set, so the config path may follow
   sub->add_option("--metrics", options->metrics_path,
                   "Write one JSON object per optimizer step to this file (JSON Lines)");
+  sub->add_option("--tensorboard", options->tensorboard_dir,
+                  "Write a TensorBoard event file of the run into this directory "
+                  "(training.tensorboard_dir); `tensorboard --logdir DIR` shows it");
   sub->add_option("--device", options->device, "Compute device")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
@@ -74,6 +78,7 @@ std::vector<std::string> rank_args(const TrainCommandOptions& o) {
   std::vector<std::string> args{"train", o.config_path};
   for (const auto& set : o.overrides) args.insert(args.end(), {"--set", set});
   if (!o.metrics_path.empty()) args.insert(args.end(), {"--metrics", o.metrics_path});
+  if (!o.tensorboard_dir.empty()) args.insert(args.end(), {"--tensorboard", o.tensorboard_dir});
   args.insert(args.end(), {"--device", o.device});
   if (!o.resume_dir.empty()) args.insert(args.end(), {"--resume", o.resume_dir});
   if (o.quiet) args.emplace_back("--quiet");
@@ -92,8 +97,17 @@ int run_train(const TrainCommandOptions& options) {
   if (!options.profile_path.empty()) formats::require_profile_io("pstar train --profile");
   if (options.nproc > 0)
     return launch_local(options.nproc, rank_args(options), options.master_port);
-  return run_train_config(config::load_train_config(options.config_path, options.overrides),
-                          options);
+  return run_train_config(
+      config::load_train_config(options.config_path,
+                                with_tensorboard_dir(options.overrides, options.tensorboard_dir)),
+      options);
+}
+
+std::vector<std::string> with_tensorboard_dir(std::vector<std::string> overrides,
+                                              const std::string& dir) {
+  // A JSON string, so that a directory named like a number or `true` stays a string.
+  if (!dir.empty()) overrides.push_back("training.tensorboard_dir=" + nlohmann::json(dir).dump());
+  return overrides;
 }
 
 int run_train_config(const config::TrainConfig& config, const TrainCommandOptions& options) {

@@ -69,7 +69,7 @@ repo=$(pwd)
 
 usage() { sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
 all_phases=(build gpu devices gpt7b gpt7bclip gpt7bspec gpt7bspecloose gpt7bnostream llama8b llama8bspec
-            llama8bfolder llama3b trace suite kernels bench variants largest scaling)
+            llama8bfolder llama3b trace suite kernels tensorboard bench variants largest scaling)
 # Expected seconds of each phase on an H100 (16 cores): the ledger run of 2026-11-27 (build 165 s
 # with every target, gpu 71, gpt7b 158, gpt7bclip 52, llama8b 47, llama8bfolder 63 with the folder
 # written, llama3b 105, suite 39) with about 20% added; --deadline uses them. bench depends on
@@ -96,6 +96,7 @@ phase_seconds() {
     trace) echo 100 ;;
     suite) echo 50 ;;
     kernels) echo 20 ;;
+    tensorboard) echo 30 ;;  # guessed: a 6-step gpt-tiny run and TensorBoard's reader
     bench) echo 300 ;;
     variants) echo 500 ;;
     largest) echo 300 ;;
@@ -287,6 +288,27 @@ phase_suite() {
 
 phase_kernels() { "$build/pstar-bench-adam-kernel"; }
 
+# Issue 58: TensorBoard's own EventAccumulator reads a short run's event file and lists its tags
+# (tests/cmd/tensorboard_accumulator.py, which also checks train/loss against the metrics). Where
+# the Python has no tensorboard package, exit 77: recorded as skipped, not failed.
+phase_tensorboard() {
+  "$python" -c 'import tensorboard' 2>/dev/null || {
+    echo "gpu-verify: tensorboard: $python has no tensorboard package (pip install tensorboard)"
+    return 77
+  }
+  local dir=$work/tensorboard
+  rm -rf "$dir" && mkdir -p "$dir"
+  cat >"$dir/config.json" <<JSON
+{"model": {"preset": "gpt-tiny", "seq_len": 64},
+ "data": {"text": "$repo/README.md", "eval_fraction": 0.1},
+ "train_micro_batch_size_per_gpu": 4,
+ "training": {"steps": 6, "log_interval": 2, "eval_interval": 3}}
+JSON
+  "$build/pstar" train "$dir/config.json" --tensorboard "$dir/tb" --metrics "$dir/metrics.jsonl" ||
+    return 1
+  "$python" tests/cmd/tensorboard_accumulator.py "$dir/tb" "$dir/metrics.jsonl"
+}
+
 # The ledger's model runs (issue 34): steady state is 3 timed steps after pstar's tracing step
 # and its first planned one. Each training run is capped (--timeout) so that one hung run cannot
 # eat the lease.
@@ -432,6 +454,7 @@ else
   run_phase trace phase_trace
   run_phase suite phase_suite
   run_phase kernels phase_kernels
+  run_phase tensorboard phase_tensorboard
   run_phase bench phase_bench
   run_phase variants phase_variants
   run_phase largest phase_largest

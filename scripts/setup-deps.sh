@@ -10,6 +10,7 @@ PACKAGES=(
   libpcre2-dev libutf8proc-dev  # tokenizers (text/): regexes, NFC
   liburing-dev  # the NVMe tier's I/O through io_uring (libengine/src/nvme)
   libgtest-dev libgmock-dev libbenchmark-dev ccache python3-h5py python3-torch
+  python3-protobuf  # tests/cmd/tensorboard_reader.py: an independent reader of the event files
   libplplot-dev plplot-driver-cairo
   clang libclang-rt-14-dev  # the fuzz preset: libFuzzer, ASan, UBSan (docs/fuzzing.md)
 )

@@ -130,6 +130,7 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   training.read_int("keep_last", &c.training.keep_last, 0, kInt64Max);
   training.read_int("eval_interval", &c.training.eval_interval, 0, kInt64Max);
   training.read_int("eval_batches", &c.training.eval_batches, 1, kInt64Max);
+  training.read_string("tensorboard_dir", &c.training.tensorboard_dir);
   const Level schedule = training.child("lr_schedule");
   schedule.read_choice("type", &c.training.lr_schedule.type, {"cosine", "constant"});
   schedule.read_int("warmup_steps", &c.training.lr_schedule.warmup_steps, 0, kInt64Max);

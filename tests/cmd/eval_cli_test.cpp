@@ -1,7 +1,7 @@
 // The held-out loss end to end: `pstar train` with evaluation on one and two ranks changes nothing
 // of training (per-step losses and every rank's checkpoint file, byte for byte), `pstar eval`
-// reproduces the logged eval_loss from the checkpoint, and two ranks share a text's token cache
-// (Note [token cache on several ranks]).
+// reproduces the logged eval_loss from the checkpoint (and writes it to an event file), and two
+// ranks share a text's token cache (Note [token cache on several ranks]).
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "event_file_reader.h"
 #include "metrics_util.h"
 #include "test_util.h"
 
@@ -157,9 +158,22 @@ TEST_F(EvalCliTest, EvalOfACheckpointMatchesTheLog) {
   const RunResult step3 = pstar({"eval", cfg, "--resume", "ck/step-00000003", "-q"});
   ASSERT_EQ(step3.exit_code, 0) << step3;
   EXPECT_EQ(eval_loss_of(step3), at3);
-  const RunResult two = pstar({"eval", cfg, "--resume", "ck/step-00000003", "--nproc", "2"});
+  const RunResult two =
+      pstar({"eval", cfg, "--resume", "ck/step-00000003", "--nproc", "2", "--tensorboard", "tb"});
   ASSERT_EQ(two.exit_code, 0) << two;
   EXPECT_NEAR(eval_loss_of(two), at3, 1e-5 * at3);
+  // --tensorboard: rank 0 alone writes the loss, at the checkpoint's step.
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir_.file("tb")))
+    files.push_back(entry.path().string());
+  ASSERT_EQ(files.size(), 1u);
+  const auto events = pstar::testing::read_events(files[0]);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].file_version, "brain.Event:2");
+  EXPECT_EQ(events[1].step, 3);
+  ASSERT_EQ(events[1].scalars.size(), 1u);
+  EXPECT_EQ(events[1].scalars[0].first, "eval/loss");
+  EXPECT_EQ(events[1].scalars[0].second, static_cast<float>(eval_loss_of(two)));
   const RunResult initial = pstar({"eval", cfg, "-q"});
   ASSERT_EQ(initial.exit_code, 0) << initial;
   EXPECT_NEAR(eval_loss_of(initial), std::log(256.0), 0.3);

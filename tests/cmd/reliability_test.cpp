@@ -22,6 +22,7 @@
 #include "metrics_util.h"
 #include "pstar/checkpoint/store.h"
 #include "test_util.h"
+#include "tiny_run.h"
 
 namespace pstar::cmd {
 namespace {
@@ -64,29 +65,16 @@ class ReliabilityTest : public ::testing::Test {
     write_config(config());
   }
 
-  // gpt-tiny on the chunk engine with a tight device tier (chunks move every step), a constant
-  // learning rate (so a run's first steps do not depend on training.steps) and per-step logs.
+  // tiny_chunked_config (chunks move every step, a constant learning rate) with per-step logs.
   static json config() {
-    return {
-        {"model", {{"preset", "gpt-tiny"}, {"seq_len", 32}}},
-        {"data", {{"text", "corpus.txt"}}},
-        {"train_micro_batch_size_per_gpu", 4},
-        {"default_chunk_size", 20000},
-        {"bf16", {{"enabled", false}}},
-        {"training", {{"steps", 6}, {"log_interval", 1}, {"lr_schedule", {{"type", "constant"}}}}},
-        {"engine",
-         {{"mode", "chunked"},
-          {"chunk_size_search", false},
-          {"device_memory", "3MB"},
-          {"host_memory", "1GB"}}},
-    };
+    json c = tiny_chunked_config(6);
+    c["training"]["log_interval"] = 1;
+    return c;
   }
   void write_config(const json& c) { write_text(dir_.file("conf/train.json"), c.dump(2)); }
 
-  std::vector<std::string> args(const std::vector<std::string>& extra) const {
-    std::vector<std::string> a{"train", "conf/train.json", "--device", "cpu"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    return a;
+  static std::vector<std::string> args(const std::vector<std::string>& extra) {
+    return cpu_train_args("conf/train.json", extra);
   }
   RunResult train(const std::vector<std::string>& extra, long max_file_bytes = -1) {
     Spawned child = spawn_pstar(args(extra), dir_.path(), {}, max_file_bytes);

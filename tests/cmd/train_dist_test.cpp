@@ -1,8 +1,11 @@
 // Multi-rank `pstar train` end to end over Gloo on this machine: 1, 2 and 4 ranks agree, with
-// accumulation, bf16, speculation, records, a Llama, the NVMe tier, the estimate and a resume.
+// accumulation, bf16, speculation, records, a Llama, the NVMe tier, the estimate and a resume (with
+// rank 0's TensorBoard event file).
 // Start-up checks and failures are in train_dist_failures_test.cpp. Each test runs several
 // processes.
 #include "train_dist_fixture.h"
+
+#include "event_file_reader.h"
 
 namespace pstar::cmd {
 namespace {
@@ -326,8 +329,25 @@ TEST_F(DistTrainTest, ResumeWithTheSameRanksIsBitExact) {
   c["training"]["save_dir"] = "ckpt";
   c["training"]["save_interval"] = 3;
   const std::string cfg = write_config(c);
-  const auto full = train(cfg, {"--nproc", "2", "--metrics", "full.jsonl"});
+  const auto full = train(cfg, {"--nproc", "2", "--metrics", "full.jsonl", "--tensorboard", "tb"});
   ASSERT_EQ(full.exit_code, 0) << full;
+  // One event file, rank 0's, with its metrics' loss at each step.
+  std::vector<std::string> event_files;
+  for (const auto& entry : fs::directory_iterator(dir_.file("tb")))
+    event_files.push_back(entry.path().string());
+  ASSERT_EQ(event_files.size(), 1u);
+  const auto rank0 = read_metrics(dir_.file("full.jsonl"));
+  std::vector<int64_t> steps;
+  for (const auto& e : pstar::testing::read_events(event_files[0])) {
+    if (e.scalars.empty()) continue;
+    steps.push_back(e.step);
+    const std::map<std::string, float> scalars(e.scalars.begin(), e.scalars.end());
+    ASSERT_LE(e.step, static_cast<int64_t>(rank0.size()));
+    EXPECT_EQ(scalars.at("train/loss"),
+              static_cast<float>(rank0[static_cast<size_t>(e.step - 1)]["loss"].get<double>()));
+    EXPECT_TRUE(scalars.count("comm/comm_bytes")) << "step " << e.step;
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
   const std::string step3 = "ckpt/step-00000003";
   for (const char* f : {"ckpt-0.pt", "ckpt-1.pt", "manifest.json", "config.json"})
     EXPECT_TRUE(fs::exists(dir_.path() / step3 / f)) << f;

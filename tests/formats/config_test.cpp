@@ -72,6 +72,8 @@ TEST(ConfigParse, FullConfigReadsEveryKey) {
   EXPECT_FALSE(c.data.eval_fraction.has_value());
   EXPECT_EQ(c.training.eval_interval, 50);
   EXPECT_EQ(c.training.eval_batches, 3);
+  // Kept as written, relative to the working directory like save_dir.
+  EXPECT_EQ(c.training.tensorboard_dir, "runs/tiny");
   EXPECT_EQ(c.training.steps, 500);
   EXPECT_EQ(c.training.seed, 42u);
   EXPECT_EQ(c.training.log_interval, 5);

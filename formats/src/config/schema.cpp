@@ -90,6 +90,7 @@ Json to_json(const TrainConfig& c) {
   training["keep_last"] = c.training.keep_last;
   training["eval_interval"] = c.training.eval_interval;
   training["eval_batches"] = c.training.eval_batches;
+  training["tensorboard_dir"] = c.training.tensorboard_dir;
 
   Json engine = Json::object();
   engine["mode"] = engine_mode_name(c.engine.mode);

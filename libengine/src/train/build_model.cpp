@@ -17,6 +17,7 @@
 #include "pstar/model/init.h"
 #include "pstar/model/model_shape.h"
 #include "pstar/plan/activations.h"
+#include "pstar/plan/estimate.h"
 #include "pstar/plan/memory_plan.h"
 #include "pstar/plan/run_plan.h"
 #include "pstar/tier/device_tier.h"
@@ -93,11 +94,12 @@ ModelAndEngine build_model_and_engine(const plan::RunPlan& plan, dist::Communica
   const config::TrainConfig& config = plan.config;
   ModelAndEngine out;
   core::SetupPhases& phases = out.setup;
+  const model::ModelShape shape = model::resolve_model_shape(config.model);
+  out.model_flops_per_token = plan::model_flops_per_token(shape);
   if (config.engine.mode != config::EngineMode::kChunked) {
     out.model = build_model(config, &phases);
     return out;
   }
-  const model::ModelShape shape = model::resolve_model_shape(config.model);
   core::PhaseTimer tier_timer(&phases, core::SetupPhase::kTier);
   const NonModelPrediction predicted = predict_non_model(plan);
   const int64_t non_model = predicted.total();

@@ -1,6 +1,7 @@
 // The held-out loss (docs/training.md#held-out-loss): its windows, the evaluation between steps
 // and `pstar eval`.
 #include <algorithm>
+#include <memory>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -90,11 +91,20 @@ double Trainer::evaluate() {
 int64_t Trainer::eval_windows() const { return impl_->data.eval ? impl_->data.eval->windows() : 0; }
 
 EvalSummary evaluate(const config::TrainConfig& config, const TrainOptions& options) {
-  // Nothing is saved: the config's save_dir is neither created nor checked for room.
+  // Nothing is saved: the config's save_dir is neither created nor checked for room. The held-out
+  // loss alone goes to training.tensorboard_dir, in a file of its own, not the trainer's.
   config::TrainConfig eval_config = config;
   eval_config.training.save_dir.clear();
   eval_config.training.save_interval = 0;
+  eval_config.training.tensorboard_dir.clear();
   PreparedRun run = prepare_run(eval_config, options);
+  // Before evaluating, so that a directory that cannot be written is found at once; not without
+  // held-out data, which evaluate() refuses.
+  std::unique_ptr<TensorBoardLog> tensorboard;
+  if (!config.training.tensorboard_dir.empty() && (run.comm == nullptr || run.comm->rank() == 0) &&
+      run.trainer->eval_windows() > 0)
+    tensorboard = std::make_unique<TensorBoardLog>(config.training.tensorboard_dir,
+                                                   "training.tensorboard_dir");
   const auto begin = Clock::now();
   EvalSummary summary;
   summary.step = run.trainer->steps_done();
@@ -103,6 +113,12 @@ EvalSummary evaluate(const config::TrainConfig& config, const TrainOptions& opti
   summary.elapsed_s = seconds_since(begin);
   log::info("eval: step ", summary.step, ", held-out loss ", format_fixed(summary.loss, 4),
             " over ", summary.windows, " windows in ", format_duration(summary.elapsed_s));
+  if (tensorboard) {
+    tensorboard->write_eval(summary.step, summary.loss);
+    tensorboard->flush();
+    log::info("tensorboard: ", kEvalLossTag, " at step ", summary.step, " in ",
+              tensorboard->path());
+  }
   return summary;
 }
 

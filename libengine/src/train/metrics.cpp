@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <type_traits>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
@@ -16,60 +18,81 @@ MetricsWriter::MetricsWriter(const std::string& path)
               std::strerror(errno));
 }
 
-void MetricsWriter::write(const StepMetrics& m) {
-  nlohmann::json line = {
-      {"step", m.step},
-      {"loss", m.loss},
-      {"counted_targets", m.counted_targets},
-      {"lr", m.lr},
-      {"grad_norm", m.grad_norm},
-      {"loss_scale", m.loss_scale},
-      {"skipped", m.skipped},
-      {"tokens", m.tokens},
-      {"step_time_s", m.step_time_s},
-      {"tokens_per_s", m.tokens_per_s},
-      {"elapsed_s", m.elapsed_s},
-      {"forward_s", m.times.forward_s},
-      {"backward_s", m.times.backward_s},
-      {"optimizer_s", m.times.optimizer_s},
+std::vector<MetricValue> metric_values(const StepMetrics& m) {
+  std::vector<MetricValue> out = {
+      {"step", "", m.step},  // the event's step, not a scalar
+      {"loss", "train/loss", m.loss},
+      {"counted_targets", "train/counted_targets", m.counted_targets},
+      {"lr", "train/lr", m.lr},
+      {"grad_norm", "train/grad_norm", m.grad_norm},
+      {"loss_scale", "train/loss_scale", m.loss_scale},
+      {"skipped", "", m.skipped},
+      {"tokens", "train/tokens", m.tokens},
+      {"step_time_s", "perf/step_time_s", m.step_time_s},
+      {"tokens_per_s", "perf/tokens_per_s", m.tokens_per_s},
+      {"elapsed_s", "perf/elapsed_s", m.elapsed_s},
+      {"forward_s", "perf/forward_s", m.times.forward_s},
+      {"backward_s", "perf/backward_s", m.times.backward_s},
+      {"optimizer_s", "perf/optimizer_s", m.times.optimizer_s},
   };
-  for (const auto& [key, value] :
-       {std::pair<const char*, int64_t>{"device_peak_bytes", m.engine.device_peak_bytes},
-        {"device_reserved_peak_bytes", m.engine.device_reserved_peak_bytes},
-        {"device_syncs", m.engine.device_syncs},
-        {"host_peak_bytes", m.engine.host_peak_bytes},
-        {"moved_h2d_bytes", m.engine.moved_h2d_bytes},
-        {"moved_d2h_bytes", m.engine.moved_d2h_bytes},
-        {"prefetched_h2d_bytes", m.engine.prefetched_h2d_bytes},
-        {"adam_device_chunks", m.engine.adam.device_chunks},
-        {"adam_host_bytes", m.engine.adam.host_bytes},
-        {"adam_queued_chunks", m.engine.adam.queued_chunks},
-        {"adam_early_chunks", m.engine.adam.early_chunks},
-        {"adam_speculated_chunks", m.engine.adam.speculated_chunks},
-        {"adam_rolled_back_chunks", m.engine.adam.rolled_back_chunks},
-        {"model_data_bytes", m.engine.model_data_bytes},
-        {"pinned_bytes", m.engine.pinned.current},
-        {"pinned_peak_bytes", m.engine.pinned.peak},
-        {"pageable_bytes", m.engine.pageable.current},
-        {"pageable_peak_bytes", m.engine.pageable.peak},
-        {"comm_bytes", m.engine.comm_bytes},
-        {"comm_staged_bytes", m.engine.comm_staged_bytes},
-        {"comm_gathers_ahead", m.engine.comm_gathers_ahead},
-        {"nvme_read_bytes", m.engine.nvme.read_bytes},
-        {"nvme_write_bytes", m.engine.nvme.write_bytes},
-        {"gathers", m.engine.gathers},
-        {"reductions", m.engine.reductions}}) {
-    if (value >= 0) line[key] = value;  // chunk engine / several ranks only
+  if (m.eval_loss) out.push_back({"eval_loss", kEvalLossTag, *m.eval_loss});
+  // What the trainer or the engine does not measure is -1: left out.
+  const engine::EngineMetrics& e = m.engine;
+  const MetricValue measured[] = {
+      {"tflops", "perf/tflops", m.tflops},
+      {"device_peak_bytes", "memory/device_peak_bytes", e.device_peak_bytes},
+      {"device_reserved_peak_bytes", "memory/device_reserved_peak_bytes",
+       e.device_reserved_peak_bytes},
+      {"host_peak_bytes", "memory/host_peak_bytes", e.host_peak_bytes},
+      {"model_data_bytes", "memory/model_data_bytes", e.model_data_bytes},
+      {"pinned_bytes", "memory/pinned_bytes", e.pinned.current},
+      {"pinned_peak_bytes", "memory/pinned_peak_bytes", e.pinned.peak},
+      {"pageable_bytes", "memory/pageable_bytes", e.pageable.current},
+      {"pageable_peak_bytes", "memory/pageable_peak_bytes", e.pageable.peak},
+      {"device_syncs", "engine/device_syncs", e.device_syncs},
+      {"moved_h2d_bytes", "engine/moved_h2d_bytes", e.moved_h2d_bytes},
+      {"moved_d2h_bytes", "engine/moved_d2h_bytes", e.moved_d2h_bytes},
+      {"prefetched_h2d_bytes", "engine/prefetched_h2d_bytes", e.prefetched_h2d_bytes},
+      {"move_s", "engine/move_s", e.move_s},
+      {"adam_device_chunks", "adam/adam_device_chunks", e.adam.device_chunks},
+      {"adam_host_bytes", "adam/adam_host_bytes", e.adam.host_bytes},
+      {"adam_queued_chunks", "adam/adam_queued_chunks", e.adam.queued_chunks},
+      {"adam_early_chunks", "adam/adam_early_chunks", e.adam.early_chunks},
+      {"adam_speculated_chunks", "adam/adam_speculated_chunks", e.adam.speculated_chunks},
+      {"adam_rolled_back_chunks", "adam/adam_rolled_back_chunks", e.adam.rolled_back_chunks},
+      {"adam_wait_s", "adam/adam_wait_s", e.adam.wait_s},
+      {"adam_early_s", "adam/adam_early_s", e.adam.early_s},
+      {"adam_host_s", "adam/adam_host_s", e.adam.host_s},
+      {"adam_rollback_s", "adam/adam_rollback_s", e.adam.rollback_s},
+      {"nvme_read_bytes", "nvme/nvme_read_bytes", e.nvme.read_bytes},
+      {"nvme_write_bytes", "nvme/nvme_write_bytes", e.nvme.write_bytes},
+      {"nvme_wait_s", "nvme/nvme_wait_s", e.nvme.wait_s},
+      {"comm_bytes", "comm/comm_bytes", e.comm_bytes},
+      {"comm_s", "comm/comm_s", e.comm_s},
+      {"comm_staged_bytes", "comm/comm_staged_bytes", e.comm_staged_bytes},
+      {"comm_wait_s", "comm/comm_wait_s", e.comm_wait_s},
+      {"comm_gathers_ahead", "comm/comm_gathers_ahead", e.comm_gathers_ahead},
+      {"gathers", "comm/gathers", e.gathers},
+      {"reductions", "comm/reductions", e.reductions},
+  };
+  for (const MetricValue& v : measured) {
+    const bool known = std::visit(
+        [](auto x) {
+          if constexpr (std::is_same_v<decltype(x), bool>)
+            return true;
+          else
+            return x >= 0;  // false for NaN too
+        },
+        v.value);
+    if (known) out.push_back(v);
   }
-  if (m.eval_loss) line["eval_loss"] = *m.eval_loss;
-  if (m.engine.comm_s >= 0) line["comm_s"] = m.engine.comm_s;
-  if (m.engine.comm_wait_s >= 0) line["comm_wait_s"] = m.engine.comm_wait_s;
-  if (m.engine.adam.wait_s >= 0) line["adam_wait_s"] = m.engine.adam.wait_s;
-  if (m.engine.adam.early_s >= 0) line["adam_early_s"] = m.engine.adam.early_s;
-  if (m.engine.adam.host_s >= 0) line["adam_host_s"] = m.engine.adam.host_s;
-  if (m.engine.adam.rollback_s >= 0) line["adam_rollback_s"] = m.engine.adam.rollback_s;
-  if (m.engine.move_s >= 0) line["move_s"] = m.engine.move_s;
-  if (m.engine.nvme.wait_s >= 0) line["nvme_wait_s"] = m.engine.nvme.wait_s;
+  return out;
+}
+
+void MetricsWriter::write(const StepMetrics& m) {
+  nlohmann::json line = nlohmann::json::object();
+  for (const MetricValue& v : metric_values(m))
+    std::visit([&](auto x) { line[std::string(v.key)] = x; }, v.value);
   write_line(line.dump() + "\n");
 }
 

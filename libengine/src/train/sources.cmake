@@ -2,6 +2,7 @@ target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/lr_schedule.cpp
   ${CMAKE_CURRENT_LIST_DIR}/loss_scaler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/metrics.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tensorboard.cpp
   ${CMAKE_CURRENT_LIST_DIR}/precision.cpp
   ${CMAKE_CURRENT_LIST_DIR}/run_facts.cpp
   ${CMAKE_CURRENT_LIST_DIR}/step_bound.cpp

@@ -53,6 +53,7 @@ void Trainer::Impl::save_checkpoint() {
   state.loss_scaler = scaler.state();
   state.rng = at::detail::getDefaultCPUGenerator().get_state();
   checkpoints->save(state, [&](checkpoint::TensorList& out) { engine->state_dict(out); });
+  if (metrics.tensorboard) metrics.tensorboard->flush();  // Note [tensorboard flushes]
 }
 
 void Trainer::Impl::resume(const std::string& where) {
@@ -119,7 +120,7 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
     engine = engine::make_torch_engine(plan, *model);
   }
   if (engine->num_parameters() >= 0) num_params = engine->num_parameters();
-  if (!options.metrics_path.empty()) metrics.emplace(rank_path(options.metrics_path));
+  if (!options.metrics_path.empty()) metrics.file.emplace(rank_path(options.metrics_path));
   if (!options.profile_path.empty()) start_profile();
   core::PhaseTimer checkpoint_timer(&setup, core::SetupPhase::kCheckpoint);
   checkpoints.emplace(config, comm);
@@ -127,9 +128,18 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   // Rank 0 names the run; checkpoint manifests record it.
   checkpoints->set_run_id(core::random_id());
   checkpoint_timer.stop();
+  // Before the resume, which can take long: a directory that cannot be written is found at once.
+  if (!config.training.tensorboard_dir.empty() && rank() == 0)
+    metrics.tensorboard = std::make_unique<TensorBoardLog>(config.training.tensorboard_dir,
+                                                           "training.tensorboard_dir");
   if (!options.resume_dir.empty()) {
     core::PhaseTimer resume_timer(&setup, core::SetupPhase::kResume);
     resume(options.resume_dir);
+  }
+  if (metrics.tensorboard) {
+    metrics.tensorboard->start_run(step, config::to_json_text(config));
+    log::info("tensorboard: ", metrics.tensorboard->path(),
+              step > 0 ? str_cat(" (continuing from step ", step, ")") : std::string());
   }
 
   log::info("model: ", format_count(static_cast<double>(num_params)), " parameters (", num_params,
@@ -156,6 +166,10 @@ Trainer::Trainer(const config::TrainConfig& config, ModelAndEngine built,
                  const TrainOptions& options)
     : impl_(std::make_unique<Impl>(config, std::move(built.model), options)) {
   impl_->setup = built.setup;
+  impl_->metrics.model_flops_per_step =
+      built.model_flops_per_token *
+      static_cast<double>(config.train_micro_batch_size_per_gpu *
+                          config.gradient_accumulation_steps * impl_->model->max_seq_len());
   impl_->init(std::move(built.engine));
 }
 
@@ -168,7 +182,7 @@ void Trainer::finish_setup(double setup_s) {
   // Building a model of billions of parameters into chunks takes a while: say how long and where
   // it went, so that a slow start is seen as such (and which part of it), not as a slow step.
   log::info("set-up took ", format_fixed(setup_s, 1), " s: ", s.setup.summary(setup_s));
-  if (s.metrics) s.metrics->write_startup(s.setup, setup_s);
+  if (s.metrics.file) s.metrics.file->write_startup(s.setup, setup_s);
 }
 
 int64_t Trainer::steps_done() const { return impl_->step; }

@@ -25,6 +25,7 @@
 #include "pstar/train/lr_schedule.h"
 #include "pstar/train/metrics.h"
 #include "pstar/train/profiler.h"
+#include "pstar/train/tensorboard.h"
 #include "pstar/train/trainer.h"
 
 namespace pstar::train {
@@ -43,7 +44,14 @@ struct Trainer::Impl {
   std::unique_ptr<ParamEngine> engine;
   LrSchedule schedule;
   LossScaler scaler;
-  std::optional<MetricsWriter> metrics;
+  // Where a step's figures go (record()): the --metrics file and, with training.tensorboard_dir,
+  // rank 0's event file (train/tensorboard.h); and, for their tflops, this rank's model FLOPs per
+  // step (0: unknown).
+  struct {
+    std::optional<MetricsWriter> file;
+    std::unique_ptr<TensorBoardLog> tensorboard;
+    double model_flops_per_step = 0;
+  } metrics;
   std::unique_ptr<Profiler> profiler;
   // Made once the config is resolved (init).
   std::optional<checkpoint::RunCheckpoints> checkpoints;
@@ -102,6 +110,11 @@ struct Trainer::Impl {
   MicroLoss micro_loss(const data::Batch& batch);
   // A step whose global batch counts no target: no update, a warning, `skipped` counted.
   StepMetrics skip_empty_step(core::Clock::time_point step_start);
+  // A finished step's figures to the metrics file and the event file (trainer_step.cpp).
+  void record(const StepMetrics& m);
+  // Whether the console logs step `m` as a line of its own; the event file is flushed there too
+  // (Note [tensorboard flushes]).
+  bool logged_step(const StepMetrics& m) const;
   // Whether the step that just ended is evaluated (training.eval_interval, the last step).
   bool eval_due() const;
   // The held-out loss now (Note [evaluation] in engine/chunked_engine.h; evaluate.cpp).

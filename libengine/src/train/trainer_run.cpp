@@ -135,8 +135,7 @@ TrainSummary Trainer::run() {
           format_count(m.tokens_per_s).c_str(), format_duration(m.elapsed_s).c_str(),
           format_duration(eta).c_str());
       // An evaluated step is always logged: its held-out loss stays in the log.
-      if (m.step % s.config.training.log_interval == 0 || m.step == 1 || m.step == total ||
-          m.eval_loss) {
+      if (s.logged_step(m)) {
         log::end_status();
         log::info(line);
       } else {
@@ -149,6 +148,7 @@ TrainSummary Trainer::run() {
     }
   }
   log::end_status();
+  if (s.metrics.tensorboard) s.metrics.tensorboard->flush();
   if (s.profiler) {
     const std::string path = s.rank_path(s.options.profile_path);
     s.profiler->write(path);

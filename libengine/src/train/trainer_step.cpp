@@ -111,12 +111,25 @@ StepMetrics Trainer::Impl::skip_empty_step(Clock::time_point step_start) {
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / std::max(m.step_time_s, 1e-9);
   if (eval_due()) m.eval_loss = evaluate();
   m.elapsed_s = seconds_since(*start);
-  if (metrics) metrics->write(m);
+  record(m);
   const auto& t = config.training;
   if (!t.save_dir.empty() && t.save_interval > 0 &&
       (step % t.save_interval == 0 || step == t.steps))
     save_checkpoint();
   return m;
+}
+
+void Trainer::Impl::record(const StepMetrics& m) {
+  if (metrics.file) metrics.file->write(m);
+  if (metrics.tensorboard) {
+    metrics.tensorboard->write_step(m);
+    if (logged_step(m)) metrics.tensorboard->flush();
+  }
+}
+
+bool Trainer::Impl::logged_step(const StepMetrics& m) const {
+  return m.step == 1 || m.step % config.training.log_interval == 0 ||
+         m.step == config.training.steps || m.eval_loss.has_value();
 }
 
 bool Trainer::Impl::agree_to_stop() {
@@ -143,6 +156,7 @@ bool Trainer::Impl::abandon_step(double seconds_so_far, int64_t micro_done, doub
 void Trainer::Impl::stop_after(int64_t completed_step) {
   const char* name = stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
   log::end_status();
+  if (metrics.tensorboard) metrics.tensorboard->flush();  // Note [tensorboard flushes]
   if (!config.training.save_dir.empty()) {
     if (checkpoints->last_saved_step() != completed_step) save_checkpoint();
     log::info("stopped on ", name, " after step ", completed_step, " of ", config.training.steps,
@@ -280,11 +294,13 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   m.tokens = totals.tokens;
   m.step_time_s = seconds_since(step_start);
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / std::max(m.step_time_s, 1e-9);
+  if (metrics.model_flops_per_step > 0)
+    m.tflops = metrics.model_flops_per_step / std::max(m.step_time_s, 1e-9) / 1e12;
   m.times = times;
   // After the step's figures and before its checkpoint: the step's own time leaves it out.
   if (eval_due()) m.eval_loss = evaluate();
   m.elapsed_s = seconds_since(*start);
-  if (metrics) metrics->write(m);
+  record(m);
   if (profiled) profiler->end_step(m);
   const auto& t = config.training;
   if (!t.save_dir.empty() && t.save_interval > 0 &&

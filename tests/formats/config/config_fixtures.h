@@ -88,6 +88,7 @@ inline void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.data.eval_fraction, b.data.eval_fraction);
   EXPECT_EQ(a.training.eval_interval, b.training.eval_interval);
   EXPECT_EQ(a.training.eval_batches, b.training.eval_batches);
+  EXPECT_EQ(a.training.tensorboard_dir, b.training.tensorboard_dir);
   EXPECT_EQ(a.training.steps, b.training.steps);
   EXPECT_EQ(a.training.seed, b.training.seed);
   EXPECT_EQ(a.training.log_interval, b.training.log_interval);
@@ -148,6 +149,7 @@ inline const char* const kFullConfig = R"({
     "log_interval": 5,
     "eval_interval": 50,
     "eval_batches": 3,
+    "tensorboard_dir": "runs/tiny",
     "lr_schedule": {"type": "constant", "warmup_steps": 50, "min_lr": 0.00001}
   },
   "engine": {"mode": "torch"},

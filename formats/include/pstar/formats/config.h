@@ -134,6 +134,9 @@ struct TrainingConfig {
   // the last step) over eval_batches micro-batches of held-out windows, split over the ranks.
   int64_t eval_interval = 0;
   int64_t eval_batches = 8;
+  // Where rank 0 writes a TensorBoard event file of the run (docs/training.md#tensorboard),
+  // relative to the working directory like save_dir; empty: none.
+  std::string tensorboard_dir;
 };
 
 // engine.mode: "chunked", model data in chunks moved between a device tier and the host

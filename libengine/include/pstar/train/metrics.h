@@ -1,7 +1,9 @@
 // What one optimizer step reports (StepMetrics: the trainer's figures and the engine's, filled by
 // engine::ParamEngine::fill_metrics), and the --metrics file that writes it: JSON Lines, one object
 // per step, flushed as it is written so a crashed run keeps every finished step, after one start-up
-// record (`"record": "startup"`) when `pstar train` ran the set-up.
+// record (`"record": "startup"`) when `pstar train` ran the set-up. The step's figures are listed
+// once, in metric_values, which both that file and the TensorBoard event file
+// (train/tensorboard.h) write.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +11,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
 
 #include "pstar/core/setup_phases.h"
 #include "pstar/engine/metrics.h"
@@ -33,14 +38,37 @@ struct StepMetrics {
   int64_t tokens = 0;     // tokens trained on so far, this step included
   double step_time_s = 0;
   double tokens_per_s = 0;  // this step's throughput
-  double elapsed_s = 0;     // since the first step started
-  StepTimes times;          // the step's forward, backward and optimizer parts
+  // This rank's model TFLOPS over the step: the model's FLOPs per token (Note [flops per token]
+  // in plan/estimate.cpp) times its tokens, over step_time_s; -1 where the trainer does not know
+  // the model's shape.
+  double tflops = -1;
+  double elapsed_s = 0;  // since the first step started
+  StepTimes times;       // the step's forward, backward and optimizer parts
   // The held-out loss after this step's update, when the step was evaluated
   // (training.eval_interval, and the last step).
   std::optional<double> eval_loss;
   // The engine's own figures (ParamEngine::fill_metrics): -1 where it does not measure them.
   engine::EngineMetrics engine;
 };
+
+// One figure of a step line: its key in the --metrics file, its TensorBoard tag ("group/key",
+// the held-out loss "eval/loss"; empty for `skipped`, which is not a number), and its value.
+// The held-out loss's tag, which `pstar eval` writes too.
+inline constexpr std::string_view kEvalLossTag = "eval/loss";
+
+struct MetricValue {
+  std::string_view key;
+  std::string_view tag;
+  std::variant<int64_t, double, bool> value;
+};
+
+// Note [one metric table]
+// Every figure of a step, in one list: what the step measured (the engine's figures it does not
+// measure, -1, and eval_loss on a step not evaluated are left out). MetricsWriter writes it as a
+// JSON object and TensorBoardLog as scalars, so that a figure added here reaches both, under a tag
+// chosen where its key is; docs/training.md lists the tags, and a test checks that list against
+// this one.
+std::vector<MetricValue> metric_values(const StepMetrics& metrics);
 
 class MetricsWriter {
  public:

@@ -92,6 +92,9 @@ struct ModelAndEngine {
   std::unique_ptr<engine::ParamEngine> engine;  // null: the trainer makes one for engine.mode
   // The set-up phases building them took (Note [set-up phases]); the trainer adds its own.
   core::SetupPhases setup;
+  // The model's FLOPs per trained token (Note [flops per token] in plan/estimate.cpp), for the
+  // metrics' tflops; 0 where unknown (a model the caller built: tflops is then left out).
+  double model_flops_per_token = 0;
 };
 
 class Trainer {
