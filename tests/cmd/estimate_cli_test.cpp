@@ -1,6 +1,7 @@
 // `pstar estimate` end to end: its JSON against its own table's claims, bad input, and the
 // config check against what `pstar train` accepts.
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -295,7 +296,8 @@ TEST(EstimateCliTest, ModelNamesAPresetOfEitherFamily) {
   json j = run_json({"--model", "llama-3.1-8b", "--hardware", "H100-80GB", "--cpu-mem", "128GB"});
   EXPECT_TRUE(j["fits"].get<bool>()) << j.dump(2);
   const json& m = j["model"];
-  EXPECT_EQ(m["family"], "llama");
+  EXPECT_EQ(m["family"], "decoder");
+  EXPECT_EQ(m["model_type"], "llama");
   EXPECT_EQ(m["params"].get<int64_t>(), 8030261248LL);  // Hugging Face's published count
   EXPECT_EQ(m["kv_heads"], 8);
   EXPECT_EQ(m["head_dim"], 128);
@@ -322,6 +324,26 @@ TEST(EstimateCliTest, ModelNamesAPresetOfEitherFamily) {
   EXPECT_TRUE(contains(r.out, "This (does NOT fit) llama-3.1-8b")) << r;
   EXPECT_TRUE(contains(r.err, "llama-3.1-8b: llama hidden 4096")) << r;
   EXPECT_TRUE(contains(r.err, "model data needs")) << r;
+}
+
+// Issue 54: today's families on one H100 with 128 GB of host memory. Each fits, its count is the
+// published one, and the chunk plan pads at most 1% of the model data.
+TEST(EstimateCliTest, TodaysFamiliesFitOneH100) {
+  const std::map<std::string, std::pair<std::string, int64_t>> models = {
+      {"qwen3-8b", {"qwen3", 8190735360LL}},
+      {"gemma-3-12b", {"gemma3_text", 11766034176LL}},
+      {"phi-4", {"phi3", 14659507200LL}},
+  };
+  for (const auto& [name, want] : models) {
+    SCOPED_TRACE(name);
+    const json j = run_json({"--model", name, "--hardware", "H100-80GB", "--cpu-mem", "128GB"});
+    EXPECT_TRUE(j["fits"].get<bool>()) << j.dump(2);
+    EXPECT_EQ(j["model"]["family"], "decoder");
+    EXPECT_EQ(j["model"]["model_type"], want.first);
+    EXPECT_EQ(j["model"]["params"].get<int64_t>(), want.second);
+    const double padding = j["chunks"]["padding_elements"].get<double>();
+    EXPECT_LE(padding, 0.01 * static_cast<double>(want.second)) << j["chunks"].dump();
+  }
 }
 
 TEST(EstimateCliTest, BadModelNamesAreRefusedWithTheKnownOnes) {
@@ -357,7 +379,8 @@ TEST(EstimateCliTest, FamilyLlamaSearchesLlama3LikeShapes) {
   const json j = run_json({"--family", "llama", "--hardware", "A100-80GB", "--gpus-per-node", "8",
                            "--cpu-mem", "1TB", "--seq-len", "2048"});
   const json& m = j["model"];
-  EXPECT_EQ(m["family"], "llama");
+  EXPECT_EQ(m["family"], "decoder");
+  EXPECT_EQ(m["model_type"], "llama");
   EXPECT_EQ(m["head_dim"], 128);
   EXPECT_EQ(m["kv_heads"], 8);
   EXPECT_EQ(m["vocab"], 128256);
@@ -399,7 +422,7 @@ TEST(EstimateCliTest, LlamaConfigsAreChecked) {
       "data": {"text": "corpus.txt"}, "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true},
       "default_chunk_size": 65536, "engine": {"device_memory": "16MiB", "host_memory": "4MiB"}})");
   json j = run_json({preset, "--hardware", "H100-80GB", "--cpu-mem", "128GB"});
-  EXPECT_EQ(j["model"]["family"], "llama");
+  EXPECT_EQ(j["model"]["family"], "decoder");
   EXPECT_EQ(j["model"]["kv_heads"], 2);
   EXPECT_EQ(j["model"]["seq_len"], 64);
   EXPECT_TRUE(j["fits"].get<bool>());

@@ -3,7 +3,7 @@
 
     /usr/bin/python3 tests/reference/decoder_reference.py --family qwen3 --out DIR
         [--variant NAME] [--dtype fp32|bf16] [--seed 0] [--batch 4] [--seq 16] [--steps 2]
-        [--lr 0.01] [--weight-decay 0.01]
+        [--lr 0.01] [--weight-decay 0.01] [--vocab V] [--max-positions P] [--weights-only]
     /usr/bin/python3 tests/reference/decoder_reference.py --count CONFIG_JSON
 
 DIR receives config.json and model.safetensors spelled as the family's own Hugging Face classes
@@ -415,9 +415,18 @@ def main():
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--vocab", type=int, help="overrides vocab_size (e.g. a real tokenizer's)")
+    ap.add_argument("--max-positions", type=int, help="overrides max_position_embeddings")
+    ap.add_argument("--weights-only", action="store_true",
+                    help="write config.json and the weights only (no tokens, no reference)")
     args = ap.parse_args()
 
     config = family_config(args.family, args.variant)
+    text = config["text_config"] if "text_config" in config else config
+    if args.vocab is not None:
+        text["vocab_size"] = args.vocab
+    if args.max_positions is not None:
+        text["max_position_embeddings"] = args.max_positions
     c = text_config(config)
     generator = torch.Generator().manual_seed(args.seed)
     stored = {n: t.to(torch.bfloat16 if args.dtype == "bf16" else torch.float32)
@@ -435,6 +444,9 @@ def main():
         json.dump({k: v for k, v in config.items() if k != "_layout"}, f, indent=2)
     TINY_LLAMA.write_safetensors(os.path.join(args.out, "model.safetensors"), list(stored.items()),
                                  "BF16" if args.dtype == "bf16" else "F32")
+    if args.weights_only:
+        print(f"wrote {args.out} ({args.family}{' ' + args.variant if args.variant else ''})")
+        return
     with open(os.path.join(args.out, "tokens.bin"), "wb") as f:
         f.write(tokens.to(torch.int16).numpy().astype("<u2").tobytes())
     result = {"family": args.family, "variant": args.variant, "losses":
