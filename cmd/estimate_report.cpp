@@ -34,11 +34,15 @@ std::string model_text(const model::ModelShape& s) {
                      " heads");
     case model::ModelFamily::kDecoder: {
       const model::DecoderConfig& c = s.decoder;
+      const std::string mlp =
+          c.moe ? str_cat(c.moe->experts, " experts of width ", c.moe->expert_intermediate,
+                          " (top ", c.moe->top_k, ", ", params_text(c.active_params()),
+                          " parameters active a token)")
+                : str_cat(c.intermediate);
       return str_cat(c.model_type(), " hidden ", c.hidden, ", ", c.layers, " layers, ", c.heads,
                      "/", c.kv_heads, " query/key-value heads of ", c.head_dim, ", gated ",
-                     model::mlp_activation_name(c.activation), " MLP ", c.intermediate,
-                     ", vocabulary ", c.vocab_size,
-                     c.tie_word_embeddings ? ", tied head" : ", untied head");
+                     model::mlp_activation_name(c.activation), " MLP ", mlp, ", vocabulary ",
+                     c.vocab_size, c.tie_word_embeddings ? ", tied head" : ", untied head");
     }
   }
   return "";
@@ -58,6 +62,12 @@ json model_json(const model::ModelShape& s, int64_t params) {
     j["heads"] = s.decoder.heads;
     j["kv_heads"] = s.decoder.kv_heads;
     j["head_dim"] = s.decoder.head_dim;
+    if (s.decoder.moe) {
+      // Compute (FLOPs, TFLOPS) counts the active parameters; memory and Adam count them all.
+      j["active_params"] = s.decoder.active_params();
+      j["experts"] = s.decoder.moe->experts;
+      j["experts_per_token"] = s.decoder.moe->top_k;
+    }
     j["intermediate"] = s.decoder.intermediate;
     j["tie_word_embeddings"] = s.decoder.tie_word_embeddings;
   }

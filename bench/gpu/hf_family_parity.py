@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Each decoder family's tiny folder written by transformers' own save_pretrained, its losses at
-steps 1 and 2 from transformers' own classes and from pstar (issue 54, the GPU ledger's item 4):
+steps 1 and 2 from transformers' own classes and from pstar (issues 54 and 55, the GPU ledger's
+item 4):
 the strongest check of tests/reference/decoder_reference.py's transcription of Hugging Face's
 maths, which pstar's tests compare against everywhere else.
 
@@ -35,8 +36,17 @@ ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 import decoder_reference as reference  # noqa: E402
 
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3"]
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3", "mixtral", "qwen3_moe"]
 LR, WEIGHT_DECAY, BATCH, SEQ, STEPS = 0.01, 0.01, 4, 16, 2
+
+
+def variant_for(family, a):
+    """transformers 5 keeps a mixture of experts' experts fused (the reference's "fused_experts"
+    layout, the same values); transformers 4 per expert."""
+    if family not in reference.MOE.FAMILIES or a.without_transformers:
+        return ""
+    import transformers
+    return "fused_experts" if int(transformers.__version__.split(".")[0]) >= 5 else ""
 
 
 def hf_losses(config, weights, tokens, out_dir, device):
@@ -44,7 +54,7 @@ def hf_losses(config, weights, tokens, out_dir, device):
     import transformers  # the GPU machine has it; nothing else here needs it
 
     kwargs = {k: v for k, v in config.items()
-              if k not in ("architectures", "torch_dtype", "model_type")}
+              if k not in ("architectures", "torch_dtype", "model_type") and not k.startswith("_")}
     hf_config = transformers.AutoConfig.for_model(config["model_type"], **kwargs)
     model = transformers.AutoModelForCausalLM.from_config(hf_config, attn_implementation="eager")
     model = model.to(dtype=torch.float64)
@@ -101,7 +111,7 @@ def main():
         work = os.path.abspath(os.path.join(a.out, family))
         folder = os.path.join(work, "hf")
         os.makedirs(folder, exist_ok=True)
-        config, stored, weights, tokens = reference.make_case(family, "", 0,
+        config, stored, weights, tokens = reference.make_case(family, variant_for(family, a), 0,
                                                               STEPS * BATCH * SEQ + 1)
         tokens_path = os.path.join(work, "tokens.bin")
         with open(tokens_path, "wb") as f:
@@ -109,7 +119,8 @@ def main():
         if a.without_transformers:
             hf = None
             with open(os.path.join(folder, "config.json"), "w") as f:
-                json.dump(dict(config, torch_dtype="float32"), f, indent=2)
+                json.dump({k: v for k, v in dict(config, torch_dtype="float32").items()
+                           if not k.startswith("_")}, f, indent=2)
             reference.TINY_LLAMA.write_safetensors(os.path.join(folder, "model.safetensors"),
                                                    list(stored.items()), "F32")
         else:

@@ -1,7 +1,7 @@
 // merge-ckpt -o DIR for the families whose checkpoints are not spelled as pstar's parameters: a
 // Phi-3 folder gets its fused qkv_proj and gate_up_proj back, a Gemma 3 4B-27B folder its wrapped
-// names, its config.json and the vision tower it was read with; each loads back into the model
-// with the tensors the run saved.
+// names, its config.json and the vision tower it was read with; experts their per-expert names;
+// each loads back into the model with the tensors the run saved.
 #include <cstring>
 #include <functional>
 
@@ -96,6 +96,30 @@ TEST_F(MergeFamiliesTest, AGemma3FolderIsWrittenBackWithItsVisionTower) {
   // What pstar does not train comes back byte for byte.
   expect_same_tensors(
       *f, [](const std::string& name) { return name.rfind("language_model.", 0) != 0; });
+  expect_loads_back();
+}
+
+// Mixtures of experts: merged under the Hub's per-expert names whatever layout the run read, a
+// Mixtral folder's as it was, a Qwen3-MoE folder of transformers 5's fused experts as the same
+// model's per-expert folder names them.
+TEST_F(MergeFamiliesTest, MixtralExpertsAreWrittenAsTheyWereRead) {
+  const auto* mixtral = trained("mixtral");
+  if (mixtral == nullptr)
+    GTEST_SKIP() << "no Python with torch (Debian: apt-get install python3-torch)";
+  expect_same_tensors(*mixtral, [](const std::string&) { return false; });
+  expect_loads_back();
+}
+
+TEST_F(MergeFamiliesTest, FusedExpertsAreWrittenUnderTheirPerExpertNames) {
+  if (trained("qwen3_moe", "fused_experts") == nullptr)
+    GTEST_SKIP() << "no Python with torch (Debian: apt-get install python3-torch)";
+  const auto* per_expert = pstar::testing::family_folder("qwen3_moe");
+  ASSERT_NE(per_expert, nullptr);
+  expect_same_tensors(*per_expert, [](const std::string&) { return false; });
+  const formats::SafetensorsReader merged(
+      formats::read_hf_folder(dir_.file("out/merged")).shards.front());
+  EXPECT_NE(merged.find("model.layers.0.mlp.experts.3.down_proj.weight"), nullptr);
+  EXPECT_EQ(merged.find("model.layers.0.mlp.experts.gate_up_proj"), nullptr);
   expect_loads_back();
 }
 

@@ -19,15 +19,17 @@ namespace pstar::testing {
 
 struct FamilyFolder {
   std::string family, variant;
-  std::string dir;             // config.json and model.safetensors
-  std::string tokens;          // tokens.bin: uint16 ids
-  std::vector<double> losses;  // each step's float64 loss, AdamW between
+  std::string dir;                 // config.json and model.safetensors
+  std::string tokens;              // tokens.bin: uint16 ids
+  std::vector<double> losses;      // each step's float64 loss, AdamW between
+  std::vector<double> aux_losses;  // a mixture of experts': each step's load-balancing loss
   int64_t batch = 0, seq = 0;
   double lr = 0, weight_decay = 0;
 };
 
-// The folder of `family` ("llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3") and
-// `variant` ("", "rope_parameters", "wrapped", "wrapped_v5"), written on first use; null when no
+// The folder of `family` ("llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3", "mixtral",
+// "qwen3_moe") and `variant` ("", "rope_parameters", "wrapped", "wrapped_v5", "aux",
+// "fused_experts"), written on first use; null when no
 // Python with torch can write it (the caller skips, naming the package). Failing to write it with
 // one is a test failure.
 inline const FamilyFolder* family_folder(const std::string& family,
@@ -53,6 +55,7 @@ inline const FamilyFolder* family_folder(const std::string& family,
   const auto j = nlohmann::json::parse(read_text(f->dir + "/reference.json"));
   f->tokens = f->dir + "/tokens.bin";
   f->losses = j.at("losses").get<std::vector<double>>();
+  if (j.contains("aux_losses")) f->aux_losses = j.at("aux_losses").get<std::vector<double>>();
   f->batch = j.at("batch").get<int64_t>();
   f->seq = j.at("seq").get<int64_t>();
   f->lr = j.at("lr").get<double>();

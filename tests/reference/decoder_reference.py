@@ -50,6 +50,8 @@ def _load(name, path):
 
 # The hand-written safetensors writer of the Llama example (no safetensors package needed).
 TINY_LLAMA = _load("make_tiny_llama", os.path.join(ROOT, "examples", "llama", "make_tiny_llama.py"))
+# Mixtral's and Qwen3-MoE's blocks and load-balancing loss.
+MOE = _load("moe_reference", os.path.join(HERE, "moe_reference.py"))
 
 # ---------------------------------------------------------------------------------------------
 # Tiny configs, as each family's config.json spells them. Small enough to run in a second, with
@@ -96,6 +98,8 @@ def family_config(family, variant):
                   "rope_theta": 250000.0, "rope_scaling": None, "sliding_window": None,
                   "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0,
                   "pad_token_id": 7, "rms_norm_eps": 1e-5})
+    elif family in MOE.FAMILIES:
+        c.update(MOE.family_config(family))
     else:
         raise SystemExit(f"unknown family {family}")
     if variant == "rope_parameters":
@@ -109,6 +113,8 @@ def family_config(family, variant):
                 "sliding_attention": {"rope_type": "default", "rope_theta": local}}
         else:
             c["rope_parameters"] = dict({"rope_type": "default", "rope_theta": theta}, **scaling)
+    elif family in MOE.FAMILIES and MOE.variant_config(c, variant):
+        pass
     elif variant in LAYOUTS:
         # Gemma3ForConditionalGeneration: the shape under text_config, relying on
         # Gemma3TextConfig's defaults for keys it leaves out (as the published files do).
@@ -160,7 +166,7 @@ def text_config(config):
     family = config["model_type"]
     c = dict(config["text_config"]) if family == "gemma3" else dict(config)
     family = "gemma3_text" if family == "gemma3" else family
-    merged = dict(DEFAULTS.get(family, {}))
+    merged = dict(DEFAULTS.get(family, MOE.DEFAULTS.get(family, {})))
     merged.update(c)  # a key the file gives wins, null included, as in the config classes
     merged["model_type"] = family
     merged.setdefault("head_dim", merged["hidden_size"] // merged["num_attention_heads"])
@@ -174,11 +180,11 @@ def layer_types(c):
     if family == "gemma3_text":
         p = c.get("sliding_window_pattern", 6)
         return ["sliding" if (i + 1) % p else "full" for i in range(n)]
-    if family in ("qwen2", "qwen3"):
+    if family in ("qwen2", "qwen3", "qwen3_moe"):
         window = c.get("sliding_window") if c.get("use_sliding_window") else None
         return ["sliding" if window is not None and i >= c.get("max_window_layers", 28) else "full"
                 for i in range(n)]
-    if family in ("mistral", "phi3") and c.get("sliding_window") is not None:
+    if family in ("mistral", "phi3", "mixtral") and c.get("sliding_window") is not None:
         return ["sliding"] * n
     return ["full"] * n
 
@@ -238,7 +244,7 @@ def checkpoint_shapes(config):
                 shapes.append((p + f"self_attn.{name}.weight", [rows, h]))
                 if qkv_bias:
                     shapes.append((p + f"self_attn.{name}.bias", [rows]))
-        if family in ("qwen3", "gemma3_text"):
+        if family in ("qwen3", "qwen3_moe", "gemma3_text"):
             shapes += [(p + "self_attn.q_norm.weight", [hd]), (p + "self_attn.k_norm.weight", [hd])]
         shapes.append((p + "self_attn.o_proj.weight", [h, q]))
         if o_bias:
@@ -246,11 +252,14 @@ def checkpoint_shapes(config):
         shapes.append((p + "post_attention_layernorm.weight", [h]))
         if family == "gemma3_text":
             shapes.append((p + "pre_feedforward_layernorm.weight", [h]))
-        if family == "phi3":
+        if family in MOE.FAMILIES and MOE.sparse(c, i):
+            shapes += MOE.block_shapes(c, p)
+        elif family == "phi3":
             shapes.append((p + "mlp.gate_up_proj.weight", [2 * inter, h]))
         else:
             shapes += [(p + "mlp.gate_proj.weight", [inter, h]), (p + "mlp.up_proj.weight", [inter, h])]
-        shapes.append((p + "mlp.down_proj.weight", [h, inter]))
+        if not (family in MOE.FAMILIES and MOE.sparse(c, i)):
+            shapes.append((p + "mlp.down_proj.weight", [h, inter]))
         if mlp_bias:
             shapes += [(p + "mlp.gate_proj.bias", [inter]), (p + "mlp.up_proj.bias", [inter]),
                        (p + "mlp.down_proj.bias", [h])]
@@ -288,8 +297,10 @@ def random_weights(config, generator):
 # ---------------------------------------------------------------------------------------------
 # The forward pass, in float64, from the checkpoint's tensors.
 
-def forward(config, w, ids):
+def forward(config, w, ids, router_logits=None):
+    """The logits of ids [B, S]; a mixture of experts' router logits go to `router_logits`."""
     c = text_config(config)
+    router_logits = [] if router_logits is None else router_logits
     family = c["model_type"]
     prefix, head_name, _ = layout(config)
     B, S = ids.shape
@@ -336,7 +347,7 @@ def forward(config, w, ids):
             v = linear(y, p + "self_attn.v_proj", qkv_bias)
         q = q.view(B, S, nh, hd)
         k = k.view(B, S, nkv, hd)
-        if family in ("qwen3", "gemma3_text"):
+        if family in ("qwen3", "qwen3_moe", "gemma3_text"):
             q, k = rms(q, p + "self_attn.q_norm.weight"), rms(k, p + "self_attn.k_norm.weight")
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.view(B, S, nkv, hd).transpose(1, 2)
         cos, sin = tables[kind]
@@ -357,6 +368,9 @@ def forward(config, w, ids):
             x = x + o
             y = rms(x, p + "post_attention_layernorm.weight")
         mlp_bias = family == "llama" and c.get("mlp_bias", False)
+        if family in MOE.FAMILIES and MOE.sparse(c, layer):
+            x = x + MOE.block_forward(c, w, p, y, act, router_logits)
+            continue
         if family == "phi3":
             gate, up = linear(y, p + "mlp.gate_up_proj").chunk(2, dim=-1)
         else:
@@ -368,10 +382,11 @@ def forward(config, w, ids):
     return x @ head.T
 
 
-def train_losses(logits_of, params, tokens, batch, seq, steps, lr, weight_decay):
+def train_losses(logits_of, params, tokens, batch, seq, steps, lr, weight_decay, aux_of=None):
     """Each step's mean cross-entropy over its windows (step s reads windows s*batch ..), torch's
     AdamW over `params` between steps (one group, every parameter decays). `logits_of(ids)` gives
-    the logits of ids [batch, seq]."""
+    the logits of ids [batch, seq]; `aux_of()`, where given, the term the last forward adds to the
+    loss that trains (or None)."""
     opt = torch.optim.AdamW(list(params), lr=lr, betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=weight_decay)
     out = []
@@ -381,19 +396,36 @@ def train_losses(logits_of, params, tokens, batch, seq, steps, lr, weight_decay)
         logits = logits_of(ids[:, :-1]).double()
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1))
         out.append(loss.item())
+        aux = aux_of() if aux_of is not None else None
         if s + 1 < steps:
             opt.zero_grad()
-            loss.backward()
+            (loss if aux is None else loss + aux).backward()
             opt.step()
     return out
 
 
-def losses(config, weights, tokens, batch, seq, steps, lr, weight_decay):
-    """train_losses of this script's float64 forward from `weights`."""
+def losses(config, weights, tokens, batch, seq, steps, lr, weight_decay, aux_losses=None):
+    """train_losses of this script's float64 forward from `weights`. A mixture of experts' each
+    step's load-balancing loss goes to `aux_losses`; it trains where output_router_logits."""
     vision = layout(config)[2]
     params = {n: t.clone().requires_grad_(True) for n, t in weights.items() if n not in vision}
-    return train_losses(lambda ids: forward(config, params, ids), params.values(), tokens, batch,
-                        seq, steps, lr, weight_decay)
+    c = text_config(config)
+    router = []
+
+    def logits_of(ids):
+        router.clear()
+        return forward(config, params, ids, router)
+
+    def aux_of():
+        if not router:
+            return None
+        value = MOE.aux_loss(c, router)
+        if aux_losses is not None:
+            aux_losses.append(value.item())
+        return value * c["router_aux_loss_coef"] if c["output_router_logits"] else None
+
+    return train_losses(logits_of, params.values(), tokens, batch, seq, steps, lr, weight_decay,
+                        aux_of)
 
 
 def make_case(family, variant, seed, count, vocab=None, max_positions=None, bf16=False):
@@ -408,10 +440,20 @@ def make_case(family, variant, seed, count, vocab=None, max_positions=None, bf16
         text["max_position_embeddings"] = max_positions
     c = text_config(config)
     generator = torch.Generator().manual_seed(seed)
-    stored = {n: t.to(torch.bfloat16 if bf16 else torch.float32)
-              for n, t in random_weights(config, generator).items()}
+    if c.get("_fused_experts"):
+        # The values of the per-expert layout, stored fused: both layouts give the same losses.
+        per_expert = {k: v for k, v in config.items() if k != "_fused_experts"}
+        drawn = MOE.fuse(c, random_weights(per_expert, generator))
+    else:
+        drawn = random_weights(config, generator)
+    if c.get("_routed"):
+        MOE.route_by_halves(c, drawn)
+    stored = {n: t.to(torch.bfloat16 if bf16 else torch.float32) for n, t in drawn.items()}
     weights = {n: t.to(torch.float64) for n, t in stored.items()}  # what a reader of the file sees
-    tokens = torch.randint(c["vocab_size"], (count,), generator=generator)
+    if c.get("_routed"):
+        tokens = MOE.routed_tokens(c["_routed"], c["vocab_size"], 16, count, generator)
+    else:
+        tokens = torch.randint(c["vocab_size"], (count,), generator=generator)
     if c.get("pad_token_id") is not None:
         tokens[::5] = c["pad_token_id"]
     return config, stored, weights, tokens
@@ -433,9 +475,11 @@ def main():
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--family", required=True,
-                    choices=["llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3"])
+                    choices=["llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3",
+                             "mixtral", "qwen3_moe"])
     ap.add_argument("--variant", default="",
-                    help="rope_parameters | wrapped | wrapped_v5 (the last two: gemma3_text)")
+                    help="rope_parameters | wrapped | wrapped_v5 (the two: gemma3_text) | aux | "
+                         "fused_experts (the two: mixtral, qwen3_moe)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--seed", type=int, default=0)
@@ -450,6 +494,11 @@ def main():
                     help="write config.json and the weights only (no tokens, no reference)")
     args = ap.parse_args()
 
+    if args.variant in MOE.ROUTED:
+        # The routed variants idle experts for whole steps; without weight decay an idle expert's
+        # first update is none under both torch's rule (no gradient) and pstar's (a zero one).
+        assert args.seq == 16, "the routed variants lay out windows of 16 tokens"
+        args.weight_decay = 0.0
     count = args.steps * args.batch * args.seq + 1
     config, stored, weights, tokens = make_case(args.family, args.variant, args.seed, count,
                                                 args.vocab, args.max_positions,
@@ -458,7 +507,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     config = dict(config, torch_dtype="bfloat16" if args.dtype == "bf16" else "float32")
     with open(os.path.join(args.out, "config.json"), "w") as f:
-        json.dump({k: v for k, v in config.items() if k != "_layout"}, f, indent=2)
+        json.dump({k: v for k, v in config.items() if not k.startswith("_")}, f, indent=2)
     TINY_LLAMA.write_safetensors(os.path.join(args.out, "model.safetensors"), list(stored.items()),
                                  "BF16" if args.dtype == "bf16" else "F32")
     if args.weights_only:
@@ -466,11 +515,14 @@ def main():
         return
     with open(os.path.join(args.out, "tokens.bin"), "wb") as f:
         f.write(tokens.numpy().astype("<u2").tobytes())
+    aux = []
     result = {"family": args.family, "variant": args.variant, "losses":
               losses(config, weights, tokens, args.batch, args.seq, args.steps, args.lr,
-                     args.weight_decay),
+                     args.weight_decay, aux),
               "batch": args.batch, "seq": args.seq, "lr": args.lr,
               "weight_decay": args.weight_decay}
+    if aux:
+        result["aux_losses"] = aux
     with open(os.path.join(args.out, "reference.json"), "w") as f:
         json.dump(result, f, indent=2)
     print(json.dumps(result))

@@ -238,7 +238,11 @@ struct HfTensorPlan {
 HfTensorPlan hf_tensor_plan(const CheckpointIndex& index, const model::ModelShape& shape) {
   std::vector<model::CheckpointTensor> all;
   if (shape.family == model::ModelFamily::kDecoder) {
-    all = model::decoder_checkpoint_tensors(shape.decoder);
+    // Experts under their per-expert names whatever layout the run read: the Hub's, which
+    // transformers 4 reads and transformers 5 converts on load.
+    model::DecoderConfig written = shape.decoder;
+    written.hf.fused_experts = false;
+    all = model::decoder_checkpoint_tensors(written);
   } else {
     for (const auto& p : shape.parameter_shapes())
       all.push_back({p.name, p.shape, {{p.name, p.shape[0]}}});
@@ -274,14 +278,14 @@ struct CarriedTensors {
 CarriedTensors carried_tensors(const model::DecoderConfig& c, const std::string& source) {
   CarriedTensors out;
   PSTAR_CHECK(formats::is_directory(source), ConfigError, "merge-ckpt: the model is the language ",
-              "model of a ", c.wrapper->model_type, " folder whose other parts come from ", source,
-              ", which is gone; merge into a .safetensors or .pt file instead");
+              "model of a ", c.hf.wrapper->model_type, " folder whose other parts come from ",
+              source, ", which is gone; merge into a .safetensors or .pt file instead");
   out.folder = formats::read_hf_folder(source);
   for (const std::string& shard : out.folder.shards) {
     const formats::SafetensorsReader reader(shard);
     for (const auto& t : reader.tensors()) {
-      if (starts_with(t.name, c.wrapper->weight_prefix) ||
-          starts_with(t.name, c.wrapper->head_prefix) || out.shard.count(t.name))
+      if (starts_with(t.name, c.hf.wrapper->weight_prefix) ||
+          starts_with(t.name, c.hf.wrapper->head_prefix) || out.shard.count(t.name))
         continue;
       out.entries.push_back({t.name, t.dtype, t.shape});
       out.shard[t.name] = shard;
@@ -306,7 +310,7 @@ MergeSummary write_hf_folder(const CheckpointIndex& index, const MergeOptions& o
   std::vector<formats::HfFolderWriter::Tensor> tensors;
   for (const auto& t : plan.tensors) tensors.push_back({t.name, safetensors_dtype(dtype), t.shape});
   std::optional<CarriedTensors> carried;
-  if (shape.family == model::ModelFamily::kDecoder && shape.decoder.wrapper) {
+  if (shape.family == model::ModelFamily::kDecoder && shape.decoder.hf.wrapper) {
     carried = carried_tensors(shape.decoder, shape.hf_folder);
     tensors.insert(tensors.end(), carried->entries.begin(), carried->entries.end());
   }
@@ -342,7 +346,7 @@ MergeSummary write_hf_folder(const CheckpointIndex& index, const MergeOptions& o
       writer.write(e.name, reader.data(*info), info->size_bytes);
     }
     log::info("merge-ckpt: copied ", carried->entries.size(), " tensor(s) of the ",
-              shape.decoder.wrapper->model_type, " model that pstar does not train from ",
+              shape.decoder.hf.wrapper->model_type, " model that pstar does not train from ",
               shape.hf_folder);
   }
   writer.commit();

@@ -46,6 +46,17 @@ void Placement::close_window(int64_t non_model) {
 
 void Placement::open_moment(const std::string& name, bool in_backward) {
   ++moment_;
+  // Note [fixed trace]: every iteration's moments are the first's, in order.
+  PSTAR_INTERNAL_ASSERT(
+      iteration_ == 0 || (moment_ < static_cast<int64_t>(moment_names_.size()) &&
+                          moment_names_[static_cast<size_t>(moment_)] == name),
+      "iteration ", iteration_ + 1, "'s moment ", moment_, " is \"", name,
+      "\" but the warm-up's was \"",
+      moment_ < static_cast<int64_t>(moment_names_.size())
+          ? moment_names_[static_cast<size_t>(moment_)]
+          : std::string("(none: the warm-up had fewer moments)"),
+      "\": the model's modules ran in another order (Note [fixed trace]: every module must run "
+      "every micro-batch, an expert with no tokens on an empty batch)");
   accesses_.emplace_back();
   groups_.emplace_back();
   backward_.push_back(in_backward);

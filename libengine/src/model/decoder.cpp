@@ -6,6 +6,7 @@
 #include "pstar/base/error.h"
 #include "pstar/model/decoder_shape.h"
 #include "pstar/model/factory.h"  // initialise_unit
+#include "pstar/model/family.h"
 #include "pstar/model/hooks.h"
 #include "pstar/model/ops.h"
 
@@ -103,17 +104,17 @@ DecoderAttention::DecoderAttention(const DecoderConfig& c)
   // Construction order is use order (the chunk layout follows it): the projections, the q/k norms
   // that follow them, o_proj.
   q_proj =
-      register_module("q_proj", std::make_shared<DecoderLinear>(c.hidden, c.q_width(), c.qkv_bias));
+      register_module("q_proj", std::make_shared<DecoderLinear>(c.hidden, c.q_width(), c.bias.qkv));
   k_proj = register_module("k_proj",
-                           std::make_shared<DecoderLinear>(c.hidden, c.kv_width(), c.qkv_bias));
+                           std::make_shared<DecoderLinear>(c.hidden, c.kv_width(), c.bias.qkv));
   v_proj = register_module("v_proj",
-                           std::make_shared<DecoderLinear>(c.hidden, c.kv_width(), c.qkv_bias));
+                           std::make_shared<DecoderLinear>(c.hidden, c.kv_width(), c.bias.qkv));
   if (c.norms.qk) {
     q_norm = register_module("q_norm", make_norm(c, c.head_dim));
     k_norm = register_module("k_norm", make_norm(c, c.head_dim));
   }
   o_proj =
-      register_module("o_proj", std::make_shared<DecoderLinear>(c.q_width(), c.hidden, c.o_bias));
+      register_module("o_proj", std::make_shared<DecoderLinear>(c.q_width(), c.hidden, c.bias.o));
 }
 
 torch::Tensor DecoderAttention::forward(const torch::Tensor& x, const RotaryTables& rope,
@@ -155,11 +156,11 @@ torch::Tensor DecoderAttention::forward(const torch::Tensor& x, const RotaryTabl
 
 DecoderMlp::DecoderMlp(const DecoderConfig& c) : activation(c.activation) {
   gate_proj = register_module(
-      "gate_proj", std::make_shared<DecoderLinear>(c.hidden, c.intermediate, c.mlp_bias));
+      "gate_proj", std::make_shared<DecoderLinear>(c.hidden, c.intermediate, c.bias.mlp));
   up_proj = register_module("up_proj",
-                            std::make_shared<DecoderLinear>(c.hidden, c.intermediate, c.mlp_bias));
+                            std::make_shared<DecoderLinear>(c.hidden, c.intermediate, c.bias.mlp));
   down_proj = register_module(
-      "down_proj", std::make_shared<DecoderLinear>(c.intermediate, c.hidden, c.mlp_bias));
+      "down_proj", std::make_shared<DecoderLinear>(c.intermediate, c.hidden, c.bias.mlp));
 }
 
 torch::Tensor DecoderMlp::forward(const torch::Tensor& x) {
@@ -176,14 +177,20 @@ torch::Tensor DecoderMlp::forward(const torch::Tensor& x) {
   return down_proj->forward(act * up_proj->forward(x));
 }
 
-DecoderLayer::DecoderLayer(const DecoderConfig& c, LayerKind kind_) : kind(kind_) {
+DecoderLayer::DecoderLayer(const DecoderConfig& c, LayerKind kind_, bool sparse,
+                           RoutingRecord* routing)
+    : kind(kind_) {
   input_layernorm = register_module("input_layernorm", make_norm(c, c.hidden));
   self_attn = register_module("self_attn", std::make_shared<DecoderAttention>(c));
   post_attention_layernorm = register_module("post_attention_layernorm", make_norm(c, c.hidden));
   if (c.norms.sandwich)
     pre_feedforward_layernorm =
         register_module("pre_feedforward_layernorm", make_norm(c, c.hidden));
-  mlp = register_module("mlp", std::make_shared<DecoderMlp>(c));
+  if (sparse) {
+    moe = register_module(c.family->moe->block, std::make_shared<DecoderMoe>(c, routing));
+  } else {
+    mlp = register_module("mlp", std::make_shared<DecoderMlp>(c));
+  }
   if (c.norms.sandwich)
     post_feedforward_layernorm =
         register_module("post_feedforward_layernorm", make_norm(c, c.hidden));
@@ -193,13 +200,17 @@ torch::Tensor DecoderLayer::forward(const torch::Tensor& x, const RotaryTables& 
                                     const torch::Tensor& allowed) {
   if (!pre_feedforward_layernorm) {
     auto h = x + self_attn->forward(input_layernorm->forward(x), rope, allowed);
-    return h + mlp->forward(post_attention_layernorm->forward(h));
+    return h + feed_forward(post_attention_layernorm->forward(h));
   }
   // Gemma 3: each sublayer's output is normalised again before the residual add.
   auto h = x + post_attention_layernorm->forward(
                    self_attn->forward(input_layernorm->forward(x), rope, allowed));
   return h +
-         post_feedforward_layernorm->forward(mlp->forward(pre_feedforward_layernorm->forward(h)));
+         post_feedforward_layernorm->forward(feed_forward(pre_feedforward_layernorm->forward(h)));
+}
+
+torch::Tensor DecoderLayer::feed_forward(const torch::Tensor& x) {
+  return moe ? moe->forward(x) : mlp->forward(x);
 }
 
 namespace {
@@ -221,7 +232,8 @@ void unit_built(const DecoderConfig& c, const BuildOptions& options, torch::nn::
 
 // As GptTransformer: each unit is built and handed over before the next is built; its values
 // depend on its parameters' names alone.
-DecoderModel::DecoderModel(const DecoderConfig& c, const BuildOptions& options) {
+DecoderModel::DecoderModel(const DecoderConfig& c, const BuildOptions& options,
+                           RoutingRecord* routing) {
   torch::NoGradGuard no_grad;
   auto built = [&](torch::nn::Module& unit, const std::string& prefix) {
     unit_built(c, options, unit, prefix);
@@ -232,7 +244,7 @@ DecoderModel::DecoderModel(const DecoderConfig& c, const BuildOptions& options) 
   built(*embed_tokens, "model.embed_tokens.");
   auto list = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
-    auto layer = std::make_shared<DecoderLayer>(c, c.layer_kind(i));
+    auto layer = std::make_shared<DecoderLayer>(c, c.layer_kind(i), c.sparse_layer(i), routing);
     layers.push_back(layer);
     list->push_back(layer);
     built(*layer, "model.layers." + std::to_string(i) + ".");
@@ -241,9 +253,10 @@ DecoderModel::DecoderModel(const DecoderConfig& c, const BuildOptions& options) 
   built(*norm, "model.norm.");
 }
 
-Decoder::Decoder(const DecoderConfig& config, const BuildOptions& options) : config_(config) {
+Decoder::Decoder(const DecoderConfig& config, const BuildOptions& options)
+    : config_(config), routing_(config.moe && config.moe->aux_loss) {
   validate_decoder_config(config_, "model");
-  model_ = register_module("model", std::make_shared<DecoderModel>(config_, options));
+  model_ = register_module("model", std::make_shared<DecoderModel>(config_, options, &routing_));
   if (!config_.tie_word_embeddings) {
     torch::NoGradGuard no_grad;
     lm_head_ = register_module(
@@ -269,6 +282,7 @@ torch::Tensor Decoder::hidden(const torch::Tensor& input_ids, const torch::Tenso
   PSTAR_CHECK(seq <= config_.seq_len, ConfigError, "sequence of ", seq,
               " tokens is longer than model.seq_len ", config_.seq_len);
   auto& m = *model_;
+  routing_.clear();
   auto x = m.embed_tokens->forward(input_ids);
   if (config_.embed_scale) {
     // Gemma: sqrt(hidden) as an fp32 scalar, rounded to the embedding's dtype before it multiplies
@@ -315,6 +329,40 @@ torch::Tensor Decoder::head(const torch::Tensor& x) {
   auto& m = *model_;
   return run_module(*m.embed_tokens,
                     [&] { return pstar::model::linear(x, m.embed_tokens->weight.to(x.device())); });
+}
+
+bool Decoder::set_activation_checkpointing(bool on) {
+  // Checkpointing runs each layer's first forward without a graph: the router's probabilities that
+  // the load-balancing loss differentiates would have none.
+  PSTAR_CHECK(!on || !config_.moe || !config_.moe->aux_loss, ConfigError,
+              "output_router_logits (the router's load-balancing loss in the training loss) with "
+              "engine.activation_checkpointing is not supported; turn one of them off");
+  checkpointing_ = on;
+  return true;
+}
+
+// Note [router aux loss]
+// Hugging Face's load-balancing loss over the sparse layers' L·T routings of a forward: with f_e
+// the share of the (token, slot) choices that fell to expert e and P_e the mean router probability
+// of e, E·Σ_e f_e·P_e (load_balancing_loss_func), added times router_aux_loss_coef when the config
+// sets output_router_logits. f is counted, P differentiated through the probabilities' sums each
+// block keeps ([E] per layer, with their graph only when the loss trains). The probabilities are
+// the blocks' own fp32 softmax (Hugging Face recomputes it in the logits' dtype: the same in fp32).
+CausalLM::AuxiliaryLoss Decoder::auxiliary_loss() {
+  if (!config_.moe || routing_.tokens.empty()) return {};
+  const auto routings =
+      static_cast<double>(routing_.tokens_per_layer * static_cast<int64_t>(routing_.tokens.size()));
+  // f_e sums Hugging Face's per-slot shares over the top_k slots: count_e / (L·T).
+  const torch::Tensor share = torch::stack(routing_.tokens).sum(0).to(torch::kFloat32) / routings;
+  const torch::Tensor probability = torch::stack(routing_.probability_sums).sum(0) / routings;
+  const torch::Tensor value = (share.to(probability.device()) * probability).sum() *
+                              static_cast<double>(config_.moe->experts);
+  return {value, config_.moe->aux_loss ? config_.moe->aux_loss_coef : 0.0};
+}
+
+torch::Tensor Decoder::expert_tokens() {
+  if (!config_.moe || routing_.tokens.empty()) return {};
+  return torch::stack(routing_.tokens).to(torch::kCPU);
 }
 
 torch::Tensor Decoder::forward(const torch::Tensor& input_ids) {

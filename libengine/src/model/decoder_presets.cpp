@@ -27,7 +27,7 @@ DecoderConfig make(const char* model_type, const Shape& s) {
   c.seq_len = std::min<int64_t>(2048, s.max_positions);
   c.norms.eps = s.eps;
   c.tie_word_embeddings = s.tied;
-  c.qkv_bias = c.family->attention_bias == AttentionBias::kQkvAlways;
+  c.bias.qkv = c.family->attention_bias == AttentionBias::kQkvAlways;
   c.attention.rope[0].theta = c.attention.rope[1].theta = s.rope_theta;
   c.attention.layer_kinds = family_layer_kinds(*c.family, c.layers, false, 0, 0);
   return c;
@@ -68,8 +68,29 @@ DecoderConfig gemma3(const Shape& s, int64_t window, double query_scalar, double
   return c;
 }
 
+// A mixture of experts: `experts` of width `width`, the top `top_k` of them, renormalised or not.
+DecoderConfig with_experts(DecoderConfig c, int64_t experts, int64_t top_k, int64_t width,
+                           bool normalize, double aux_coef) {
+  MoeConfig& m = *c.moe;
+  m.experts = experts;
+  m.top_k = top_k;
+  m.expert_intermediate = width;
+  m.normalize_top_k = normalize;
+  m.aux_loss_coef = aux_coef;
+  return c;
+}
+
 DecoderConfig with_pad(DecoderConfig c, int64_t pad_token_id) {
   c.pad_token_id = pad_token_id;
+  return c;
+}
+
+// 8 experts of width 32 (top 2, renormalised) on hidden 64, layer 0 dense.
+DecoderConfig qwen3_moe_tiny() {
+  DecoderConfig c = with_experts(
+      make("qwen3_moe", {64, 128, 3, 4, 2, 16, 256, 128, 1e6, 1e-6, false}), 8, 2, 32, true, 0.001);
+  c.moe->dense_layers = {0};
+  c.seq_len = 64;
   return c;
 }
 
@@ -123,6 +144,13 @@ std::vector<DecoderPreset> make_presets() {
       {"phi-4",
        with_pad(make("phi3", {5120, 17920, 40, 40, 10, 128, 100352, 16384, 250000.0, 1e-5, false}),
                 100257)},
+      {"mixtral-8x7b",
+       with_experts(make("mixtral", {4096, 14336, 32, 32, 8, 128, 32000, 32768, 1e6, 1e-5, false}),
+                    8, 2, 14336, true, 0.02)},
+      {"qwen3-30b-a3b", with_experts(make("qwen3_moe", {2048, 6144, 48, 32, 4, 128, qwen3_vocab,
+                                                        40960, 1e6, 1e-6, false}),
+                                     128, 8, 768, true, 0.001)},
+      {"qwen3-moe-tiny", qwen3_moe_tiny()},
   };
 }
 

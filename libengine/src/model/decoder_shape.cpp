@@ -2,6 +2,9 @@
 // tensors that hold them (pstar/model/decoder_shape.h).
 #include "pstar/model/decoder_shape.h"
 
+#include <algorithm>
+#include <map>
+
 #include "pstar/base/error.h"
 #include "pstar/base/strings.h"
 #include "pstar/model/family.h"
@@ -37,6 +40,18 @@ void validate_decoder_config(const DecoderConfig& c, const std::string& source) 
       ConfigError, source, ": sliding_attention layers need a positive sliding_window, found ",
       c.attention.sliding_window ? std::to_string(*c.attention.sliding_window)
                                  : std::string("none"));
+  PSTAR_CHECK(c.moe.has_value() == (c.family->moe != nullptr), ConfigError, source, ": ",
+              c.model_type(),
+              c.family->moe ? " models need their experts" : " models have no experts");
+  if (c.moe) {
+    const MoeConfig& m = *c.moe;
+    PSTAR_CHECK(m.experts > 0 && m.top_k > 0 && m.top_k <= m.experts, ConfigError, source,
+                ": num_experts_per_tok ", m.top_k, " must be between 1 and the ", m.experts,
+                " experts");
+    PSTAR_CHECK(m.expert_intermediate > 0 && m.sparse_step > 0, ConfigError, source,
+                ": the experts' width (", m.expert_intermediate, ") and decoder_sparse_step (",
+                m.sparse_step, ") must be positive");
+  }
   PSTAR_CHECK(!c.pad_token_id || (*c.pad_token_id >= 0 && *c.pad_token_id < c.vocab_size),
               ConfigError, source, ": pad_token_id ", c.pad_token_id.value_or(0),
               " is not a token id below vocab_size ", c.vocab_size);
@@ -65,28 +80,47 @@ namespace {
 // [rows, cols] (a norm's [rows]) and whether a bias follows. Both the counts and the names come
 // from here, so they cannot disagree.
 struct Leaf {
-  const char* name;    // under the layer's prefix, without ".weight"
+  std::string name;    // under the layer's prefix, without ".weight"
   int64_t rows, cols;  // cols 0: a vector
   bool bias;
 };
 
-std::vector<Leaf> layer_leaves(const DecoderConfig& c) {
+// A sparse layer's block (Note [moe block] in decoder.cpp): the router, then each expert's gate,
+// up and down projections, expert by expert.
+void moe_leaves(const DecoderConfig& c, std::vector<Leaf>& leaves) {
+  const MoeSpelling& names = *c.family->moe;
+  const int64_t h = c.hidden, inter = c.moe->expert_intermediate;
+  const std::string block = names.block;
+  leaves.push_back({block + ".gate", c.moe->experts, h, false});
+  for (int64_t e = 0; e < c.moe->experts; ++e) {
+    const std::string expert = block + ".experts." + std::to_string(e) + ".";
+    leaves.push_back({expert + names.gate, inter, h, false});
+    leaves.push_back({expert + names.up, inter, h, false});
+    leaves.push_back({expert + names.down, h, inter, false});
+  }
+}
+
+std::vector<Leaf> layer_leaves(const DecoderConfig& c, bool sparse) {
   const int64_t h = c.hidden, q = c.q_width(), kv = c.kv_width(), inter = c.intermediate;
   std::vector<Leaf> leaves;
   leaves.push_back({"input_layernorm", h, 0, false});
-  leaves.push_back({"self_attn.q_proj", q, h, c.qkv_bias});
-  leaves.push_back({"self_attn.k_proj", kv, h, c.qkv_bias});
-  leaves.push_back({"self_attn.v_proj", kv, h, c.qkv_bias});
+  leaves.push_back({"self_attn.q_proj", q, h, c.bias.qkv});
+  leaves.push_back({"self_attn.k_proj", kv, h, c.bias.qkv});
+  leaves.push_back({"self_attn.v_proj", kv, h, c.bias.qkv});
   if (c.norms.qk) {
     leaves.push_back({"self_attn.q_norm", c.head_dim, 0, false});
     leaves.push_back({"self_attn.k_norm", c.head_dim, 0, false});
   }
-  leaves.push_back({"self_attn.o_proj", h, q, c.o_bias});
+  leaves.push_back({"self_attn.o_proj", h, q, c.bias.o});
   leaves.push_back({"post_attention_layernorm", h, 0, false});
   if (c.norms.sandwich) leaves.push_back({"pre_feedforward_layernorm", h, 0, false});
-  leaves.push_back({"mlp.gate_proj", inter, h, c.mlp_bias});
-  leaves.push_back({"mlp.up_proj", inter, h, c.mlp_bias});
-  leaves.push_back({"mlp.down_proj", h, inter, c.mlp_bias});
+  if (sparse) {
+    moe_leaves(c, leaves);
+  } else {
+    leaves.push_back({"mlp.gate_proj", inter, h, c.bias.mlp});
+    leaves.push_back({"mlp.up_proj", inter, h, c.bias.mlp});
+    leaves.push_back({"mlp.down_proj", h, inter, c.bias.mlp});
+  }
   if (c.norms.sandwich) leaves.push_back({"post_feedforward_layernorm", h, 0, false});
   return leaves;
 }
@@ -101,12 +135,18 @@ std::vector<int64_t> decoder_leaf_module_numels(const DecoderConfig& c) {
   // Counted from the per-layer leaves once and repeated: `pstar estimate` lays out thousands of
   // candidate shapes, and naming every parameter of each would dominate its time. The model test
   // checks both orders agree.
-  std::vector<int64_t> layer;
-  for (const Leaf& l : layer_leaves(c)) layer.push_back(leaf_numel(l));
+  // A dense and a sparse layer's leaves, counted once each.
+  std::vector<int64_t> dense, sparse;
+  for (const Leaf& l : layer_leaves(c, false)) dense.push_back(leaf_numel(l));
+  if (c.moe)
+    for (const Leaf& l : layer_leaves(c, true)) sparse.push_back(leaf_numel(l));
   std::vector<int64_t> numels;
-  numels.reserve(layer.size() * static_cast<size_t>(c.layers) + 3);
+  numels.reserve(std::max(dense.size(), sparse.size()) * static_cast<size_t>(c.layers) + 3);
   numels.push_back(c.vocab_size * c.hidden);
-  for (int64_t i = 0; i < c.layers; ++i) numels.insert(numels.end(), layer.begin(), layer.end());
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::vector<int64_t>& layer = c.sparse_layer(i) ? sparse : dense;
+    numels.insert(numels.end(), layer.begin(), layer.end());
+  }
   numels.push_back(c.hidden);
   if (!c.tie_word_embeddings) numels.push_back(c.vocab_size * c.hidden);
   return numels;
@@ -122,10 +162,10 @@ std::vector<ParameterShape> decoder_parameter_shapes(const DecoderConfig& c) {
     ++leaf;
   };
   add("model.embed_tokens", c.vocab_size, c.hidden, false);
-  const std::vector<Leaf> leaves = layer_leaves(c);
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string layer = "model.layers." + std::to_string(i) + ".";
-    for (const Leaf& l : leaves) add(layer + l.name, l.rows, l.cols, l.bias);
+    for (const Leaf& l : layer_leaves(c, c.sparse_layer(i)))
+      add(layer + l.name, l.rows, l.cols, l.bias);
   }
   add("model.norm", c.hidden, 0, false);
   if (!c.tie_word_embeddings) add("lm_head", c.vocab_size, c.hidden, false);
@@ -134,13 +174,22 @@ std::vector<ParameterShape> decoder_parameter_shapes(const DecoderConfig& c) {
 
 namespace {
 
-// The parameter's name in a folder of config.wrapper's layout.
+// The parameter's name in a folder of config.hf.wrapper's layout.
 std::string wrapped_name(const DecoderConfig& c, const std::string& name) {
-  if (!c.wrapper) return name;
-  if (starts_with(name, "model.")) return c.wrapper->weight_prefix + name.substr(6);
-  if (starts_with(name, "lm_head.")) return c.wrapper->head_prefix + name.substr(8);
+  if (!c.hf.wrapper) return name;
+  if (starts_with(name, "model.")) return c.hf.wrapper->weight_prefix + name.substr(6);
+  if (starts_with(name, "lm_head.")) return c.hf.wrapper->head_prefix + name.substr(8);
   return name;
 }
+
+// Where a parameter lands in the folder: a tensor of its own, or a part of a fused one. `shape` is
+// the fused tensor's whole shape where it is known in advance (experts), else empty (Phi-3's
+// projections grow by each part's rows).
+struct Target {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool fused = false;
+};
 
 // Phi-3's fused projections: the parts a fused tensor stacks, in order, under its name.
 struct Fusion {
@@ -155,42 +204,65 @@ const std::vector<Fusion>& fusions() {
   return f;
 }
 
+Target projection_target(const std::string& name) {
+  for (const Fusion& f : fusions())
+    for (const char* part : f.parts) {
+      const std::string from = std::string(".") + part + ".";
+      const size_t at = name.find(from);
+      if (at != std::string::npos)
+        return {name.substr(0, at) + "." + f.fused + "." + name.substr(at + from.size()), {}, true};
+    }
+  return {name, {}, false};
+}
+
+// transformers 5's experts (HfLayout::fused_experts): the router under mlp.gate, each layer's
+// experts in experts.gate_up_proj [E, 2I, H] (each expert's gate rows, then its up rows) and
+// experts.down_proj [E, H, I], without a ".weight".
+Target expert_target(const DecoderConfig& c, const std::string& name) {
+  const MoeSpelling& m = *c.family->moe;
+  const std::string block = std::string(".") + m.block + ".";
+  const size_t at = name.find(block);
+  if (at == std::string::npos) return {name, {}, false};
+  const std::string layer = name.substr(0, at) + ".mlp.";
+  const std::string rest = name.substr(at + block.size());
+  if (starts_with(rest, "gate.")) return {layer + rest, {}, false};
+  // Not a block's: Qwen3-MoE's dense layers (mlp_only_layers) have their MLP under mlp too.
+  if (!starts_with(rest, "experts.")) return {name, {}, false};
+  const int64_t e = c.moe->experts, h = c.hidden, inter = c.moe->expert_intermediate;
+  const std::string projection = rest.substr(rest.find('.', 8) + 1);  // after "experts.J."
+  if (starts_with(projection, std::string(m.down) + "."))
+    return {layer + "experts.down_proj", {e, h, inter}, true};
+  return {layer + "experts.gate_up_proj", {e, 2 * inter, h}, true};
+}
+
 }  // namespace
 
 std::vector<CheckpointTensor> decoder_checkpoint_tensors(const DecoderConfig& c) {
   std::vector<CheckpointTensor> out;
+  std::map<std::string, size_t> fused;  // a fused tensor's name -> its index in `out`
   for (const ParameterShape& p : decoder_parameter_shapes(c)) {
-    CheckpointTensor t;
-    t.name = wrapped_name(c, p.name);
-    t.shape = p.shape;
-    t.parts.push_back({p.name, p.shape[0]});
+    Target target{p.name, {}, false};
     if (c.family->fused_projections) {
-      // q/k/v_proj (gate/up_proj) arrive in a row: the first part opens the fused tensor, the
-      // others join the last one.
-      const Fusion* fusion = nullptr;
-      size_t index = 0;
-      for (const Fusion& f : fusions())
-        for (size_t k = 0; k < f.parts.size(); ++k)
-          if (p.name.find(std::string(".") + f.parts[k] + ".") != std::string::npos) {
-            fusion = &f;
-            index = k;
-          }
-      if (fusion != nullptr) {
-        const std::string from = std::string(".") + fusion->parts[index] + ".";
-        const size_t at = p.name.find(from);
-        const std::string fused_name =
-            p.name.substr(0, at) + "." + fusion->fused + "." + p.name.substr(at + from.size());
-        if (index > 0) {
-          PSTAR_INTERNAL_ASSERT(!out.empty() && out.back().name == wrapped_name(c, fused_name),
-                                "fused part ", p.name, " does not follow its tensor");
-          out.back().shape[0] += p.shape[0];
-          out.back().parts.push_back({p.name, p.shape[0]});
-          continue;
-        }
-        t.name = wrapped_name(c, fused_name);
-      }
+      target = projection_target(p.name);
+    } else if (c.moe && c.hf.fused_experts) {
+      target = expert_target(c, p.name);
     }
-    out.push_back(std::move(t));
+    target.name = wrapped_name(c, target.name);
+    // A part's rows: along dimension 0 of its fused tensor viewed as [numel / last, last].
+    const CheckpointTensor::Part part{p.name, p.shape[0]};
+    if (!target.fused) {
+      out.push_back({target.name, p.shape, {part}});
+      continue;
+    }
+    const auto [it, first] = fused.emplace(target.name, out.size());
+    if (first) {
+      std::vector<int64_t> shape = target.shape.empty() ? p.shape : target.shape;
+      out.push_back({target.name, std::move(shape), {part}});
+      continue;
+    }
+    CheckpointTensor& t = out[it->second];
+    if (target.shape.empty()) t.shape[0] += p.shape[0];
+    t.parts.push_back(part);
   }
   return out;
 }

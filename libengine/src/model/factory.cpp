@@ -70,28 +70,32 @@ int64_t load_pretrained(const ModelShape& shape, const std::string& init_from, C
     params[name].copy_(value);
   };
   const ParameterWriter& to = write ? write : copy;
-  // A fused tensor (Phi-3's qkv_proj, gate_up_proj) is split into its parameters by rows.
+  // A fused tensor (Phi-3's qkv_proj, gate_up_proj; transformers 5's experts) is split into its
+  // parameters by rows of its [numel / last, last] view.
   const ParameterWriter split = [&](const std::string& name, const at::Tensor& value) {
+    const auto& parts = by_name.at(name)->parts;
+    if (parts.size() == 1) return to(parts.front().parameter, value);
+    const at::Tensor rows = value.reshape({-1, value.size(-1)});
     int64_t row = 0;
-    for (const auto& part : by_name.at(name)->parts) {
-      to(part.parameter, value.narrow(0, row, part.rows));
+    for (const auto& part : parts) {
+      to(part.parameter, rows.narrow(0, row, part.rows));
       row += part.rows;
     }
   };
   // Files of tied models may still carry lm_head.weight, and old ones the rotary inv_freq buffers;
   // a wrapping model's other parts (Gemma 3's vision tower) are not trained.
   const auto not_decoder = [&](const std::string& name) {
-    return c.wrapper && !starts_with(name, c.wrapper->weight_prefix) &&
-           !starts_with(name, c.wrapper->head_prefix);
+    return c.hf.wrapper && !starts_with(name, c.hf.wrapper->weight_prefix) &&
+           !starts_with(name, c.hf.wrapper->head_prefix);
   };
   const formats::HfFolder folder = formats::read_hf_folder(init_from);
-  if (c.wrapper)
-    log::info(init_from, ": a ", c.wrapper->model_type, " model; pstar trains its language model (",
-              c.wrapper->weight_prefix,
+  if (c.hf.wrapper)
+    log::info(init_from, ": a ", c.hf.wrapper->model_type,
+              " model; pstar trains its language model (", c.hf.wrapper->weight_prefix,
               "*) and leaves the rest (the vision tower and its projector) untrained: merge-ckpt "
               "copies those back from this folder");
   const auto ignored = [&](const std::string& name) {
-    const std::string head = c.wrapper ? c.wrapper->head_prefix + "weight" : "lm_head.weight";
+    const std::string head = c.hf.wrapper ? c.hf.wrapper->head_prefix + "weight" : "lm_head.weight";
     return (c.tie_word_embeddings && name == head) ||
            name.find("rotary_emb.inv_freq") != std::string::npos || not_decoder(name);
   };

@@ -67,6 +67,13 @@ bool RopeConfig::operator==(const RopeConfig& o) const {
 
 namespace {
 
+// Mixtral's experts are w1 (gate), w3 (up) and w2 (down) under block_sparse_moe; Qwen3-MoE's are
+// named as a dense MLP's, under mlp.
+const MoeSpelling kMixtralMoe = {
+    "block_sparse_moe", "num_local_experts", "intermediate_size", "w1", "w3", "w2", false, false};
+const MoeSpelling kQwen3Moe = {
+    "mlp", "num_experts", "moe_intermediate_size", "gate_proj", "up_proj", "down_proj", true, true};
+
 std::vector<DecoderFamily> make_families() {
   using N = NormKind;
   using B = AttentionBias;
@@ -75,30 +82,30 @@ std::vector<DecoderFamily> make_families() {
   //  model_type, architecture, description,
   //  norm, sandwich norms, q/k norm, embedding scale,
   //  activation key, attention bias, mlp_bias key, sliding rule, local rope, query scalar,
-  //  Hugging Face's defaults, fused projections, wrapper model_type
+  //  Hugging Face's defaults, fused projections, wrapper model_type, mixture of experts
   return {
       {"llama", "LlamaForCausalLM", "Llama 2/3 (LlamaForCausalLM)",
        N::kWeight, false, false, false,
        "hidden_act", B::kFromKey, true, S::kNever, false, false,
        R"({"hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": false})",
-       false, nullptr},
+       false, nullptr, nullptr},
       {"mistral", "MistralForCausalLM", "Mistral (MistralForCausalLM)",
        N::kWeight, false, false, false,
        "hidden_act", B::kFromKey, false, S::kAllLayers, false, false,
        R"({"hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": false})",
-       false, nullptr},
+       false, nullptr, nullptr},
       {"qwen2", "Qwen2ForCausalLM", "Qwen2, Qwen2.5 (Qwen2ForCausalLM)",
        N::kWeight, false, false, false,
        "hidden_act", B::kQkvAlways, false, S::kFromMaxWindow, false, false,
        R"({"hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
            "use_sliding_window": false, "max_window_layers": 28})",
-       false, nullptr},
+       false, nullptr, nullptr},
       {"qwen3", "Qwen3ForCausalLM", "Qwen3 (Qwen3ForCausalLM)",
        N::kWeight, false, true, false,
        "hidden_act", B::kFromKey, false, S::kFromMaxWindow, false, false,
        R"({"hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
            "use_sliding_window": false, "max_window_layers": 28})",
-       false, nullptr},
+       false, nullptr, nullptr},
       {"gemma3_text", "Gemma3ForCausalLM",
        "Gemma 3 (Gemma3ForCausalLM, and the language model of Gemma3ForConditionalGeneration)",
        N::kOnePlusWeight, true, true, true,
@@ -108,12 +115,28 @@ std::vector<DecoderFamily> make_families() {
            "head_dim": 256, "vocab_size": 262208, "max_position_embeddings": 131072,
            "query_pre_attn_scalar": 256, "sliding_window": 4096, "sliding_window_pattern": 6,
            "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "pad_token_id": 0})",
-       false, "gemma3"},
+       false, "gemma3", nullptr},
       {"phi3", "Phi3ForCausalLM", "Phi-3, Phi-4 (Phi3ForCausalLM)",
        N::kWeight, false, false, false,
        "hidden_act", B::kNever, false, S::kAllLayers, false, false,
        R"({"hidden_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": false})",
-       true, nullptr},
+       true, nullptr, nullptr},
+      {"mixtral", "MixtralForCausalLM", "Mixtral (MixtralForCausalLM)",
+       N::kWeight, false, false, false,
+       "hidden_act", B::kFromKey, false, S::kAllLayers, false, false,
+       R"({"hidden_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
+           "num_local_experts": 8, "num_experts_per_tok": 2, "router_aux_loss_coef": 0.001,
+           "output_router_logits": false})",
+       false, nullptr, &kMixtralMoe},
+      {"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3-MoE (Qwen3MoeForCausalLM)",
+       N::kWeight, false, true, false,
+       "hidden_act", B::kFromKey, false, S::kFromMaxWindow, false, false,
+       R"({"hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
+           "use_sliding_window": false, "max_window_layers": 28, "num_experts": 128,
+           "num_experts_per_tok": 8, "moe_intermediate_size": 768, "norm_topk_prob": false,
+           "decoder_sparse_step": 1, "mlp_only_layers": [], "router_aux_loss_coef": 0.001,
+           "output_router_logits": false})",
+       false, nullptr, &kQwen3Moe},
   };
   // clang-format on
 }
@@ -175,6 +198,21 @@ DecoderConfig family_defaults(const DecoderFamily& f) {
   c.norms.eps = d.at("rms_norm_eps").get<double>();
   c.tie_word_embeddings = d.at("tie_word_embeddings").get<bool>();
   if (d.contains("pad_token_id")) c.pad_token_id = d.at("pad_token_id").get<int64_t>();
+  if (f.moe != nullptr) {
+    MoeConfig m;
+    m.experts = d.at(f.moe->experts_key).get<int64_t>();
+    m.top_k = d.at("num_experts_per_tok").get<int64_t>();
+    // Mixtral's experts are as wide as its intermediate_size, which is the shape's.
+    if (d.contains(f.moe->width_key)) m.expert_intermediate = d.at(f.moe->width_key).get<int64_t>();
+    m.normalize_top_k = !f.moe->normalize_key || d.at("norm_topk_prob").get<bool>();
+    m.aux_loss_coef = d.at("router_aux_loss_coef").get<double>();
+    m.aux_loss = d.at("output_router_logits").get<bool>();
+    if (f.moe->sparse_layer_keys) {
+      m.sparse_step = d.at("decoder_sparse_step").get<int64_t>();
+      m.dense_layers = d.at("mlp_only_layers").get<std::vector<int64_t>>();
+    }
+    c.moe = m;
+  }
   return c;
 }
 
@@ -217,15 +255,49 @@ double DecoderConfig::query_scale() const {
   return 1.0 / std::sqrt(scalar);
 }
 
+bool MoeConfig::sparse(int64_t layer) const {
+  if (std::find(dense_layers.begin(), dense_layers.end(), layer) != dense_layers.end())
+    return false;
+  return experts > 0 && sparse_step > 0 && (layer + 1) % sparse_step == 0;
+}
+
+bool MoeConfig::operator==(const MoeConfig& o) const {
+  return experts == o.experts && top_k == o.top_k && expert_intermediate == o.expert_intermediate &&
+         normalize_top_k == o.normalize_top_k && aux_loss_coef == o.aux_loss_coef &&
+         aux_loss == o.aux_loss && sparse_step == o.sparse_step && dense_layers == o.dense_layers;
+}
+
+namespace {
+
+// One layer's MLP parameters: a dense gated MLP, or the router and `experts` of them.
+int64_t mlp_params(const DecoderConfig& c, int64_t layer, int64_t experts) {
+  const int64_t bias = c.bias.mlp ? 1 : 0;
+  if (!c.sparse_layer(layer))
+    return 3 * c.hidden * c.intermediate + bias * (2 * c.intermediate + c.hidden);
+  const int64_t expert = 3 * c.hidden * c.moe->expert_intermediate;
+  return c.moe->experts * c.hidden + experts * expert;
+}
+
+}  // namespace
+
+int64_t DecoderConfig::active_params() const {
+  int64_t total = num_params();
+  if (!moe) return total;
+  for (int64_t l = 0; l < layers; ++l)
+    total += mlp_params(*this, l, moe->top_k) - mlp_params(*this, l, moe->experts);
+  return total;
+}
+
 int64_t DecoderConfig::num_params() const {
   const int64_t h = hidden;
   const int64_t attention = 2 * h * q_width() + 2 * h * kv_width() +
-                            (qkv_bias ? q_width() + 2 * kv_width() : 0) + (o_bias ? h : 0) +
+                            (bias.qkv ? q_width() + 2 * kv_width() : 0) + (bias.o ? h : 0) +
                             (norms.qk ? 2 * head_dim : 0);
-  const int64_t mlp = 3 * h * intermediate + (mlp_bias ? 2 * intermediate + h : 0);
-  const int64_t per_layer = attention + mlp + norms_per_block() * h;
+  int64_t mlps = 0;
+  for (int64_t l = 0; l < layers; ++l) mlps += mlp_params(*this, l, moe ? moe->experts : 0);
+  const int64_t per_layer = attention + norms_per_block() * h;
   const int64_t embeddings = vocab_size * h * (tie_word_embeddings ? 1 : 2);
-  return layers * per_layer + embeddings + h;
+  return layers * per_layer + mlps + embeddings + h;
 }
 
 }  // namespace pstar::model

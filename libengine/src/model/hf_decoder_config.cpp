@@ -234,6 +234,56 @@ void refuse_unsupported(const HfFields& f) {
   }
 }
 
+// A mixture-of-experts family's block (MoeConfig): its keys through the row's spelling, and what
+// pstar does not route refused by name.
+void read_moe(const HfFields& f, const DecoderFamily& family, DecoderConfig& c) {
+  const std::string& source = f.source();
+  const MoeSpelling& m = *family.moe;
+  MoeConfig moe;
+  moe.experts = f.integer(m.experts_key);
+  moe.top_k = f.integer("num_experts_per_tok");
+  PSTAR_CHECK(moe.top_k <= moe.experts, ConfigError, source, ": num_experts_per_tok ", moe.top_k,
+              " exceeds ", m.experts_key, " ", moe.experts);
+  moe.expert_intermediate = f.integer(m.width_key);
+  moe.normalize_top_k = !m.normalize_key || f.boolean("norm_topk_prob", false);
+  const json coef = f.value("router_aux_loss_coef");
+  PSTAR_CHECK(coef.is_null() || (coef.is_number() && coef.get<double>() >= 0), ConfigError, source,
+              ": \"router_aux_loss_coef\" must be a number at least 0, found ", coef.dump());
+  moe.aux_loss_coef = coef.is_null() ? 0.0 : coef.get<double>();
+  moe.aux_loss = f.boolean("output_router_logits", false);
+  if (m.sparse_layer_keys) {
+    moe.sparse_step = f.integer("decoder_sparse_step", 1);
+    const json dense = f.value("mlp_only_layers");
+    PSTAR_CHECK(dense.is_null() || dense.is_array(), ConfigError, source,
+                ": \"mlp_only_layers\" must be a list of layer indices, found ", dense.dump());
+    for (const auto& l : dense.is_null() ? json::array() : dense) {
+      PSTAR_CHECK(l.is_number_integer() && l.get<int64_t>() >= 0 && l.get<int64_t>() < c.layers,
+                  ConfigError, source, ": mlp_only_layers entry ", l.dump(),
+                  " is not a layer index below num_hidden_layers ", c.layers);
+      moe.dense_layers.push_back(l.get<int64_t>());
+    }
+  }
+  // Routing pstar does not implement: each would train another model than the file's.
+  const auto positive = [&](const char* key) {
+    const json v = f.value(key);
+    return v.is_number() && v.get<double>() > 0;
+  };
+  for (const char* key :
+       {"shared_expert_intermediate_size", "n_shared_experts", "router_jitter_noise",
+        "capacity_factor", "moe_capacity_factor", "expert_capacity"})
+    PSTAR_CHECK(!positive(key), ConfigError, source, ": ", key, " ", f.value(key).dump(),
+                " is not supported; pstar routes every token to its top num_experts_per_tok "
+                "experts by softmax, with no shared experts, no jitter and no capacity limit");
+  for (const auto& [key, supported] :
+       {std::pair<const char*, const char*>{"scoring_func", "softmax"},
+        {"topk_method", "greedy"}}) {
+    const std::string value = f.string(key, supported);
+    PSTAR_CHECK(value == supported, ConfigError, source, ": ", key, " \"", value,
+                "\" is not supported; supported: \"", supported, "\"");
+  }
+  c.moe = moe;
+}
+
 json parse_object(const std::string& text, const std::string& source) {
   json j;
   try {
@@ -266,7 +316,7 @@ DecoderConfig decoder_config_from_hf_json(const std::string& text, const std::st
                 "\"text_config\" object, which is missing");
     j = &top.at("text_config");
     where = source + " (text_config)";
-    c.wrapper = HfWrapper{model_type, "text_config", "", ""};
+    c.hf.wrapper = HfWrapper{model_type, "text_config", "", ""};
   }
   const json defaults = json::parse(family->hf_defaults);
   const HfFields f(*j, defaults, where);
@@ -287,15 +337,15 @@ DecoderConfig decoder_config_from_hf_json(const std::string& text, const std::st
   c.activation = *activation;
   switch (family->attention_bias) {
     case AttentionBias::kFromKey:
-      c.qkv_bias = c.o_bias = f.boolean("attention_bias", false);
+      c.bias.qkv = c.bias.o = f.boolean("attention_bias", false);
       break;
     case AttentionBias::kQkvAlways:
-      c.qkv_bias = true;
+      c.bias.qkv = true;
       break;
     case AttentionBias::kNever:
       break;
   }
-  if (family->mlp_bias_key) c.mlp_bias = f.boolean("mlp_bias", false);
+  if (family->mlp_bias_key) c.bias.mlp = f.boolean("mlp_bias", false);
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", c.tie_word_embeddings);
   c.pad_token_id.reset();
   if (const json pad = f.value("pad_token_id"); !pad.is_null()) {
@@ -308,6 +358,7 @@ DecoderConfig decoder_config_from_hf_json(const std::string& text, const std::st
   if (family->query_pre_attn_scalar)
     c.attention.query_pre_attn_scalar = f.number("query_pre_attn_scalar", 0);
   refuse_unsupported(f);
+  if (family->moe != nullptr) read_moe(f, *family, c);
   read_layer_kinds(f, *family, c);
   read_rope(*j, f, *family, c);
   validate_decoder_config(c, where);
@@ -339,15 +390,15 @@ std::string decoder_config_to_hf_json(const DecoderConfig& c, const std::string&
   };
   switch (family.attention_bias) {
     case AttentionBias::kFromKey:
-      PSTAR_INTERNAL_ASSERT(c.qkv_bias == c.o_bias, family.model_type,
+      PSTAR_INTERNAL_ASSERT(c.bias.qkv == c.bias.o, family.model_type,
                             "'s attention_bias covers q, k, v and o alike");
-      j["attention_bias"] = c.qkv_bias;
+      j["attention_bias"] = c.bias.qkv;
       break;
     case AttentionBias::kQkvAlways:
     case AttentionBias::kNever:
       break;
   }
-  if (family.mlp_bias_key) j["mlp_bias"] = c.mlp_bias;
+  if (family.mlp_bias_key) j["mlp_bias"] = c.bias.mlp;
   if (family.query_pre_attn_scalar)
     j["query_pre_attn_scalar"] = c.attention.query_pre_attn_scalar > 0
                                      ? c.attention.query_pre_attn_scalar
@@ -369,6 +420,20 @@ std::string decoder_config_to_hf_json(const DecoderConfig& c, const std::string&
     j["rope_local_base_freq"] = local.theta;
   } else {
     PSTAR_INTERNAL_ASSERT(local == global, family.model_type, " has one rotary embedding");
+  }
+  if (family.moe != nullptr) {
+    const MoeSpelling& m = *family.moe;
+    const MoeConfig& moe = *c.moe;
+    j[m.experts_key] = moe.experts;
+    j["num_experts_per_tok"] = moe.top_k;
+    j[m.width_key] = moe.expert_intermediate;
+    if (m.normalize_key) j["norm_topk_prob"] = moe.normalize_top_k;
+    j["router_aux_loss_coef"] = moe.aux_loss_coef;
+    j["output_router_logits"] = moe.aux_loss;
+    if (m.sparse_layer_keys) {
+      j["decoder_sparse_step"] = moe.sparse_step;
+      j["mlp_only_layers"] = moe.dense_layers;
+    }
   }
   // Which layers slide: the family's own keys, and layer_types where its class reads them, so
   // that transformers before and after layer_types load the same model.
@@ -407,12 +472,12 @@ std::string decoder_config_to_hf_json(const DecoderConfig& c, const std::string&
 
 std::string wrapped_config_json(const std::string& original, const DecoderConfig& c,
                                 const std::string& torch_dtype, const std::string& source) {
-  PSTAR_INTERNAL_ASSERT(c.wrapper.has_value(), "a wrapped config.json for a plain decoder");
+  PSTAR_INTERNAL_ASSERT(c.hf.wrapper.has_value(), "a wrapped config.json for a plain decoder");
   json top = parse_object(original, source);
   json decoder = json::parse(decoder_config_to_hf_json(c, torch_dtype));
   decoder.erase("architectures");
   decoder.erase("torch_dtype");
-  json& section = top[c.wrapper->config_key];
+  json& section = top[c.hf.wrapper->config_key];
   if (!section.is_object()) section = json::object();
   for (auto& [key, value] : decoder.items()) section[key] = value;
   top["torch_dtype"] = torch_dtype;

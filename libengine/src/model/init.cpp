@@ -132,9 +132,11 @@ ParameterInit decoder_parameter_init(const DecoderConfig& c, const std::string& 
   // RMSNorms: *layernorm, q_norm, k_norm, model.norm.
   if (ends_with(name, "norm.weight"))
     return {c.norms.kind == NormKind::kWeight ? Kind::kOnes : Kind::kZeros, 0};
-  PSTAR_INTERNAL_ASSERT(
-      ends_with_any(name, {"embed_tokens.weight", "proj.weight", "lm_head.weight"}),
-      "no initialisation for the decoder parameter ", name);
+  // Linear weights: the projections, the head, a mixture of experts' router and experts.
+  PSTAR_INTERNAL_ASSERT(ends_with_any(name, {"embed_tokens.weight", "proj.weight", "lm_head.weight",
+                                             ".gate.weight"}) ||
+                            name.find(".experts.") != std::string::npos,
+                        "no initialisation for the decoder parameter ", name);
   return {Kind::kNormal, 0.02};
 }
 

@@ -51,10 +51,8 @@ void check_agrees(const std::optional<int64_t>& given, int64_t folder, const cha
               "folder of that shape");
 }
 
-// Where a wrapping folder keeps the decoder's weights: the published Gemma 3 4B-27B files under
-// language_model.model.* (head language_model.lm_head.*), transformers 5 under
-// model.language_model.* (head lm_head.*). Read from the tensors' names.
-void find_wrapped_weights(const formats::HfFolder& folder, HfWrapper& wrapper) {
+// Every tensor's name in the folder: the index's, or the single file's header.
+std::vector<std::string> tensor_names(const formats::HfFolder& folder) {
   std::vector<std::string> names;
   if (!folder.index_path.empty()) {
     for (const auto& [name, shard] : folder.shard_of) names.push_back(name);
@@ -62,6 +60,14 @@ void find_wrapped_weights(const formats::HfFolder& folder, HfWrapper& wrapper) {
     const formats::SafetensorsReader reader(folder.shards.front());
     for (const auto& t : reader.tensors()) names.push_back(t.name);
   }
+  return names;
+}
+
+// Where a wrapping folder keeps the decoder's weights: the published Gemma 3 4B-27B files under
+// language_model.model.* (head language_model.lm_head.*), transformers 5 under
+// model.language_model.* (head lm_head.*). Read from the tensors' names.
+void find_wrapped_weights(const std::vector<std::string>& names, const formats::HfFolder& folder,
+                          HfWrapper& wrapper) {
   const std::pair<const char*, const char*> layouts[] = {
       {"language_model.model.", "language_model.lm_head."},
       {"model.language_model.", "lm_head."},
@@ -97,7 +103,16 @@ ModelShape from_folder(const config::ModelConfig& m) {
   } else {
     s.family = ModelFamily::kDecoder;
     s.decoder = decoder_config_from_hf_json(folder.config_text, source);
-    if (s.decoder.wrapper) find_wrapped_weights(folder, *s.decoder.wrapper);
+    HfLayout& layout = s.decoder.hf;
+    if (layout.wrapper || s.decoder.moe) {
+      const std::vector<std::string> names = tensor_names(folder);
+      if (layout.wrapper) find_wrapped_weights(names, folder, *layout.wrapper);
+      // transformers 5 saves each layer's experts as two fused tensors.
+      layout.fused_experts =
+          s.decoder.moe && std::any_of(names.begin(), names.end(), [](const std::string& n) {
+            return ends_with(n, ".experts.gate_up_proj");
+          });
+    }
     check_agrees(m.hidden, s.decoder.hidden, "hidden", "hidden_size", source);
     check_agrees(m.layers, s.decoder.layers, "layers", "num_hidden_layers", source);
     check_agrees(m.heads, s.decoder.heads, "heads", "num_attention_heads", source);
@@ -188,7 +203,7 @@ ModelShape resolve_model_shape(const config::ModelConfig& m) {
 std::string hf_config_json(const ModelShape& shape, const std::string& torch_dtype) {
   if (shape.family == ModelFamily::kDecoder) {
     const DecoderConfig& c = shape.decoder;
-    if (!c.wrapper) return decoder_config_to_hf_json(c, torch_dtype);
+    if (!c.hf.wrapper) return decoder_config_to_hf_json(c, torch_dtype);
     const formats::HfFolder folder = formats::read_hf_folder(shape.hf_folder);
     return wrapped_config_json(folder.config_text, c, torch_dtype, folder.config_path);
   }

@@ -6,6 +6,7 @@ target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/decoder_shape.cpp
   ${CMAKE_CURRENT_LIST_DIR}/family.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hf_decoder_config.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/moe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/model_shape.cpp
   ${CMAKE_CURRENT_LIST_DIR}/factory.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hooks.cpp

@@ -120,8 +120,11 @@ StepTime step_time(const Hardware& hw, const Workload& w, const Evaluation& e) {
 // the three SwiGLU matrices (2·h·I each), and attention adds Q·Kᵀ and P·V over the whole S×S
 // score matrix as model/decoder.cpp computes it (sliding-window layers too: the explicit path
 // computes every score and masks) (2·S·q each); the head adds 2·V·h. Embedding
-// lookups, norms, biases, RoPE and softmax are left out (under 1%). Backward is twice the forward;
-// recomputation adds one forward of the layers (not of the head).
+// lookups, norms, biases, RoPE and softmax are left out (under 1%). A mixture of experts' sparse
+// layer counts the experts a token runs, not those it holds: the router (2·h·E) and top_k gated
+// MLPs of the experts' width (top_k · 3 · 2·h·I_e), so that FLOPs and TFLOPS are over the active
+// parameters while memory and Adam count them all. Backward is twice the forward; recomputation
+// adds one forward of the layers (not of the head).
 double train_flops_per_token(const model::ModelShape& shape, bool checkpointing) {
   switch (shape.family) {
     case model::ModelFamily::kGpt:
@@ -133,8 +136,18 @@ double train_flops_per_token(const model::ModelShape& shape, bool checkpointing)
       const auto kv = static_cast<double>(c.kv_width());
       const auto inter = static_cast<double>(c.intermediate);
       const auto seq = static_cast<double>(c.seq_len);
-      const double layer = 2 * (2 * h * q + 2 * h * kv + 3 * h * inter) + 2 * 2 * seq * q;
-      const double layers = static_cast<double>(c.layers) * layer;
+      const double attention = 2 * (2 * h * q + 2 * h * kv) + 2 * 2 * seq * q;
+      double layers = 0;
+      for (int64_t l = 0; l < c.layers; ++l) {
+        if (!c.sparse_layer(l)) {
+          layers += attention + 2 * 3 * h * inter;
+          continue;
+        }
+        const model::MoeConfig& m = *c.moe;
+        layers +=
+            attention + 2 * h * static_cast<double>(m.experts) +
+            static_cast<double>(m.top_k) * 2 * 3 * h * static_cast<double>(m.expert_intermediate);
+      }
       const double head = 2 * static_cast<double>(c.vocab_size) * h;
       return 3 * (layers + head) + (checkpointing ? layers : 0);
     }

@@ -36,6 +36,14 @@ std::vector<MetricValue> metric_values(const StepMetrics& m) {
       {"optimizer_s", "perf/optimizer_s", m.times.optimizer_s},
   };
   if (m.eval_loss) out.push_back({"eval_loss", kEvalLossTag, *m.eval_loss});
+  if (m.routing) {
+    const RoutingMetrics& r = *m.routing;
+    if (r.aux_loss >= 0) out.push_back({"router_aux_loss", "moe/router_aux_loss", r.aux_loss});
+    out.push_back({"experts_idle", "moe/experts_idle", r.idle_experts});
+    out.push_back(
+        {"expert_load_max_over_mean", "moe/expert_load_max_over_mean", r.load_max_over_mean});
+    out.push_back({"experts_idle_step", "moe/experts_idle_step", r.idle_in_step});
+  }
   // What the trainer or the engine does not measure is -1: left out.
   const engine::EngineMetrics& e = m.engine;
   const MetricValue measured[] = {

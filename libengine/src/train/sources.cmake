@@ -11,6 +11,7 @@ target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/build_model.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer_profile.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer_step.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/routing_stats.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer_run.cpp
   ${CMAKE_CURRENT_LIST_DIR}/torch_trace.cpp
   ${CMAKE_CURRENT_LIST_DIR}/evaluate.cpp

@@ -27,6 +27,7 @@
 #include "pstar/train/profiler.h"
 #include "pstar/train/tensorboard.h"
 #include "pstar/train/trainer.h"
+#include "routing_stats.h"
 
 namespace pstar::train {
 
@@ -45,12 +46,13 @@ struct Trainer::Impl {
   LrSchedule schedule;
   LossScaler scaler;
   // Where a step's figures go (record()): the --metrics file and, with training.tensorboard_dir,
-  // rank 0's event file (train/tensorboard.h); and, for their tflops, this rank's model FLOPs per
-  // step (0: unknown).
+  // rank 0's event file (train/tensorboard.h); for their tflops, this rank's model FLOPs per step
+  // (0: unknown); and a mixture of experts' routing figures over the current step.
   struct {
     std::optional<MetricsWriter> file;
     std::unique_ptr<TensorBoardLog> tensorboard;
     double model_flops_per_step = 0;
+    RoutingStats routing;
   } metrics;
   std::unique_ptr<Profiler> profiler;
   // Made once the config is resolved (init).

@@ -227,18 +227,32 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
       const auto forward_start = Clock::now();
       const MicroLoss loss = micro_loss(batch);
       loss_sum += loss.value.item<double>();
+      // A mixture of experts' load-balancing loss joins the loss where the config asks for it
+      // (Note [router aux loss]): per micro-batch as Hugging Face adds it to the mean
+      // cross-entropy; records' sums are scaled by R / N below, so by N / (R·A) here.
+      const model::CausalLM::AuxiliaryLoss aux = model->auxiliary_loss();
+      metrics.routing.observe(model->expert_tokens(),
+                      aux.value.defined() ? aux.value.detach() : torch::Tensor());
+      torch::Tensor total = loss.value;
+      if (aux.value.defined() && aux.weight > 0) {
+        const double scale = data.has_records() ? static_cast<double>(counted) /
+                                                      static_cast<double>(world() * accumulation)
+                                                : 1.0;
+        total = total + aux.value * (aux.weight * scale);
+      }
       const auto backward_start = Clock::now();
       times.forward_s += std::chrono::duration<double>(backward_start - forward_start).count();
       const double weight = data.has_records()
                                 ? static_cast<double>(world()) / static_cast<double>(counted)
                                 : 1.0 / static_cast<double>(accumulation);
-      (loss.value * (loss_scale * weight)).backward();
+      (total * (loss_scale * weight)).backward();
       engine->end_micro_batch();
       times.backward_s += seconds_since(backward_start);
       double rest_s = 0;
       if (abandonable && micro < accumulation &&
           abandon_step(times.forward_s + times.backward_s, micro, &rest_s)) {
         --step;
+        metrics.routing = RoutingStats{};  // the abandoned micro-batches' routing
         at::Generator generator = at::detail::getDefaultCPUGenerator();
         generator.set_state(step_rng);
         log::end_status();
@@ -256,6 +270,14 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
                                          : loss_sum / static_cast<double>(accumulation * world());
 
   StepMetrics m;
+  m.routing = metrics.routing.finish(comm);
+  // Note [idle experts]: an expert given no token in the whole step is updated with its zero
+  // gradient (its weight decay and its moments' decay apply), where torch's AdamW, for which its
+  // gradient is None, would leave it as it is.
+  if (m.routing && m.routing->idle_in_step > 0)
+    log::warn("step ", step, ": ", m.routing->idle_in_step,
+              " expert(s) received no token in the whole step; they are updated with a zero "
+              "gradient (docs/engine.md, idle experts)");
   m.step = step;
   m.loss = loss;
   m.counted_targets = counted;

@@ -108,7 +108,7 @@ TEST_P(FamilyTrainingTest, BothEnginesBudgetsAndRanksGiveTheReferenceLosses) {
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyTrainingTest,
                          ::testing::Values("llama", "mistral", "qwen2", "qwen3", "gemma3_text",
-                                           "phi3"));
+                                           "phi3", "mixtral", "qwen3_moe"));
 
 // nn.Embedding's padding_idx: the pad row's lookups give no gradient. The reference's tokens hold
 // the pad id every fifth position, so a model that let them through would update that row and miss

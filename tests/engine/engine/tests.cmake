@@ -7,10 +7,12 @@ pstar_add_test(NAME engine_chunked_tests LABEL unit PCH
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/chunked_engine_test.cpp
   LIBS pstar::engine nlohmann_json::nlohmann_json)
 # The decoder families through the trainer and both engines: Llama's budgets, resume and folders,
-# and every family against tests/reference/decoder_reference.py's float64 losses.
+# every family against tests/reference/decoder_reference.py's float64 losses, and the mixtures of
+# experts' aux loss, fused experts and routing that the data decides.
 pstar_add_test(NAME engine_decoder_training_tests LABEL unit PCH
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/llama_training_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/family_training_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/moe_training_test.cpp
   LIBS pstar::engine nlohmann_json::nlohmann_json)
 # The chunk engine with its NVMe tier (engine.nvme_path), through the trainer.
 pstar_add_test(NAME engine_nvme_training_tests LABEL unit PCH

@@ -164,7 +164,7 @@ TEST(DecoderTest, LogitsLossAndGradientsMatchAFloat64Reference) {
   for (bool qwen_biases : {false, true}) {
     SCOPED_TRACE(qwen_biases ? "q/k/v biases" : "no biases");
     DecoderConfig c = tiny();
-    c.qkv_bias = qwen_biases;
+    c.bias.qkv = qwen_biases;
     torch::manual_seed(3);  // the ids, targets and the biases' noise
     Decoder model(c, seeded(3));
     {
@@ -218,7 +218,7 @@ TEST(DecoderTest, TiedHeadAndCheckpointingGiveTheSameNumbers) {
 
 TEST(DecoderTest, ParameterNamesShapesAndCountsFollowHuggingFace) {
   DecoderConfig c = tiny();
-  c.qkv_bias = true;  // Qwen2's layout
+  c.bias.qkv = true;  // Qwen2's layout
   Decoder model(c);
   const auto shapes = decoder_parameter_shapes(c);
   auto params = model.named_parameters();

@@ -105,7 +105,7 @@ const std::vector<FamilyCase> kCases = {
        },
        nullptr}}},
     {"mistral", "", {{"the sliding window (6 of 16 positions)", all_full, nullptr}}},
-    {"qwen2", "", {{"q/k/v biases", [](DecoderConfig& c) { c.qkv_bias = false; }, nullptr}}},
+    {"qwen2", "", {{"q/k/v biases", [](DecoderConfig& c) { c.bias.qkv = false; }, nullptr}}},
     // Its head_dim (16) is not hidden / heads (8): a model that derived it would not load.
     {"qwen3", "", {{"q/k norms", [](DecoderConfig& c) { c.norms.qk = false; }, nullptr}}},
     {"gemma3_text",
@@ -157,10 +157,10 @@ TEST(FamilyFolderTest, AWrappingFolderLoadsItsLanguageModel) {
     config::ModelConfig m;
     m.init_from = f->dir;
     const ModelShape shape = resolve_model_shape(m);
-    ASSERT_TRUE(shape.decoder.wrapper.has_value());
-    EXPECT_EQ(shape.decoder.wrapper->weight_prefix, std::string(variant) == "wrapped"
-                                                        ? "language_model.model."
-                                                        : "model.language_model.");
+    ASSERT_TRUE(shape.decoder.hf.wrapper.has_value());
+    EXPECT_EQ(shape.decoder.hf.wrapper->weight_prefix, std::string(variant) == "wrapped"
+                                                           ? "language_model.model."
+                                                           : "model.language_model.");
     // Gemma3TextConfig's defaults for the keys the text_config leaves out.
     EXPECT_EQ(shape.decoder.heads, 8);
     EXPECT_EQ(shape.decoder.kv_heads, 4);

@@ -36,9 +36,9 @@ void expect_same(const DecoderConfig& a, const DecoderConfig& b) {
   EXPECT_EQ(a.embed_scale, b.embed_scale);
   EXPECT_EQ(a.activation, b.activation);
   EXPECT_EQ(a.query_scale(), b.query_scale());
-  EXPECT_EQ(a.qkv_bias, b.qkv_bias);
-  EXPECT_EQ(a.o_bias, b.o_bias);
-  EXPECT_EQ(a.mlp_bias, b.mlp_bias);
+  EXPECT_EQ(a.bias.qkv, b.bias.qkv);
+  EXPECT_EQ(a.bias.o, b.bias.o);
+  EXPECT_EQ(a.bias.mlp, b.bias.mlp);
   EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
   EXPECT_EQ(a.pad_token_id, b.pad_token_id);
   EXPECT_EQ(a.attention.layer_kinds, b.attention.layer_kinds);
@@ -49,6 +49,18 @@ void expect_same(const DecoderConfig& a, const DecoderConfig& b) {
         << layer_kind_name(static_cast<LayerKind>(k)) << " rope: theta "
         << a.attention.rope[static_cast<size_t>(k)].theta << " against "
         << b.attention.rope[static_cast<size_t>(k)].theta;
+  ASSERT_EQ(a.moe.has_value(), b.moe.has_value());
+  if (a.moe) {
+    EXPECT_EQ(a.moe->experts, b.moe->experts);
+    EXPECT_EQ(a.moe->top_k, b.moe->top_k);
+    EXPECT_EQ(a.moe->expert_intermediate, b.moe->expert_intermediate);
+    EXPECT_EQ(a.moe->normalize_top_k, b.moe->normalize_top_k);
+    EXPECT_EQ(a.moe->aux_loss_coef, b.moe->aux_loss_coef);
+    EXPECT_EQ(a.moe->aux_loss, b.moe->aux_loss);
+    EXPECT_EQ(a.moe->sparse_step, b.moe->sparse_step);
+    EXPECT_EQ(a.moe->dense_layers, b.moe->dense_layers);
+    EXPECT_EQ(a.active_params(), b.active_params());
+  }
   EXPECT_EQ(a.num_params(), b.num_params());
 }
 
@@ -81,14 +93,14 @@ TEST(HfDecoderConfigTest, PublishedConfigJsonFilesAreThePresets) {
   const std::string dir = std::string(PSTAR_SOURCE_DIR) + "/tests/data/hf_configs/";
   for (const char* name :
        {"qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b", "gemma-3-1b",
-        "gemma-3-4b", "gemma-3-12b", "gemma-3-27b", "phi-4"}) {
+        "gemma-3-4b", "gemma-3-12b", "gemma-3-27b", "phi-4", "mixtral-8x7b", "qwen3-30b-a3b"}) {
     SCOPED_TRACE(name);
     const std::string path = dir + name + ".json";
     DecoderConfig read_back = decoder_config_from_hf_json(read(path), path);
     const DecoderConfig* preset = find_decoder_preset(name);
     ASSERT_NE(preset, nullptr);
     const std::set<std::string> wrapped = {"gemma-3-4b", "gemma-3-12b", "gemma-3-27b"};
-    EXPECT_EQ(read_back.wrapper.has_value(), wrapped.count(name) > 0);
+    EXPECT_EQ(read_back.hf.wrapper.has_value(), wrapped.count(name) > 0);
     read_back.seq_len = preset->seq_len;
     expect_same(read_back, *preset);
     if (python.empty()) continue;  // the count below needs torch; said once at the end
@@ -173,8 +185,8 @@ TEST(HfDecoderConfigTest, FamilyFieldsAndDefaults) {
           "vocab_size": 100, "rope_theta": 1e6, "sliding_window": 16, "max_window_layers": 3)";
   const DecoderConfig q = decoder_config_from_hf_json(
       "{" + qwen2 + R"(, "use_sliding_window": false})", "q/config.json");
-  EXPECT_TRUE(q.qkv_bias);
-  EXPECT_FALSE(q.o_bias);
+  EXPECT_TRUE(q.bias.qkv);
+  EXPECT_FALSE(q.bias.o);
   EXPECT_FALSE(q.has_sliding_layers());
   const DecoderConfig qs = decoder_config_from_hf_json(
       "{" + qwen2 + R"(, "use_sliding_window": true})", "q/config.json");
@@ -193,7 +205,7 @@ TEST(HfDecoderConfigTest, FamilyFieldsAndDefaults) {
   const DecoderConfig phi = decoder_config_from_hf_json(
       read(std::string(PSTAR_SOURCE_DIR) + "/tests/data/hf_configs/phi-4.json"),
       "phi-4/config.json");
-  EXPECT_FALSE(phi.qkv_bias || phi.o_bias || phi.mlp_bias);
+  EXPECT_FALSE(phi.bias.qkv || phi.bias.o || phi.bias.mlp);
   EXPECT_EQ(phi.pad_token_id, 100257);
   EXPECT_TRUE(phi.family->fused_projections);
 }
@@ -202,9 +214,9 @@ TEST(HfDecoderConfigTest, AWrappingConfigJsonIsWrittenBackAroundTheDecoder) {
   const std::string path = std::string(PSTAR_SOURCE_DIR) + "/tests/data/hf_configs/gemma-3-4b.json";
   const std::string original = read(path);
   DecoderConfig c = decoder_config_from_hf_json(original, path);
-  ASSERT_TRUE(c.wrapper.has_value());
-  EXPECT_EQ(c.wrapper->model_type, "gemma3");
-  c.wrapper->weight_prefix = "language_model.model.";
+  ASSERT_TRUE(c.hf.wrapper.has_value());
+  EXPECT_EQ(c.hf.wrapper->model_type, "gemma3");
+  c.hf.wrapper->weight_prefix = "language_model.model.";
   const auto j = nlohmann::json::parse(wrapped_config_json(original, c, "float32", path));
   EXPECT_EQ(j.at("model_type"), "gemma3");
   EXPECT_EQ(j.at("architectures")[0], "Gemma3ForConditionalGeneration");
@@ -273,6 +285,39 @@ TEST(HfDecoderConfigTest, BadConfigJsonNamesFileKeyAndWhatWorks) {
   e = error_of(llama + R"(, "vocab_size": "big"})");
   EXPECT_TRUE(has(e, "\"vocab_size\" must be a positive integer")) << e;
   EXPECT_TRUE(has(error_of("{not json"), "not valid JSON"));
+}
+
+// Mixtures of experts pstar does not implement are refused by key and value: each would train
+// another model than the file's.
+TEST(HfDecoderConfigTest, MoeRoutingPstarDoesNotImplementIsRefused) {
+  const std::string qwen3_moe = R"({"model_type": "qwen3_moe", "rope_theta": 1e6,
+      "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "vocab_size": 100, "num_experts": 8, "num_experts_per_tok": 2,
+      "moe_intermediate_size": 32)";
+  auto error_of = [&](const std::string& extra) -> std::string {
+    try {
+      decoder_config_from_hf_json(qwen3_moe + extra + "}", "moe/config.json");
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(error_of(""), "no error");
+  EXPECT_EQ(error_of(R"(, "router_jitter_noise": 0.0)"), "no error");
+  for (const auto& [extra, part] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "shared_expert_intermediate_size": 256)", "shared_expert_intermediate_size 256"},
+           {R"(, "n_shared_experts": 1)", "n_shared_experts 1"},
+           {R"(, "router_jitter_noise": 0.01)", "router_jitter_noise 0.01"},
+           {R"(, "capacity_factor": 1.25)", "capacity_factor 1.25"},
+           {R"(, "scoring_func": "sigmoid")", "scoring_func \"sigmoid\""},
+           {R"(, "topk_method": "noaux_tc")", "topk_method \"noaux_tc\""},
+           {R"(, "num_experts_per_tok": 9)", "num_experts_per_tok 9"},
+           {R"(, "mlp_only_layers": [5])", "mlp_only_layers entry 5"},
+           {R"(, "router_aux_loss_coef": -1)", "router_aux_loss_coef"}}) {
+    const std::string e = error_of(extra);
+    EXPECT_NE(e.find("moe/config.json"), std::string::npos) << e;
+    EXPECT_NE(e.find(part), std::string::npos) << extra << ": " << e;
+  }
 }
 
 }  // namespace

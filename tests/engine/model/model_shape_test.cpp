@@ -68,8 +68,8 @@ TEST(ModelShapeTest, LlamaLeafSizesAreTheParametersOfEachLeaf) {
       DecoderConfig c = preset.config;
       c.layers = 3;
       if (variant == 1) c.tie_word_embeddings = !c.tie_word_embeddings;
-      if (variant == 2) c.qkv_bias = c.o_bias = c.mlp_bias = true;
-      if (variant == 3) c.qkv_bias = !c.qkv_bias;
+      if (variant == 2) c.bias.qkv = c.bias.o = c.bias.mlp = true;
+      if (variant == 3) c.bias.qkv = !c.bias.qkv;
       SCOPED_TRACE(str_cat(preset.name, " variant ", variant));
       std::vector<int64_t> from_params;
       for (const auto& p : decoder_parameter_shapes(c)) {

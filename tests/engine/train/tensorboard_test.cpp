@@ -34,6 +34,7 @@ StepMetrics every_figure() {
   m.step = 3;
   m.eval_loss = 1.5;
   m.tflops = 1.0;
+  m.routing = RoutingMetrics{0.5, 1.0, 1.5, 2};  // a mixture of experts
   engine::EngineMetrics& e = m.engine;
   for (int64_t* v : {&e.device_peak_bytes,
                      &e.device_reserved_peak_bytes,
@@ -109,7 +110,7 @@ TEST(MetricTableTest, DocsListEveryTag) {
   const size_t end = doc.find("\n## ", begin + 1);
   const std::string section = doc.substr(begin, end - begin);
   std::set<std::string> documented;
-  static const std::regex kTag("`((train|eval|perf|memory|engine|adam|nvme|comm)/[a-z0-9_]+)`");
+  static const std::regex kTag("`((train|eval|perf|memory|engine|adam|nvme|comm|moe)/[a-z0-9_]+)`");
   for (std::sregex_iterator it(section.begin(), section.end(), kTag), last; it != last; ++it)
     documented.insert((*it)[1]);
   std::set<std::string> tags;

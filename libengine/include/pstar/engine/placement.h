@@ -41,6 +41,14 @@ struct PlacementSettings {
   std::vector<int64_t> whole_bytes;
 };
 
+// Note [fixed trace]
+// Placement plans from the warm-up's trace by position: the t-th moment of every later iteration
+// is taken to use what the warm-up's t-th used, and prefetch reads moment t + 1's. A model whose
+// modules ran in an order that depends on its data (a mixture of experts that skipped the experts
+// no token chose) would shift every later moment, and under ZeRO would have ranks issue different
+// collectives and hang. So a model runs every module every micro-batch (model/moe.cpp runs idle
+// experts on an empty batch), and open_moment checks each moment's module against the warm-up's:
+// an InternalError naming both, never a silent misplan.
 class Placement {
  public:
   explicit Placement(const PlacementSettings& settings);

@@ -38,6 +38,17 @@ class CausalLM : public torch::nn::Module {
   virtual int64_t vocab_size() const = 0;
   // The longest sequence forward() accepts.
   virtual int64_t max_seq_len() const = 0;
+  // A loss the model adds to the language-modelling one, from its last forward (a mixture of
+  // experts' load-balancing loss): `value` a scalar tensor, undefined for none; `weight` its weight
+  // in the training loss, 0 where it is only logged (then `value` carries no graph).
+  struct AuxiliaryLoss {
+    torch::Tensor value;
+    double weight = 0;
+  };
+  virtual AuxiliaryLoss auxiliary_loss() { return {}; }
+  // What the last forward routed, for a mixture of experts: tokens each expert received in each
+  // sparse layer, [sparse layers, experts] int64 on the host; undefined for a dense model.
+  virtual torch::Tensor expert_tokens() { return {}; }
   // engine.activation_checkpointing: recompute each block's activations in backward instead of
   // keeping them. Returns whether the model honours it; a model without blocks to recompute
   // keeps the default and the trainer says it is ignored.

@@ -17,6 +17,7 @@
 #include "pstar/model/causal_lm.h"
 #include "pstar/model/decoder_config.h"
 #include "pstar/model/gpt.h"  // UnitBuilt, BuildOptions, GptEmbedding (the token embedding)
+#include "pstar/model/moe.h"
 
 namespace pstar::model {
 
@@ -74,7 +75,9 @@ class DecoderMlp : public torch::nn::Module {
 
 class DecoderLayer : public torch::nn::Module {
  public:
-  DecoderLayer(const DecoderConfig& config, LayerKind kind);
+  // A sparse layer (config.sparse_layer) holds a mixture of experts, which writes its routing into
+  // `routing`, in place of the dense MLP.
+  DecoderLayer(const DecoderConfig& config, LayerKind kind, bool sparse, RoutingRecord* routing);
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope,
                         const torch::Tensor& allowed = {});
   // post_attention_layernorm is the pre-MLP norm of a two-norm block, and the post-attention norm
@@ -82,14 +85,18 @@ class DecoderLayer : public torch::nn::Module {
   std::shared_ptr<RmsNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<RmsNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // sandwich only
   std::shared_ptr<DecoderAttention> self_attn;
-  std::shared_ptr<DecoderMlp> mlp;
+  std::shared_ptr<DecoderMlp> mlp;  // null in a sparse layer
+  std::shared_ptr<DecoderMoe> moe;  // null in a dense layer
   LayerKind kind;
+
+ private:
+  torch::Tensor feed_forward(const torch::Tensor& x);
 };
 
 // Hugging Face's `model` submodule.
 class DecoderModel : public torch::nn::Module {
  public:
-  DecoderModel(const DecoderConfig& config, const BuildOptions& options);
+  DecoderModel(const DecoderConfig& config, const BuildOptions& options, RoutingRecord* routing);
   std::shared_ptr<GptEmbedding> embed_tokens;
   std::vector<std::shared_ptr<DecoderLayer>> layers;
   std::shared_ptr<RmsNorm> norm;
@@ -110,10 +117,10 @@ class Decoder : public CausalLM {
   torch::Tensor forward_records(const torch::Tensor& input_ids,
                                 const RecordInputs& records) override;
   bool takes_packed_records() const override { return true; }
-  bool set_activation_checkpointing(bool on) override {
-    checkpointing_ = on;
-    return true;
-  }
+  // ConfigError for a mixture of experts whose load-balancing loss trains (Note [router aux loss]).
+  bool set_activation_checkpointing(bool on) override;
+  AuxiliaryLoss auxiliary_loss() override;
+  torch::Tensor expert_tokens() override;
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_seq_len() const override { return config_.seq_len; }
   const DecoderConfig& config() const { return config_; }
@@ -127,6 +134,7 @@ class Decoder : public CausalLM {
   torch::Tensor head(const torch::Tensor& x);
 
   DecoderConfig config_;
+  RoutingRecord routing_;  // the last forward's, for a mixture of experts
   std::shared_ptr<DecoderModel> model_;
   std::shared_ptr<DecoderLinear> lm_head_;  // null when tied
   // Per layer kind: the tables for config_.seq_len positions on the host, and those of the current

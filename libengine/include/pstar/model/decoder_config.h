@@ -65,6 +65,33 @@ struct HfWrapper {
   std::string head_prefix;    // in place of "lm_head.", e.g. "language_model.lm_head."
 };
 
+// How the folder a decoder was read from spells its weights, beyond its family's names; merge-ckpt
+// writes the same. Defaults: the family's own names, as its Hub checkpoints spell them.
+struct HfLayout {
+  std::optional<HfWrapper> wrapper;  // set only when read from such a folder
+  // Experts as transformers 5 saves them: one experts.gate_up_proj [E, 2I, H] and one
+  // experts.down_proj [E, H, I] a layer, instead of three tensors per expert.
+  bool fused_experts = false;
+};
+
+// A mixture-of-experts block in place of the gated MLP (Note [moe block] in decoder.cpp): a router
+// (a linear map to `experts` logits), softmax in fp32, the top `top_k` experts of each token,
+// their weights renormalised to sum to 1 where `normalize_top_k`, each expert a gated MLP of width
+// `expert_intermediate` over its tokens, the weighted sum. No token is dropped.
+struct MoeConfig {
+  int64_t experts = 0;              // num_local_experts (Mixtral), num_experts (Qwen3-MoE)
+  int64_t top_k = 0;                // num_experts_per_tok
+  int64_t expert_intermediate = 0;  // intermediate_size (Mixtral), moe_intermediate_size
+  bool normalize_top_k = true;      // norm_topk_prob (Qwen3-MoE); Mixtral always renormalises
+  double aux_loss_coef = 0;         // router_aux_loss_coef
+  bool aux_loss = false;    // output_router_logits: the load-balancing loss joins the training loss
+  int64_t sparse_step = 1;  // decoder_sparse_step: layers l with (l + 1) % step == 0
+  std::vector<int64_t> dense_layers;  // mlp_only_layers: a dense MLP of width intermediate
+  // Whether layer `layer` holds experts.
+  bool sparse(int64_t layer) const;
+  bool operator==(const MoeConfig& o) const;
+};
+
 // The RMSNorms of a decoder.
 struct DecoderNorms {
   double eps = 1e-6;  // rms_norm_eps
@@ -105,15 +132,18 @@ struct DecoderConfig {
   AttentionConfig attention;
   bool embed_scale = false;  // embeddings times sqrt(hidden), rounded to the embedding's dtype
   MlpActivation activation = MlpActivation::kSilu;
-  bool qkv_bias = false;             // biases on q/k/v_proj
-  bool o_bias = false;               // a bias on o_proj
-  bool mlp_bias = false;             // biases on gate/up/down_proj
+  struct {
+    bool qkv = false;  // biases on q/k/v_proj
+    bool o = false;    // a bias on o_proj
+    bool mlp = false;  // biases on gate/up/down_proj
+  } bias;
   bool tie_word_embeddings = false;  // lm_head shares model.embed_tokens.weight
   // pad_token_id: nn.Embedding's padding_idx, the row whose lookups give no gradient (it starts
   // at 0). Gemma 3's is 0, Phi-4's 100257 (its <|endoftext|>, a token that occurs in data).
   std::optional<int64_t> pad_token_id;
 
-  std::optional<HfWrapper> wrapper;  // set only when read from such a folder
+  std::optional<MoeConfig> moe;  // mixture-of-experts layers, or none
+  HfLayout hf;                   // how the folder read spells the weights
 
   DecoderConfig();  // the llama row, no shape
 
@@ -131,8 +161,13 @@ struct DecoderConfig {
   double query_scale() const;
   // Norms a block holds: 2, or 4 with sandwich norms.
   int norms_per_block() const { return norms.sandwich ? 4 : 2; }
-  // Exact parameter count (a tied head counted once).
+  // Exact parameter count (a tied head counted once; every expert).
   int64_t num_params() const;
+  // Parameters one token computes with: the router and its top_k experts of each sparse layer in
+  // place of all of them (the count FLOPs scale with).
+  int64_t active_params() const;
+  // Whether layer `layer` is a mixture of experts.
+  bool sparse_layer(int64_t layer) const { return moe && moe->sparse(layer); }
   // The Hugging Face model_type of the family row.
   const char* model_type() const;
 };

@@ -38,19 +38,22 @@ std::vector<int64_t> decoder_leaf_module_numels(const DecoderConfig& config);
 // decoder_leaf_module_numels' order. Checkpoints of pstar's own use these names.
 std::vector<ParameterShape> decoder_parameter_shapes(const DecoderConfig& config);
 
-// One tensor of a Hugging Face folder and the parameters it holds: one, or several stacked along
-// dimension 0 in order (a fused projection: Phi-3's qkv_proj holds q_proj, k_proj and v_proj).
+// One tensor of a Hugging Face folder and the parameters it holds: one, or several stacked in order
+// along dimension 0 of the tensor viewed as [numel / last, last] (fused: Phi-3's qkv_proj holds
+// q_proj, k_proj and v_proj; transformers 5's experts.gate_up_proj [E, 2I, H] holds each expert's
+// gate and up projections, expert by expert).
 struct CheckpointTensor {
   struct Part {
     std::string parameter;  // decoder_parameter_shapes' name
-    int64_t rows = 0;       // its extent along dimension 0
+    int64_t rows = 0;       // its extent along that dimension 0
   };
   std::string name;  // in the folder
   std::vector<int64_t> shape;
   std::vector<Part> parts;
 };
-// The folder's tensors for `config`, in parameter order: each parameter's name with the wrapper's
-// prefixes (config.wrapper), and the family's fused projections joined.
+// The folder's tensors for `config`, in the order of their first parameter: each parameter's name
+// with the wrapper's prefixes (config.hf.wrapper), the family's fused projections joined, and the
+// experts fused where the folder fuses them (config.hf.fused_experts).
 std::vector<CheckpointTensor> decoder_checkpoint_tensors(const DecoderConfig& config);
 
 }  // namespace pstar::model

@@ -36,6 +36,18 @@ enum class SlidingRule : uint8_t {
   kPattern,        // all but every sliding_window_pattern-th layer (Gemma 3: 5 local, 1 global)
 };
 
+// How a mixture-of-experts family spells its block (Note [moe block] in decoder.cpp).
+struct MoeSpelling {
+  const char* block;        // the block's module: "block_sparse_moe" (Mixtral), "mlp" (Qwen3-MoE)
+  const char* experts_key;  // "num_local_experts", "num_experts"
+  const char* width_key;    // the experts' width: "intermediate_size", "moe_intermediate_size"
+  const char* gate;         // one expert's projections: w1, w3, w2 (Mixtral) or
+  const char* up;           // gate_proj, up_proj, down_proj (Qwen3-MoE)
+  const char* down;
+  bool normalize_key;      // reads norm_topk_prob (else the top-k weights are always renormalised)
+  bool sparse_layer_keys;  // reads decoder_sparse_step and mlp_only_layers
+};
+
 struct DecoderFamily {
   const char* model_type;    // config.json's "model_type"
   const char* architecture;  // its "architectures" entry, written back
@@ -66,6 +78,8 @@ struct DecoderFamily {
   bool fused_projections;
   // The model_type of a folder that holds this decoder inside a larger model (HfWrapper), or null.
   const char* wrapper_model_type;
+  // Its mixture-of-experts block, or null for a dense family.
+  const MoeSpelling* moe;
 };
 
 // Every row, in the order docs/models.md lists them.

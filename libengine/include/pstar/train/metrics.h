@@ -25,6 +25,16 @@ struct StepTimes {
   double forward_s = 0, backward_s = 0, optimizer_s = 0;
 };
 
+// A mixture of experts' routing over a step (Note [moe block] in model/moe.cpp).
+struct RoutingMetrics {
+  // The load-balancing loss (Note [router aux loss]), the mean over the micro-batches and ranks;
+  // it joins the training loss only with output_router_logits. -1: not computed.
+  double aux_loss = -1;
+  double idle_experts = 0;  // (layer, expert) pairs given no token, per micro-batch, this rank
+  double load_max_over_mean = 0;  // the busiest expert's tokens over the mean, the step's largest
+  int64_t idle_in_step = 0;       // pairs given no token in the whole step, over every rank
+};
+
 struct StepMetrics {
   int64_t step = 0;  // 1-based
   double loss = 0;   // mean cross-entropy over the step's tokens, before the update
@@ -49,6 +59,7 @@ struct StepMetrics {
   std::optional<double> eval_loss;
   // The engine's own figures (ParamEngine::fill_metrics): -1 where it does not measure them.
   engine::EngineMetrics engine;
+  std::optional<RoutingMetrics> routing;  // a mixture of experts only
 };
 
 // One figure of a step line: its key in the --metrics file, its TensorBoard tag ("group/key",
