@@ -448,6 +448,22 @@ Tokenizer Tokenizer::from_json(std::string_view json, const std::string& origin)
   return Tokenizer(from_tokenizer_json(std::string(json), origin, ""));
 }
 
+Tokenizer Tokenizer::bytes() {
+  // A byte-level BPE without merges whose entry for byte b (its character in GPT-2's alphabet)
+  // has id b: a whole text is one word, every byte one symbol.
+  Json vocab = Json::object();
+  for (const auto& [cp, b] : byte_level_decoder()) {
+    std::string key;
+    append_utf8(key, cp);
+    vocab[key] = b;
+  }
+  const Json j = {
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", Json::array()}}},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
+      {"decoder", {{"type", "ByteLevel"}}}};
+  return Tokenizer(from_tokenizer_json(j.dump(), "bytes (no tokenizer)", ""));
+}
+
 int64_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 std::optional<uint32_t> Tokenizer::bos_id() const { return impl_->bos; }
 std::optional<uint32_t> Tokenizer::eos_id() const { return impl_->eos; }

@@ -51,6 +51,9 @@ class Tokenizer {
   static Tokenizer load(const std::string& path);
   // The same from the text of a tokenizer.json (tests); `origin` names it in error messages.
   static Tokenizer from_json(std::string_view json, const std::string& origin);
+  // The ids pstar's byte-level runs train on (data.text without data.tokenizer): each byte of the
+  // UTF-8 text its own id, 0 to 255, and decode() those bytes back to text (Note [decoding]).
+  static Tokenizer bytes();
 
   // HF's encode(text, add_special_tokens=False).ids. `text` must be UTF-8 (FormatError naming
   // the byte offset otherwise).
