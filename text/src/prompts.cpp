@@ -8,6 +8,22 @@
 
 namespace pstar::text {
 
+Prompt parse_prompt(std::string_view json, const std::string& origin) {
+  records::ParsedRecord record;
+  const auto bad = records::parse_record(json, record, /*prompt_only=*/true);
+  PSTAR_CHECK(!bad, FormatError, origin, ": ", bad ? bad->message : "");
+  PSTAR_CHECK(record.shape != records::Shape::kText, FormatError, origin,
+              ": a {\"text\"} record is not a prompt; give {\"messages\": [...]} or "
+              "{\"prompt\": ...}");
+  Prompt p;
+  p.origin = origin;
+  if (record.shape == records::Shape::kMessages)
+    p.messages = std::move(record.messages);
+  else
+    p.text = std::move(record.prompt);
+  return p;
+}
+
 std::vector<Prompt> read_prompt_file(const std::string& path) {
   const formats::MappedFile file(path);
   const std::string_view all(reinterpret_cast<const char*>(file.data()), file.size());
@@ -20,19 +36,7 @@ std::vector<Prompt> read_prompt_file(const std::string& path) {
     pos = eol + 1;
     ++line_no;
     if (records::is_blank(line)) continue;
-    records::ParsedRecord record;
-    const auto bad = records::parse_record(line, record, /*prompt_only=*/true);
-    PSTAR_CHECK(!bad, FormatError, path, " line ", line_no, ": ", bad ? bad->message : "");
-    PSTAR_CHECK(record.shape != records::Shape::kText, FormatError, path, " line ", line_no,
-                ": a {\"text\"} record is not a prompt; give {\"messages\": [...]} or "
-                "{\"prompt\": ...}");
-    Prompt p;
-    p.origin = path + " line " + std::to_string(line_no);
-    if (record.shape == records::Shape::kMessages)
-      p.messages = std::move(record.messages);
-    else
-      p.text = std::move(record.prompt);
-    out.push_back(std::move(p));
+    out.push_back(parse_prompt(line, path + " line " + std::to_string(line_no)));
   }
   return out;
 }

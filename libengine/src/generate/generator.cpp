@@ -52,8 +52,7 @@ class CachedStepper : public Stepper {
   CachedStepper(model::Decoder& model, const at::Tensor& padding, int64_t capacity, int64_t block,
                 c10::Device device)
       : model_(model), device_(device), block_(block) {
-    const auto dtype = model.parameters().front().scalar_type();
-    cache_ = std::make_unique<model::KvCache>(model.config(), padding, capacity, dtype, device);
+    cache_ = std::make_unique<model::KvCache>(model.config(), padding.to(device), capacity);
   }
   at::Tensor prefill(const at::Tensor& ids) override {
     at::Tensor logits;
@@ -153,7 +152,7 @@ std::vector<Completion> generate(model::CausalLM& model,
     padded[b].narrow(0, longest - length, length).copy_(torch::tensor(p, torch::kInt64));
   }
   torch::NoGradGuard no_grad;
-  const c10::Device device = device_of(model);
+  const c10::Device device = options.device ? *options.device : device_of(model);
   std::unique_ptr<Stepper> stepper;
   if (cached)
     stepper = std::make_unique<CachedStepper>(*decoder, padding, longest + steps,

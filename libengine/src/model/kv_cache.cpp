@@ -25,21 +25,16 @@ int64_t kept_window(const DecoderConfig& c, LayerKind kind, int64_t capacity) {
 
 }  // namespace
 
-KvCache::KvCache(const DecoderConfig& c, const at::Tensor& padding, int64_t capacity,
-                 c10::ScalarType dtype, c10::Device device)
-    : padding_(padding.to(device, torch::kInt64)), batch_(padding.size(0)), capacity_(capacity) {
+KvCache::KvCache(const DecoderConfig& c, const at::Tensor& padding, int64_t capacity)
+    : padding_(padding.to(torch::kInt64)), batch_(padding.size(0)), capacity_(capacity) {
   PSTAR_CHECK(padding.dim() == 1 && batch_ > 0, ConfigError,
               "a kv cache needs one padding count per row, got ", padding.sizes());
   PSTAR_CHECK(capacity > 0, ConfigError, "a kv cache of ", capacity, " slots");
-  const auto options = torch::dtype(dtype).device(device);
   for (int64_t i = 0; i < c.layers; ++i) {
     LayerKv kv;
     kv.window = kept_window(c, c.layer_kind(i), capacity);
-    if (kv.window > 0)
-      window_ = kv.window;
-    else  // Full layers write each block into their buffer (cached_attention).
-      kv.k = torch::empty({batch_, c.kv_heads, capacity, c.head_dim}, options),
-      kv.v = torch::empty({batch_, c.kv_heads, capacity, c.head_dim}, options);
+    kv.capacity = capacity;
+    if (kv.window > 0) window_ = kv.window;
     layers_.push_back(std::move(kv));
   }
 }
@@ -79,6 +74,10 @@ at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const int64_t kv_heads = k.size(1);
   at::Tensor keys, values;
   if (kv.window == 0) {
+    if (!kv.k.defined()) {
+      kv.k = torch::empty({batch, kv_heads, kv.capacity, head_dim}, k.options());
+      kv.v = torch::empty({batch, kv_heads, kv.capacity, head_dim}, v.options());
+    }
     kv.k.narrow(2, kv.columns, block).copy_(k);
     kv.v.narrow(2, kv.columns, block).copy_(v);
     kv.columns += block;

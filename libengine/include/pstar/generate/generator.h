@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "pstar/generate/sampling.h"
 
@@ -41,6 +43,9 @@ struct GenerateOptions {
   // stopped before (eval_samples: every rank runs the same number of forwards).
   bool fixed_steps = false;
   int64_t pad_id = 0;  // the id on padding slots (any id: nothing sees them)
+  // Where the model computes; unset: where its first parameter is (under the chunk engine the
+  // trainer names its compute device: its parameters may be on the host).
+  std::optional<c10::Device> device;
 };
 
 struct Completion {

@@ -23,8 +23,6 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
-#include <c10/core/Device.h>
-#include <c10/core/ScalarType.h>
 
 #include "pstar/model/decoder_config.h"
 
@@ -35,17 +33,18 @@ namespace pstar::model {
 struct LayerKv {
   at::Tensor k, v;
   int64_t first_slot = 0;
-  int64_t columns = 0;  // in use
-  int64_t window = 0;   // > 0: a sliding layer, which keeps window - 1 slots
+  int64_t columns = 0;   // in use
+  int64_t window = 0;    // > 0: a sliding layer, which keeps window - 1 slots
+  int64_t capacity = 0;  // a full layer's buffer, allocated by its first block in its dtype
 };
 
 class KvCache {
  public:
-  // A cache for the rows of `padding` ([batch] int64: each row's left-padding slots, on any
-  // device) and `capacity` slots in all (the padded prompt and every token to come), in `dtype`
-  // on `device`. Full layers allocate their buffers here.
-  KvCache(const DecoderConfig& config, const at::Tensor& padding, int64_t capacity,
-          c10::ScalarType dtype, c10::Device device);
+  // A cache for the rows of `padding` ([batch] int64: each row's left-padding slots, on the
+  // device the model computes on) and `capacity` slots in all (the padded prompt and every token
+  // to come). A full layer's buffer is allocated when its first block comes, in the keys' dtype
+  // and place (under the chunk engine, parameters may live elsewhere than the computation).
+  KvCache(const DecoderConfig& config, const at::Tensor& padding, int64_t capacity);
 
   int64_t batch() const { return batch_; }
   int64_t capacity() const { return capacity_; }

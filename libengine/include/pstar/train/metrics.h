@@ -25,6 +25,11 @@ struct StepTimes {
   double forward_s = 0, backward_s = 0, optimizer_s = 0;
 };
 
+// A training.eval_samples prompt as the model saw it and its greedy completion.
+struct SampleText {
+  std::string prompt, completion;
+};
+
 struct StepMetrics {
   int64_t step = 0;  // 1-based
   double loss = 0;   // mean cross-entropy over the step's tokens, before the update
@@ -47,6 +52,9 @@ struct StepMetrics {
   // The held-out loss after this step's update, when the step was evaluated
   // (training.eval_interval, and the last step).
   std::optional<double> eval_loss;
+  // training.eval_samples' completions, on the steps evaluated (written to the metrics file
+  // only: they are text, not figures).
+  std::vector<SampleText> eval_samples;
   // The engine's own figures (ParamEngine::fill_metrics): -1 where it does not measure them.
   engine::EngineMetrics engine;
 };

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pstar/text/chat_template.h"
@@ -18,6 +19,10 @@ struct Prompt {
   std::vector<ChatMessage> messages;  // a conversation (empty: the prompt is `text`)
   std::string origin;                 // names it in errors: "--prompt 2", "FILE line 3"
 };
+
+// One prompt from a JSON object's text in data.jsonl's shapes ({"messages": [...]} or
+// {"prompt": ...}); FormatError naming `origin` and the field otherwise.
+Prompt parse_prompt(std::string_view json, const std::string& origin);
 
 // The prompts of a JSON Lines file in data.jsonl's shapes: {"messages": [...]} (a conversation;
 // a last assistant turn stays, the template's generation prompt follows it) or {"prompt": ...}
