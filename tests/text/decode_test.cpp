@@ -10,6 +10,7 @@
 
 #include "pstar/base/error.h"
 #include "pstar/text/tokenizer.h"
+#include "text/byte_fallback_vocab.h"
 
 namespace pstar::text {
 namespace {
@@ -23,13 +24,7 @@ const std::string kEuro = "\xE2\x82\xAC";  // €, bytes E2 82 AC
 
 // Ids: 0 <unk>, 1 + b the byte b's <0xNN>, 257 "a", 258 "▁b", 259 "<eot>" (special), 260 "▁".
 Json tokenizer_json(const Json& decoder) {
-  Json vocab = Json::object();
-  vocab["<unk>"] = 0;
-  for (unsigned b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    vocab[name] = 1 + b;
-  }
+  Json vocab = testing::byte_fallback_vocab();
   vocab["a"] = 257;
   vocab[kMark + "b"] = 258;
   vocab[kMark] = 260;

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "engine/family_folders.h"
+#include "engine/generate/generate_fixture.h"
 #include "pstar/base/error.h"
 #include "pstar/generate/generator.h"
 #include "pstar/model/factory.h"
@@ -22,62 +22,10 @@ namespace pstar::generate {
 namespace {
 
 using pstar::testing::GenerationReference;
+using testing::follow;
+using testing::load;
 
 constexpr double kTolerance = 1e-5;  // fp32 against float64, relative to the largest logit
-
-// The family's folder as pstar loads it, with a model.seq_len shorter than the generated context:
-// the cached path's positions do not depend on it.
-std::shared_ptr<model::CausalLM> load(const std::string& dir, int64_t seq_len = 8) {
-  config::ModelConfig m;
-  m.init_from = dir;
-  m.seq_len = seq_len;
-  const model::ModelShape shape = model::resolve_model_shape(m);
-  model::BuildOptions options;
-  options.initialise = false;
-  auto model = model::build_causal_lm(shape, options);
-  model::load_pretrained(shape, dir, *model);
-  model->eval();
-  return model;
-}
-
-// The largest difference between `got` ([vocab] fp32) and `want`, over the largest |want|.
-double logit_error(const torch::Tensor& got, const std::vector<double>& want) {
-  const auto w = torch::tensor(want, torch::kFloat64);
-  const double scale = std::max(1.0, w.abs().max().item<double>());
-  return (got.to(torch::kCPU, torch::kFloat64) - w).abs().max().item<double>() / scale;
-}
-
-// Runs `rows` of the reference's prompts as one batch following `continuation`'s tokens, and
-// checks every step's logits against it; returns each step's logits.
-std::vector<torch::Tensor> follow(model::CausalLM& model, const GenerationReference& ref,
-                                  const GenerationReference::Continuation& continuation,
-                                  const std::vector<size_t>& rows, bool use_cache) {
-  std::vector<std::vector<int64_t>> prompts;
-  for (size_t r : rows) prompts.push_back(ref.prompts[r]);
-  GenerateOptions options;
-  options.max_new_tokens = pstar::testing::kGenerationSteps;
-  options.use_cache = use_cache;
-  options.context = 64;
-  std::vector<torch::Tensor> seen;
-  GenerateHooks hooks;
-  hooks.on_logits = [&](int64_t step, const torch::Tensor& logits) {
-    seen.push_back(logits.cpu().clone());
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const auto& want = continuation.logits[rows[i]][static_cast<size_t>(step)];
-      EXPECT_LE(logit_error(logits[static_cast<int64_t>(i)], want), kTolerance)
-          << "prompt " << rows[i] << " (batch row " << i << " of " << rows.size() << "), step "
-          << step << (use_cache ? ", cached" : ", without the cache");
-    }
-  };
-  hooks.override_ids = [&](int64_t step, torch::Tensor& ids) {
-    for (size_t i = 0; i < rows.size(); ++i)
-      ids[static_cast<int64_t>(i)] = continuation.tokens[rows[i]][static_cast<size_t>(step)];
-  };
-  const auto out = generate(model, prompts, options, hooks);
-  EXPECT_EQ(static_cast<int64_t>(seen.size()), pstar::testing::kGenerationSteps);
-  for (const auto& c : out) EXPECT_EQ(c.reason, StopReason::kMaxNewTokens);
-  return seen;
-}
 
 class GenerateFamilyTest : public ::testing::TestWithParam<const char*> {};
 
@@ -88,13 +36,13 @@ TEST_P(GenerateFamilyTest, LogitsMatchTheFloat64ReferenceAtEveryStep) {
                     "python3-torch)";
   auto model = load(ref->dir);
   // The prompts of different lengths as one left-padded batch, and each alone.
-  const auto batched = follow(*model, *ref, ref->forced, {0, 1, 2}, /*use_cache=*/true);
+  const auto batched = follow(*model, *ref, ref->forced, {0, 1, 2}, /*use_cache=*/true, kTolerance);
   for (size_t r = 0; r < ref->prompts.size(); ++r)
-    follow(*model, *ref, ref->forced, {r}, /*use_cache=*/true);
+    follow(*model, *ref, ref->forced, {r}, /*use_cache=*/true, kTolerance);
   // Without the cache (a forward over every slot a step, Note [packed attention] for the padding,
   // which model.seq_len must hold): the same logits.
-  const auto full =
-      follow(*load(ref->dir, /*seq_len=*/32), *ref, ref->forced, {0, 1, 2}, /*use_cache=*/false);
+  const auto full = follow(*load(ref->dir, /*seq_len=*/32), *ref, ref->forced, {0, 1, 2},
+                           /*use_cache=*/false, kTolerance);
   for (size_t s = 0; s < batched.size(); ++s)
     EXPECT_TRUE(torch::allclose(batched[s], full[s], /*rtol=*/1e-5, /*atol=*/1e-5)) << "step " << s;
 }
@@ -105,19 +53,7 @@ TEST_P(GenerateFamilyTest, GreedyTokensAreTheReferences) {
   const GenerationReference* ref = pstar::testing::generation_reference(GetParam());
   if (ref == nullptr) GTEST_SKIP() << "no Python with torch (Debian: python3-torch)";
   auto model = load(ref->dir);
-  GenerateOptions options;
-  options.max_new_tokens = pstar::testing::kGenerationSteps;
-  const auto out = generate(*model, ref->prompts, options);
-  int64_t compared = 0;
-  for (size_t r = 0; r < ref->prompts.size(); ++r) {
-    for (size_t s = 0; s < out[r].ids.size(); ++s) {
-      auto logits = ref->greedy.logits[r][s];
-      std::sort(logits.rbegin(), logits.rend());
-      if (logits[0] - logits[1] <= kTolerance * std::max(1.0, std::abs(logits[0]))) break;
-      EXPECT_EQ(out[r].ids[s], ref->greedy.tokens[r][s]) << "prompt " << r << ", step " << s;
-      ++compared;
-    }
-  }
+  const int64_t compared = testing::compare_greedy(*model, *ref, kTolerance);
   EXPECT_GE(compared, 12) << "too few tokens outside near-ties to compare";
 }
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/cpu_plan.h"
+#include "engine/small_gpt_config.h"
 #include "pstar/base/error.h"
 #include "pstar/engine/param_engine.h"
 #include "pstar/formats/config.h"
@@ -20,30 +21,19 @@ namespace {
 
 class EvalSamplesTest : public ::testing::TestWithParam<const char*> {
  protected:
-  void SetUp() override {
-    corpus_ = dir_.file("corpus.txt");
-    pstar::testing::write_text(corpus_, pstar::testing::repetitive_corpus());
-  }
-
-  // A byte-level model (data.text without a tokenizer) of the parameter's family.
+  // A byte-level model (data.text without a tokenizer) of the parameter's family, on the chunk
+  // engine's test GPT set-up (chunks move every step under the budget).
   config::TrainConfig small_config(const std::string& mode) const {
-    config::TrainConfig c;
+    config::TrainConfig c = pstar::testing::small_gpt_config_in(dir_, mode);
     if (std::string(GetParam()) == "decoder") {
+      c.model.hidden.reset();
+      c.model.layers.reset();
+      c.model.heads.reset();
       c.model.preset = "llama-tiny";
-    } else {
-      c.model.hidden = 64;
-      c.model.layers = 2;
-      c.model.heads = 4;
     }
-    c.model.vocab_size = 256;
-    c.model.seq_len = 32;
-    c.data.text = corpus_;
     c.train_micro_batch_size_per_gpu = 2;
-    c.optimizer.lr = 3e-3;
     c.training.steps = 5;
-    c.default_chunk_size = 20000;
-    c.engine.mode = config::engine_mode_from_name(mode);
-    c.engine.device_memory = 3 << 20;  // chunks move every step
+    c.engine.device_memory = 3 << 20;
     return c;
   }
 
@@ -57,7 +47,6 @@ class EvalSamplesTest : public ::testing::TestWithParam<const char*> {
     return steps;
   }
 
-  std::string corpus_;
   pstar::testing::ScratchDir dir_;
 };
 
