@@ -29,7 +29,6 @@ import subprocess
 import sys
 
 import torch
-import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
@@ -38,11 +37,6 @@ import decoder_reference as reference  # noqa: E402
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3"]
 LR, WEIGHT_DECAY, BATCH, SEQ, STEPS = 0.01, 0.01, 4, 16, 2
-
-
-def windows(tokens, step):
-    rows = [tokens[(step * BATCH + j) * SEQ:(step * BATCH + j) * SEQ + SEQ + 1] for j in range(BATCH)]
-    return torch.stack(rows)
 
 
 def hf_losses(config, weights, tokens, out_dir, device):
@@ -66,19 +60,8 @@ def hf_losses(config, weights, tokens, out_dir, device):
     model.to(dtype=torch.float32).save_pretrained(out_dir, safe_serialization=True)
     model = model.to(dtype=torch.float64, device=device)
     model.train()
-    opt = torch.optim.AdamW([p for p in model.parameters()], lr=LR, betas=(0.9, 0.999), eps=1e-8,
-                            weight_decay=WEIGHT_DECAY)
-    losses = []
-    for s in range(STEPS):
-        ids = windows(tokens, s).to(device)
-        logits = model(input_ids=ids[:, :-1]).logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).double(), ids[:, 1:].reshape(-1))
-        losses.append(loss.item())
-        if s + 1 < STEPS:
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    return losses
+    return reference.train_losses(lambda ids: model(input_ids=ids.to(device)).logits.cpu(),
+                                  model.parameters(), tokens, BATCH, SEQ, STEPS, LR, WEIGHT_DECAY)
 
 
 def pstar_losses(pstar, folder, tokens_path, work, device):
@@ -118,15 +101,8 @@ def main():
         work = os.path.abspath(os.path.join(a.out, family))
         folder = os.path.join(work, "hf")
         os.makedirs(folder, exist_ok=True)
-        config = reference.family_config(family, "")
-        text = reference.text_config(config)
-        generator = torch.Generator().manual_seed(0)
-        stored = {n: t.to(torch.float32) for n, t in reference.random_weights(config, generator).items()}
-        weights = {n: t.to(torch.float64) for n, t in stored.items()}
-        count = STEPS * BATCH * SEQ + 1
-        tokens = torch.randint(text["vocab_size"], (count,), generator=generator)
-        if text.get("pad_token_id") is not None:
-            tokens[::5] = text["pad_token_id"]
+        config, stored, weights, tokens = reference.make_case(family, "", 0,
+                                                              STEPS * BATCH * SEQ + 1)
         tokens_path = os.path.join(work, "tokens.bin")
         with open(tokens_path, "wb") as f:
             f.write(tokens.numpy().astype("<u2").tobytes())

@@ -323,7 +323,7 @@ TEST(InitTest, DecoderNormsAndThePaddingRowStartWhereHuggingFacesDo) {
     config::ModelConfig m;
     m.preset = preset;
     m.hidden = 64;
-    m.heads = 4;
+    m.heads = 8;  // Qwen3's 8 key/value heads
     m.layers = 2;
     m.vocab_size = 40;
     m.seq_len = 16;
