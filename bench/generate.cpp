@@ -97,16 +97,17 @@ Measured measure(pstar::model::CausalLM& model, int64_t batch, int64_t prompt, i
 
 int main(int argc, char** argv) {
   std::string preset = "qwen3-0.6b";
-  int64_t layers = 16, prompt = 64, steps = 33, uncached_steps = 5;
+  int64_t layers = 16, prompt = 64, steps = 33, uncached_steps = 5, rounds = 3;
   pstar::bench::parse_options(
       argc, argv,
       "pstar-bench-generate [--preset qwen3-0.6b] [--layers 16] [--prompt 64] [--steps 33] "
-      "[--uncached-steps 5]",
+      "[--uncached-steps 5] [--rounds 3]",
       {{"--preset", [&](const std::string& v) { preset = v; }},
        {"--layers", [&](const std::string& v) { layers = std::stoll(v); }},
        {"--prompt", [&](const std::string& v) { prompt = std::stoll(v); }},
        {"--steps", [&](const std::string& v) { steps = std::stoll(v); }},
-       {"--uncached-steps", [&](const std::string& v) { uncached_steps = std::stoll(v); }}});
+       {"--uncached-steps", [&](const std::string& v) { uncached_steps = std::stoll(v); }},
+       {"--rounds", [&](const std::string& v) { rounds = std::max<int64_t>(1, std::stoll(v)); }}});
   pstar::core::configure_runtime();
   pstar::bench::stream::select_isa(pstar::optim::host_adam_isa());
   const int threads = omp_get_max_threads();
@@ -147,17 +148,27 @@ int main(int argc, char** argv) {
                            {"steps", steps}};
   measure(*model, 1, 8, 3, true);  // warm-up: allocations and kernels
   for (const int64_t batch : {1, 8}) {
-    const Measured m = measure(*model, batch, prompt, steps, true);
+    // On a shared machine: the best of `rounds` (bench/README.md), the median beside it.
+    std::vector<Measured> runs;
+    for (int64_t r = 0; r < rounds; ++r)
+      runs.push_back(measure(*model, batch, prompt, steps, true));
+    std::sort(runs.begin(), runs.end(), [](const Measured& a, const Measured& b) {
+      return a.decode_tokens_per_s > b.decode_tokens_per_s;
+    });
+    const Measured& best = runs.front();
+    const double median = runs[runs.size() / 2].decode_tokens_per_s;
     const double bound = static_cast<double>(batch) * bandwidth / weight_bytes;
     std::printf(
-        "batch %lld: %.2f tokens/s decoding (prefill of %lld tokens a row: %.2f s); "
-        "bound %.2f tokens/s; %.2fx of the bound\n",
-        static_cast<long long>(batch), m.decode_tokens_per_s, static_cast<long long>(prompt),
-        m.prefill_s, bound, m.decode_tokens_per_s / bound);
-    result["batch" + std::to_string(batch)] = {{"tokens_per_s", m.decode_tokens_per_s},
+        "batch %lld: %.2f tokens/s decoding, best of %lld (median %.2f; prefill of %lld "
+        "tokens a row %.2f s); bound %.2f tokens/s; %.2fx of the bound\n",
+        static_cast<long long>(batch), best.decode_tokens_per_s, static_cast<long long>(rounds),
+        median, static_cast<long long>(prompt), best.prefill_s, bound,
+        best.decode_tokens_per_s / bound);
+    result["batch" + std::to_string(batch)] = {{"tokens_per_s", best.decode_tokens_per_s},
+                                               {"median_tokens_per_s", median},
                                                {"bound_tokens_per_s", bound},
-                                               {"of_bound", m.decode_tokens_per_s / bound},
-                                               {"prefill_s", m.prefill_s}};
+                                               {"of_bound", best.decode_tokens_per_s / bound},
+                                               {"prefill_s", best.prefill_s}};
   }
   // The same steps without the cache: every step a forward over the prompt and what follows.
   const Measured cached = measure(*model, 1, prompt, uncached_steps, true);
