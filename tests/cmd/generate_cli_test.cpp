@@ -2,6 +2,7 @@
 // gives (the checkpoint read as merge-ckpt reads it), a byte-level GPT run generates without a
 // tokenizer, and bad input is one clear error naming the value or the file. The numbers themselves
 // are tests/engine/generate's (against the float64 reference).
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -145,6 +146,100 @@ TEST_F(GenerateCli, BadInputIsOneErrorNamingTheValueOrTheFile) {
   const std::vector<std::string> broken = {"broken", "--tokenizer", "tokenizer.json", "--prompt",
                                            "a"};
   fails(broken, "ckpt-1.pt");
+}
+
+// Stops: generation_config.json's eos_token_id list where the folder has one (Gemma 3's is
+// [1, 106]), else the tokenizer's end of text (tokenizer_config.json's eos_token).
+TEST_F(GenerateCli, StopsAtGenerationConfigsListElseTheTokenizersEndOfText) {
+  std::filesystem::copy(folder_->dir, dir_.path() / "folder");
+  const std::vector<std::string> asked = {"folder",           "--prompt", "Hello, world",
+                                          "--max-new-tokens", "8",        "-o"};
+  auto run = [&](const std::string& out, const std::vector<std::string>& more = {}) {
+    auto args = asked;
+    args.push_back(out);
+    args.insert(args.end(), more.begin(), more.end());
+    if (more.empty()) args.insert(args.end(), {"--tokenizer", "tokenizer.json"});
+    const auto r = generate(args);
+    EXPECT_EQ(r.exit_code, 0) << r;
+    const auto lines = read_lines(dir_.file(out));
+    EXPECT_EQ(lines.size(), 1U);
+    return lines.empty() ? json() : lines[0];
+  };
+  const json free = run("free.jsonl");
+  ASSERT_EQ(free["stop_reason"], "max_new_tokens") << free;
+  const auto ids = free["completion_ids"].get<std::vector<int64_t>>();
+  ASSERT_EQ(ids.size(), 8U);
+  // The first token after the first that the completion has not drawn before, and an id it never
+  // draws before it (the list's other entry).
+  size_t at = 1;
+  while (at < ids.size() && std::count(ids.begin(), ids.begin() + at, ids[at]) > 0) ++at;
+  ASSERT_LT(at, ids.size()) << "a completion of one repeated token";
+  int64_t other = 95;
+  while (std::count(ids.begin(), ids.begin() + at + 1, other) > 0) --other;
+  const std::vector<int64_t> before(ids.begin(), ids.begin() + at);
+  write_text(dir_.file("folder/generation_config.json"),
+             json{{"bos_token_id", 1}, {"eos_token_id", {other, ids[at]}}}.dump());
+  const json listed = run("listed.jsonl");
+  EXPECT_EQ(listed["stop_reason"], "stop_token") << listed;
+  EXPECT_EQ(listed["stop_token"], ids[at]);
+  EXPECT_EQ(listed["completion_ids"].get<std::vector<int64_t>>(), before);
+  // Without the file: the tokenizer's end of text.
+  std::filesystem::remove(dir_.path() / "folder/generation_config.json");
+  std::filesystem::create_directory(dir_.path() / "tok");
+  std::filesystem::copy(dir_.path() / "tokenizer.json", dir_.path() / "tok/tokenizer.json");
+  const std::string eos =
+      ids[at] == 0 ? "\xC4\xA0" : std::string(1, static_cast<char>(ids[at] + 32));
+  write_text(dir_.file("tok/tokenizer_config.json"), json{{"eos_token", eos}}.dump());
+  const json ended = run("ended.jsonl", {"--tokenizer", "tok"});
+  EXPECT_EQ(ended["stop_reason"], "stop_token") << ended;
+  EXPECT_EQ(ended["completion_ids"].get<std::vector<int64_t>>(), before);
+  // A value that is not a token id is an error naming the file.
+  write_text(dir_.file("folder/generation_config.json"), R"({"eos_token_id": "</s>"})");
+  const auto bad = generate({"folder", "--tokenizer", "tokenizer.json", "--prompt", "a"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_TRUE(contains(bad.err, "generation_config.json: eos_token_id holds \"</s>\"")) << bad;
+}
+
+// training.eval_samples on two ranks of the chunk engine (chunks fetched by collectives in every
+// forward): both ranks run the same forwards, and the evaluated steps' lines of the metrics file
+// carry each prompt's completion.
+TEST(GenerateCliSamples, TwoRanksWriteTheSamplesOfEachEvaluation) {
+  ScratchDir dir;
+  write_text(dir.file("corpus.txt"), pstar::testing::repetitive_corpus(20));
+  const json c = {
+      {"model", {{"preset", "gpt-tiny"}, {"seq_len", 32}}},
+      {"data", {{"text", "corpus.txt"}}},
+      {"train_micro_batch_size_per_gpu", 2},
+      {"default_chunk_size", 20000},
+      {"bf16", {{"enabled", false}}},
+      {"training",
+       {{"steps", 3},
+        {"eval_interval", 2},
+        {"eval_samples", {"The ", "A longer prompt"}},
+        {"eval_sample_tokens", 5}}},
+      {"engine",
+       {{"mode", "chunked"},
+        {"chunk_size_search", false},
+        {"device_memory", "3MB"},
+        {"host_memory", "1GB"}}},
+  };
+  write_text(dir.file("run.json"), c.dump());
+  const auto r = train_on_cpu("run.json", {"--nproc", "2", "--metrics", "m.jsonl"}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r;
+  std::vector<json> steps;
+  for (const json& line : read_lines(dir.file("m.jsonl")))
+    if (!line.contains("record")) steps.push_back(line);
+  ASSERT_EQ(steps.size(), 3U);
+  for (const json& line : steps) {
+    const int64_t step = line["step"].get<int64_t>();
+    ASSERT_EQ(line.contains("eval_samples"), step != 1) << line;
+    if (step == 1) continue;
+    ASSERT_EQ(line["eval_samples"].size(), 2U) << line;
+    EXPECT_EQ(line["eval_samples"][0]["prompt"], "The ");
+    EXPECT_EQ(line["eval_samples"][1]["prompt"], "A longer prompt");
+    for (const json& s : line["eval_samples"])
+      EXPECT_FALSE(s["completion"].get<std::string>().empty()) << line;
+  }
 }
 
 // A GPT trained on bytes (data.text without a tokenizer) generates bytes back without one.

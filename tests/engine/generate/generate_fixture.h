@@ -46,18 +46,20 @@ inline double logit_error(const torch::Tensor& got, const std::vector<double>& w
   return (got.to(torch::kCPU, torch::kFloat64) - w).abs().max().item<double>() / scale;
 }
 
-// Runs `rows` of the reference's prompts as one batch following `continuation`'s tokens, and
-// checks every step's logits against it within `tolerance`; returns each step's logits.
+// Runs `rows` of the reference's prompts as one batch following `continuation`'s tokens (the
+// cached path feeding the padded prompts in blocks of `prefill_block` slots), and checks every
+// step's logits against it within `tolerance`; returns each step's logits.
 inline std::vector<torch::Tensor> follow(model::CausalLM& model, const GenerationReference& ref,
                                          const GenerationReference::Continuation& continuation,
                                          const std::vector<size_t>& rows, bool use_cache,
-                                         double tolerance) {
+                                         double tolerance, int64_t prefill_block = 512) {
   std::vector<std::vector<int64_t>> prompts;
   for (size_t r : rows) prompts.push_back(ref.prompts[r]);
   GenerateOptions options;
   options.max_new_tokens = pstar::testing::kGenerationSteps;
   options.use_cache = use_cache;
   options.context = 64;
+  options.prefill_block = prefill_block;
   std::vector<torch::Tensor> seen;
   GenerateHooks hooks;
   hooks.on_logits = [&](int64_t step, const torch::Tensor& logits) {
@@ -66,7 +68,8 @@ inline std::vector<torch::Tensor> follow(model::CausalLM& model, const Generatio
       const auto& want = continuation.logits[rows[i]][static_cast<size_t>(step)];
       EXPECT_LE(logit_error(logits[static_cast<int64_t>(i)], want), tolerance)
           << "prompt " << rows[i] << " (batch row " << i << " of " << rows.size() << "), step "
-          << step << (use_cache ? ", cached" : ", without the cache");
+          << step << (use_cache ? ", cached" : ", without the cache") << ", prompt blocks of "
+          << prefill_block;
     }
   };
   hooks.override_ids = [&](int64_t step, torch::Tensor& ids) {
