@@ -2,8 +2,8 @@
 # The SFT example as a test (ctest example.sft, example.sft.qwen3): a tiny model with a real
 # vocabulary (Llama 3's, or Qwen3's with FAMILY qwen3) trains for a few steps on
 # examples/sft/conversations.jsonl through the example's own config, and its loss on the answers
-# must fall, and its checkpoint answers examples/sft/questions.jsonl through pstar generate. Exits 77 (ctest's skip) with the reason where the fetched tokenizer or Python's torch
-# is missing.
+# must fall, and its checkpoint answers examples/sft/questions.jsonl through pstar generate. Exits
+# 77 (ctest's skip) with the reason where the fetched tokenizer or Python's torch is missing.
 #   examples/sft/check.sh PSTAR_BINARY WORK_DIR [llama|qwen3]
 set -euo pipefail
 pstar=$1 work=$2 family=${3:-llama}

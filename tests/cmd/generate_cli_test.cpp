@@ -148,6 +148,18 @@ TEST_F(GenerateCli, BadInputIsOneErrorNamingTheValueOrTheFile) {
   fails(broken, "ckpt-1.pt");
 }
 
+// A gpt-tiny run on bytes (data.text without a tokenizer) of a corpus written into `dir`, with
+// `training`.
+json byte_gpt_run(const ScratchDir& dir, const json& training) {
+  write_text(dir.file("corpus.txt"), pstar::testing::repetitive_corpus(20));
+  return {
+      {"model", {{"preset", "gpt-tiny"}, {"seq_len", 32}}},
+      {"data", {{"text", "corpus.txt"}}},
+      {"train_micro_batch_size_per_gpu", 2},
+      {"training", training},
+  };
+}
+
 // Stops: generation_config.json's eos_token_id list where the folder has one (Gemma 3's is
 // [1, 106]), else the tokenizer's end of text (tokenizer_config.json's eos_token).
 TEST_F(GenerateCli, StopsAtGenerationConfigsListElseTheTokenizersEndOfText) {
@@ -205,24 +217,16 @@ TEST_F(GenerateCli, StopsAtGenerationConfigsListElseTheTokenizersEndOfText) {
 // carry each prompt's completion.
 TEST(GenerateCliSamples, TwoRanksWriteTheSamplesOfEachEvaluation) {
   ScratchDir dir;
-  write_text(dir.file("corpus.txt"), pstar::testing::repetitive_corpus(20));
-  const json c = {
-      {"model", {{"preset", "gpt-tiny"}, {"seq_len", 32}}},
-      {"data", {{"text", "corpus.txt"}}},
-      {"train_micro_batch_size_per_gpu", 2},
-      {"default_chunk_size", 20000},
-      {"bf16", {{"enabled", false}}},
-      {"training",
-       {{"steps", 3},
-        {"eval_interval", 2},
-        {"eval_samples", {"The ", "A longer prompt"}},
-        {"eval_sample_tokens", 5}}},
-      {"engine",
-       {{"mode", "chunked"},
-        {"chunk_size_search", false},
-        {"device_memory", "3MB"},
-        {"host_memory", "1GB"}}},
-  };
+  json c = byte_gpt_run(dir, {{"steps", 3},
+                              {"eval_interval", 2},
+                              {"eval_samples", {"The ", "A longer prompt"}},
+                              {"eval_sample_tokens", 5}});
+  c["default_chunk_size"] = 20000;
+  c["bf16"] = {{"enabled", false}};
+  c["engine"] = {{"mode", "chunked"},
+                 {"chunk_size_search", false},
+                 {"device_memory", "3MB"},
+                 {"host_memory", "1GB"}};
   write_text(dir.file("run.json"), c.dump());
   const auto r = train_on_cpu("run.json", {"--nproc", "2", "--metrics", "m.jsonl"}, dir.path());
   ASSERT_EQ(r.exit_code, 0) << r;
@@ -245,13 +249,7 @@ TEST(GenerateCliSamples, TwoRanksWriteTheSamplesOfEachEvaluation) {
 // A GPT trained on bytes (data.text without a tokenizer) generates bytes back without one.
 TEST(GenerateCliBytes, AByteLevelRunNeedsNoTokenizer) {
   ScratchDir dir;
-  write_text(dir.file("corpus.txt"), pstar::testing::repetitive_corpus(20));
-  const json c = {
-      {"model", {{"preset", "gpt-tiny"}, {"seq_len", 32}}},
-      {"data", {{"text", "corpus.txt"}}},
-      {"train_micro_batch_size_per_gpu", 2},
-      {"training", {{"steps", 1}, {"save_dir", "ck"}, {"save_interval", 1}}},
-  };
+  const json c = byte_gpt_run(dir, {{"steps", 1}, {"save_dir", "ck"}, {"save_interval", 1}});
   write_text(dir.file("run.json"), c.dump());
   ASSERT_EQ(train_on_cpu("run.json", {}, dir.path()).exit_code, 0);
   const auto r = run_pstar({"generate", "ck", "--prompt", "The ", "--max-new-tokens", "5", "-o",
