@@ -157,12 +157,12 @@ Session::Session(const SessionOptions& o) : impl_(std::make_unique<Impl>()) {
     const auto& ids = s.rendered.back().ids;
     const auto length = static_cast<int64_t>(ids.size());
     PSTAR_CHECK(length > 0, ConfigError, p.origin, " is empty: nothing to continue");
-    PSTAR_CHECK(length<s.generate.context, ConfigError, p.origin, " is ", length,
-                       " tokens long, which leaves no room in the context of ", s.generate.context,
-                       " positions", o.max_length> 0
-                    ? " (--max-length)"
-                    : " (the model's)",
-                "; shorten it", o.max_length > 0 ? " or raise --max-length" : "");
+    const bool fits = length < s.generate.context;
+    const bool limited = o.max_length > 0;
+    PSTAR_CHECK(fits, ConfigError, p.origin, " is ", length,
+                " tokens long, which leaves no room in the context of ", s.generate.context,
+                " positions", limited ? " (--max-length)" : " (the model's)", "; shorten it",
+                limited ? " or raise --max-length" : "");
     s.ids.emplace_back(ids.begin(), ids.end());
     longest = std::max(longest, length);
   }
