@@ -151,4 +151,24 @@ struct EvalCommandOptions {
 void register_eval(CLI::App& app);
 int run_eval(const EvalCommandOptions& options);
 
+// `pstar generate MODEL --prompt TEXT ...` (cmd/generate.cpp, docs/cli.md): completions of a
+// checkpoint or a Hugging Face folder, streamed to stdout for one prompt, or written to -o as JSON
+// Lines.
+struct GenerateCommandOptions {
+  std::string model, tokenizer;
+  std::vector<std::string> prompts;  // --prompt
+  std::string prompts_file;          // --prompts FILE.jsonl
+  bool chat = false;                 // --prompt as a user's message
+  std::string chat_template_kwargs;
+  int64_t max_new_tokens = 256, max_length = 0, top_k = 0, batch_size = 8;
+  double temperature = 0, top_p = 1;
+  uint64_t seed = 0;
+  std::string device = "auto", dtype = "auto";
+  bool skip_special = false, no_cache = false, quiet = false;
+  std::string output;  // -o: JSON Lines
+};
+
+void register_generate(CLI::App& app);
+int run_generate(const GenerateCommandOptions& options);
+
 }  // namespace pstar::cmd

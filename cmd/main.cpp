@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   pstar::cmd::register_profile(app);
   pstar::cmd::register_estimate(app);
   pstar::cmd::register_merge_ckpt(app);
+  pstar::cmd::register_generate(app);
   pstar::cmd::register_visualize(app);
   try {
     app.parse(argc, argv);

@@ -2,8 +2,8 @@
 # The SFT example as a test (ctest example.sft, example.sft.qwen3): a tiny model with a real
 # vocabulary (Llama 3's, or Qwen3's with FAMILY qwen3) trains for a few steps on
 # examples/sft/conversations.jsonl through the example's own config, and its loss on the answers
-# must fall. Exits 77 (ctest's skip) with the reason where the fetched tokenizer or Python's torch
-# is missing.
+# must fall, and its checkpoint answers examples/sft/questions.jsonl through pstar generate. Exits
+# 77 (ctest's skip) with the reason where the fetched tokenizer or Python's torch is missing.
 #   examples/sft/check.sh PSTAR_BINARY WORK_DIR [llama|qwen3]
 set -euo pipefail
 pstar=$1 work=$2 family=${3:-llama}
@@ -34,8 +34,11 @@ fi
 cp "$repo/examples/sft/conversations.jsonl" "$work/"
 "$pstar" train "$config" --device cpu --metrics "$work/metrics.jsonl" \
   --set "model.init_from=$work/model" --set "data.jsonl=$work/conversations.jsonl" \
-  --set "data.tokenizer=$tokenizer" --set training.steps=8 --set training.save_dir= \
-  --set training.lr_schedule.warmup_steps=1
+  --set "data.tokenizer=$tokenizer" --set training.steps=8 --set "training.save_dir=$work/ck" \
+  --set training.save_interval=8 --set training.lr_schedule.warmup_steps=1
+# The run's end: its checkpoint asked the example's questions (pstar generate).
+"$pstar" generate "$work/ck" --prompts "$repo/examples/sft/questions.jsonl" --max-new-tokens 8 \
+  -o "$work/answers.jsonl" -q
 /usr/bin/python3 - "$work/metrics.jsonl" "$family" <<'PY'
 import json, sys
 steps = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l]
@@ -44,4 +47,14 @@ first, last = steps[0]["loss"], steps[-1]["loss"]
 assert all(s["counted_targets"] > 0 for s in steps), steps
 print(f"example.sft ({sys.argv[2]}): loss {first:.4f} -> {last:.4f} over {len(steps)} steps")
 assert last < first - 1.0, (first, last)
+PY
+/usr/bin/python3 - "$work/answers.jsonl" <<'PY'
+import json, sys
+answers = [json.loads(l) for l in open(sys.argv[1])]
+assert len(answers) == 3, answers
+for a in answers:
+    # Rendered by the template with its prompt for the assistant's turn; a completion of ids.
+    assert a["prompt"].rstrip().endswith(("assistant<|end_header_id|>", "<|im_start|>assistant")), a
+    assert 0 < len(a["completion_ids"]) <= 8 and a["stop_reason"] in ("stop_token", "max_new_tokens"), a
+print("example.sft: the checkpoint answered", len(answers), "questions")
 PY

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fine-tunes a tiny model with a real vocabulary on the conversations in
-# examples/sft/conversations.jsonl (chat template, loss on the answers, packing), then merges the
-# last checkpoint into a Hugging Face folder with the tokenizer beside it:
+# examples/sft/conversations.jsonl (chat template, loss on the answers, packing), merges the last
+# checkpoint into a Hugging Face folder with the tokenizer beside it, and asks the fine-tuned model
+# the questions of examples/sft/questions.jsonl (two of its training questions and a new one):
 #   examples/sft/run.sh [llama|qwen3] [pstar train arguments...]
 # llama (the default): a tiny Llama with Llama 3's vocabulary and Llama 3.2's template; qwen3: a
 # tiny Qwen3 with Qwen3's vocabulary and template. Needs Debian's python3-torch
@@ -44,3 +45,6 @@ build/cpu-release/pstar merge-ckpt --dir "$run/$(cat "$run/latest")" \
   -o "build/example/$name-tuned" --dtype bf16
 cp "$tokenizer/tokenizer.json" "$tokenizer/tokenizer_config.json" "build/example/$name-tuned/"
 echo "fine-tuned model: build/example/$name-tuned (a Hugging Face folder with its tokenizer)"
+# What it says now: straight from the checkpoint, with the run's tokenizer and chat template.
+build/cpu-release/pstar generate "$run" --prompts examples/sft/questions.jsonl \
+  --max-new-tokens 48 --skip-special-tokens -q

@@ -130,6 +130,8 @@ TrainConfig read_config(const Context& ctx, const Json& root, const std::string&
   training.read_int("keep_last", &c.training.keep_last, 0, kInt64Max);
   training.read_int("eval_interval", &c.training.eval_interval, 0, kInt64Max);
   training.read_int("eval_batches", &c.training.eval_batches, 1, kInt64Max);
+  training.read_prompt_list("eval_samples", &c.training.eval_samples);
+  training.read_int("eval_sample_tokens", &c.training.eval_sample_tokens, 1, 1 << 20);
   training.read_string("tensorboard_dir", &c.training.tensorboard_dir);
   const Level schedule = training.child("lr_schedule");
   schedule.read_choice("type", &c.training.lr_schedule.type, {"cosine", "constant"});

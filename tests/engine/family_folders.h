@@ -64,6 +64,52 @@ inline const FamilyFolder* family_folder(const std::string& family,
   return slot.get();
 }
 
+// The generation reference of a family's folder (decoder_reference.py --generate): prompts of
+// different lengths, and for each prompt alone its greedy continuation and one of random tokens,
+// with the float64 logits of every step.
+struct GenerationReference {
+  struct Continuation {
+    std::vector<std::vector<int64_t>> tokens;              // [prompt][step]
+    std::vector<std::vector<std::vector<double>>> logits;  // [prompt][step][vocab]
+  };
+  std::string dir;  // config.json and model.safetensors
+  std::vector<std::vector<int64_t>> prompts;
+  Continuation greedy, forced;
+};
+
+// Prompts of kGenerationLengths tokens and kGenerationSteps new tokens each: the longest with its
+// continuation passes the tiny families' sliding windows (5 and 6) several times over.
+inline constexpr const char* kGenerationLengths = "9,4,13";
+inline constexpr int64_t kGenerationSteps = 8;
+
+// Written on first use, as family_folder; null without a Python with torch.
+inline const GenerationReference* generation_reference(const std::string& family) {
+  static ScratchDir* root = new ScratchDir();
+  static std::map<std::string, std::unique_ptr<GenerationReference>> made;
+  static const std::string python = python_with_torch();
+  if (python.empty()) return nullptr;
+  auto& slot = made[family];
+  if (slot) return slot.get();
+  auto r = std::make_unique<GenerationReference>();
+  r->dir = root->file(family);
+  const std::string command =
+      python + " " + PSTAR_SOURCE_DIR + "/tests/reference/decoder_reference.py --family " + family +
+      " --weights-only --generate " + kGenerationLengths + " --new-tokens " +
+      std::to_string(kGenerationSteps) + " --out " + r->dir + " >/dev/null";
+  if (std::system(command.c_str()) != 0) {
+    ADD_FAILURE() << "failed: " << command;
+    return nullptr;
+  }
+  const auto j = nlohmann::json::parse(read_text(r->dir + "/generate.json"));
+  r->prompts = j.at("prompts").get<std::vector<std::vector<int64_t>>>();
+  for (auto [name, to] : {std::pair{"greedy", &r->greedy}, std::pair{"forced", &r->forced}}) {
+    to->tokens = j.at(name).at("tokens").get<std::vector<std::vector<int64_t>>>();
+    to->logits = j.at(name).at("logits").get<std::vector<std::vector<std::vector<double>>>>();
+  }
+  slot = std::move(r);
+  return slot.get();
+}
+
 // A run that trains the folder as the script's reference does: its tokens in sequential windows,
 // constant lr, AdamW with its weight decay, no clipping, fp32, `steps` steps.
 inline config::TrainConfig family_training_config(const FamilyFolder& f) {

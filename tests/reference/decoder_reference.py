@@ -4,6 +4,7 @@
     /usr/bin/python3 tests/reference/decoder_reference.py --family qwen3 --out DIR
         [--variant NAME] [--dtype fp32|bf16] [--seed 0] [--batch 4] [--seq 16] [--steps 2]
         [--lr 0.01] [--weight-decay 0.01] [--vocab V] [--max-positions P] [--weights-only]
+        [--generate LENGTHS --new-tokens N]
     /usr/bin/python3 tests/reference/decoder_reference.py --count CONFIG_JSON
 
 DIR receives config.json and model.safetensors spelled as the family's own Hugging Face classes
@@ -13,7 +14,11 @@ tokens.bin (uint16 token ids) and reference.json: the mean cross-entropy of each
 optimizer steps, where step s reads the --batch windows of --seq + 1 tokens that pstar's
 "sequential" sampling gives it (window k starts at token k * seq), and one AdamW step of torch's
 (one parameter group: every parameter decays; no warm-up, no clipping) follows each step but the
-last. Everything is computed in float64 from the stored weights.
+last. Everything is computed in float64 from the stored weights. With --generate (prompt lengths,
+e.g. 9,4,13), DIR also receives generate.json: prompts of those lengths (random ids), and for each
+its greedy continuation of --new-tokens tokens and one of random tokens, with the logits of every
+step (the last position's), each prompt computed alone and without a cache: the whole sequence so
+far at positions 0, 1, ..., as Hugging Face's model computes it (tests/engine/generate/).
 
 The maths is written from Hugging Face's modeling files (transformers 4.5x and 5: LlamaForCausalLM,
 MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM) and
@@ -459,6 +464,32 @@ def make_case(family, variant, seed, count, vocab=None, max_positions=None, bf16
     return config, stored, weights, tokens
 
 
+def continuation(config, weights, prompt, choose, new_tokens):
+    """The tokens `choose` picks after `prompt` (from each step's logits) and those logits, of the
+    last position of the prompt and the tokens so far: a full forward a step, no cache, no padding."""
+    seq, tokens, logits = list(prompt), [], []
+    for _ in range(new_tokens):
+        with torch.no_grad():
+            last = forward(config, weights, torch.tensor([seq]))[0, -1]
+        logits.append(last.tolist())
+        tokens.append(choose(last))
+        seq.append(tokens[-1])
+    return tokens, logits
+
+
+def generation(config, weights, prompts, new_tokens, generator):
+    """Each prompt alone: its greedy continuation, and one of random tokens (every step's input
+    then differs, where greedy continuations of random tiny models tend to repeat one token)."""
+    vocab = text_config(config)["vocab_size"]
+    out = {"prompts": prompts}
+    for name, choose in (("greedy", lambda logits: int(logits.argmax())),
+                         ("forced", lambda logits: int(torch.randint(vocab, (1,),
+                                                                     generator=generator)))):
+        runs = [continuation(config, weights, p, choose, new_tokens) for p in prompts]
+        out[name] = {"tokens": [r[0] for r in runs], "logits": [r[1] for r in runs]}
+    return out
+
+
 def count_parameters(path):
     """The parameters a config.json's checkpoint holds (a tied head once)."""
     with open(path) as f:
@@ -492,6 +523,8 @@ def main():
     ap.add_argument("--max-positions", type=int, help="overrides max_position_embeddings")
     ap.add_argument("--weights-only", action="store_true",
                     help="write config.json and the weights only (no tokens, no reference)")
+    ap.add_argument("--generate", help="prompt lengths, e.g. 9,4,13: also write generate.json")
+    ap.add_argument("--new-tokens", type=int, default=8, help="with --generate: tokens a prompt")
     args = ap.parse_args()
 
     if args.variant in MOE.ROUTED:
@@ -510,6 +543,13 @@ def main():
         json.dump({k: v for k, v in config.items() if not k.startswith("_")}, f, indent=2)
     TINY_LLAMA.write_safetensors(os.path.join(args.out, "model.safetensors"), list(stored.items()),
                                  "BF16" if args.dtype == "bf16" else "F32")
+    if args.generate:
+        prompt_generator = torch.Generator().manual_seed(args.seed + 1)
+        vocab = text_config(config)["vocab_size"]
+        prompts = [torch.randint(vocab, (int(n),), generator=prompt_generator).tolist()
+                   for n in args.generate.split(",")]
+        with open(os.path.join(args.out, "generate.json"), "w") as f:
+            json.dump(generation(config, weights, prompts, args.new_tokens, prompt_generator), f)
     if args.weights_only:
         print(f"wrote {args.out} ({args.family}{' ' + args.variant if args.variant else ''})")
         return

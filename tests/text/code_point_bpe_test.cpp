@@ -12,6 +12,7 @@
 
 #include "pstar/base/error.h"
 #include "pstar/text/tokenizer.h"
+#include "text/byte_fallback_vocab.h"
 
 namespace pstar::text {
 namespace {
@@ -26,13 +27,7 @@ const std::string kMark = "\xE2\x96\x81";  // ▁ (U+2581), what Gemma's normali
 // after the normalizer finds nothing to split.
 Json gemma_like(const std::vector<std::string>& entries, const Json& merges, bool byte_fallback,
                 bool fuse_unk) {
-  Json vocab = Json::object();
-  vocab["<unk>"] = 0;
-  for (unsigned b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    vocab[name] = 1 + b;
-  }
+  Json vocab = testing::byte_fallback_vocab();
   for (size_t i = 0; i < entries.size(); ++i) vocab[entries[i]] = 257 + i;
   return Json{
       {"normalizer", {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMark}}},

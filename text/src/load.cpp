@@ -380,6 +380,7 @@ std::shared_ptr<TokenizerImpl> from_tokenizer_json(const std::string& text,
   if (j.contains("pre_tokenizer"))
     read_pre_tokenizer(j["pre_tokenizer"], "pre_tokenizer", origin, b.impl());
   if (j.contains("post_processor")) b.impl().prefix = template_prefix(j["post_processor"], b);
+  if (j.contains("decoder")) read_decoder(j["decoder"], origin, b.impl());
   return b.finish("tokenizer.json", origin, config_text);
 }
 
@@ -417,6 +418,7 @@ std::shared_ptr<TokenizerImpl> from_gpt2_folder(const std::string& dir) {
   t.kind = PreTokenizer::Kind::kByteLevel;
   t.regex = std::make_unique<Regex>(kGpt2Regex, false, "GPT-2's regex");
   b.impl().pre.push_back(std::move(t));
+  use_byte_level_decoder(b.impl());
   const auto eot = b.impl().token_ids.find("<|endoftext|>");
   if (eot != b.impl().token_ids.end())
     b.add_added_token({"<|endoftext|>", eot->second, true, false});
@@ -444,6 +446,22 @@ Tokenizer Tokenizer::load(const std::string& path) {
 
 Tokenizer Tokenizer::from_json(std::string_view json, const std::string& origin) {
   return Tokenizer(from_tokenizer_json(std::string(json), origin, ""));
+}
+
+Tokenizer Tokenizer::bytes() {
+  // A byte-level BPE without merges whose entry for byte b (its character in GPT-2's alphabet)
+  // has id b: a whole text is one word, every byte one symbol.
+  Json vocab = Json::object();
+  for (const auto& [cp, b] : byte_level_decoder()) {
+    std::string key;
+    append_utf8(key, cp);
+    vocab[key] = b;
+  }
+  const Json j = {
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", Json::array()}}},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
+      {"decoder", {{"type", "ByteLevel"}}}};
+  return Tokenizer(from_tokenizer_json(j.dump(), "bytes (no tokenizer)", ""));
 }
 
 int64_t Tokenizer::vocab_size() const { return impl_->vocab_size; }

@@ -29,6 +29,11 @@ void read_normalizer(const Json& n, const std::string& what, const std::string& 
 // Appends the pre-tokenizer `p` (null: none; a Sequence: each in order) to impl.pre.
 void read_pre_tokenizer(const Json& p, const std::string& what, const std::string& origin,
                         TokenizerImpl& impl);
+// Reads the decoder `d` (null: none; a Sequence: flattened) into impl.decoder (decode.cpp). A type
+// pstar does not run is kept as impl.decoder.unsupported, so the tokenizer still encodes.
+void read_decoder(const Json& d, const std::string& origin, TokenizerImpl& impl);
+// GPT-2's folder form: the ByteLevel decoder its tokenizer.json would name.
+void use_byte_level_decoder(TokenizerImpl& impl);
 // Whether `p` or one of a Sequence is ByteLevel: the model is then byte-level BPE (Note
 // [code-point BPE] in tokenizer_impl.h).
 bool has_byte_level(const Json& p);

@@ -136,6 +136,20 @@ class Bpe {
   uint64_t pair_rank(uint32_t a, uint32_t b) const;
 };
 
+// tokenizer.json's `decoder`, flattened from its Sequences (Note [decoding] in decode.cpp).
+struct DecodeStep {
+  enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip };
+  Kind kind = Kind::kFuse;
+  std::string pattern, content;  // kReplace: a literal pattern; kStrip: content, one character
+  size_t start = 0, stop = 0;    // kStrip: how many of it to take off each token's ends
+};
+
+struct DecoderChain {
+  bool present = false;  // without a decoder Hugging Face joins the token strings with spaces
+  std::vector<DecodeStep> steps;
+  std::string unsupported;  // why decode() is refused ("" when it is not); encoding is unaffected
+};
+
 class TokenizerImpl {
  public:
   std::vector<AddedToken> added;
@@ -154,6 +168,7 @@ class TokenizerImpl {
   int64_t vocab_size = 0;
   std::optional<uint32_t> bos, eos;
   std::optional<uint32_t> prefix;  // what the post-processor puts before the text
+  DecoderChain decoder;
   std::string fingerprint, description;
 };
 

@@ -60,11 +60,12 @@ void check_eval(const Context& ctx, const TrainConfig& c) {
                            "held-out records in data.eval.jsonl, or hold out the last records "
                            "with data.eval_fraction"));
   }
-  if (c.training.eval_interval > 0 && !c.data.has_eval()) {
+  if (c.training.eval_interval > 0 && !c.data.has_eval() && c.training.eval_samples.empty()) {
     ctx.fail_about({"training.eval_interval", "data.eval", "data.eval_fraction"},
                    str_cat("training.eval_interval is ", c.training.eval_interval,
-                           " but there is no held-out data; set data.eval (a second source) or "
-                           "data.eval_fraction (e.g. 0.05), or training.eval_interval 0"));
+                           " but there is no held-out data and no training.eval_samples; set "
+                           "data.eval (a second source) or data.eval_fraction (e.g. 0.05), or "
+                           "training.eval_interval 0"));
   }
 }
 

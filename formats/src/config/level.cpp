@@ -133,6 +133,27 @@ void Level::read_json_object(const std::string& key, std::string* out) const {
   *out = v->is_null() || v->empty() ? "" : v->dump();
 }
 
+void Level::read_prompt_list(const std::string& key, std::vector<std::string>* out) const {
+  const Json* v = find(key);
+  if (v == nullptr || v->is_null()) return;
+  if (!v->is_array())
+    ctx_.fail(path(key),
+              "expected a list of prompts (strings, or {\"messages\": [...]} "
+              "objects), found " +
+                  type_and_value(*v));
+  out->clear();
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json& item = (*v)[i];
+    if (item.is_string())
+      out->push_back(Json{{"prompt", item}}.dump());
+    else if (item.is_object())
+      out->push_back(item.dump());
+    else
+      ctx_.fail(str_cat(path(key), "[", i, "]"),
+                "expected a prompt string or an object, found " + type_and_value(item));
+  }
+}
+
 void Level::read_choice(const std::string& key, std::string* out,
                         const std::vector<std::string>& choices, const std::string& note) const {
   const Json* v = find(key);

@@ -82,6 +82,10 @@ class Level {
   // A JSON object of any keys and values, kept as its text (compact); null or {} read as "".
   void read_json_object(const std::string& key, std::string* out) const;
 
+  // A list of prompts: strings (kept as {"prompt": string}) or objects, each kept as its JSON
+  // text; their shapes are checked where they are read (text/prompts.h).
+  void read_prompt_list(const std::string& key, std::vector<std::string>* out) const;
+
   // A string that must be one of `choices` (matched exactly); the message lists them and
   // suggests the closest. `note` explains more where that helps.
   void read_choice(const std::string& key, std::string* out,

@@ -90,6 +90,10 @@ Json to_json(const TrainConfig& c) {
   training["keep_last"] = c.training.keep_last;
   training["eval_interval"] = c.training.eval_interval;
   training["eval_batches"] = c.training.eval_batches;
+  Json samples = Json::array();
+  for (const auto& sample : c.training.eval_samples) samples.push_back(Json::parse(sample));
+  training["eval_samples"] = std::move(samples);
+  training["eval_sample_tokens"] = c.training.eval_sample_tokens;
   training["tensorboard_dir"] = c.training.tensorboard_dir;
 
   Json engine = Json::object();

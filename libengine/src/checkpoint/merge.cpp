@@ -376,6 +376,12 @@ MergeSummary write_pickle(const CheckpointIndex& index, const MergeOptions& o) {
 
 }  // namespace
 
+void read_checkpoint_parameters(
+    const CheckpointIndex& index, c10::ScalarType dtype,
+    const std::function<void(const std::string&, const at::Tensor&)>& write) {
+  stream_parameters(index, dtype, write);
+}
+
 void check_merge_options(const MergeOptions& o) {
   PSTAR_CHECK(!o.output.empty(), ConfigError, "-o: give the output file");
   if (o.reshard > 0) {

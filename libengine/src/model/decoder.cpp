@@ -8,6 +8,7 @@
 #include "pstar/model/factory.h"  // initialise_unit
 #include "pstar/model/family.h"
 #include "pstar/model/hooks.h"
+#include "pstar/model/kv_cache.h"
 #include "pstar/model/ops.h"
 
 #include <torch/autograd.h>
@@ -133,6 +134,9 @@ torch::Tensor DecoderAttention::forward(const torch::Tensor& x, const RotaryTabl
   }
   q = apply_rope(q, rope);
   k = apply_rope(k, rope);
+  // Generating: earlier slots' keys and values are kept (Note [kv cache] in kv_cache.h).
+  if (kv_cache != nullptr)
+    return o_proj->forward(cached_attention(q, k, v, *kv_cache, allowed, scale));
   // Grouped-query attention: each key/value head serves heads / kv_heads query heads in a row.
   if (kv_heads != heads) {
     const int64_t group = heads / kv_heads;
@@ -283,13 +287,7 @@ torch::Tensor Decoder::hidden(const torch::Tensor& input_ids, const torch::Tenso
               " tokens is longer than model.seq_len ", config_.seq_len);
   auto& m = *model_;
   routing_.clear();
-  auto x = m.embed_tokens->forward(input_ids);
-  if (config_.embed_scale) {
-    // Gemma: sqrt(hidden) as an fp32 scalar, rounded to the embedding's dtype before it multiplies
-    // (sqrt(1152) = 33.94 becomes 34 in bf16), as Hugging Face's scaled embedding does.
-    const double root = std::sqrt(static_cast<double>(config_.hidden));
-    x = x * torch::scalar_tensor(root, torch::kFloat32).to(x.scalar_type()).to(x.device());
-  }
+  auto x = embed(input_ids);
   // Hugging Face casts the fp32 tables to the activations' dtype before rotating.
   const auto options = torch::dtype(x.scalar_type()).device(x.device());
   const torch::Tensor packed =
@@ -321,6 +319,17 @@ torch::Tensor Decoder::hidden(const torch::Tensor& input_ids, const torch::Tenso
                        : m.layers[i]->forward(x, rope_[kind], allowed_[kind]);
   }
   return m.norm->forward(x);
+}
+
+torch::Tensor Decoder::embed(const torch::Tensor& input_ids) {
+  auto x = model_->embed_tokens->forward(input_ids);
+  if (config_.embed_scale) {
+    // Gemma: sqrt(hidden) as an fp32 scalar, rounded to the embedding's dtype before it multiplies
+    // (sqrt(1152) = 33.94 becomes 34 in bf16), as Hugging Face's scaled embedding does.
+    const double root = std::sqrt(static_cast<double>(config_.hidden));
+    x = x * torch::scalar_tensor(root, torch::kFloat32).to(x.scalar_type()).to(x.device());
+  }
+  return x;
 }
 
 torch::Tensor Decoder::head(const torch::Tensor& x) {

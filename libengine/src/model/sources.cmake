@@ -2,6 +2,7 @@ target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gpt.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpt_shape.cpp
   ${CMAKE_CURRENT_LIST_DIR}/decoder.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/kv_cache.cpp
   ${CMAKE_CURRENT_LIST_DIR}/decoder_presets.cpp
   ${CMAKE_CURRENT_LIST_DIR}/decoder_shape.cpp
   ${CMAKE_CURRENT_LIST_DIR}/family.cpp

@@ -101,7 +101,9 @@ void MetricsWriter::write(const StepMetrics& m) {
   nlohmann::json line = nlohmann::json::object();
   for (const MetricValue& v : metric_values(m))
     std::visit([&](auto x) { line[std::string(v.key)] = x; }, v.value);
-  write_line(line.dump() + "\n");
+  for (const SampleText& s : m.eval_samples)
+    line["eval_samples"].push_back({{"prompt", s.prompt}, {"completion", s.completion}});
+  write_line(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 void MetricsWriter::write_startup(const core::SetupPhases& phases, double setup_s) {

@@ -15,4 +15,5 @@ target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/trainer_run.cpp
   ${CMAKE_CURRENT_LIST_DIR}/torch_trace.cpp
   ${CMAKE_CURRENT_LIST_DIR}/evaluate.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/eval_samples.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp)

@@ -154,6 +154,8 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
             config.train_micro_batch_size_per_gpu, " x ", seq_len, " x ",
             config.gradient_accumulation_steps, " accumulation)");
   if (data.eval) init_eval();
+  if (!config.training.eval_samples.empty())
+    metrics.samples = std::make_unique<EvalSamples>(config, *model);
 }
 
 Trainer::Trainer(const config::TrainConfig& config, std::shared_ptr<model::CausalLM> model,

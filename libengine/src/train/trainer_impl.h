@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "eval_samples.h"
 #include "pstar/base/error.h"
 #include "pstar/checkpoint/run_checkpoint.h"
 #include "pstar/core/clock.h"
@@ -53,6 +54,7 @@ struct Trainer::Impl {
     std::unique_ptr<TensorBoardLog> tensorboard;
     double model_flops_per_step = 0;
     RoutingStats routing;
+    std::unique_ptr<EvalSamples> samples;  // training.eval_samples, their completions' prompts
   } metrics;
   std::unique_ptr<Profiler> profiler;
   // Made once the config is resolved (init).
@@ -121,6 +123,9 @@ struct Trainer::Impl {
   bool eval_due() const;
   // The held-out loss now (Note [evaluation] in engine/chunked_engine.h; evaluate.cpp).
   double evaluate();
+  // training.eval_samples (eval_samples.cpp): due on the steps evaluated; their completions now.
+  bool samples_due() const;
+  std::vector<SampleText> sample();
 };
 
 // What `pstar train` and `pstar eval` share: the ranks joined (under a launcher), the plan

@@ -110,6 +110,7 @@ StepMetrics Trainer::Impl::skip_empty_step(Clock::time_point step_start) {
   m.step_time_s = seconds_since(step_start);
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / std::max(m.step_time_s, 1e-9);
   if (eval_due()) m.eval_loss = evaluate();
+  if (samples_due()) m.eval_samples = sample();
   m.elapsed_s = seconds_since(*start);
   record(m);
   const auto& t = config.training;
@@ -129,7 +130,7 @@ void Trainer::Impl::record(const StepMetrics& m) {
 
 bool Trainer::Impl::logged_step(const StepMetrics& m) const {
   return m.step == 1 || m.step % config.training.log_interval == 0 ||
-         m.step == config.training.steps || m.eval_loss.has_value();
+         m.step == config.training.steps || m.eval_loss.has_value() || !m.eval_samples.empty();
 }
 
 bool Trainer::Impl::agree_to_stop() {
@@ -321,6 +322,7 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   m.times = times;
   // After the step's figures and before its checkpoint: the step's own time leaves it out.
   if (eval_due()) m.eval_loss = evaluate();
+  if (samples_due()) m.eval_samples = sample();
   m.elapsed_s = seconds_since(*start);
   record(m);
   if (profiled) profiler->end_step(m);

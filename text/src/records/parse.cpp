@@ -175,7 +175,7 @@ bool is_blank(std::string_view line) {
   return line.find_first_not_of(" \t\r\n\f\v") == std::string_view::npos;
 }
 
-std::optional<BadRecord> parse_record(std::string_view line, ParsedRecord& out) {
+std::optional<BadRecord> parse_record(std::string_view line, ParsedRecord& out, bool prompt_only) {
   out = ParsedRecord{};
   const Utf8Check check = check_utf8(line);
   if (check.invalid || check.valid != line.size()) return invalid_utf8(line, check.valid);
@@ -205,6 +205,7 @@ std::optional<BadRecord> parse_record(std::string_view line, ParsedRecord& out) 
   if (pair) {
     out.shape = Shape::kPair;
     if (auto b = read_string(j, "prompt", out.prompt)) return b;
+    if (prompt_only && !j.contains("completion")) return std::nullopt;
     return read_string(j, "completion", out.completion);
   }
   out.shape = Shape::kText;

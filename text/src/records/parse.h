@@ -25,6 +25,9 @@ struct ParsedRecord {
 bool is_blank(std::string_view line);
 
 // The record on `line`, or why it is bad (the message names the field, not the file or line).
-std::optional<BadRecord> parse_record(std::string_view line, ParsedRecord& out);
+// `prompt_only`: a {"prompt"} without a completion is a pair too (prompts to generate from,
+// text/prompts.h).
+std::optional<BadRecord> parse_record(std::string_view line, ParsedRecord& out,
+                                      bool prompt_only = false);
 
 }  // namespace pstar::text::records

@@ -134,6 +134,12 @@ struct TrainingConfig {
   // the last step) over eval_batches micro-batches of held-out windows, split over the ranks.
   int64_t eval_interval = 0;
   int64_t eval_batches = 8;
+  // Prompts whose greedy completions go into the metrics file at each evaluation (every
+  // eval_interval steps and after the last; docs/training.md#samples), each as a JSON object's
+  // text in data.jsonl's shapes: {"prompt": ...} (a string in the file reads as that) or
+  // {"messages": [...]} (through the chat template, with its generation prompt).
+  std::vector<std::string> eval_samples;
+  int64_t eval_sample_tokens = 32;  // new tokens a sample, at most
   // Where rank 0 writes a TensorBoard event file of the run (docs/training.md#tensorboard),
   // relative to the working directory like save_dir; empty: none.
   std::string tensorboard_dir;

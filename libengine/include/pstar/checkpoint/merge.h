@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,14 @@ struct MergeSummary {
 // The options alone, before any file is read: the output kind (from -o's extension), and for
 // --reshard that -o does not exist yet. ConfigError.
 void check_merge_options(const MergeOptions& options);
+
+// Note [merge passes]' second pass alone: every parameter of the indexed checkpoint, whole (a
+// split one joined), as a contiguous tensor in `dtype`, handed to `write` by name, one input file
+// at a time. What `pstar generate` loads a checkpoint of any number of ranks through, writing no
+// merged copy.
+void read_checkpoint_parameters(
+    const CheckpointIndex& index, c10::ScalarType dtype,
+    const std::function<void(const std::string&, const at::Tensor&)>& write);
 
 // Checks the options and writes the output from an index, creating -o's missing parent
 // directories. Throws as index_checkpoint does, ConfigError for bad options, IoError when the

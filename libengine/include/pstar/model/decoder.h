@@ -21,6 +21,9 @@
 
 namespace pstar::model {
 
+struct LayerKv;  // kv_cache.h
+class KvCache;
+
 // y = x @ weightᵀ + bias with weight [out, in]; the bias is optional.
 class DecoderLinear : public torch::nn::Module {
  public:
@@ -63,6 +66,9 @@ class DecoderAttention : public torch::nn::Module {
   std::shared_ptr<RmsNorm> q_norm, k_norm;  // null without config.norms.qk
   int64_t heads, kv_heads, head_dim;
   double scale;  // of q·kᵀ
+  // Set only during Decoder::forward_cached: this layer's keys and values so far, which the
+  // block's queries attend to after adding their own (Note [kv cache] in kv_cache.h).
+  LayerKv* kv_cache = nullptr;
 };
 
 class DecoderMlp : public torch::nn::Module {
@@ -117,6 +123,10 @@ class Decoder : public CausalLM {
   torch::Tensor forward_records(const torch::Tensor& input_ids,
                                 const RecordInputs& records) override;
   bool takes_packed_records() const override { return true; }
+  // Generation (Note [kv cache] in kv_cache.h; defined in kv_cache.cpp): the next block of slots
+  // of every row, [batch, block] ids, after those `cache` holds, which it then holds too. Returns
+  // the logits of the block's last slot, [batch, vocab_size]. Without autograd.
+  torch::Tensor forward_cached(const torch::Tensor& input_ids, KvCache& cache);
   // ConfigError for a mixture of experts whose load-balancing loss trains (Note [router aux loss]).
   bool set_activation_checkpointing(bool on) override;
   AuxiliaryLoss auxiliary_loss() override;
@@ -131,6 +141,8 @@ class Decoder : public CausalLM {
   // undefined (0..seq-1); segments [batch, seq] or undefined (one sequence a row).
   torch::Tensor hidden(const torch::Tensor& input_ids, const torch::Tensor& positions,
                        const torch::Tensor& segments);
+  // The token embeddings [batch, seq, hidden], scaled where the config says.
+  torch::Tensor embed(const torch::Tensor& input_ids);
   torch::Tensor head(const torch::Tensor& x);
 
   DecoderConfig config_;

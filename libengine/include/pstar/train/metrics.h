@@ -35,6 +35,11 @@ struct RoutingMetrics {
   int64_t idle_in_step = 0;       // pairs given no token in the whole step, over every rank
 };
 
+// A training.eval_samples prompt as the model saw it and its greedy completion.
+struct SampleText {
+  std::string prompt, completion;
+};
+
 struct StepMetrics {
   int64_t step = 0;  // 1-based
   double loss = 0;   // mean cross-entropy over the step's tokens, before the update
@@ -57,6 +62,9 @@ struct StepMetrics {
   // The held-out loss after this step's update, when the step was evaluated
   // (training.eval_interval, and the last step).
   std::optional<double> eval_loss;
+  // training.eval_samples' completions, on the steps evaluated (written to the metrics file
+  // only: they are text, not figures).
+  std::vector<SampleText> eval_samples;
   // The engine's own figures (ParamEngine::fill_metrics): -1 where it does not measure them.
   engine::EngineMetrics engine;
   std::optional<RoutingMetrics> routing;  // a mixture of experts only

@@ -51,6 +51,9 @@ class Tokenizer {
   static Tokenizer load(const std::string& path);
   // The same from the text of a tokenizer.json (tests); `origin` names it in error messages.
   static Tokenizer from_json(std::string_view json, const std::string& origin);
+  // The ids pstar's byte-level runs train on (data.text without data.tokenizer): each byte of the
+  // UTF-8 text its own id, 0 to 255, and decode() those bytes back to text (Note [decoding]).
+  static Tokenizer bytes();
 
   // HF's encode(text, add_special_tokens=False).ids. `text` must be UTF-8 (FormatError naming
   // the byte offset otherwise).
@@ -81,6 +84,12 @@ class Tokenizer {
   // tokens matched on the raw text normalized (NFC, Replace), as encode() does. `text` must be
   // UTF-8.
   std::string normalize(std::string_view text) const;
+  // Hugging Face's decode(ids, skip_special_tokens=skip_special, clean_up_tokenization_spaces=
+  // False), through tokenizer.json's decoder (Note [decoding] in src/decode.cpp: ByteLevel,
+  // Replace, ByteFallback, Fuse, Strip): the text, each invalid UTF-8 sequence one U+FFFD. Ids the
+  // tokenizer does not have are left out. FormatError naming the decoder's type when it is one
+  // pstar does not run (Metaspace, WordPiece, ...); loading and encoding never depend on it.
+  std::string decode(const std::vector<uint32_t>& ids, bool skip_special = false) const;
   // A 64-bit FNV-1a checksum (16 hex digits) of the files the tokenizer was loaded from, in a fixed
   // order: the key a token cache of a text file needs besides the text's own checksum.
   const std::string& fingerprint() const;
@@ -113,6 +122,22 @@ class StreamEncoder {
  private:
   class Pipeline;
   std::unique_ptr<Pipeline> pipeline_;
+};
+
+// Decodes ids as they come (Note [decoding]): each feed gives the text no later id can change,
+// never a part of a character; those pieces and finish()'s are decode(ids) exactly.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false);
+  std::string feed(uint32_t id);
+  // The rest of the text; the decoder then starts again.
+  std::string finish();
+
+ private:
+  Tokenizer tokenizer_;
+  bool skip_special_;
+  std::vector<uint32_t> ids_;
+  size_t emitted_ = 0;  // bytes of the decode given out
 };
 
 }  // namespace pstar::text
