@@ -116,7 +116,7 @@ def figures(row):
                                               "d2h_bytes_per_s", "two_way_bytes_per_s",
                                               "host_memory_bytes_per_s")}
         out["bound"]["steps"] = [{k: s.get(k) for k in ("step", "step_s", "compute_s", "copy_s",
-                                                       "host_adam_s", "ratio", "limit")}
+                                                       "host_s", "ratio", "limit")}
                                  for s in b.get("steps") or []]
     return out
 

@@ -37,6 +37,7 @@
 #include "pstar/model/hooks.h"
 #include "pstar/model/init.h"
 #include "pstar/model/model_shape.h"
+#include "pstar/optim/host_adam.h"
 #include "pstar/plan/memory_plan.h"
 #include "pstar/tier/device_tier.h"
 #include "pstar/train/trainer.h"
@@ -69,6 +70,13 @@ class CheckingTier final : public DeviceTier {
   // Says that the host cannot address the device side, as the CUDA tier does, so that collectives
   // stage device payloads through host blocks (Note [staged collectives]).
   void set_host_addresses_device(bool yes) { host_addresses_device_ = yes; }
+  // A host block released while a copy ahead still reads it goes back to the pool only once the
+  // copy lands, as on the CUDA tier (Note [stream-ordered reuse]): a move meanwhile takes another
+  // block, so the pools need more than the step's payloads, as a GPU run's do.
+  void set_deferred_host_release(bool yes) {
+    const std::lock_guard<std::mutex> lock(ledger_->mutex);
+    ledger_->defer_host_release = yes;
+  }
   bool host_addresses_device() const override { return host_addresses_device_; }
   int64_t refused() const { return refused_; }
 
@@ -139,7 +147,16 @@ class CheckingTier final : public DeviceTier {
         const std::lock_guard<std::mutex> lock(ledger->mutex);
         ledger->touch(inner.data(), inner.bytes(), "a released block");
         ledger->ahead.erase(reinterpret_cast<uintptr_t>(inner.data()));
-        const auto it = ledger->live.find(reinterpret_cast<uintptr_t>(inner.data()));
+        const auto address = reinterpret_cast<uintptr_t>(inner.data());
+        ledger->forget_ahead_source(address);
+        const bool read_ahead = std::any_of(
+            ledger->ahead_source.begin(), ledger->ahead_source.end(),
+            [&](const std::pair<const uintptr_t, uintptr_t>& s) { return s.second == address; });
+        if (ledger->defer_host_release && inner.side() == Side::kHost && read_ahead) {
+          ledger->retired.emplace_back(address, std::move(inner));
+          ++ledger->retired_blocks;
+        }
+        const auto it = ledger->live.find(address);
         ledger->live_bytes[static_cast<int>(it->second.side)] -= it->second.bytes;
         ledger->live.erase(it);
       }
@@ -188,6 +205,8 @@ class CheckingTier final : public DeviceTier {
     ledger_->land(src.data());
     const auto* from = static_cast<const uint8_t*>(src.data());
     ledger_->ahead[reinterpret_cast<uintptr_t>(dst.data())].assign(from, from + bytes);
+    ledger_->ahead_source[reinterpret_cast<uintptr_t>(dst.data())] =
+        reinterpret_cast<uintptr_t>(src.data());
   }
   void await_copies(const Block& block) override {
     const std::lock_guard<std::mutex> lock(ledger_->mutex);
@@ -223,6 +242,13 @@ class CheckingTier final : public DeviceTier {
       ledger_->expect_inside(span.param_out, span.numel * 2, side, "Adam's parameter copy");
       if (span.master_out != nullptr) {
         ++ledger_->adam_out_of_place;
+        const std::string isa = optim::host_adam_isa();
+        const optim::detail::Isa in_use = isa == "avx512" ? optim::detail::Isa::kAvx512
+                                          : isa == "avx2" ? optim::detail::Isa::kAvx2
+                                                          : optim::detail::Isa::kScalar;
+        if (optim::detail::streaming_begin(span, 0, span.numel,
+                                           optim::detail::stream_lanes(in_use)) == 0)
+          ++ledger_->adam_out_of_place_streamed;
         ledger_->expect_inside(span.master_out, span.numel * 4, side, "Adam's new master");
         ledger_->expect_inside(span.exp_avg_out, span.numel * 4, side, "Adam's new exp_avg");
         ledger_->expect_inside(span.exp_avg_sq_out, span.numel * 4, side, "Adam's new exp_avg_sq");

@@ -54,13 +54,24 @@ struct Ledger {
       bytes += range.side == Side::kHost && !range.host_only && !range.moved ? range.bytes : 0;
     return bytes;
   }
-  // Copies ahead not yet awaited, by destination: the bytes to write when they are.
+  // Copies ahead not yet awaited, by destination: the bytes to write when they are, and where
+  // they come from.
   std::map<uintptr_t, std::vector<uint8_t>> ahead;
+  std::map<uintptr_t, uintptr_t> ahead_source;
+  // CheckingTier::set_deferred_host_release: host blocks the engine released while a copy ahead
+  // still read them, kept from the pool until it lands (as the CUDA tier keeps them until the copy
+  // has run: Note [stream-ordered reuse]), by address; and how many were.
+  bool defer_host_release = false;
+  std::vector<std::pair<uintptr_t, Block>> retired;
+  int64_t retired_blocks = 0;
   std::vector<std::string> violations;
   // Host Adam from another thread than the one that built the tier (Note [host adam overlap]),
   // and the ranges such an Adam is updating right now: nothing else may touch them meanwhile.
   int64_t adam_off_thread = 0;
   int64_t adam_out_of_place = 0;  // Adam calls that wrote the state elsewhere (speculation)
+  // Of them, those whose outputs host Adam stores non-temporally from their first element on
+  // (optim::detail::streaming_begin, for the ISA in use: Note [streaming stores]).
+  int64_t adam_out_of_place_streamed = 0;
   // Gradients summed on the thread that built the tier by the single-buffer call: the norm taking
   // a speculated chunk's sum the worker had not started (Note [speculative adam]).
   int64_t sums_on_owner_thread = 0;
@@ -84,12 +95,27 @@ struct Ledger {
       violations.push_back(std::string(what) + " overlaps a host Adam still running");
   }
 
+  // The copy ahead into `dst` is done with (landed, or its block released): its source, if the
+  // engine released it meanwhile, goes back to the pool once no other copy ahead reads it.
+  void forget_ahead_source(uintptr_t dst) {
+    const auto source = ahead_source.find(dst);
+    if (source == ahead_source.end()) return;
+    const uintptr_t from = source->second;
+    ahead_source.erase(source);
+    for (const auto& [to, src] : ahead_source)
+      if (src == from) return;
+    retired.erase(
+        std::remove_if(retired.begin(), retired.end(),
+                       [&](const std::pair<uintptr_t, Block>& r) { return r.first == from; }),
+        retired.end());
+  }
   // Lands a copy ahead into the block at `p`, if one is outstanding.
   bool land(const void* p) {
     const auto it = ahead.find(reinterpret_cast<uintptr_t>(p));
     if (it == ahead.end()) return false;
     std::memcpy(const_cast<void*>(p), it->second.data(), it->second.size());
     ahead.erase(it);
+    forget_ahead_source(reinterpret_cast<uintptr_t>(p));
     return true;
   }
   // The engine hands `p` to a kernel: a copy ahead into it must have been awaited.
