@@ -34,8 +34,11 @@ class StepBoundTest(unittest.TestCase):
     def test_one_direction_alone_can_be_the_slower(self):
         step = {"step_time_s": 1.0, "moved_h2d_bytes": 40e9, "moved_d2h_bytes": 0,
                 "adam_host_bytes": 0}
-        s = step_bound.figures([step], RATES, 0, 100e12, "plain")["steps"][0]
+        # Host memory at 100 GB/s: the copies' 40 GB there take 0.4 s, less than the link's 0.8.
+        s = step_bound.figures([step], dict(RATES, host_memory_bytes_per_s=100e9), 0, 100e12,
+                               "plain")["steps"][0]
         self.assertAlmostEqual(s["copy_s"], 0.8)
+        self.assertAlmostEqual(s["host_s"], 0.4)
         self.assertEqual(s["limit"], "copies")
 
     def test_unmeasured_rates_leave_their_terms_out(self):
