@@ -54,15 +54,14 @@ struct Ledger {
       bytes += range.side == Side::kHost && !range.host_only && !range.moved ? range.bytes : 0;
     return bytes;
   }
-  // Copies ahead not yet awaited, by destination: the bytes to write when they are, and where
-  // they come from.
+  // Copies ahead not yet awaited, by destination: the bytes to write when they are.
   std::map<uintptr_t, std::vector<uint8_t>> ahead;
-  std::map<uintptr_t, uintptr_t> ahead_source;
-  // CheckingTier::set_deferred_host_release: host blocks the engine released while a copy ahead
-  // still read them, kept from the pool until it lands (as the CUDA tier keeps them until the copy
-  // has run: Note [stream-ordered reuse]), by address; and how many were.
+  // CheckingTier::set_deferred_host_release: host blocks a copy to the device read since they were
+  // allocated; those released, kept from their pool with the host allocations seen since
+  // (reap_retired); and how many were.
   bool defer_host_release = false;
-  std::vector<std::pair<uintptr_t, Block>> retired;
+  std::set<uintptr_t> copy_sources;
+  std::vector<std::pair<Block, int>> retired;
   int64_t retired_blocks = 0;
   std::vector<std::string> violations;
   // Host Adam from another thread than the one that built the tier (Note [host adam overlap]),
@@ -95,19 +94,15 @@ struct Ledger {
       violations.push_back(std::string(what) + " overlaps a host Adam still running");
   }
 
-  // The copy ahead into `dst` is done with (landed, or its block released): its source, if the
-  // engine released it meanwhile, goes back to the pool once no other copy ahead reads it.
-  void forget_ahead_source(uintptr_t dst) {
-    const auto source = ahead_source.find(dst);
-    if (source == ahead_source.end()) return;
-    const uintptr_t from = source->second;
-    ahead_source.erase(source);
-    for (const auto& [to, src] : ahead_source)
-      if (src == from) return;
-    retired.erase(
-        std::remove_if(retired.begin(), retired.end(),
-                       [&](const std::pair<uintptr_t, Block>& r) { return r.first == from; }),
-        retired.end());
+  // CheckingTier::set_deferred_host_release: a host block just released that a copy to the device
+  // read is kept from its pool through the next host allocation (on the CUDA tier the copy may
+  // still be queued, and the block returns only once it has run: Note [stream-ordered reuse]);
+  // called before each host allocation.
+  void reap_retired() {
+    for (auto& r : retired) ++r.second;
+    retired.erase(std::remove_if(retired.begin(), retired.end(),
+                                 [](const std::pair<Block, int>& r) { return r.second >= 2; }),
+                  retired.end());
   }
   // Lands a copy ahead into the block at `p`, if one is outstanding.
   bool land(const void* p) {
@@ -115,7 +110,6 @@ struct Ledger {
     if (it == ahead.end()) return false;
     std::memcpy(const_cast<void*>(p), it->second.data(), it->second.size());
     ahead.erase(it);
-    forget_ahead_source(reinterpret_cast<uintptr_t>(p));
     return true;
   }
   // The engine hands `p` to a kernel: a copy ahead into it must have been awaited.
