@@ -38,6 +38,16 @@ class SpeculativeAdam : public ChunkedEngineOnATier {
     return plan.non_model_peak + 4 * plan.compute_chunk_bytes + plan.compute_chunk_bytes / 2;
   }
 
+  // bf16, `steps` steps, a clip no step reaches (the norm needed, nothing rolled back), and the
+  // plan of an unconstrained run of it.
+  config::TrainConfig config_and_plan(int64_t steps, Plan* plan) {
+    auto c = small_config(/*bf16=*/true);
+    c.training.steps = steps;
+    c.gradient_clipping = 1e9;
+    run(c, nullptr, nullptr, plan);
+    return c;
+  }
+
   Outcome in_place(config::TrainConfig c) {
     c.engine.overlap_adam = config::OnOffAuto::kOff;
     c.engine.speculative_adam = config::OnOffAuto::kOff;
@@ -161,11 +171,8 @@ TEST_F(SpeculativeAdam, BitIdenticalWhetherStepsClipAlwaysSometimesOrNever) {
 
 // Too little host room beside the chunks: fewer rollback slots (maybe none), the same numbers.
 TEST_F(SpeculativeAdam, AHostBudgetWithoutRoomGivesFewerSlotsNotOtherNumbers) {
-  auto c = small_config(/*bf16=*/true);
-  c.training.steps = 6;
-  c.gradient_clipping = 1e9;
   Plan plan;
-  run(c, nullptr, nullptr, &plan);
+  auto c = config_and_plan(6, &plan);
   c.engine.device_memory = tight_budget(c);
   const int64_t whole = plan.compute_chunk_bytes + plan.optimizer_chunk_bytes;
   // Every chunk on the host, plus room for about one slot.
@@ -289,11 +296,8 @@ TEST_F(SpeculativeAdam, TheForwardNeverWaitsBehindAChunkItNeedsLater) {
 // what they need within one, at the optimizer step), the steps after the slots are made take
 // nothing from the system, trim nothing and synchronise nothing.
 TEST_F(SpeculativeAdam, ASteadyStepAllocatesTrimsAndSynchronisesNothing) {
-  auto c = small_config(/*bf16=*/true);
-  c.training.steps = 7;
-  c.gradient_clipping = 1e9;
   Plan plan;
-  run(c, nullptr, nullptr, &plan);
+  auto c = config_and_plan(7, &plan);
   // Room for a device margin of a chunk or two: the plan promotes them as the warm-up ends and
   // trims the host blocks they leave, so the pools then hold only the payloads in use, not what a
   // step needs while copies are in flight.
