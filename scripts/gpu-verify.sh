@@ -37,6 +37,10 @@
 #            default /tmp/pstar-llama-3.1-8b-hf, kept for a later call)
 #   llama3b  Llama-3.2-3B, pstar beside FSDP2-offload (the largest Llama preset FSDP2-offload
 #            holds in 128 GB at about 17 bytes per parameter)
+#   families  each decoder family's tiny folder written by transformers' save_pretrained, its losses
+#            at steps 1 and 2 from transformers' own classes, from tests/reference's float64
+#            script and from pstar (bench/gpu/hf_family_parity.py; fails beyond 1e-5; recorded as
+#            skipped where the Python has no transformers)
 #   trace    one step of the 1.3B size traced by LibTorch's profiler (PSTAR_TORCH_TRACE, Note
 #            [torch trace]) in pstar's chunk engine, in its torch engine and in plain PyTorch,
 #            summarised side by side by bench/gpu/trace_summary.py into OUT/trace-summary.txt
@@ -74,7 +78,7 @@ repo=$(pwd)
 
 usage() { sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
 all_phases=(build gpu devices gpt7b gpt7bclip gpt7bspec gpt7bspecloose gpt7bauto llama8b llama8bspec
-            llama8bnoclip llama8bfolder llama3b trace suite kernels tensorboard bench variants
+            llama8bnoclip llama8bfolder llama3b families trace suite kernels tensorboard bench variants
             largest scaling)
 # Expected seconds of each phase on an H100 (16 cores): the ledger run of 2026-11-27 (build 165 s
 # with every target, gpu 71, gpt7b 158, gpt7bclip 52, llama8b 47, llama8bfolder 63 with the folder
@@ -104,6 +108,7 @@ phase_seconds() {
     suite) echo 50 ;;
     kernels) echo 20 ;;
     tensorboard) echo 30 ;;  # guessed: a 6-step gpt-tiny run and TensorBoard's reader
+    families) echo 60 ;;  # guessed: six tiny models, two steps each, in transformers and pstar
     bench) echo 300 ;;
     variants) echo 500 ;;
     largest) echo 300 ;;
@@ -316,6 +321,19 @@ JSON
   "$python" tests/cmd/tensorboard_accumulator.py "$dir/tb" "$dir/metrics.jsonl"
 }
 
+# Issue 54: transformers' own classes against tests/reference/decoder_reference.py and pstar on
+# each family's tiny folder, on the CPU (the figures are losses, not times). Exit 77 without
+# transformers: skipped, not failed.
+phase_families() {
+  "$python" -c 'import transformers' 2>/dev/null || {
+    echo "gpu-verify: families: $python has no transformers package"
+    return 77
+  }
+  rm -rf "$work/families"
+  "$python" bench/gpu/hf_family_parity.py --pstar "$build/pstar" --out "$work/families" \
+    >"$work/families.jsonl"
+}
+
 # The ledger's model runs (issue 34): steady state is 3 timed steps after pstar's tracing step
 # and its first planned one. Each training run is capped (--timeout) so that one hung run cannot
 # eat the lease.
@@ -464,6 +482,7 @@ else
   run_phase llama8bnoclip phase_llama8bnoclip
   run_phase llama8bfolder phase_llama8bfolder
   run_phase llama3b phase_llama3b
+  run_phase families phase_families
   run_phase trace phase_trace
   run_phase suite phase_suite
   run_phase kernels phase_kernels

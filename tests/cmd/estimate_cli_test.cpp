@@ -295,7 +295,8 @@ TEST(EstimateCliTest, ModelNamesAPresetOfEitherFamily) {
   json j = run_json({"--model", "llama-3.1-8b", "--hardware", "H100-80GB", "--cpu-mem", "128GB"});
   EXPECT_TRUE(j["fits"].get<bool>()) << j.dump(2);
   const json& m = j["model"];
-  EXPECT_EQ(m["family"], "llama");
+  EXPECT_EQ(m["family"], "decoder");
+  EXPECT_EQ(m["model_type"], "llama");
   EXPECT_EQ(m["params"].get<int64_t>(), 8030261248LL);  // Hugging Face's published count
   EXPECT_EQ(m["kv_heads"], 8);
   EXPECT_EQ(m["head_dim"], 128);
@@ -322,6 +323,41 @@ TEST(EstimateCliTest, ModelNamesAPresetOfEitherFamily) {
   EXPECT_TRUE(contains(r.out, "This (does NOT fit) llama-3.1-8b")) << r;
   EXPECT_TRUE(contains(r.err, "llama-3.1-8b: llama hidden 4096")) << r;
   EXPECT_TRUE(contains(r.err, "model data needs")) << r;
+}
+
+// Issue 54: today's families on one H100 with 128 GB of host memory. Qwen3-8B fits; Gemma-3-12B
+// and Phi-4 (11.8B and 14.7B parameters: 165 and 205 GB of model data at 14 bytes a parameter,
+// more than the two memories hold beside the working set) fit with the NVMe tier. Each count is
+// the published one, and the chunk plan pads at most 1% of the model data.
+TEST(EstimateCliTest, TodaysFamiliesFitOneH100) {
+  struct Model {
+    const char* name;
+    const char* model_type;
+    int64_t params;
+    bool needs_nvme;
+  };
+  for (const Model& m : {Model{"qwen3-8b", "qwen3", 8190735360LL, false},
+                         Model{"gemma-3-12b", "gemma3_text", 11766034176LL, true},
+                         Model{"phi-4", "phi3", 14659507200LL, true}}) {
+    SCOPED_TRACE(m.name);
+    std::vector<std::string> args = {"--model",   m.name,      "--hardware",
+                                     "H100-80GB", "--cpu-mem", "128GB"};
+    if (m.needs_nvme) {
+      const RunResult r = run_pstar(
+          {"estimate", "--model", m.name, "--hardware", "H100-80GB", "--cpu-mem", "128GB"},
+          fs::current_path());
+      EXPECT_EQ(r.exit_code, 5) << r;
+      EXPECT_TRUE(contains(r.err, "model data needs")) << r;
+      args.insert(args.end(), {"--nvme", "2TB"});
+    }
+    const json j = run_json(args);
+    EXPECT_TRUE(j["fits"].get<bool>()) << j.dump(2);
+    EXPECT_EQ(j["model"]["family"], "decoder");
+    EXPECT_EQ(j["model"]["model_type"], m.model_type);
+    EXPECT_EQ(j["model"]["params"].get<int64_t>(), m.params);
+    const double padding = j["chunks"]["padding_elements"].get<double>();
+    EXPECT_LE(padding, 0.01 * static_cast<double>(m.params)) << j["chunks"].dump();
+  }
 }
 
 TEST(EstimateCliTest, BadModelNamesAreRefusedWithTheKnownOnes) {
@@ -357,7 +393,8 @@ TEST(EstimateCliTest, FamilyLlamaSearchesLlama3LikeShapes) {
   const json j = run_json({"--family", "llama", "--hardware", "A100-80GB", "--gpus-per-node", "8",
                            "--cpu-mem", "1TB", "--seq-len", "2048"});
   const json& m = j["model"];
-  EXPECT_EQ(m["family"], "llama");
+  EXPECT_EQ(m["family"], "decoder");
+  EXPECT_EQ(m["model_type"], "llama");
   EXPECT_EQ(m["head_dim"], 128);
   EXPECT_EQ(m["kv_heads"], 8);
   EXPECT_EQ(m["vocab"], 128256);
@@ -399,7 +436,7 @@ TEST(EstimateCliTest, LlamaConfigsAreChecked) {
       "data": {"text": "corpus.txt"}, "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true},
       "default_chunk_size": 65536, "engine": {"device_memory": "16MiB", "host_memory": "4MiB"}})");
   json j = run_json({preset, "--hardware", "H100-80GB", "--cpu-mem", "128GB"});
-  EXPECT_EQ(j["model"]["family"], "llama");
+  EXPECT_EQ(j["model"]["family"], "decoder");
   EXPECT_EQ(j["model"]["kv_heads"], 2);
   EXPECT_EQ(j["model"]["seq_len"], 64);
   EXPECT_TRUE(j["fits"].get<bool>());

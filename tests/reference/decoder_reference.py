@@ -3,7 +3,7 @@
 
     /usr/bin/python3 tests/reference/decoder_reference.py --family qwen3 --out DIR
         [--variant NAME] [--dtype fp32|bf16] [--seed 0] [--batch 4] [--seq 16] [--steps 2]
-        [--lr 0.01] [--weight-decay 0.01]
+        [--lr 0.01] [--weight-decay 0.01] [--vocab V] [--max-positions P] [--weights-only]
     /usr/bin/python3 tests/reference/decoder_reference.py --count CONFIG_JSON
 
 DIR receives config.json and model.safetensors spelled as the family's own Hugging Face classes
@@ -368,17 +368,17 @@ def forward(config, w, ids):
     return x @ head.T
 
 
-def losses(config, weights, tokens, batch, seq, steps, lr, weight_decay):
-    """Each step's mean cross-entropy over its windows, AdamW between steps (torch's, float64)."""
-    vision = layout(config)[2]
-    params = {n: t.clone().requires_grad_(True) for n, t in weights.items() if n not in vision}
-    opt = torch.optim.AdamW(list(params.values()), lr=lr, betas=(0.9, 0.999), eps=1e-8,
+def train_losses(logits_of, params, tokens, batch, seq, steps, lr, weight_decay):
+    """Each step's mean cross-entropy over its windows (step s reads windows s*batch ..), torch's
+    AdamW over `params` between steps (one group, every parameter decays). `logits_of(ids)` gives
+    the logits of ids [batch, seq]."""
+    opt = torch.optim.AdamW(list(params), lr=lr, betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=weight_decay)
     out = []
     for s in range(steps):
         windows = [tokens[(s * batch + j) * seq:(s * batch + j) * seq + seq + 1] for j in range(batch)]
         ids = torch.stack(windows)
-        logits = forward(config, params, ids[:, :-1])
+        logits = logits_of(ids[:, :-1]).double()
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1))
         out.append(loss.item())
         if s + 1 < steps:
@@ -386,6 +386,35 @@ def losses(config, weights, tokens, batch, seq, steps, lr, weight_decay):
             loss.backward()
             opt.step()
     return out
+
+
+def losses(config, weights, tokens, batch, seq, steps, lr, weight_decay):
+    """train_losses of this script's float64 forward from `weights`."""
+    vision = layout(config)[2]
+    params = {n: t.clone().requires_grad_(True) for n, t in weights.items() if n not in vision}
+    return train_losses(lambda ids: forward(config, params, ids), params.values(), tokens, batch,
+                        seq, steps, lr, weight_decay)
+
+
+def make_case(family, variant, seed, count, vocab=None, max_positions=None, bf16=False):
+    """A family's tiny config, its weights as stored (fp32 or bf16) and as read back (float64), and
+    `count` token ids with the pad id, where there is one, every fifth (so that padding_idx
+    matters)."""
+    config = family_config(family, variant)
+    text = config["text_config"] if "text_config" in config else config
+    if vocab is not None:
+        text["vocab_size"] = vocab
+    if max_positions is not None:
+        text["max_position_embeddings"] = max_positions
+    c = text_config(config)
+    generator = torch.Generator().manual_seed(seed)
+    stored = {n: t.to(torch.bfloat16 if bf16 else torch.float32)
+              for n, t in random_weights(config, generator).items()}
+    weights = {n: t.to(torch.float64) for n, t in stored.items()}  # what a reader of the file sees
+    tokens = torch.randint(c["vocab_size"], (count,), generator=generator)
+    if c.get("pad_token_id") is not None:
+        tokens[::5] = c["pad_token_id"]
+    return config, stored, weights, tokens
 
 
 def count_parameters(path):
@@ -415,19 +444,16 @@ def main():
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--vocab", type=int, help="overrides vocab_size (e.g. a real tokenizer's)")
+    ap.add_argument("--max-positions", type=int, help="overrides max_position_embeddings")
+    ap.add_argument("--weights-only", action="store_true",
+                    help="write config.json and the weights only (no tokens, no reference)")
     args = ap.parse_args()
 
-    config = family_config(args.family, args.variant)
-    c = text_config(config)
-    generator = torch.Generator().manual_seed(args.seed)
-    stored = {n: t.to(torch.bfloat16 if args.dtype == "bf16" else torch.float32)
-              for n, t in random_weights(config, generator).items()}
-    weights = {n: t.to(torch.float64) for n, t in stored.items()}  # what a reader of the file sees
-    # Token ids with the pad id among them, so that padding_idx matters.
     count = args.steps * args.batch * args.seq + 1
-    tokens = torch.randint(c["vocab_size"], (count,), generator=generator)
-    if c.get("pad_token_id") is not None:
-        tokens[::5] = c["pad_token_id"]
+    config, stored, weights, tokens = make_case(args.family, args.variant, args.seed, count,
+                                                args.vocab, args.max_positions,
+                                                args.dtype == "bf16")
 
     os.makedirs(args.out, exist_ok=True)
     config = dict(config, torch_dtype="bfloat16" if args.dtype == "bf16" else "float32")
@@ -435,8 +461,11 @@ def main():
         json.dump({k: v for k, v in config.items() if k != "_layout"}, f, indent=2)
     TINY_LLAMA.write_safetensors(os.path.join(args.out, "model.safetensors"), list(stored.items()),
                                  "BF16" if args.dtype == "bf16" else "F32")
+    if args.weights_only:
+        print(f"wrote {args.out} ({args.family}{' ' + args.variant if args.variant else ''})")
+        return
     with open(os.path.join(args.out, "tokens.bin"), "wb") as f:
-        f.write(tokens.to(torch.int16).numpy().astype("<u2").tobytes())
+        f.write(tokens.numpy().astype("<u2").tobytes())
     result = {"family": args.family, "variant": args.variant, "losses":
               losses(config, weights, tokens, args.batch, args.seq, args.steps, args.lr,
                      args.weight_decay),

@@ -140,7 +140,8 @@ ChunkLayout plan_layout(const std::vector<LeafModule>& leaves, const LayoutOptio
   // candidates are tried. `own`: oversized leaves get chunks or groups of their own at each
   // candidate, and the fewest elements in chunks of another size come first: such a chunk cannot
   // keep its optimizer state on NVMe or be speculated (Note [chunk sizes]).
-  auto search = [&](int64_t lo_elems, int64_t hi_elems, int64_t step, bool own) {
+  auto search = [&](int64_t lo_elems, int64_t hi_elems, int64_t step, bool own,
+                    bool padding_first = false) {
     const int64_t lo = round_up(lo_elems, step);
     const int64_t hi = std::max(lo, round_up(hi_elems, step));
     const int64_t stride = std::max<int64_t>(step, (hi - lo) / 512 / step * step);
@@ -160,7 +161,9 @@ ChunkLayout plan_layout(const std::vector<LeafModule>& leaves, const LayoutOptio
       const int64_t completing =
           own ? (options.world_size - chunks % options.world_size) % options.world_size * candidate
               : 0;
-      const std::pair<int64_t, int64_t> cost{oversized, p.capacity() + completing - total};
+      const int64_t padding = p.capacity() + completing - total;
+      const std::pair<int64_t, int64_t> cost =
+          padding_first ? std::pair{padding, oversized} : std::pair{oversized, padding};
       if (cost < best_cost) {
         best_cost = cost;
         best = candidate;
@@ -177,6 +180,31 @@ ChunkLayout plan_layout(const std::vector<LeafModule>& leaves, const LayoutOptio
     // Note [chunk sizes]: ordinary sizes up to 4x the configured one, so that several of a
     // layer's modules share a chunk (one Llama-3.1-8B layer is 218M elements).
     size = search(configured, 4 * configured, size_grid(configured), /*own=*/true);
+    // A layer wider than that (Phi-4's 340M elements beside 92M-element MLP weights) can leave
+    // every chunk a large gap: where the best size pads more than 1% of the model, sizes up to 16x
+    // are tried too, for the least padding first, below the smallest module of its own (which
+    // must keep its chunk: a larger ordinary size would be that module deciding every chunk's
+    // size again), and taken where they pad less.
+    int64_t smallest_own = std::numeric_limits<int64_t>::max();
+    for (const auto& leaf : leaves)
+      if (leaf.numel > size) smallest_own = std::min(smallest_own, leaf.numel);
+    const int64_t step = size_grid(configured);
+    const int64_t wider_hi = std::min(16 * configured, (smallest_own - 1) / step * step);
+    const Packing best =
+        pack_leaves(leaves, size, options.use_cpu_embedding, true, grid, options.world_size);
+    if (100 * (best.capacity() - total) > total && wider_hi > 4 * configured) {
+      const int64_t lo = layout.searched_lo, hi = layout.searched_hi;
+      const int64_t wider =
+          search(4 * configured, wider_hi, step, /*own=*/true, /*padding_first=*/true);
+      const Packing other =
+          pack_leaves(leaves, wider, options.use_cpu_embedding, true, grid, options.world_size);
+      if (other.capacity() < best.capacity()) {
+        size = wider;
+      } else {
+        layout.searched_hi = hi;
+      }
+      layout.searched_lo = lo;
+    }
     layout.choice = ChunkLayout::Choice::kMixed;
   } else if (options.search) {
     size = search(largest, std::max(largest, size) * 2, int64_t{1} << 16, false);

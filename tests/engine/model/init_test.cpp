@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "pstar/base/error.h"
+#include "pstar/formats/config.h"
 #include "pstar/model/factory.h"
 #include "pstar/model/init.h"
 #include "pstar/model/model_shape.h"
@@ -310,6 +311,46 @@ TEST(InitTest, ABuiltModelHoldsItsParametersStreams) {
           : init.kind == ParameterInit::Kind::kOnes ? 1.0f
                                                     : 0.0f;
     EXPECT_EQ(std::memcmp(p.data_ptr<float>(), want.data(), want.size() * 4), 0) << item.key();
+  }
+}
+
+// The decoder families start at their norms' identity: w·x̂ norms at 1 (Qwen3's q/k norms too),
+// Gemma's (1 + w)·x̂ norms at 0; the embedding's padding row at 0 (Hugging Face's _init_weights).
+// Every other element is its stream's normal value, whichever engine writes it.
+TEST(InitTest, DecoderNormsAndThePaddingRowStartWhereHuggingFacesDo) {
+  for (const char* preset : {"gemma-3-1b", "qwen3-0.6b"}) {
+    SCOPED_TRACE(preset);
+    config::ModelConfig m;
+    m.preset = preset;
+    m.hidden = 64;
+    m.heads = 8;  // Qwen3's 8 key/value heads
+    m.layers = 2;
+    m.vocab_size = 40;
+    m.seq_len = 16;
+    const ModelShape shape = resolve_model_shape(m);
+    const bool gemma = std::string(preset) == "gemma-3-1b";
+    ASSERT_EQ(shape.decoder.pad_token_id.has_value(), gemma);
+    BuildOptions options;
+    options.seed = 9;
+    auto model = build_causal_lm(shape, options);
+    int norms = 0;
+    for (const auto& item : model->named_parameters()) {
+      const std::string& name = item.key();
+      const at::Tensor& p = item.value();
+      if (name.size() > 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0) {
+        ++norms;
+        EXPECT_TRUE(torch::equal(p, torch::full_like(p, gemma ? 0.0 : 1.0))) << name;
+        continue;
+      }
+      if (name != "model.embed_tokens.weight" || !gemma) continue;
+      EXPECT_TRUE(torch::equal(p[0], torch::zeros_like(p[0]))) << "the padding row";
+      std::vector<float> want(static_cast<size_t>(p.numel()));
+      init_standard_normals(9, init_stream(name), 0, p.numel(), want.data());
+      const auto rows = torch::from_blob(want.data(), p.sizes()).mul(0.02f);
+      EXPECT_TRUE(torch::equal(p.narrow(0, 1, p.size(0) - 1), rows.narrow(0, 1, p.size(0) - 1)));
+    }
+    // Gemma: four a block, q/k norms, the final one; Qwen3: two a block, q/k norms, the final one.
+    EXPECT_EQ(norms, gemma ? 2 * 6 + 1 : 2 * 4 + 1);
   }
 }
 

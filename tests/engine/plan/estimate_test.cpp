@@ -46,10 +46,27 @@ model::ModelShape preset(const std::string& name) {
 // The totals Hugging Face's model cards and safetensors indexes report.
 const std::map<std::string, int64_t>& published() {
   static const std::map<std::string, int64_t> counts = {
-      {"llama-3.2-1b", 1235814400LL}, {"llama-3.2-3b", 3212749824LL},
-      {"llama-3.1-8b", 8030261248LL}, {"llama-2-13b", 13015864320LL},
-      {"mistral-7b", 7241732096LL},   {"qwen2.5-7b", 7615616512LL},
-      {"qwen2.5-14b", 14770033664LL}, {"llama-3.1-70b", 70553706496LL},
+      {"llama-3.2-1b", 1235814400LL},
+      {"llama-3.2-3b", 3212749824LL},
+      {"llama-3.1-8b", 8030261248LL},
+      {"llama-2-13b", 13015864320LL},
+      {"mistral-7b", 7241732096LL},
+      {"qwen2.5-7b", 7615616512LL},
+      {"qwen2.5-14b", 14770033664LL},
+      {"llama-3.1-70b", 70553706496LL},
+      // Issue 54's families: the counts of their published config.json files' shapes
+      // (tests/data/hf_configs; Gemma 3's 4B-27B without the vision tower).
+      {"qwen3-0.6b", 596049920LL},
+      {"qwen3-1.7b", 1720574976LL},
+      {"qwen3-4b", 4022468096LL},
+      {"qwen3-8b", 8190735360LL},
+      {"qwen3-14b", 14768307200LL},
+      {"qwen3-32b", 32762123264LL},
+      {"gemma-3-1b", 999885952LL},
+      {"gemma-3-4b", 3880263168LL},
+      {"gemma-3-12b", 11766034176LL},
+      {"gemma-3-27b", 27009346304LL},
+      {"phi-4", 14659507200LL},
   };
   return counts;
 }

@@ -1,7 +1,8 @@
 // The estimator against real runs of the chunk engine on the emulated device tier: the largest
 // predicted model trains, a model ~15% larger is refused at start-up by the engine's own fit
 // check, and the predicted non-model peak is within 15% of the one the warm-up measures. For the
-// GPT and for Llama-family shapes (grouped-query attention or not, tied or untied head).
+// GPT and for decoder shapes (grouped-query attention or not, tied or untied head; Llama, Gemma 3
+// and Qwen3 layers).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "pstar/formats/hf_folder.h"
 #include "pstar/formats/safetensors.h"
 #include "pstar/model/decoder_shape.h"
+#include "pstar/model/family.h"
 #include "pstar/model/hf_decoder_config.h"
 #include "pstar/model/model_shape.h"
 #include "pstar/plan/estimate.h"
@@ -143,6 +145,7 @@ struct LlamaCase {
   int64_t seq, micro_batch;
   bool bf16, checkpointing;
   int64_t device_mib, host_mib;
+  const char* family = "llama";  // a decoder family's row (model/family.h)
 };
 
 // Configs name the shape through model.init_from: a Hugging Face folder is how a config gives a
@@ -155,7 +158,9 @@ class LlamaEstimateValidationTest : public ::testing::TestWithParam<LlamaCase> {
   }
 
   static model::DecoderConfig shape(const LlamaCase& c, int64_t layers) {
-    model::DecoderConfig m;  // the llama row, every layer full
+    // The family's switches (Gemma 3: four (1 + w) norms, q/k norms, tanh-GELU, a sliding window
+    // on five layers of six), at the case's shape.
+    model::DecoderConfig m = model::family_defaults(*model::find_decoder_family(c.family));
     m.hidden = c.hidden;
     m.heads = c.heads;
     m.kv_heads = c.kv_heads;
@@ -282,7 +287,11 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         LlamaCase{"gqa_untied_bf16", 128, 4, 2, 352, false, 64, 8, true, false, 48, 24},
         LlamaCase{"gqa_tied_bf16_checkpointing", 192, 6, 2, 512, true, 128, 8, true, true, 48, 32},
-        LlamaCase{"mha_untied_fp32", 96, 4, 4, 256, false, 64, 4, false, false, 40, 16}),
+        LlamaCase{"mha_untied_fp32", 96, 4, 4, 256, false, 64, 4, false, false, 40, 16},
+        LlamaCase{"gemma3_tied_bf16", 128, 4, 2, 352, true, 64, 8, true, false, 48, 24,
+                  "gemma3_text"},
+        LlamaCase{"qwen3_untied_fp32", 96, 4, 2, 256, false, 64, 4, false, false, 40, 16,
+                  "qwen3"}),
     [](const ::testing::TestParamInfo<LlamaCase>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -173,7 +173,7 @@ TEST(ConfigRange, ChoicesListTheValidValuesAndSuggest) {
                   {R"(training.lr_schedule.type: expected one of "cosine", "constant")",
                    R"(did you mean "cosine"?)"});
   expect_contains(config_error(with_data(R"("model": {"type": "lama"})")),
-                  {R"(model.type: expected one of "gpt", "llama", found string "lama")",
+                  {R"(model.type: expected one of "gpt", "decoder", "llama", found string "lama")",
                    R"(did you mean "llama"?)"});
   expect_contains(config_error(with_data(R"("optimizer": {"type": 3})")),
                   {R"(optimizer.type: expected one of "Adam", "AdamW", found integer 3)"});

@@ -9,8 +9,10 @@
 // every other chunk. With one rank it gets a chunk of its own, sized to it on the size grid; with
 // several it is split over a communication group of its own (Note [split modules]). The next leaf
 // starts a new chunk. The ordinary size is then searched for the rest, up to 4x the configured
-// one, for the fewest elements in chunks of another size first (they cannot keep their optimizer
-// state on NVMe or be speculated), then the least padding: raising every chunk to the largest
+// one (16x where the best of those pads more than 1% of the model: a layer much wider than 4x,
+// as Phi-4's, then packs whole), for the fewest elements in chunks of another size first (they
+// cannot keep their optimizer state on NVMe or be speculated), then the least padding: raising
+// every chunk to the largest
 // leaf (what pstar did before) wasted 4.89 GiB of Llama-3.1-8B's model data in padding and moved a
 // gigabyte at a time. Placement and eviction work in bytes (Note [mixed chunk sizes] in
 // pstar/chunk/eviction.h).
