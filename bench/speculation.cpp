@@ -96,7 +96,7 @@ struct Aligned {
 };
 
 struct KernelRatio {
-  double in_place_over_redirected = 0;  // byte rates: the median of adjacent pairs
+  double in_place_over_redirected = 0;            // byte rates: the median of adjacent pairs
   double in_place_gbps = 0, redirected_gbps = 0;  // the best of each
   bool streams = false;
 };
@@ -206,11 +206,10 @@ int main(int argc, char** argv) {
   Run base = train("no clipping", 0.0, json(false));
   const double clip = clip_factor * median(base.norms);
   std::vector<Run> runs = {base, Run{}, Run{}, Run{}};
-  const std::vector<std::pair<const char*, json>> cases = {
-      {"no clipping", json(false)},
-      {"clipping, waiting", json(false)},
-      {"clipping, speculating", json(true)},
-      {"clipping, auto", json("auto")}};
+  const std::vector<std::pair<const char*, json>> cases = {{"no clipping", json(false)},
+                                                           {"clipping, waiting", json(false)},
+                                                           {"clipping, speculating", json(true)},
+                                                           {"clipping, auto", json("auto")}};
   for (int round = 0; round < rounds; ++round) {
     for (size_t j = 0; j < cases.size(); ++j) {
       const size_t i = (j + static_cast<size_t>(round)) % cases.size();

@@ -78,8 +78,8 @@ repo=$(pwd)
 
 usage() { sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
 all_phases=(build gpu devices gpt7b gpt7bclip gpt7bspec gpt7bspecloose gpt7bauto llama8b llama8bspec
-            llama8bnoclip llama8bfolder llama3b families trace suite kernels tensorboard bench variants
-            largest scaling)
+            llama8bnoclip llama8bfolder llama3b families trace suite kernels tensorboard bench
+            variants largest scaling)
 # Expected seconds of each phase on an H100 (16 cores): the ledger run of 2026-11-27 (build 165 s
 # with every target, gpu 71, gpt7b 158, gpt7bclip 52, llama8b 47, llama8bfolder 63 with the folder
 # written, llama3b 105, suite 39) with about 20% added; --deadline uses them. bench depends on
