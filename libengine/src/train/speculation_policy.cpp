@@ -57,10 +57,11 @@ void SpeculationPolicy::warn_if_clipping(bool clipped) {
   if (warned_ || n < kWarnClipped) return;
   warned_ = true;
   warning_ = true;
-  message_ = str_cat("engine.speculative_adam is true, but ", n, " of the last ", clips_.size(),
-                     " steps clipped or overflowed, and each ran the host Adam of the chunks it "
-                     "speculated twice (adam_rolled_back_chunks); \"auto\" waits for the gradient "
-                     "norm where speculating costs more than it saves");
+  message_ =
+      str_cat("engine.speculative_adam is true, but ", n, " of the last ", clips_.size(),
+              " steps clipped or overflowed, and such a step runs host Adam twice for each "
+              "speculated chunk whose update had started (adam_rolled_back_chunks); \"auto\" "
+              "waits for the gradient norm where speculating costs more than it saves");
 }
 
 void SpeculationPolicy::record(int64_t step, const SpeculationSample& sample,

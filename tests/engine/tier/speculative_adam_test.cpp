@@ -8,8 +8,8 @@
 // started; a step without an update drops its speculation; too little host room gives fewer
 // rollback slots, not other numbers. And what speculation may not cost (issue 56): a rollback is
 // one more pass and nothing else is, speculation stops once the sums show the step clips, the
-// forward never waits behind a chunk it needs later, and a steady step allocates, trims and
-// synchronises nothing.
+// forward never waits behind a chunk it needs later, a steady step allocates, trims and
+// synchronises nothing, and "auto" that never speculates makes no slots.
 #include <gtest/gtest.h>
 
 #include "engine/tier/checking_tier.h"
@@ -339,6 +339,40 @@ TEST_F(SpeculativeAdam, ASteadyStepAllocatesTrimsAndSynchronisesNothing) {
   c.engine.host_memory = held + 2 * slot + plan.compute_chunk_bytes / 2;
   expect_steady(run(c, checking()), "a host budget two slots above the payloads");
   EXPECT_GT(ledger->retired_blocks, 0) << "no release was deferred: the pools needed no more";
+}
+
+// Note [speculation by cost]: slots are provisioned only when speculation is chosen. Where every
+// step clips, "auto" never speculates and its run holds less host memory than one slot above the
+// same run with speculation off; forced on, the same run holds its slots beside (and cancels every
+// speculative update: the first sum shows the step clips).
+TEST_F(SpeculativeAdam, AutoThatNeverSpeculatesMakesNoSlots) {
+  Plan plan;
+  auto c = config_and_plan(8, &plan);
+  c.engine.device_memory = tight_budget(c);
+  c.gradient_clipping = 1e-6;
+  c.engine.overlap_adam = config::OnOffAuto::kOn;
+  const int64_t slot = plan.compute_chunk_bytes + plan.optimizer_chunk_bytes;  // bf16: 14 B each
+  struct Held {
+    int64_t host_peak = 0, speculated = 0;
+  };
+  const auto held = [&](config::OnOffAuto speculate) {
+    c.engine.speculative_adam = speculate;
+    Held h;
+    for (const auto& m : run(c, nullptr)) {
+      h.host_peak = std::max(h.host_peak, m.engine.host_peak_bytes);
+      h.speculated += std::max<int64_t>(0, m.engine.adam.speculated_chunks);
+    }
+    return h;
+  };
+  const Held off = held(config::OnOffAuto::kOff);
+  const Held automatic = held(config::OnOffAuto::kAuto);
+  const Held forced = held(config::OnOffAuto::kOn);
+  ASSERT_GT(off.host_peak, 0);
+  EXPECT_EQ(off.speculated, 0);
+  EXPECT_EQ(automatic.speculated, 0) << "\"auto\" speculated steps that all clip";
+  EXPECT_LT(automatic.host_peak, off.host_peak + slot) << "\"auto\" made a slot it never used";
+  EXPECT_GT(forced.speculated, 0);
+  EXPECT_GE(forced.host_peak, off.host_peak + slot) << "no slot: the comparison shows nothing";
 }
 
 // Speculation asked for by name with no host room for one slot is a plan that does not fit, said
