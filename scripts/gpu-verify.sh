@@ -22,12 +22,17 @@
 #            and step / bound beside gpt7bclip's
 #   gpt7bspecloose  the same with gradient_clipping 100: the norm is still needed, but no step
 #            clips, so nothing is rolled back (what speculation gains where steps do not clip)
-#   gpt7bnostream  gpt7bspecloose with PSTAR_ADAM_STREAMING=0: speculation's slot writes with
-#            ordinary stores (Note [streaming stores]), so that one call measures what the
-#            non-temporal stores gain
+#   gpt7bauto  gradient_clipping 1.0 with engine.speculative_adam "auto" (Note [speculation by
+#            cost]), 4 timed steps after 9: the rule measures waiting steps 3-5 and, where it
+#            tries speculating, steps 7-9, so the timed steps are what it decided (issue 56: within
+#            5% of gpt7b's step where clipping rarely fires, never slower than gpt7bclip's)
+#   (PSTAR_ADAM_STREAMING=0 no longer measures ordinary stores under speculation, the former
+#   gpt7bnostream: speculation now redirects only spans that stream, so it turns speculation off)
 #   llama8b  Llama-3.1-8B from random initialisation (llama_bench.sh: seq 2048, micro-batch 4,
 #            clipping 1.0)
 #   llama8bspec  the same with engine.speculative_adam true
+#   llama8bnoclip  the same with gradient_clipping 0: the step llama8b's and llama8bspec's are
+#            held against (issue 56; llama8b clips every step from random initialisation)
 #   llama8bfolder  the same from a Hugging Face folder written to local disk first (LLAMA_FOLDER,
 #            default /tmp/pstar-llama-3.1-8b-hf, kept for a later call)
 #   llama3b  Llama-3.2-3B, pstar beside FSDP2-offload (the largest Llama preset FSDP2-offload
@@ -72,9 +77,9 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 usage() { sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
-all_phases=(build gpu devices gpt7b gpt7bclip gpt7bspec gpt7bspecloose gpt7bnostream llama8b llama8bspec
-            llama8bfolder llama3b families trace suite kernels tensorboard bench variants largest
-            scaling)
+all_phases=(build gpu devices gpt7b gpt7bclip gpt7bspec gpt7bspecloose gpt7bauto llama8b llama8bspec
+            llama8bnoclip llama8bfolder llama3b families trace suite kernels tensorboard bench
+            variants largest scaling)
 # Expected seconds of each phase on an H100 (16 cores): the ledger run of 2026-11-27 (build 165 s
 # with every target, gpu 71, gpt7b 158, gpt7bclip 52, llama8b 47, llama8bfolder 63 with the folder
 # written, llama3b 105, suite 39) with about 20% added; --deadline uses them. bench depends on
@@ -94,8 +99,9 @@ phase_seconds() {
     devices) echo 90 ;;
     gpt7b) echo 230 ;;
     gpt7bclip) echo 70 ;;
-    gpt7bspec|gpt7bspecloose|gpt7bnostream) echo 70 ;;
-    llama8b|llama8bspec) echo 100 ;;
+    gpt7bspec|gpt7bspecloose) echo 70 ;;
+    gpt7bauto) echo 100 ;;  # guessed: 13 steps of about 2 s after the set-up
+    llama8b|llama8bspec|llama8bnoclip) echo 100 ;;
     llama8bfolder) echo 120 ;;
     llama3b) echo 160 ;;
     trace) echo 100 ;;
@@ -338,19 +344,19 @@ phase_gpt7b() {
 
 # The clipped runs take the plain PyTorch rate for their bound from the first of them that measured
 # it (gpt7b, else gpt7bclip: Note [step bound]), so that it is measured once per call.
-clip_run() {  # clip_run NAME SPECULATIVE CLIPPING
+clip_run() {  # clip_run NAME SPECULATIVE CLIPPING [WARMUP STEPS]
   local rate args=()
   for rate in "$work"/{gpt7b,gpt7bclip}/size-4096x36/plain-rate.json; do
     [ ! -f "$rate" ] || { args=(--plain-rate "$rate"); break; }
   done
-  bench/gpu/gpt_bench.sh "${bench_common[@]}" --out "$work/$1" --sizes 4096x36 --steps 3 \
-    --warmup 2 --timeout 200 --skip-fsdp2 --plain none --set "gradient_clipping=$3" \
+  bench/gpu/gpt_bench.sh "${bench_common[@]}" --out "$work/$1" --sizes 4096x36 --steps "${5:-3}" \
+    --warmup "${4:-2}" --timeout 200 --skip-fsdp2 --plain none --set "gradient_clipping=$3" \
     --set "engine.speculative_adam=$2" "${args[@]}" >"$work/$1.jsonl"
 }
 phase_gpt7bclip() { clip_run gpt7bclip false 1.0; }
 phase_gpt7bspec() { clip_run gpt7bspec true 1.0; }
 phase_gpt7bspecloose() { clip_run gpt7bspecloose true 100; }
-phase_gpt7bnostream() { PSTAR_ADAM_STREAMING=0 clip_run gpt7bnostream true 100; }
+phase_gpt7bauto() { clip_run gpt7bauto auto 1.0 9 4; }
 
 llama_common=(--pstar "$build/pstar" --python "$python" --steps 3 --warmup 2 --timeout 200)
 phase_llama8b() {
@@ -361,6 +367,11 @@ phase_llama8b() {
 phase_llama8bspec() {
   bench/gpu/llama_bench.sh "${llama_common[@]}" --preset llama-3.1-8b --out "$work/llama8bspec" \
     --set engine.speculative_adam=true >"$work/llama8bspec.jsonl"
+}
+
+phase_llama8bnoclip() {
+  bench/gpu/llama_bench.sh "${llama_common[@]}" --preset llama-3.1-8b --out "$work/llama8bnoclip" \
+    --set gradient_clipping=0 >"$work/llama8bnoclip.jsonl"
 }
 
 phase_llama8bfolder() {
@@ -465,9 +476,10 @@ else
   run_phase gpt7bclip phase_gpt7bclip
   run_phase gpt7bspec phase_gpt7bspec
   run_phase gpt7bspecloose phase_gpt7bspecloose
-  run_phase gpt7bnostream phase_gpt7bnostream
+  run_phase gpt7bauto phase_gpt7bauto
   run_phase llama8b phase_llama8b
   run_phase llama8bspec phase_llama8bspec
+  run_phase llama8bnoclip phase_llama8bnoclip
   run_phase llama8bfolder phase_llama8bfolder
   run_phase llama3b phase_llama3b
   run_phase families phase_families

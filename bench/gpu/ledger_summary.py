@@ -116,7 +116,7 @@ def figures(row):
                                               "d2h_bytes_per_s", "two_way_bytes_per_s",
                                               "host_memory_bytes_per_s")}
         out["bound"]["steps"] = [{k: s.get(k) for k in ("step", "step_s", "compute_s", "copy_s",
-                                                       "host_adam_s", "ratio", "limit")}
+                                                       "host_s", "ratio", "limit")}
                                  for s in b.get("steps") or []]
     return out
 
@@ -175,6 +175,28 @@ def row_line(name, row):
         fmt(pl.get("tflops"), ".1f"), split_text, fmt(bound.get("ratio_median"), ".2f")))
 
 
+# Issue 56: each clipped run's median step against the unclipped one of the same model (target:
+# within 5% where clipping rarely fires, and never slower than waiting for the norm).
+CLIPPED_AGAINST = (("gpt7bclip", "gpt7b"), ("gpt7bauto", "gpt7b"), ("gpt7bspec", "gpt7b"),
+                   ("gpt7bspecloose", "gpt7b"), ("llama8b", "llama8bnoclip"),
+                   ("llama8bspec", "llama8bnoclip"))
+
+
+def clipped_lines(rows):
+    def step(name):
+        rs = rows.get(name) or []
+        return ((rs[0].get("pstar") or {}).get("s_per_step_median") if len(rs) == 1 else None)
+    out = []
+    for run, base in CLIPPED_AGAINST:
+        s, b = step(run), step(base)
+        if s is not None and b:
+            out.append(f"| {run} | {base} | {s:.3f} | {b:.3f} | {s / b:.3f} |")
+    if not out:
+        return []
+    return ["", "| clipped run | against | s/step | its s/step | ratio |",
+            "|---|---|---|---|---|"] + out
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
@@ -207,6 +229,7 @@ def main(argv):
             key = name if len(rs) == 1 else f"{name}-{r.get('hidden')}x{r.get('layers')}"
             runs[key] = figures(r)
             lines.append(row_line(key, r))
+    lines += clipped_lines(rows)
     with open(os.path.join(a.out, "summary.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 

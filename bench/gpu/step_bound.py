@@ -6,18 +6,21 @@ The bound is the largest of three terms, each assuming the other two hidden behi
              reached with the same activation checkpointing on the same GPU, in the same run;
   copies     the larger of (the larger direction's bytes over that direction's pinned rate) and
              (both directions' bytes over the rate of both at once), rates from machine_rates.py;
-  host Adam  adam_host_bytes over the host memory bandwidth from machine_rates.py.
+  host memory  the host memory the step reads and writes: adam_host_bytes (every host Adam pass, a
+             rollback's redo included), grad_norm_host_bytes (the gradient norm's reads) and the
+             copies' bytes, which DMA reads or writes in host memory once, over the host memory
+             bandwidth from machine_rates.py.
 A term whose rate was not measured is left out (null), and the bound is then that of the rest.
 
 With several ranks on one host the steps are one rank's: its micro-batch on its own GPU and its
 copies over its own link (the rates are one GPU's), while the host's memory bandwidth is shared,
-so the host Adam term counts the node's ranks_per_host ranks, each updating as many bytes.
+so the host memory term counts the node's ranks_per_host ranks, each moving as many bytes.
 """
 
 import statistics
 
-TERMS = ("compute_s", "copy_s", "host_adam_s")
-LIMITS = {"compute_s": "compute", "copy_s": "copies", "host_adam_s": "host Adam"}
+TERMS = ("compute_s", "copy_s", "host_s")
+LIMITS = {"compute_s": "compute", "copy_s": "copies", "host_s": "host memory"}
 
 
 def over(amount, rate):
@@ -31,11 +34,12 @@ def step_terms(step, rates, flops_per_step, model_flops_rate, ranks_per_host=1):
               over(h2d + d2h, rates.get("two_way_bytes_per_s"))]
     copies = [c for c in copies if c is not None]
     adam = step.get("adam_host_bytes")
+    host = None if adam is None else adam + (step.get("grad_norm_host_bytes") or 0) + h2d + d2h
     return {
         "compute_s": over(flops_per_step, model_flops_rate),
         "copy_s": max(copies) if copies else None,
-        "host_adam_s": None if adam is None else over(adam * ranks_per_host,
-                                                      rates.get("host_memory_bytes_per_s")),
+        "host_s": None if host is None else over(host * ranks_per_host,
+                                                 rates.get("host_memory_bytes_per_s")),
     }
 
 
@@ -76,5 +80,5 @@ def lines(label, bound):
         ratio = "n/a" if p["ratio"] is None else f"{p['ratio']:.2f}"
         out.append(f"{label} step {p['step']}: {p['step_s']:.3f} s = {ratio} x the bound "
                    f"{f(p['bound_s'])} s (compute {f(p['compute_s'])}, copies {f(p['copy_s'])}, "
-                   f"host Adam {f(p['host_adam_s'])}; set by {p['limit']})")
+                   f"host memory {f(p['host_s'])}; set by {p['limit']})")
     return out

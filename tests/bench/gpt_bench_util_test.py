@@ -85,8 +85,8 @@ class RowOnSeveralGpusTest(unittest.TestCase):
     def test_host_adam_bound_counts_the_ranks_sharing_the_host(self):
         one, _ = row(self.dir.name, 1, self.rates)
         two, _ = row(self.dir.name, 2, self.rates)
-        self.assertAlmostEqual(one["bound"]["steps"][0]["host_adam_s"], 1.5)  # 6 GB at 4 GB/s
-        self.assertAlmostEqual(two["bound"]["steps"][0]["host_adam_s"], 3.0)  # both ranks' 12 GB
+        self.assertAlmostEqual(one["bound"]["steps"][0]["host_s"], 1.5)  # 6 GB at 4 GB/s
+        self.assertAlmostEqual(two["bound"]["steps"][0]["host_s"], 3.0)  # both ranks' 12 GB
         self.assertEqual(two["bound"]["ranks_per_host"], 2)
         self.assertAlmostEqual(two["bound"]["steps"][1]["ratio"], 4.0 / 3.0)
 

@@ -26,6 +26,19 @@ def row(hidden, layers, pstar_tok, fsdp2_tok=None):
             "ratio_vs_fsdp2": None if fsdp2_tok is None else pstar_tok / fsdp2_tok}
 
 
+class ClippedAgainstTest(unittest.TestCase):
+    # Issue 56: each clipped run's median step over the unclipped one of its model; runs missing
+    # either side are left out.
+    def test_ratios(self):
+        auto = row(4096, 36, 3000)
+        auto["pstar"] = dict(auto["pstar"], s_per_step_median=2.1)
+        lines = ledger_summary.clipped_lines({"gpt7b": [row(4096, 36, 3700)], "gpt7bauto": [auto],
+                                              "llama8b": [row(4096, 32, 3000)]})
+        self.assertEqual(lines[-1], "| gpt7bauto | gpt7b | 2.100 | 2.000 | 1.050 |")
+        self.assertEqual(len(lines), 4)
+        self.assertEqual(ledger_summary.clipped_lines({"gpt7b": [row(4096, 36, 1)]}), [])
+
+
 class LedgerSummaryTest(unittest.TestCase):
     def run_summary(self, repo, card, rows, phases):
         out, work = tempfile.mkdtemp(dir=repo), tempfile.mkdtemp(dir=repo)

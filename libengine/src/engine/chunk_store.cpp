@@ -90,6 +90,7 @@ void ChunkStore::check_host() {
 void ChunkStore::check_host_pools() {
   if (tier_->host_memory().current() <= budgets_.host) return;
   tier_->trim();
+  ++traffic_.trims;
   const tier::DeviceTier::HostMemory held = tier_->host_memory();
   PSTAR_CHECK(held.current() <= budgets_.host, OutOfMemoryError, "host tier: the chunk payloads' ",
               "memory pools hold ", format_bytes(held.current()), " (",

@@ -59,15 +59,33 @@ enum class SlotFate : uint8_t {
   kDiscard,    // the step clipped or overflowed: the slot is given back unused
 };
 
+// A speculated chunk's Adam on the worker, shared by the training thread and the worker (Note
+// [speculative adam]): it starts only if nothing cancelled it first, the step's norm (it clipped
+// or overflowed) or the worker, once the sums of squares it has seen show the step clips.
+struct SpeculativeJob {
+  enum State : uint8_t { kQueued, kRunning, kCancelled };
+  std::atomic<uint8_t> adam{kQueued};
+  // The worker, as the job starts: false when it was cancelled (or is, `cancel` set).
+  bool start(bool cancel) {
+    uint8_t expected = kQueued;
+    if (cancel) adam.compare_exchange_strong(expected, kCancelled);
+    expected = kQueued;
+    return adam.compare_exchange_strong(expected, kRunning);
+  }
+  // Cancels the job if it has not started; whether it will not run (now or before).
+  bool cancel() {
+    uint8_t expected = kQueued;
+    return adam.compare_exchange_strong(expected, kCancelled) || expected == kCancelled;
+  }
+  bool cancelled() const { return adam.load() == kCancelled; }
+};
+
 struct AdamJob {
   AdamStage stage = AdamStage::kIdle;
   int64_t ticket = 0;     // the worker's ticket while queued
   int64_t sq_ticket = 0;  // the early sum of squares' job until the optimizer step waits for it
   double early_sq = 0;    // its result, valid once sq_ticket was waited for (or the sum taken)
-  // A speculated chunk's sum goes to whichever thread claims it first: the worker's job, or the
-  // gradient norm, which takes a sum not started yet instead of waiting behind the updates queued
-  // before it (Note [speculative adam]).
-  std::shared_ptr<std::atomic<bool>> sq_claim;
+  std::shared_ptr<SpeculativeJob> speculative;  // while speculated (Note [speculative adam])
   int slot = -1;  // speculated into this rollback slot (Note [speculative adam]), or -1
   SlotFate fate = SlotFate::kUndecided;
   bool queued() const { return stage == AdamStage::kQueued || stage == AdamStage::kEarlyQueued; }
@@ -148,6 +166,7 @@ struct Traffic {
   int64_t prefetched = 0;  // of h2d: copied ahead of use (Note [prefetch])
   double move_s = 0;       // the training thread's time in moves (allocation, copy, re-pointing)
   int64_t syncs = 0;       // whole-device synchronisations by the engine
+  int64_t trims = 0;       // the tier's host pools trimmed to stay in engine.host_memory
 };
 
 // Note [split modules] in pstar/plan/chunk_layout.h: a split module's group while gathered holds

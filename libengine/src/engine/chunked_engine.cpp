@@ -421,6 +421,8 @@ void ChunkedEngine::begin_step() {
   s.adam.begin_step();
   s.sync.begin_step();
   s.step.tier_syncs_before = s.store.tier().own_synchronizations();
+  const tier::DeviceTier::HostMemory pools = s.store.tier().host_memory();
+  s.step.pool_allocated_before = pools.pinned.allocated + pools.pageable.allocated;
   s.placement.begin_iteration();
   s.micro_batches_done = 0;
   s.grads.reset_arrivals();
@@ -430,8 +432,19 @@ void ChunkedEngine::expect_update(double lr, double grad_multiplier) {
   impl_->adam.expect(lr, grad_multiplier);
 }
 
-void ChunkedEngine::speculate_update(double lr, double grad_multiplier) {
-  impl_->adam.speculate(lr, grad_multiplier);
+// Note [speculative adam]: from the second planned step, once one has shown what the tier's pools
+// need beside the slots. Reduced gradients are sums over the ranks, and this rank's sum of squares
+// is part of the step's, so it bounds the norm from below: past (max_norm x loss scale x ranks)^2
+// the step clips (the trainer's test, norm > max_norm, with room for the sums' rounding).
+void ChunkedEngine::speculate_update(double lr, double grad_multiplier, double max_norm) {
+  Impl& s = *impl_;
+  if (!s.settings.speculation || !s.adam.overlapping() || s.pools.planned_steps == 0) return;
+  if (!s.pools.slots_made) s.provide_speculation_slots();
+  const double ranks = static_cast<double>(s.store.sharding().world_size);
+  const double bound = max_norm * ranks / grad_multiplier;
+  s.adam.speculate(
+      lr, grad_multiplier,
+      max_norm > 0 ? bound * bound * (1 + 1e-9) : std::numeric_limits<double>::infinity());
 }
 
 void ChunkedEngine::end_micro_batch() {
@@ -448,6 +461,10 @@ double ChunkedEngine::grad_norm(double loss_scale) {
   Impl& s = *impl_;
   s.optimizer_moment();
   const double sum = s.sync.all_reduce_sum(s.grads.sq_sum());
+  // Note [host adam bytes]: every host chunk's gradient was read once for it.
+  for (const Chunk& c : s.store.chunks())
+    if (!c.remote && c.compute_place == Place::kHost)
+      s.step.norm_host_bytes += c.used * (s.store.grad_type() == optim::GradType::kF32 ? 4 : 2);
   // Reduced gradients are sums over the ranks; the step's gradient is their mean.
   return std::sqrt(sum) / (loss_scale * static_cast<double>(s.store.sharding().world_size));
 }
@@ -466,9 +483,14 @@ void ChunkedEngine::end_step() {
   s.grads.end_step(s.adam.updated());
   s.adam.end_step();
   for (auto& t : s.store.tensors()) s.store.set_state(t, TensorState::kHold);
+  // Note [speculative adam]: the most the pools held in a planned step, before any trim.
+  if (s.placement.planned()) {
+    ++s.pools.planned_steps;
+    s.pools.high = std::max(s.pools.high, s.store.tier().host_memory().current());
+  }
   if (s.placement.end_iteration()) s.plan_margin();
-  s.finish_step_memory();
   s.store.check_host_pools();
+  s.finish_step_memory();
 }
 
 void ChunkedEngine::state_dict(TensorList& out) {

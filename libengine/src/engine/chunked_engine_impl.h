@@ -38,7 +38,17 @@ struct StepMemory {
   int64_t device_peak = 0;
   // Note [device footprint]: the device memory held at most, the tier's reserves included.
   int64_t device_reserved_peak = 0;
-  int64_t tier_syncs_before = 0;  // the tier's own synchronisations at begin_step
+  int64_t tier_syncs_before = 0;      // the tier's own synchronisations at begin_step
+  int64_t pool_allocated_before = 0;  // what the tier's host pools had taken at begin_step
+  int64_t norm_host_bytes = 0;        // the gradient norm's reads of host memory
+};
+
+// Note [speculative adam]: the planned steps so far, the most the tier's host pools held at the end
+// of one (before a trim), and whether the rollback slots were made.
+struct SteadyPools {
+  int64_t planned_steps = 0;
+  int64_t high = 0;
+  bool slots_made = false;
 };
 
 struct ChunkedEngine::Impl : public model::ModuleHooks {
@@ -78,6 +88,7 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   bool in_backward = false;
   int64_t micro_batches_done = 0;  // this step's
   StepMemory step;
+  SteadyPools pools;
   EngineMetrics last;  // the figures of the step that ended last
   bool warned_footprint = false;
   // Autograd runs a CPU tensor's backward on the thread that called backward(), and a CUDA one's on
@@ -133,9 +144,9 @@ struct ChunkedEngine::Impl : public model::ModuleHooks {
   void observe_moment(const std::string& what, formats::ProfileStage stage);
   // The optimizer moment: margin chunks are updated on the device, the rest on the host.
   void optimizer_moment();
-  // After the warm-up: fix the margin and the next-use index (Note [placement]), and make the
-  // rollback slots of speculation.
+  // After the warm-up: fix the margin and the next-use index (Note [placement]).
   void plan_margin();
+  // Note [speculative adam]: the rollback slots, when speculation is first chosen.
   void provide_speculation_slots();
   // Whether chunk k's gradients are final in this backward (all in and not in use; on several
   // ranks, its group reduced), for early updates.

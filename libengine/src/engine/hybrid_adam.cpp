@@ -1,6 +1,7 @@
 #include "hybrid_adam.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "pstar/base/error.h"
 #include "pstar/core/clock.h"
@@ -18,12 +19,33 @@ HybridAdam::HybridAdam(ChunkStore& store, const optim::AdamHyper& settings, bool
 
 HybridAdam::~HybridAdam() = default;
 
+void HybridAdam::set_order(std::vector<int64_t> order) {
+  order_ = std::move(order);
+  position_.assign(static_cast<size_t>(store_.num_chunks()), static_cast<int64_t>(order_.size()));
+  for (size_t i = 0; i < order_.size(); ++i)
+    position_[static_cast<size_t>(order_[i])] = static_cast<int64_t>(i);
+}
+
+// Note [speculative adam]: forward order. Before the plan (no order yet) every chunk has the same
+// priority: queue order.
+int64_t HybridAdam::priority(int64_t k) const {
+  const auto kk = static_cast<size_t>(k);
+  return 1 + (kk < position_.size() ? position_[kk] : static_cast<int64_t>(order_.size()));
+}
+
+void HybridAdam::in_run_order(const std::function<void(int64_t)>& f) const {
+  for (int64_t k : order_) f(k);
+  for (int64_t k = 0; k < store_.num_chunks(); ++k)
+    if (priority(k) == 1 + static_cast<int64_t>(order_.size())) f(k);
+}
+
 void HybridAdam::await_chunk(int64_t k) {
   Chunk& c = store_.chunk(k);
   if (c.adam.queued()) {
     if (worker_->done(c.adam.ticket)) {
       worker_->wait(c.adam.ticket);  // rethrows an Adam that failed
     } else {
+      figures_.waited_behind += worker_->queued_ahead(c.adam.ticket);
       const auto begin = std::chrono::steady_clock::now();
       worker_->wait(c.adam.ticket);
       figures_.wait_s += seconds_since(begin);
@@ -45,11 +67,12 @@ void HybridAdam::resolve_slot(int64_t k) {
   }
   c.adam.slot = -1;
   c.adam.fate = SlotFate::kUndecided;
+  c.adam.speculative.reset();
 }
 
-int64_t HybridAdam::provide_slots(int64_t chunks) {
+int64_t HybridAdam::provide_slots(int64_t chunks, int64_t reserve) {
   if (slots_ == nullptr) slots_ = std::make_unique<SpeculationSlots>(store_);
-  return slots_->provide(chunks);
+  return slots_->provide(chunks, reserve);
 }
 
 bool HybridAdam::finished(int64_t k) const {
@@ -57,16 +80,18 @@ bool HybridAdam::finished(int64_t k) const {
   return !c.adam.queued() || worker_->done(c.adam.ticket);
 }
 
+// In the worker's order, so that no wait is for a job behind one not yet awaited.
 void HybridAdam::await_all() {
   if (worker_ == nullptr) return;
-  for (int64_t k = 0; k < store_.num_chunks(); ++k) await_chunk(k);
+  in_run_order([this](int64_t k) { await_chunk(k); });
   record_finished();
 }
 
 void HybridAdam::await_queued() {
   if (worker_ == nullptr) return;
-  for (int64_t k = 0; k < store_.num_chunks(); ++k)
+  in_run_order([this](int64_t k) {
     if (!store_.chunk(k).adam.early()) await_chunk(k);
+  });
   record_finished();
 }
 
@@ -85,14 +110,29 @@ void HybridAdam::record_finished() {
 }
 
 // Note [host adam bytes]
-// One host Adam pass reads each of the chunk's payloads once (gradient, parameters or the
-// parameter slot holding the gradient, master, moments) and writes each once (parameters,
-// master, moments, and the separate gradient it zeroes): twice the chunk's whole payload bytes per
-// element in use. The gradient norm's extra read of an early chunk's gradient is not counted, so
-// the figure, over the host's memory bandwidth, is a lower bound on host Adam's time.
+// One host Adam pass in place reads each of the chunk's payloads once (gradient, parameters or the
+// parameter slot holding the gradient, master, moments; a separate bf16 parameter copy is written
+// with ordinary stores, which read its lines first) and writes each once (parameters, master,
+// moments, and the separate gradient it zeroes): twice the chunk's whole payload bytes per element
+// in use. A speculated pass (Note [speculative adam]) reads the same and writes the slot's
+// parameters, master and moments with streaming stores, which read nothing; it leaves a separate
+// gradient to be zeroed once the speculation stands (4 bytes an element, counted then). Passes are
+// counted when they are queued, a speculated one when the step's norm has settled that it runs, so
+// a step's figure is its own work even where the worker finishes it in the next step. The gradient
+// norm's reads are counted apart (EngineMetrics::grad_norm_host_bytes). The bytes, over the host's
+// memory bandwidth, are a lower bound on host Adam's time.
+void HybridAdam::count_pass(int64_t k, bool redirected) {
+  const ChunkFormat& f = store_.format();
+  int64_t per_element = 2 * f.payload.whole();
+  if (redirected && !f.reuse) per_element -= 4 + (f.fp32 ? 0 : f.elem_bytes);
+  ++figures_.passes;
+  figures_.host_bytes += per_element * store_.chunk(k).used;
+}
+
+void HybridAdam::count_zeroing(int64_t k) { figures_.host_bytes += 4 * store_.chunk(k).used; }
+
 void HybridAdam::record_host(int64_t k, double seconds, bool nvme, double read_wait_s) {
   figures_.host_s += seconds;
-  figures_.host_bytes += 2 * store_.chunk(k).used * store_.format().payload.whole();
   const int64_t bytes = store_.optimizer_bytes(k);
   if (nvme) store_.record(k, formats::ChunkEventKind::kNvmeRead, bytes, read_wait_s);
   store_.record(k, formats::ChunkEventKind::kAdamHost, bytes, seconds);
@@ -198,40 +238,84 @@ NvmeOptimizer* HybridAdam::nvme_for(int64_t k) {
 // early_sq. Without param/grad reuse the gradient payload is zeroed for the next step right after
 // its Adam, there too, but for a speculated chunk (Note [speculative adam]): a redo may need it.
 void HybridAdam::queue_host(int64_t k, const optim::AdamHyper& hyper, float multiplier,
-                            bool with_sq, JobKind kind, int slot) {
+                            bool with_sq, JobKind kind, bool speculative) {
   Chunk& c = store_.chunk(k);
-  const optim::AdamSpan span = slot >= 0 ? slots_->redirect(this->span(k), slot) : this->span(k);
+  const optim::AdamSpan span =
+      speculative ? slots_->redirect(this->span(k), c.adam.slot) : this->span(k);
   tier::DeviceTier* tier = &store_.tier();
+  // Only a speculated chunk's gradient outlives its Adam (which writes elsewhere): an Adam in
+  // place overwrites it under param/grad reuse, so its sum is the worker's, before that Adam.
+  std::shared_ptr<SpeculativeJob> job = speculative ? std::make_shared<SpeculativeJob>() : nullptr;
+  std::shared_ptr<SpeculationRound> round = speculative ? round_ : nullptr;
+  c.adam.speculative = job;
   if (with_sq) {
     double* out = &c.adam.early_sq;
-    // Only a speculated chunk's gradient outlives its Adam (which writes elsewhere): an Adam in
-    // place overwrites it under param/grad reuse, so its sum is the worker's, before that Adam.
-    std::shared_ptr<std::atomic<bool>> claim;
-    if (slot >= 0) claim = std::make_shared<std::atomic<bool>>(false);
-    c.adam.sq_claim = claim;
-    c.adam.sq_ticket = worker_->submit([tier, span, out, claim] {
-      if (claim && claim->exchange(true)) return;  // the norm took it
-      *out = tier->grad_sq_sum(Place::kHost, span.grad, span.grad_type, span.numel);
-    });
+    c.adam.sq_ticket = worker_->submit(
+        [tier, span, out, round] {
+          *out = tier->grad_sq_sum(Place::kHost, span.grad, span.grad_type, span.numel);
+          if (round == nullptr) return;
+          // The lower bound on the squared norm: once past the clip, the step surely clips.
+          round->partial += *out;
+          if (!std::isfinite(round->partial) || round->partial > round->stop_above)
+            round->stopped.store(true);
+        },
+        kSumPriority, k);
   }
-  Block* grad = store_.format().reuse || slot >= 0 ? nullptr : &c.grad;
+  Block* grad = store_.format().reuse || speculative ? nullptr : &c.grad;
   HybridAdam* self = this;
   NvmeOptimizer* nvme = nvme_for(k);
-  c.adam.ticket = worker_->submit([self, tier, nvme, k, hyper, multiplier, span, grad, kind] {
-    const auto begin = std::chrono::steady_clock::now();
-    const double read_wait_s = host_step(*tier, nvme, k, hyper, multiplier, span);
-    if (grad != nullptr) tier->zero(*grad, span.numel * 4);
-    const double seconds = seconds_since(begin);
-    const std::lock_guard<std::mutex> lock(self->done_mutex_);
-    self->done_.push_back(Done{k, seconds, nvme != nullptr, read_wait_s, kind});
-  });
+  // An NVMe chunk's early update runs in the order its read was announced (Note [nvme staging]).
+  const int64_t at = kind == JobKind::kEarly && nvme != nullptr ? kSumPriority : priority(k);
+  c.adam.ticket = worker_->submit(
+      [self, tier, nvme, k, hyper, multiplier, span, grad, kind, job, round] {
+        // Cancelled by the step's norm, or by the sums seen so far: it never starts.
+        if (job && !job->start(round->stopped.load())) return;
+        const auto begin = std::chrono::steady_clock::now();
+        const double read_wait_s = host_step(*tier, nvme, k, hyper, multiplier, span);
+        if (grad != nullptr) tier->zero(*grad, span.numel * 4);
+        const double seconds = seconds_since(begin);
+        const std::lock_guard<std::mutex> lock(self->done_mutex_);
+        self->done_.push_back(Done{k, seconds, nvme != nullptr, read_wait_s, kind});
+      },
+      at, k);
   c.adam.stage = with_sq ? AdamStage::kEarlyQueued : AdamStage::kQueued;
-  if (slot >= 0) {
-    c.adam.slot = slot;
+  if (speculative) {
     c.adam.fate = SlotFate::kUndecided;
     ++figures_.speculated;
+  } else {
+    count_pass(k, /*redirected=*/false);
   }
   ++figures_.queued;
+}
+
+void HybridAdam::speculate(double lr, double grad_multiplier, double stop_above) {
+  if (slots_ == nullptr || slots_->size() == 0) return;
+  expected_ = Expected{lr, grad_multiplier, true};
+  round_ = std::make_shared<SpeculationRound>();
+  round_->stop_above = stop_above;
+  keep_slots();
+}
+
+// Note [speculative adam]: the slots go to the first chunks the next forward needs, so that those
+// are updated in the backward and the forward does not wait for them.
+void HybridAdam::keep_slots() {
+  slot_kept_.assign(static_cast<size_t>(store_.num_chunks()), false);
+  int64_t left = slots_->size();
+  for (int64_t k : order_) {
+    if (left == 0) break;
+    const Chunk& c = store_.chunk(k);
+    // Not the chunks whose state a rollback could not keep beside them, nor a module's own
+    // oversized chunk (the slots are ordinary chunks).
+    if (c.remote || c.margin() || c.nvme || c.host_only() || c.used == 0 ||
+        c.size != store_.chunk_size())
+      continue;
+    slot_kept_[static_cast<size_t>(k)] = true;
+    --left;
+  }
+}
+
+bool HybridAdam::slot_kept_for(int64_t k) const {
+  return static_cast<size_t>(k) < slot_kept_.size() && slot_kept_[static_cast<size_t>(k)];
 }
 
 void HybridAdam::start_early_updates(const std::function<bool(int64_t)>& final_grads) {
@@ -241,50 +325,77 @@ void HybridAdam::start_early_updates(const std::function<bool(int64_t)>& final_g
   for (int64_t k = 0; k < store_.num_chunks(); ++k) {
     const Chunk& c = store_.chunk(k);
     if (c.remote || c.margin() || c.adam.early() || c.used == 0 || !final_grads(k)) continue;
-    int slot = -1;
-    if (expected_->speculative) {
-      // Note [speculative adam]: not the chunks whose state a rollback could not keep beside them,
-      // nor a module's own oversized chunk (the slots are ordinary chunks).
-      if (c.nvme || c.host_only() || c.size != store_.chunk_size()) continue;
-      slot = slots_->take();
-      if (slot < 0) return;  // every slot is taken: the rest wait for the norm
+    if (!expected_->speculative) {
+      store_.move_compute(k, Place::kHost);
+      ++figures_.early;
+      queue_host(k, h, m, /*with_sq=*/true, JobKind::kEarly);
+      continue;
     }
+    // Note [speculative adam]: the rest wait for the norm once the sums show the step clips.
+    if (!slot_kept_for(k)) continue;
+    if (round_->stopped.load()) return;
+    const int slot = slots_->take();
+    PSTAR_INTERNAL_ASSERT(slot >= 0, "no free rollback slot for chunk ", k);
     store_.move_compute(k, Place::kHost);
+    // A span host Adam cannot stream would read every line it writes: the chunk waits instead.
+    if (!optim::redirected_streams(slots_->redirect(span(k), slot))) {
+      slots_->give_back(slot);
+      slot_kept_[static_cast<size_t>(k)] = false;
+      continue;
+    }
+    store_.chunk(k).adam.slot = slot;
     ++figures_.early;
-    queue_host(k, h, m, /*with_sq=*/true, JobKind::kEarly, slot);
+    queue_host(k, h, m, /*with_sq=*/true, JobKind::kEarly, /*speculative=*/true);
   }
 }
 
-std::vector<int64_t> HybridAdam::decide_speculation(double lr, double grad_multiplier) {
-  std::vector<int64_t> redo;
-  if (!expected_ || !expected_->speculative) return redo;
+std::vector<std::pair<int64_t, bool>> HybridAdam::decide_speculation(double lr,
+                                                                     double grad_multiplier) {
+  std::vector<std::pair<int64_t, bool>> in_place;
+  if (!expected_ || !expected_->speculative) return in_place;
   const bool stands = expected_->lr == lr && expected_->multiplier == grad_multiplier;
+  // The sums of squares are all in (await_for_optimizer): `stopped` is final. Unless it is set,
+  // nothing cancels a speculative update that stands.
+  const bool stopped = round_->stopped.load();
   tier::DeviceTier* tier = &store_.tier();
   for (int64_t k = 0; k < store_.num_chunks(); ++k) {
     Chunk& c = store_.chunk(k);
     if (c.adam.slot < 0) continue;
-    if (stands) {
+    SpeculativeJob& job = *c.adam.speculative;
+    const bool ran = stands && !stopped ? !job.cancelled() : !job.cancel();
+    if (ran) count_pass(k, /*redirected=*/true);
+    if (!ran) worker_->drop(c.adam.ticket);  // nothing to wait behind
+    if (stands && ran) {
       c.adam.fate = SlotFate::kCommit;
       if (!store_.format().reuse) {
         // The early path's zeroing of the gradient, behind the speculative Adam that kept it.
         Block* grad = &c.grad;
         const int64_t bytes = c.used * 4;
-        c.adam.ticket = worker_->submit([tier, grad, bytes] { tier->zero(*grad, bytes); });
+        c.adam.ticket =
+            worker_->submit([tier, grad, bytes] { tier->zero(*grad, bytes); }, priority(k), k);
         c.adam.stage = AdamStage::kEarlyQueued;
+        count_zeroing(k);
       }
-    } else {
-      c.adam.fate = SlotFate::kDiscard;
-      ++figures_.rolled_back;
-      redo.push_back(k);
+      continue;
     }
+    // Clipped or overflowed: redone in place behind what ran, or, cancelled, updated once.
+    c.adam.fate = SlotFate::kDiscard;
+    ++(ran ? figures_.rolled_back : figures_.cancelled);
+    in_place.emplace_back(k, ran);
   }
-  return redo;
+  return in_place;
 }
 
 void HybridAdam::discard_speculation() {
   for (int64_t k = 0; k < store_.num_chunks(); ++k) {
     Chunk& c = store_.chunk(k);
     if (c.adam.slot < 0) continue;
+    if (c.adam.speculative->cancel()) {
+      worker_->drop(c.adam.ticket);
+      ++figures_.cancelled;
+    } else {
+      count_pass(k, /*redirected=*/true);
+    }
     c.adam.fate = SlotFate::kDiscard;
     await_chunk(k);  // the speculative Adam still reads the chunk's payloads
     c.adam.stage = AdamStage::kIdle;
@@ -295,12 +406,11 @@ void HybridAdam::await_for_optimizer() {
   await_queued();
   for (Chunk& c : store_.chunks()) {
     if (c.adam.sq_ticket == 0) continue;
-    // A speculated chunk's sum the worker has not started is taken here: queued behind the
-    // speculative updates before it, it would hold the norm until nearly all of host Adam ran (the
-    // H200 ledger of 2026-11-27). The same function of the same bytes, under the same
-    // floating-point state (the worker runs a job with its submitter's), gives the same bits.
-    const std::shared_ptr<std::atomic<bool>> claim = std::move(c.adam.sq_claim);
-    if (claim && !worker_->done(c.adam.sq_ticket) && !claim->exchange(true)) {
+    // A speculated chunk's sum the worker has not started is taken out of its queue and computed
+    // here: the sums start before any update, but not before the one the worker is running. The
+    // same function of the same bytes, under the same floating-point state (the worker runs a job
+    // with its submitter's), gives the same bits.
+    if (c.adam.speculative && worker_->drop(c.adam.sq_ticket)) {
       c.adam.early_sq =
           store_.tier().grad_sq_sum(Place::kHost, store_.grad_data(c), store_.grad_type(), c.used);
     } else {
@@ -323,8 +433,8 @@ void HybridAdam::update(double lr, double grad_multiplier, bool planned) {
   const float m = multiplier(grad_multiplier);
   // Note [speculative adam]: speculated chunks keep their slot's state, or are updated again with
   // the true multiplier, behind their speculative Adam on the ordered worker.
-  for (int64_t k : decide_speculation(lr, grad_multiplier))
-    queue_host(k, h, m, false, JobKind::kRedo);
+  for (const auto& [k, ran] : decide_speculation(lr, grad_multiplier))
+    queue_host(k, h, m, /*with_sq=*/false, ran ? JobKind::kRedo : JobKind::kLater);
   // The margin's Adam first: on a GPU it is queued and runs while the host updates the rest, each
   // host chunk as soon as its own eviction has landed. Chunks are independent, so the order does
   // not change the numbers.
@@ -360,6 +470,7 @@ void HybridAdam::update(double lr, double grad_multiplier, bool planned) {
       const auto begin = std::chrono::steady_clock::now();
       const double read_wait_s = device_nvme_step(k, h, m);
       record_host(k, seconds_since(begin), /*nvme=*/true, read_wait_s);
+      count_pass(k, /*redirected=*/false);
     }
   }
   if (!queue) {
@@ -371,6 +482,7 @@ void HybridAdam::update(double lr, double grad_multiplier, bool planned) {
       const auto begin = std::chrono::steady_clock::now();
       const double read_wait_s = host_step(store_.tier(), nvme[i], k, h, m, span(k));
       record_host(k, seconds_since(begin), nvme[i] != nullptr, read_wait_s);
+      count_pass(k, /*redirected=*/false);
     }
     return;
   }

@@ -22,18 +22,39 @@
 //     masters, which speculation never touched.
 // So losses, checkpoints and the state are bit-identical to engine.overlap_adam false whether
 // steps clip or not. Slots are host memory beside the chunks (14 bytes a parameter in bf16, 12 in
-// fp32), made after the warm-up for as many host chunks as engine.host_memory has room for
-// (logged), counted in the host budget; a chunk without a free slot waits for the norm as before.
+// fp32), made when speculation is first chosen for as many host chunks as engine.host_memory has
+// room for (logged), counted in the host budget; a chunk without a slot waits for the norm as
+// before.
 // NVMe chunks and host-only chunks (use_cpu_embedding) are not speculated. Whether a step
 // speculates is the trainer's call (plan::RunPlan::Speculation).
 // The norm needs every speculated chunk's sum of squares, which the worker computes just before
 // that chunk's Adam. On the ordered worker it would wait behind the updates queued before it, so
 // the norm would wait for nearly all of host Adam (the H200 ledger of 2026-11-27: the optimizer
 // part grew from 0.33 to 1.16 s at 7.46B). Since speculation leaves the gradient intact, the norm
-// takes a sum the worker has not started itself (AdamJob::sq_claim: the first thread to claim it
-// computes it, with the same function and floating-point state, so the bits are the same).
+// takes a sum the worker has not started out of its queue (core::OrderedWorker::drop) and computes
+// it itself, with the same function and floating-point state, so the bits are the same.
+// What a speculated step may cost beyond waiting (issue 56; the H200 ledger of 2026-11-27 had it
+// 26% slower than waiting with nothing rolled back):
+//   - no extra bytes: a chunk is speculated only where host Adam stores the redirected span
+//     non-temporally (optim::redirected_streams; Note [streaming stores]), so a speculated pass
+//     moves the bytes of an exact one;
+//   - stop early: the sums of squares of the speculated chunks that the worker has computed add up
+//     to a lower bound on this rank's, and so on the step's, squared norm. Once that passes the
+//     clip (SpeculationRound), no further chunk is speculated and the speculative updates not yet
+//     started are cancelled; when the norm says the step clipped or overflowed, so are all those
+//     still queued. A cancelled chunk is updated once, in place, after the norm; only a chunk
+//     whose speculative update ran is redone (a rollback: one more pass);
+//   - forward order: every host Adam job runs in the order the next forward needs its chunk (the
+//     worker's priority; the sums of squares first, and an NVMe chunk's early update in the order
+//     its read was announced: Note [nvme staging]), and the slots go to the first host chunks in
+//     that order, so the forward never waits behind a chunk it needs later;
+//   - nothing allocated: slots are made when speculation is first chosen, after a planned step,
+//     from the room engine.host_memory leaves beside what the tier's pools needed in the steps
+//     before (their peak, moves in flight included) and one compute payload more, so that a steady
+//     step neither grows nor trims them.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -59,15 +80,31 @@ struct AdamFigures {
   // backward), and the time spent waiting for queued work.
   int64_t queued = 0, early = 0;
   double wait_s = 0;
-  // Note [speculative adam]: early chunks updated speculatively, and those of them redone; the
+  // The jobs of other chunks queued ahead of the ones the training thread waited for (Note
+  // [speculative adam]: forward order): 0 when every wait is for the job next in line.
+  int64_t waited_behind = 0;
+  // Note [speculative adam]: early chunks queued speculatively; those of them redone (their
+  // speculative update ran, then the step clipped) and those cancelled before they started; the
   // seconds of host Adam that started in the backward, and of the redone chunks' Adam (counted
   // when the worker finishes them).
-  int64_t speculated = 0, rolled_back = 0;
+  int64_t speculated = 0, rolled_back = 0, cancelled = 0;
   double early_s = 0, rollback_s = 0;
-  // Seconds of every host chunk's Adam finished this step, on the worker or in place, and the
-  // host memory it read and wrote (Note [host adam bytes]).
+  // Seconds of every host chunk's Adam finished this step, on the worker or in place.
   double host_s = 0;
+  // Note [host adam bytes]: the host Adam passes this step runs (queued, or speculative and not
+  // cancelled), and the host memory they read and write.
+  int64_t passes = 0;
   int64_t host_bytes = 0;
+};
+
+// Note [speculative adam]: this step's lower bound on the squared norm. The worker adds up the sums
+// of squares it computes for speculated chunks and stops speculation once they pass the clip;
+// partial and stop_above are the worker's while the step speculates (stop_above is set before
+// any job is queued), stopped is read by both threads.
+struct SpeculationRound {
+  std::atomic<bool> stopped{false};
+  double partial = 0;
+  double stop_above = 0;  // this rank's sum of squares above which the step surely clips
 };
 
 class HybridAdam {
@@ -80,8 +117,9 @@ class HybridAdam {
   bool overlapping() const { return worker_ != nullptr; }
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }
-  // After the plan: the order update() queues host chunks in (the next forward's first needs).
-  void set_order(std::vector<int64_t> order) { order_ = std::move(order); }
+  // After the plan: the order the next forward first needs the chunks in, which update() queues
+  // host chunks in and the worker runs every chunk's jobs in (Note [speculative adam]).
+  void set_order(std::vector<int64_t> order);
   AdamFigures& figures() { return figures_; }
 
   // Chunk k's payloads are about to be touched: its queued Adam must have finished.
@@ -99,22 +137,24 @@ class HybridAdam {
   void expect(double lr, double grad_multiplier) {
     expected_ = Expected{lr, grad_multiplier, false};
   }
-  // The update this step makes unless it clips or overflows (Note [speculative adam]).
-  void speculate(double lr, double grad_multiplier) {
-    if (slots_ != nullptr && slots_->size() > 0) expected_ = Expected{lr, grad_multiplier, true};
-  }
-  // After the plan: rollback slots for up to `chunks` host chunks, as the host budget allows;
-  // returns how many were made.
-  int64_t provide_slots(int64_t chunks);
+  // The update this step makes unless it clips or overflows (Note [speculative adam]), once
+  // provide_slots made slots; `stop_above`: the sum of squares of this rank's gradients above
+  // which the step surely clips (infinity: it never clips; a non-finite sum, an overflow, stops
+  // speculation too).
+  void speculate(double lr, double grad_multiplier, double stop_above);
+  // Rollback slots for up to `chunks` host chunks, as the host budget allows beside `reserve`
+  // bytes more than the tier's pools hold; returns how many there are.
+  int64_t provide_slots(int64_t chunks, int64_t reserve);
   const SpeculationSlots* slots() const { return slots_.get(); }
   // In the last micro-batch's backward, after the plan, when the update is expected or speculated:
   // every host chunk of this rank outside the margin whose gradients are final (`final_grads`: all
   // in and no longer in use; on several ranks, reduced) goes to the host now (it would at the
   // optimizer step anyway) and its sum of squares and Adam are queued, to run during the rest of
-  // the backward (speculated: into a rollback slot, while one is free).
+  // the backward (speculated: into a rollback slot, for the chunks the slots are kept for, until
+  // the sums show the step clips).
   void start_early_updates(const std::function<bool(int64_t)>& final_grads);
   // A step without an update (fp16 overflow): every speculated chunk's slot is dropped, once the
-  // worker is done reading the chunk.
+  // worker is done reading the chunk; speculative updates not started are cancelled.
   void discard_speculation();
   // The optimizer step begins: the previous step's queued Adam is done, and this step's early
   // chunks have their sums of squares.
@@ -139,14 +179,29 @@ class HybridAdam {
   // Chunk k's host Adam ran: its events (and its NVMe read and write-back).
   enum class JobKind : uint8_t { kLater, kEarly, kRedo };
   void record_host(int64_t k, double seconds, bool nvme, double read_wait_s);
-  // `slot` >= 0: speculated into that rollback slot.
+  // Note [host adam bytes]: chunk k gets one more host Adam pass this step (`redirected`: into a
+  // slot); count_zeroing: the zeroing of its separate gradient alone (a committed speculation's).
+  void count_pass(int64_t k, bool redirected);
+  void count_zeroing(int64_t k);
+  // The worker's priority of chunk k's jobs (Note [speculative adam]: forward order); the sums of
+  // squares run before every update.
+  int64_t priority(int64_t k) const;
+  static constexpr int64_t kSumPriority = 0;
+  // `speculative`: queued into chunk k's slot (c.adam.slot), cancellable.
   void queue_host(int64_t k, const optim::AdamHyper& hyper, float multiplier, bool with_sq,
-                  JobKind kind, int slot = -1);
+                  JobKind kind, bool speculative = false);
   // Settles a speculated chunk whose queued work is done: commit or drop its slot.
   void resolve_slot(int64_t k);
   // update(): the fate of every speculated chunk, now that the update is known. Returns the
-  // chunks to update again.
-  std::vector<int64_t> decide_speculation(double lr, double grad_multiplier);
+  // chunks to update (again, or, cancelled, for the first time) in place.
+  // Each with whether its speculative update ran (a rollback: redone) or was cancelled.
+  std::vector<std::pair<int64_t, bool>> decide_speculation(double lr, double grad_multiplier);
+  // Runs `f` on every chunk, in the order the worker runs their jobs (forward order first).
+  void in_run_order(const std::function<void(int64_t)>& f) const;
+  // Whether chunk k may take a rollback slot this step: the first host chunks in forward order
+  // that speculation can run on, as many as there are slots.
+  bool slot_kept_for(int64_t k) const;
+  void keep_slots();
 
   ChunkStore& store_;
   optim::AdamHyper settings_;
@@ -154,6 +209,8 @@ class HybridAdam {
   int64_t steps_ = 0;
   bool updated_ = false;  // this step's update ran
   std::vector<int64_t> order_;
+  std::vector<int64_t> position_;  // chunk -> its place in order_ (order_.size(): none)
+  std::vector<bool> slot_kept_;    // per chunk: keep_slots()
   struct Expected {
     double lr = 0, multiplier = 0;
     bool speculative = false;
@@ -170,6 +227,7 @@ class HybridAdam {
   std::mutex done_mutex_;
   std::vector<Done> done_;                   // guarded by done_mutex_: the worker appends
   std::unique_ptr<SpeculationSlots> slots_;  // null until provide_slots
+  std::shared_ptr<SpeculationRound> round_;  // this speculating step's; its jobs hold it
   // Last member: destroyed first, so a running Adam finishes before any payload is freed.
   std::unique_ptr<core::OrderedWorker> worker_;
 };

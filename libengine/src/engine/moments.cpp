@@ -379,12 +379,13 @@ void ChunkedEngine::Impl::plan_margin() {
                 ? str_cat(", the reductions' flat buffer ",
                           format_bytes(sync.reduce_buffer_bytes()), " through the backward")
                 : std::string());
-  if (settings.speculation) provide_speculation_slots();
 }
 
 // Note [speculative adam]: a slot for every host chunk that may be speculated, as far as
-// engine.host_memory has room beside the chunks.
+// engine.host_memory has room beside the most the tier's pools held in a planned step and one
+// compute payload more (so that a steady step neither grows nor trims them).
 void ChunkedEngine::Impl::provide_speculation_slots() {
+  pools.slots_made = true;
   int64_t host_chunks = 0;
   for (const Chunk& c : store.chunks())
     host_chunks += !c.remote && !c.margin() && !c.nvme && !c.host_only() && c.used > 0 ? 1 : 0;
@@ -392,23 +393,29 @@ void ChunkedEngine::Impl::provide_speculation_slots() {
     log::info("speculative Adam: every chunk's Adam runs on the device; nothing to speculate");
     return;
   }
-  const int64_t made = adam.provide_slots(host_chunks);
+  const int64_t now = store.tier().host_memory().current();
+  const int64_t spare = store.chunk_size() * store.format().payload.compute();
+  const int64_t made =
+      adam.provide_slots(host_chunks, std::max<int64_t>(0, pools.high - now) + spare);
   // Asked for by name, speculation that cannot run once is a plan that does not fit; "auto" makes
   // do with what there is.
   if (made == 0 && settings.speculation_forced) {
     const int64_t slot = adam.slots()->slot_bytes();
-    const int64_t held = std::max(store.host_bytes().current, store.tier().host_memory().current());
+    const int64_t held = std::max({store.host_bytes().current, now, pools.high}) + spare;
     throw OutOfMemoryError(
         str_cat("engine.speculative_adam is true, but engine.host_memory (",
                 format_bytes(store.host_budget()), ") has no room for one rollback slot (",
-                format_bytes(slot), ") beside the chunks' ", format_bytes(held),
+                format_bytes(slot), ") beside the ", format_bytes(held),
+                " the chunks' payload pools need in a step (with one compute payload spare)",
                 "; set engine.host_memory to at least ", format_bytes(held + slot), " (",
                 format_bytes(held + host_chunks * slot),
                 " speculates every host chunk), or "
                 "engine.speculative_adam to \"auto\" or false"));
   }
   log::info("speculative Adam: rollback space for ", made, " of ", host_chunks, " host chunks (",
-            format_bytes(adam.slots()->bytes()), " of host memory",
+            format_bytes(adam.slots()->bytes()), " of host memory, beside the ",
+            format_bytes(std::max(now, pools.high)), " the payload pools held and ",
+            format_bytes(spare), " spare",
             made < host_chunks
                 ? "; engine.host_memory has no room for more, so the others wait for the gradient "
                   "norm"
@@ -452,7 +459,11 @@ void ChunkedEngine::Impl::finish_step_memory() {
   EngineMetrics m;
   m.device_peak_bytes = step.device_peak;
   m.device_reserved_peak_bytes = step.device_reserved_peak;
-  m.device_syncs = syncs;
+  m.steady.device_syncs = syncs;
+  const tier::DeviceTier::HostMemory pools_now = tier.host_memory();
+  m.steady.pool_allocated_bytes =
+      pools_now.pinned.allocated + pools_now.pageable.allocated - step.pool_allocated_before;
+  m.steady.pool_trims = traffic.trims;
   m.host_peak_bytes = store.host_bytes().peak;
   m.moved_h2d_bytes = traffic.h2d;
   m.moved_d2h_bytes = traffic.d2h;
@@ -461,17 +472,21 @@ void ChunkedEngine::Impl::finish_step_memory() {
   const AdamFigures& figures = adam.figures();
   m.adam.device_chunks = figures.device_chunks;
   m.adam.host_s = figures.host_s;
+  m.adam.host_passes = figures.passes;
   m.adam.host_bytes = figures.host_bytes;
+  m.adam.norm_host_bytes = step.norm_host_bytes;
   if (adam.overlapping()) {
     m.adam.queued_chunks = figures.queued;
     m.adam.early_chunks = figures.early;
     m.adam.wait_s = figures.wait_s;
     m.adam.early_s = figures.early_s;
+    m.adam.waited_behind = figures.waited_behind;
   }
   if (settings.speculation) {
     m.adam.speculated_chunks = figures.speculated;
     m.adam.rolled_back_chunks = figures.rolled_back;
     m.adam.rollback_s = figures.rollback_s;
+    m.adam.cancelled_chunks = figures.cancelled;
   }
   if (NvmeOptimizer* nvme = store.nvme(); nvme != nullptr) {
     // Completed since the last step's end: queued Adam and its I/O run on into the next step.

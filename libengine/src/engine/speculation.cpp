@@ -17,21 +17,26 @@ int64_t SpeculationSlots::slot_bytes() const {
   return f.chunk_size * (f.elem_bytes + (f.fp32 ? 0 : 4) + 8);
 }
 
-int64_t SpeculationSlots::provide(int64_t wanted) {
+int64_t SpeculationSlots::provide(int64_t wanted, int64_t reserve) {
   const ChunkFormat& f = store_.format();
   const int64_t size = f.chunk_size;
   while (this->size() < wanted) {
-    // What the store holds and what the tier's pools hold beside it both count (check_host_pools).
+    // What the store holds and what the tier's pools hold beside it both count (check_host_pools),
+    // and `reserve` is kept free beside them.
     const int64_t held =
         std::max(store_.host_bytes().current, store_.tier().host_memory().current());
-    if (store_.host_budget() - held < slot_bytes()) break;
+    if (store_.host_budget() - held - reserve < slot_bytes()) break;
     Slot s;
     // The parameters become a chunk's compute payload, which moves: the memory copies take.
+    // Zeroed, which faults the pages in now, over every intra-op thread (Note [parallel first
+    // touch]), rather than in the first speculated updates on the worker (on the development
+    // machine the first speculating step's host Adam took 40 times a steady one's), and leaves a
+    // committed chunk's padding zero as the chunk's own was.
     s.param = store_.allocate_payload(Place::kHost, size * f.elem_bytes, /*moves=*/true,
-                                      /*zeroed=*/false);
-    if (!f.fp32) s.master = store_.allocate_payload(Place::kHost, size * 4, /*moves=*/false, false);
-    s.exp_avg = store_.allocate_payload(Place::kHost, size * 4, /*moves=*/false, false);
-    s.exp_avg_sq = store_.allocate_payload(Place::kHost, size * 4, /*moves=*/false, false);
+                                      /*zeroed=*/true);
+    if (!f.fp32) s.master = store_.allocate_payload(Place::kHost, size * 4, /*moves=*/false, true);
+    s.exp_avg = store_.allocate_payload(Place::kHost, size * 4, /*moves=*/false, true);
+    s.exp_avg_sq = store_.allocate_payload(Place::kHost, size * 4, /*moves=*/false, true);
     slots_.push_back(std::move(s));
     store_.add_host_bytes(slot_bytes());
   }

@@ -19,9 +19,9 @@ class SpeculationSlots {
   SpeculationSlots(const SpeculationSlots&) = delete;
   SpeculationSlots& operator=(const SpeculationSlots&) = delete;
 
-  // Makes slots until there are `wanted` or the host budget has no room for another (what the
-  // store and the tier's pools hold counts); returns how many there are.
-  int64_t provide(int64_t wanted);
+  // Makes slots until there are `wanted` or the host budget has no room for another beside what
+  // the store and the tier's pools hold and `reserve` bytes; returns how many there are.
+  int64_t provide(int64_t wanted, int64_t reserve);
   int64_t size() const { return static_cast<int64_t>(slots_.size()); }
   // The host bytes one slot holds.
   int64_t slot_bytes() const;

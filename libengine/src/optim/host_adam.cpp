@@ -3,6 +3,7 @@
 #include "pstar/optim/host_adam.h"
 #include "pstar/optim/float_bits.h"
 
+#include <emmintrin.h>
 #include <omp.h>
 #include <xmmintrin.h>
 
@@ -57,7 +58,12 @@ void adam_scalar_impl(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int
   float* exp_avg_dst = s.exp_avg_dst();
   float* exp_avg_sq_dst = s.exp_avg_sq_dst();
   uint16_t* out = static_cast<uint16_t*>(s.param_out);
-  for (int64_t i = begin; i < end; ++i) {
+  // Element i's new master, moments and parameter copy.
+  struct New {
+    float p, m, v;
+    uint16_t out;
+  };
+  const auto update = [&](int64_t i) {
     float g = load_grad<G>(s.grad, i) * c.grad_scale;
     float p = master[i];
     if constexpr (kWd == kDecoupled) p = p * c.decay;
@@ -66,12 +72,46 @@ void adam_scalar_impl(const AdamCoeffs& c, const AdamSpan& s, int64_t begin, int
     const float v = std::fma(c.one_minus_beta2 * g, g, exp_avg_sq[i] * c.beta2);
     const float denom = std::sqrt(v) / c.bias_correction2_sqrt + c.eps;
     p = p + (c.neg_step_size * m) / denom;
-    master_dst[i] = p;
-    exp_avg_dst[i] = m;
-    exp_avg_sq_dst[i] = v;
-    if constexpr (P == ParamOutType::kBF16) out[i] = f32_to_bf16(p);
-    if constexpr (P == ParamOutType::kF16) out[i] = f32_to_f16(p);
+    New n{p, m, v, 0};
+    if constexpr (P == ParamOutType::kBF16) n.out = f32_to_bf16(p);
+    if constexpr (P == ParamOutType::kF16) n.out = f32_to_f16(p);
+    return n;
+  };
+  const auto store = [&](int64_t i, const New& n) {
+    master_dst[i] = n.p;
+    exp_avg_dst[i] = n.m;
+    exp_avg_sq_dst[i] = n.v;
+    if constexpr (P != ParamOutType::kNone) out[i] = n.out;
+  };
+  int64_t i = begin;
+  // Note [streaming stores]: a redirected span's outputs go out non-temporally in groups of four
+  // (SSE's 16-byte stores, and one 8-byte store of the four parameters), which baseline x86-64
+  // has, from the first index where every output is aligned for them.
+  const int64_t stream = streaming_begin(s, begin, end, kScalarStreamLanes);
+  if (stream >= 0) {
+    for (; i < stream; ++i) store(i, update(i));
+    for (; i + kScalarStreamLanes <= end; i += kScalarStreamLanes) {
+      alignas(16) float pb[kScalarStreamLanes], mb[kScalarStreamLanes], vb[kScalarStreamLanes];
+      alignas(8) uint16_t ob[kScalarStreamLanes] = {};
+      for (int j = 0; j < kScalarStreamLanes; ++j) {
+        const New n = update(i + j);
+        pb[j] = n.p;
+        mb[j] = n.m;
+        vb[j] = n.v;
+        ob[j] = n.out;
+      }
+      _mm_stream_ps(master_dst + i, _mm_load_ps(pb));
+      _mm_stream_ps(exp_avg_dst + i, _mm_load_ps(mb));
+      _mm_stream_ps(exp_avg_sq_dst + i, _mm_load_ps(vb));
+      if constexpr (P != ParamOutType::kNone) {
+        long long packed = 0;
+        std::memcpy(&packed, ob, sizeof packed);
+        _mm_stream_si64(reinterpret_cast<long long*>(out + i), packed);
+      }
+    }
+    _mm_sfence();
   }
+  for (; i < end; ++i) store(i, update(i));
 }
 
 template <GradType G, ParamOutType P>
@@ -220,9 +260,10 @@ void check_param_out_type(ParamOutType type) {
 // not aligned alike (pstar's blocks all start on pages, so its slots always are). The values are
 // the same bits; only the way they reach memory changes. Non-temporal stores are weakly ordered, so
 // a kernel fences them (sfence) at the end of its range, before the OpenMP barrier or the worker's
-// completion makes them visible to another thread. The scalar kernel, a fallback, stores
-// ordinarily. PSTAR_ADAM_STREAMING=0 turns them off, so that one machine can measure both (the GPU
-// ledger's gpt7bnostream phase).
+// completion makes them visible to another thread. The scalar kernel streams too, four elements at
+// a time with SSE's stores (every x86-64 CPU has them), so that no ISA makes a speculated step move
+// more bytes than an exact one. Speculation redirects only spans that stream (redirected_streams:
+// Note [speculative adam]); PSTAR_ADAM_STREAMING=0 turns the stores off, and with them speculation.
 bool resolve_streaming(const char* env_value) {
   if (env_value == nullptr || *env_value == '\0') return true;
   const std::string value = env_value;
@@ -257,6 +298,18 @@ int64_t streaming_begin(const AdamSpan& s, int64_t begin, int64_t end, int lanes
       address(s.param_out, i, 2) % (vector_bytes / 2) != 0)
     return -1;
   return i;
+}
+
+int stream_lanes(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return kScalarStreamLanes;
+    case Isa::kAvx2:
+      return 8;
+    case Isa::kAvx512:
+      return 16;
+  }
+  return 0;
 }
 
 const char* isa_name(Isa isa) {
@@ -406,6 +459,13 @@ double grad_sq_sum(const void* grad, GradType grad_type, int64_t numel) {
   double sum = 0.0;
   for (double p : partial) sum += p;
   return sum;
+}
+
+// Each thread's range begins on a multiple of kThreadAlign elements, a whole number of vectors of
+// every output: where element 0 streams, every range does from its first element.
+bool redirected_streams(const AdamSpan& span) {
+  return span.numel > 0 && detail::streaming_begin(span, 0, span.numel,
+                                                   detail::stream_lanes(detail::active_isa())) >= 0;
 }
 
 const char* host_adam_isa() { return detail::isa_name(detail::active_isa()); }

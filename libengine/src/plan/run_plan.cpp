@@ -190,10 +190,10 @@ RunPlan resolve_run(const config::TrainConfig& config, const RunFacts& facts) {
     plan.speculation = RunPlan::Speculation::kAlways;
   } else if (c.engine.speculative_adam == config::OnOffAuto::kAuto && plan.overlap_adam &&
              waits_for_norm) {
-    plan.speculation = RunPlan::Speculation::kAfterCalmSteps;
+    plan.speculation = RunPlan::Speculation::kByCost;
   }
-  // speculative_adam stays as given: "auto" is a rule over the run's steps, not a choice about the
-  // machine, and the same config resolves to the same rule again (Note [run plan]).
+  // speculative_adam stays as given: "auto" is decided during the run, from what its steps measure
+  // on this machine (Note [speculation by cost]), not here; the plan says only which rule applies.
   const bool cpu_embedding = cpu_embedding_on(c.use_cpu_embedding, plan.device);
   if (c.use_cpu_embedding == config::OnOffAuto::kAuto && plan.chunked &&
       plan.device == DeviceKind::kCuda)

@@ -6,6 +6,7 @@ target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/precision.cpp
   ${CMAKE_CURRENT_LIST_DIR}/run_facts.cpp
   ${CMAKE_CURRENT_LIST_DIR}/step_bound.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/speculation_policy.cpp
   ${CMAKE_CURRENT_LIST_DIR}/profiler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/same_config.cpp
   ${CMAKE_CURRENT_LIST_DIR}/build_model.cpp

@@ -36,13 +36,13 @@ double best_seconds(int repeats, const std::function<void()>& work) {
 
 }  // namespace
 
-double StepBound::seconds() const { return std::max({compute_s, copy_s, host_adam_s}); }
+double StepBound::seconds() const { return std::max({compute_s, copy_s, host_s}); }
 
 const char* StepBound::limit() const {
   const double s = seconds();
   if (s == compute_s) return "compute";
   if (s == copy_s) return "copies";
-  return "host Adam";
+  return "host memory";
 }
 
 StepBound step_bound(const StepWork& work, const MachineRates& rates) {
@@ -52,7 +52,7 @@ StepBound step_bound(const StepWork& work, const MachineRates& rates) {
   const auto d2h = static_cast<double>(work.d2h_bytes);
   b.copy_s = std::max({over(h2d, rates.h2d_bytes), over(d2h, rates.d2h_bytes),
                        over(h2d + d2h, rates.two_way_bytes)});
-  b.host_adam_s = over(static_cast<double>(work.host_adam_bytes), rates.host_memory_bytes);
+  b.host_s = over(static_cast<double>(work.host_memory_bytes()), rates.host_memory_bytes);
   return b;
 }
 
@@ -126,8 +126,7 @@ std::string describe_bound(double step_s, const StepBound& bound) {
   return str_cat("step ", format_fixed(step_s, 3), " s = ", format_fixed(step_s / b, 2),
                  " x the bound ", format_fixed(b, 3), " s (compute ",
                  format_fixed(bound.compute_s, 3), ", copies ", format_fixed(bound.copy_s, 3),
-                 ", host Adam ", format_fixed(bound.host_adam_s, 3), "; set by ", bound.limit(),
-                 ")");
+                 ", host memory ", format_fixed(bound.host_s, 3), "; set by ", bound.limit(), ")");
 }
 
 }  // namespace pstar::train

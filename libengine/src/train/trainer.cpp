@@ -78,7 +78,8 @@ void Trainer::Impl::init(std::unique_ptr<ParamEngine> prebuilt) {
   plan_timer.stop();
   for (const std::string& line : plan.decisions) log::info(line);
   config = plan.config;
-  speculation.rule = plan.speculation;
+  // Note [step bound]: the steps after the warm-up's tracing and the first planned step.
+  speculation = SpeculationPolicy(plan.speculation, config.engine.warmup_iterations + 2);
   device = plan_device(plan);
   dtype = plan_dtype(plan);
   const bool chunked = plan.chunked;

@@ -26,6 +26,7 @@
 #include "pstar/train/lr_schedule.h"
 #include "pstar/train/metrics.h"
 #include "pstar/train/profiler.h"
+#include "pstar/train/speculation_policy.h"
 #include "pstar/train/tensorboard.h"
 #include "pstar/train/trainer.h"
 #include "routing_stats.h"
@@ -68,11 +69,9 @@ struct Trainer::Impl {
     int64_t tokens = 0;
     int64_t skipped = 0;
   } totals;
-  // Note [speculative adam]: the plan's rule, and the steps since one last clipped or overflowed.
-  struct {
-    plan::RunPlan::Speculation rule = plan::RunPlan::Speculation::kOff;
-    int64_t calm_steps = 0;
-  } speculation;
+  // Note [speculation by cost]: whether a step speculates (the plan's rule, and for "auto" the
+  // run's own figures).
+  SpeculationPolicy speculation{plan::RunPlan::Speculation::kOff, 0};
   std::optional<core::Clock::time_point> start;
   dist::Communicator* comm = nullptr;  // several ranks only
   int stop_signal = 0;                 // agreed by every rank: the run stops (Note [graceful stop])
@@ -119,6 +118,9 @@ struct Trainer::Impl {
   // Whether the console logs step `m` as a line of its own; the event file is flushed there too
   // (Note [tensorboard flushes]).
   bool logged_step(const StepMetrics& m) const;
+  // Note [speculation by cost]: step `m`'s figures to the policy, the ranks' summed where a window
+  // ends, and its decisions logged.
+  void record_speculation(const StepMetrics& m);
   // Whether the step that just ended is evaluated (training.eval_interval, the last step).
   bool eval_due() const;
   // The held-out loss now (Note [evaluation] in engine/chunked_engine.h; evaluate.cpp).

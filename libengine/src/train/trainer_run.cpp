@@ -58,18 +58,19 @@ void log_step_bound(const PreparedRun::BoundInputs& in, const TrainSummary& summ
   StepWork work = summary.steady_work;
   work.model_flops = in.model_flops_per_step;
   const StepBound bound = step_bound(work, rates);
-  log::info("step bound over ", summary.steady_steps,
-            " steady step(s): ", describe_bound(summary.steady_step_s, bound), "; per step ",
-            work.model_flops >= 1e12 ? format_fixed(work.model_flops / 1e12, 2) + " TFLOP, "
-                                     : format_fixed(work.model_flops / 1e9, 2) + " GFLOP, ",
-            format_bytes(work.h2d_bytes), " up, ", format_bytes(work.d2h_bytes), " down, ",
-            format_bytes(work.host_adam_bytes), " of host Adam; rates measured after the run in ",
-            format_fixed(seconds_since(start), 2), " s: matmul ",
-            format_fixed(rates.compute_flops / 1e12, 2), " TFLOPS, copies ",
-            format_fixed(rates.h2d_bytes / 1e9, 1), " GB/s up, ",
-            format_fixed(rates.d2h_bytes / 1e9, 1), " down, ",
-            format_fixed(rates.two_way_bytes / 1e9, 1), " both at once, host memory ",
-            format_fixed(rates.host_memory_bytes / 1e9, 1), " GB/s");
+  log::info(
+      "step bound over ", summary.steady_steps,
+      " steady step(s): ", describe_bound(summary.steady_step_s, bound), "; per step ",
+      work.model_flops >= 1e12 ? format_fixed(work.model_flops / 1e12, 2) + " TFLOP, "
+                               : format_fixed(work.model_flops / 1e9, 2) + " GFLOP, ",
+      format_bytes(work.h2d_bytes), " up, ", format_bytes(work.d2h_bytes), " down, ",
+      format_bytes(work.host_adam_bytes), " of host Adam, ", format_bytes(work.norm_host_bytes),
+      " of the gradient norm's reads; rates measured after the run in ",
+      format_fixed(seconds_since(start), 2), " s: matmul ",
+      format_fixed(rates.compute_flops / 1e12, 2), " TFLOPS, copies ",
+      format_fixed(rates.h2d_bytes / 1e9, 1), " GB/s up, ", format_fixed(rates.d2h_bytes / 1e9, 1),
+      " down, ", format_fixed(rates.two_way_bytes / 1e9, 1), " both at once, host memory ",
+      format_fixed(rates.host_memory_bytes / 1e9, 1), " GB/s");
 }
 
 }  // namespace
@@ -115,6 +116,7 @@ TrainSummary Trainer::run() {
       summary.steady_work.h2d_bytes += m.engine.moved_h2d_bytes;
       summary.steady_work.d2h_bytes += m.engine.moved_d2h_bytes;
       summary.steady_work.host_adam_bytes += m.engine.adam.host_bytes;
+      summary.steady_work.norm_host_bytes += std::max<int64_t>(0, m.engine.adam.norm_host_bytes);
     }
     // A step skipped for want of counted targets has no loss (NaN).
     if (std::isfinite(m.loss)) {
@@ -165,6 +167,7 @@ TrainSummary Trainer::run() {
     summary.steady_work.h2d_bytes /= n;
     summary.steady_work.d2h_bytes /= n;
     summary.steady_work.host_adam_bytes /= n;
+    summary.steady_work.norm_host_bytes /= n;
   }
   summary.stop_signal = s.stop_signal;
   summary.tokens = s.totals.tokens - tokens_before;

@@ -190,6 +190,27 @@ std::optional<StepMetrics> Trainer::Impl::run_step(bool may_abandon) {
   }
 }
 
+void Trainer::Impl::record_speculation(const StepMetrics& m) {
+  SpeculationSample sample;
+  sample.clipped =
+      m.skipped || (config.gradient_clipping > 0 && m.grad_norm > config.gradient_clipping);
+  sample.step_s = m.step_time_s;
+  sample.adam_wait_s = std::max(0.0, m.engine.adam.wait_s);
+  sample.adam_host_s = std::max(0.0, m.engine.adam.host_s);
+  // Every rank decides from the same sums (Note [speculation by cost]).
+  SpeculationPolicy::SumOverRanks sum;
+  if (comm != nullptr) sum = [this](std::vector<double>& values) { comm->all_reduce_sum(values); };
+  speculation.record(m.step, sample, sum, world());
+  const std::string message = speculation.take_message();
+  if (message.empty()) return;
+  log::end_status();
+  if (speculation.message_is_warning()) {
+    log::warn(message);
+  } else {
+    log::info("step ", m.step, ": ", message);
+  }
+}
+
 std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   if (!start) start = Clock::now();
   const auto step_start = Clock::now();
@@ -209,16 +230,12 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   engine->begin_step();
   // Without clipping or loss scaling the update is known before the backward: the engine may start
   // it as gradients become final (Note [host adam overlap]). With them, it may speculate on the
-  // update of a step that neither clips nor overflows (Note [speculative adam]): always, or after
-  // two such steps in a row, so that early training, which clips step after step, pays for no
-  // rollbacks.
-  constexpr int64_t kCalmStepsBeforeSpeculating = 2;
+  // update of a step that neither clips nor overflows (Note [speculative adam]): always, or where
+  // the run's figures say it is faster (Note [speculation by cost]).
   if (config.gradient_clipping <= 0 && !config.fp16.enabled) {
     engine->expect_update(schedule.at(step), 1.0);
-  } else if (speculation.rule == plan::RunPlan::Speculation::kAlways ||
-             (speculation.rule == plan::RunPlan::Speculation::kAfterCalmSteps &&
-              speculation.calm_steps >= kCalmStepsBeforeSpeculating)) {
-    engine->speculate_update(schedule.at(step), 1.0 / loss_scale);
+  } else if (speculation.speculates()) {
+    engine->speculate_update(schedule.at(step), 1.0 / loss_scale, config.gradient_clipping);
   }
   double loss_sum = 0;
   {
@@ -305,9 +322,7 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
     const bool clipped = config.gradient_clipping > 0 && m.grad_norm > config.gradient_clipping;
     if (clipped) multiplier *= config.gradient_clipping / (m.grad_norm + 1e-6);
     engine->update(m.lr, multiplier);
-    speculation.calm_steps = clipped ? 0 : speculation.calm_steps + 1;
   }
-  if (m.skipped) speculation.calm_steps = 0;
   if (config.fp16.enabled) scaler.update(m.skipped);
   engine->end_step();
   times.optimizer_s = seconds_since(optimizer_start);
@@ -320,6 +335,7 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
   if (metrics.model_flops_per_step > 0)
     m.tflops = metrics.model_flops_per_step / std::max(m.step_time_s, 1e-9) / 1e12;
   m.times = times;
+  record_speculation(m);
   // After the step's figures and before its checkpoint: the step's own time leaves it out.
   if (eval_due()) m.eval_loss = evaluate();
   if (samples_due()) m.eval_samples = sample();

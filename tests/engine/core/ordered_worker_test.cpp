@@ -32,6 +32,34 @@ TEST(OrderedWorker, RunsJobsInQueueOrderOffTheCallingThread) {
   EXPECT_TRUE(worker.done(50));
 }
 
+// Note [speculative adam] in engine/hybrid_adam.h: jobs start by priority, in queue order among
+// equals, and a wait's count of what it waits behind is the other tags' jobs that start first.
+TEST(OrderedWorker, JobsStartByPriorityThenQueueOrder) {
+  OrderedWorker worker;
+  std::atomic<bool> release{false}, started{false};
+  std::vector<int> order;  // written by the worker only, read after wait_all
+  // Holds the worker until the rest are queued.
+  worker.submit([&] {
+    started = true;
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const int64_t a = worker.submit([&] { order.push_back(1); }, 5, 1);
+  const int64_t b = worker.submit([&] { order.push_back(2); }, 3, 2);
+  const int64_t c = worker.submit([&] { order.push_back(3); }, 5, 1);
+  const int64_t d = worker.submit([&] { order.push_back(4); }, 3, 2);
+  EXPECT_EQ(worker.queued_ahead(a), 2);  // b and d: another tag, a lower priority
+  EXPECT_EQ(worker.queued_ahead(c), 2);  // a is its own tag's
+  EXPECT_EQ(worker.queued_ahead(d), 0);  // b is its own tag's
+  EXPECT_EQ(worker.queued_ahead(b), 0);
+  release = true;
+  worker.wait(a);
+  EXPECT_TRUE(worker.done(b) && worker.done(d)) << "a lower priority starts first";
+  worker.wait_all();
+  EXPECT_EQ(order, (std::vector<int>{2, 4, 1, 3}));
+  EXPECT_EQ(worker.queued_ahead(a), 0);
+}
+
 TEST(OrderedWorker, WaitReturnsOnceItsJobAndTheEarlierOnesFinished) {
   OrderedWorker worker;
   std::atomic<bool> release{false};

@@ -244,7 +244,7 @@ TEST(RunPlan, SpeculativeAdamTable) {
     Spec want;
   };
   const Row rows[] = {
-      {OnOffAuto::kAuto, true, 1.0, Spec::kAfterCalmSteps},
+      {OnOffAuto::kAuto, true, 1.0, Spec::kByCost},
       {OnOffAuto::kAuto, true, 0.0, Spec::kOff},   // nothing waits for the norm
       {OnOffAuto::kAuto, false, 1.0, Spec::kOff},  // no worker on the emulated tier's "auto"
       {OnOffAuto::kOn, true, 1.0, Spec::kAlways},

@@ -37,6 +37,7 @@
 #include "pstar/model/hooks.h"
 #include "pstar/model/init.h"
 #include "pstar/model/model_shape.h"
+#include "pstar/optim/host_adam.h"
 #include "pstar/plan/memory_plan.h"
 #include "pstar/tier/device_tier.h"
 #include "pstar/train/trainer.h"
@@ -69,6 +70,15 @@ class CheckingTier final : public DeviceTier {
   // Says that the host cannot address the device side, as the CUDA tier does, so that collectives
   // stage device payloads through host blocks (Note [staged collectives]).
   void set_host_addresses_device(bool yes) { host_addresses_device_ = yes; }
+  // A host block released after a copy to the device read it goes back to its pool only after the
+  // next host allocation, as on the CUDA tier, where the copy may still be queued (Note
+  // [stream-ordered reuse]): a move meanwhile takes another block, so the pools need more than a
+  // step's payloads at its end (at the optimizer step, which brings every chunk back), as a GPU
+  // run's do.
+  void set_deferred_host_release(bool yes) {
+    const std::lock_guard<std::mutex> lock(ledger_->mutex);
+    ledger_->defer_host_release = yes;
+  }
   bool host_addresses_device() const override { return host_addresses_device_; }
   int64_t refused() const { return refused_; }
 
@@ -78,6 +88,7 @@ class CheckingTier final : public DeviceTier {
   int64_t device_capacity_bytes() const override { return capacity_; }
 
   Block allocate(Side side, int64_t bytes) override {
+    if (side == Side::kHost) reap();
     return track(inner_->allocate(side, bytes), side, bytes);
   }
   // Filled with a pattern that no payload holds at start-up (NaNs in every float type): whatever
@@ -91,6 +102,7 @@ class CheckingTier final : public DeviceTier {
                     " bytes (a fragmented arena)");
       }
     }
+    if (side == Side::kHost) reap();
     Block block = inner_->allocate_uninitialized(side, bytes);
     std::memset(block.data(), 0xFF, static_cast<size_t>(bytes));
     {
@@ -105,6 +117,7 @@ class CheckingTier final : public DeviceTier {
       const std::lock_guard<std::mutex> lock(ledger_->mutex);
       ++ledger_->host_only_allocations;
     }
+    reap();
     return track(inner_->allocate_host_only(bytes), Side::kHost, bytes, /*host_only=*/true);
   }
 
@@ -139,7 +152,13 @@ class CheckingTier final : public DeviceTier {
         const std::lock_guard<std::mutex> lock(ledger->mutex);
         ledger->touch(inner.data(), inner.bytes(), "a released block");
         ledger->ahead.erase(reinterpret_cast<uintptr_t>(inner.data()));
-        const auto it = ledger->live.find(reinterpret_cast<uintptr_t>(inner.data()));
+        const auto address = reinterpret_cast<uintptr_t>(inner.data());
+        const bool copied = ledger->copy_sources.erase(address) != 0;
+        if (ledger->defer_host_release && inner.side() == Side::kHost && copied) {
+          ledger->retired.emplace_back(std::move(inner), 0);
+          ++ledger->retired_blocks;
+        }
+        const auto it = ledger->live.find(address);
         ledger->live_bytes[static_cast<int>(it->second.side)] -= it->second.bytes;
         ledger->live.erase(it);
       }
@@ -167,6 +186,8 @@ class CheckingTier final : public DeviceTier {
     ledger_->copied[static_cast<int>(src.side())][static_cast<int>(dst.side())] += bytes;
     ledger_->note_copy_of(src.data(), bytes);
     ledger_->note_copy_of(dst.data(), bytes);
+    if (src.side() == Side::kHost && dst.side() == Side::kDevice)
+      ledger_->copy_sources.insert(reinterpret_cast<uintptr_t>(src.data()));
     // The tier's own copies follow its copies ahead.
     ledger_->land(src.data());
     ledger_->land(dst.data());
@@ -188,6 +209,8 @@ class CheckingTier final : public DeviceTier {
     ledger_->land(src.data());
     const auto* from = static_cast<const uint8_t*>(src.data());
     ledger_->ahead[reinterpret_cast<uintptr_t>(dst.data())].assign(from, from + bytes);
+    if (src.side() == Side::kHost && dst.side() == Side::kDevice)
+      ledger_->copy_sources.insert(reinterpret_cast<uintptr_t>(src.data()));
   }
   void await_copies(const Block& block) override {
     const std::lock_guard<std::mutex> lock(ledger_->mutex);
@@ -223,6 +246,13 @@ class CheckingTier final : public DeviceTier {
       ledger_->expect_inside(span.param_out, span.numel * 2, side, "Adam's parameter copy");
       if (span.master_out != nullptr) {
         ++ledger_->adam_out_of_place;
+        const std::string isa = optim::host_adam_isa();
+        const optim::detail::Isa in_use = isa == "avx512" ? optim::detail::Isa::kAvx512
+                                          : isa == "avx2" ? optim::detail::Isa::kAvx2
+                                                          : optim::detail::Isa::kScalar;
+        if (optim::detail::streaming_begin(span, 0, span.numel,
+                                           optim::detail::stream_lanes(in_use)) == 0)
+          ++ledger_->adam_out_of_place_streamed;
         ledger_->expect_inside(span.master_out, span.numel * 4, side, "Adam's new master");
         ledger_->expect_inside(span.exp_avg_out, span.numel * 4, side, "Adam's new exp_avg");
         ledger_->expect_inside(span.exp_avg_sq_out, span.numel * 4, side, "Adam's new exp_avg_sq");
@@ -292,13 +322,22 @@ class CheckingTier final : public DeviceTier {
     {
       const std::lock_guard<std::mutex> lock(ledger_->mutex);
       ++ledger_->synchronizations;
+      ledger_->retired.clear();  // every copy has run
       while (!ledger_->ahead.empty())
         ledger_->land(reinterpret_cast<const void*>(ledger_->ahead.begin()->first));
     }
     inner_->synchronize();
   }
   HostMemory host_memory() const override { return inner_->host_memory(); }
-  int64_t trim() override { return inner_->trim(); }
+  // As the CUDA tier's: the work on released blocks is waited for first, so they return to their
+  // pool and go too.
+  int64_t trim() override {
+    {
+      const std::lock_guard<std::mutex> lock(ledger_->mutex);
+      ledger_->retired.clear();
+    }
+    return inner_->trim();
+  }
 
   // Note [communication stream]: a mark is the ledger's sequence number when it was taken, and a
   // scope holds the collective it runs to the checks of Ledger::end_scope_locked.
@@ -348,6 +387,11 @@ class CheckingTier final : public DeviceTier {
   }
 
  private:
+  void reap() {
+    const std::lock_guard<std::mutex> lock(ledger_->mutex);
+    ledger_->reap_retired();
+  }
+
   struct Mark final : StreamMark {
     std::shared_ptr<Ledger> ledger;
     int64_t seq = 0;

@@ -56,11 +56,21 @@ struct Ledger {
   }
   // Copies ahead not yet awaited, by destination: the bytes to write when they are.
   std::map<uintptr_t, std::vector<uint8_t>> ahead;
+  // CheckingTier::set_deferred_host_release: host blocks a copy to the device read since they were
+  // allocated; those released, kept from their pool with the host allocations seen since
+  // (reap_retired); and how many were.
+  bool defer_host_release = false;
+  std::set<uintptr_t> copy_sources;
+  std::vector<std::pair<Block, int>> retired;
+  int64_t retired_blocks = 0;
   std::vector<std::string> violations;
   // Host Adam from another thread than the one that built the tier (Note [host adam overlap]),
   // and the ranges such an Adam is updating right now: nothing else may touch them meanwhile.
   int64_t adam_off_thread = 0;
   int64_t adam_out_of_place = 0;  // Adam calls that wrote the state elsewhere (speculation)
+  // Of them, those whose outputs host Adam stores non-temporally from their first element on
+  // (optim::detail::streaming_begin, for the ISA in use: Note [streaming stores]).
+  int64_t adam_out_of_place_streamed = 0;
   // Gradients summed on the thread that built the tier by the single-buffer call: the norm taking
   // a speculated chunk's sum the worker had not started (Note [speculative adam]).
   int64_t sums_on_owner_thread = 0;
@@ -84,6 +94,16 @@ struct Ledger {
       violations.push_back(std::string(what) + " overlaps a host Adam still running");
   }
 
+  // CheckingTier::set_deferred_host_release: a host block just released that a copy to the device
+  // read is kept from its pool through the next host allocation (on the CUDA tier the copy may
+  // still be queued, and the block returns only once it has run: Note [stream-ordered reuse]);
+  // called before each host allocation.
+  void reap_retired() {
+    for (auto& r : retired) ++r.second;
+    retired.erase(std::remove_if(retired.begin(), retired.end(),
+                                 [](const std::pair<Block, int>& r) { return r.second >= 2; }),
+                  retired.end());
+  }
   // Lands a copy ahead into the block at `p`, if one is outstanding.
   bool land(const void* p) {
     const auto it = ahead.find(reinterpret_cast<uintptr_t>(p));

@@ -31,20 +31,25 @@ MachineRates hand_rates() {
 
 TEST(StepBound, EachTermIsItsWorkOverItsRate) {
   StepWork w;
-  w.model_flops = 150e12;              // 1.5 s at 100 TFLOPS
-  w.h2d_bytes = 30'000'000'000;        // 0.6 s alone
-  w.d2h_bytes = 20'000'000'000;        // 0.5 s alone; both together 50 GB at 80 GB/s: 0.625 s
-  w.host_adam_bytes = 10'000'000'000;  // 0.5 s at 20 GB/s
+  w.model_flops = 150e12;             // 1.5 s at 100 TFLOPS
+  w.h2d_bytes = 30'000'000'000;       // 0.6 s alone
+  w.d2h_bytes = 20'000'000'000;       // 0.5 s alone; both together 50 GB at 80 GB/s: 0.625 s
+  w.host_adam_bytes = 8'000'000'000;  // with the norm's reads and the copies' 50 GB, 60 GB:
+  w.norm_host_bytes = 2'000'000'000;  // 3 s at 20 GB/s
   const StepBound b = step_bound(w, hand_rates());
   EXPECT_DOUBLE_EQ(b.compute_s, 1.5);
   EXPECT_DOUBLE_EQ(b.copy_s, 0.625);
-  EXPECT_DOUBLE_EQ(b.host_adam_s, 0.5);
-  EXPECT_DOUBLE_EQ(b.seconds(), 1.5);
-  EXPECT_STREQ(b.limit(), "compute");
+  EXPECT_DOUBLE_EQ(b.host_s, 3.0);
+  EXPECT_DOUBLE_EQ(b.seconds(), 3.0);
+  EXPECT_STREQ(b.limit(), "host memory");
+  w.h2d_bytes = w.d2h_bytes = 0;
+  w.host_adam_bytes = w.norm_host_bytes = 0;
+  EXPECT_STREQ(step_bound(w, hand_rates()).limit(), "compute");
 }
 
 TEST(StepBound, TheCopiesTakeTheSlowerOfOneDirectionAndBothAtOnce) {
   MachineRates r = hand_rates();
+  r.host_memory_bytes = 0;  // the copies' host memory term left out here
   StepWork w;
   w.h2d_bytes = 40'000'000'000;  // 0.8 s alone
   w.d2h_bytes = 0;               // both at once: 40 GB at 80 GB/s, 0.5 s
@@ -52,9 +57,10 @@ TEST(StepBound, TheCopiesTakeTheSlowerOfOneDirectionAndBothAtOnce) {
   w.d2h_bytes = 32'000'000'000;  // 0.8 s alone too; together 72 GB at 80 GB/s: 0.9 s
   EXPECT_DOUBLE_EQ(step_bound(w, r).copy_s, 0.9);
   EXPECT_STREQ(step_bound(w, r).limit(), "copies");
-  w.host_adam_bytes = 40'000'000'000;  // 2 s
-  EXPECT_STREQ(step_bound(w, r).limit(), "host Adam");
-  EXPECT_DOUBLE_EQ(step_bound(w, r).seconds(), 2.0);
+  r.host_memory_bytes = 20e9;
+  w.host_adam_bytes = 40'000'000'000;  // with the copies' 72 GB, 112 GB: 5.6 s
+  EXPECT_STREQ(step_bound(w, r).limit(), "host memory");
+  EXPECT_DOUBLE_EQ(step_bound(w, r).seconds(), 5.6);
 }
 
 TEST(StepBound, AnUnmeasuredRateLeavesItsTermOut) {
@@ -66,7 +72,7 @@ TEST(StepBound, AnUnmeasuredRateLeavesItsTermOut) {
   r.h2d_bytes = 1e9;
   const StepBound b = step_bound(w, r);
   EXPECT_EQ(b.compute_s, 0.0);
-  EXPECT_EQ(b.host_adam_s, 0.0);
+  EXPECT_EQ(b.host_s, 0.0);
   EXPECT_DOUBLE_EQ(b.copy_s, 1.0);
 }
 
@@ -88,7 +94,7 @@ TEST(StepBound, DescribeGivesTheRatioAndTheTermThatSetsIt) {
   StepBound b;
   b.compute_s = 1.0;
   b.copy_s = 0.25;
-  b.host_adam_s = 0.5;
+  b.host_s = 0.5;
   const std::string text = describe_bound(1.5, b);
   EXPECT_NE(text.find("step 1.500 s = 1.50 x the bound 1.000 s"), std::string::npos) << text;
   EXPECT_NE(text.find("copies 0.250"), std::string::npos) << text;
@@ -138,7 +144,7 @@ TEST(StepBound, TrainLogsTheSteadyStepsAgainstTheirBound) {
 
   const int64_t first_steady = c.engine.warmup_iterations + 2;
   ASSERT_EQ(s.steady_steps, c.training.steps - first_steady + 1);
-  double h2d = 0, d2h = 0, adam = 0;
+  double h2d = 0, d2h = 0, adam = 0, norm = 0;
   std::ifstream in(metrics);
   for (std::string line; std::getline(in, line);) {
     const auto m = nlohmann::json::parse(line);
@@ -146,11 +152,14 @@ TEST(StepBound, TrainLogsTheSteadyStepsAgainstTheirBound) {
     h2d += m["moved_h2d_bytes"].get<double>();
     d2h += m["moved_d2h_bytes"].get<double>();
     adam += m["adam_host_bytes"].get<double>();
+    norm += m["grad_norm_host_bytes"].get<double>();
   }
   const auto n = static_cast<double>(s.steady_steps);
   EXPECT_EQ(s.steady_work.h2d_bytes, static_cast<int64_t>(h2d / n));
   EXPECT_EQ(s.steady_work.d2h_bytes, static_cast<int64_t>(d2h / n));
   EXPECT_EQ(s.steady_work.host_adam_bytes, static_cast<int64_t>(adam / n));
+  EXPECT_EQ(s.steady_work.norm_host_bytes, static_cast<int64_t>(norm / n));
+  EXPECT_GT(s.steady_work.norm_host_bytes, 0);
   EXPECT_GT(s.steady_work.host_adam_bytes, 0);
   EXPECT_GT(s.steady_step_s, 0);
   EXPECT_NE(log.find("step bound over 4 steady step(s): step "), std::string::npos) << log;

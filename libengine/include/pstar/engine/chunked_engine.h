@@ -223,7 +223,7 @@ class ChunkedEngine : public ParamEngine {
   int64_t num_parameters() const override;
   void begin_step() override;
   void expect_update(double lr, double grad_multiplier) override;
-  void speculate_update(double lr, double grad_multiplier) override;
+  void speculate_update(double lr, double grad_multiplier, double max_norm) override;
   void end_micro_batch() override;
   double grad_norm(double loss_scale) override;
   void update(double lr, double grad_multiplier) override;

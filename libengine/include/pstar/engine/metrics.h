@@ -20,8 +20,6 @@ struct EngineMetrics {
   // CUDA arena, LibTorch's reserved memory and the tier's scratch; on the emulated tier the same as
   // device_peak_bytes. Checked against engine.device_memory (a warning when over).
   int64_t device_reserved_peak_bytes = -1;
-  // Whole-device synchronisations this step, the engine's and the tier's own: 0 at steady state.
-  int64_t device_syncs = -1;
   int64_t host_peak_bytes = -1;
   int64_t moved_h2d_bytes = -1;
   int64_t moved_d2h_bytes = -1;
@@ -29,6 +27,15 @@ struct EngineMetrics {
   // The seconds the training thread spent moving payloads this step (allocating the destination,
   // copying or queueing the copy, re-pointing the tensors).
   double move_s = -1;
+  // What a steady step does not do (Note [speculative adam] in engine/hybrid_adam.h): whole-device
+  // synchronisations, the engine's and the tier's own; the host bytes the tier's pools took from
+  // the system (a free block of the size asked for is reused otherwise); and the times they were
+  // trimmed to stay within engine.host_memory.
+  struct Steady {
+    int64_t device_syncs = -1;
+    int64_t pool_allocated_bytes = -1;
+    int64_t pool_trims = -1;
+  } steady;
   // Adam's figures (the --metrics file's adam_X keys).
   struct Adam {
     int64_t device_chunks = -1;  // chunks whose Adam ran on the device (the margin)
@@ -42,14 +49,25 @@ struct EngineMetrics {
     // Seconds of host Adam finished this step (worker or in place), every kind of job together:
     // early_s / host_s is the share that ran inside the backward.
     double host_s = -1;
-    // Host memory host Adam read and wrote this step (Note [host adam bytes]).
+    // Host Adam passes this step runs (in place, speculated, redone), and the host memory they
+    // read and write (Note [host adam bytes]); the host memory the gradient norm read (every host
+    // chunk's gradient, once).
+    int64_t host_passes = -1;
     int64_t host_bytes = -1;
-    // Note [speculative adam] (engine.speculative_adam on, -1 otherwise): early chunks updated
-    // speculatively this step, those redone with the true multiplier, and the seconds of the
-    // redone Adam (as the worker finished them).
+    int64_t norm_host_bytes = -1;
+    // engine.overlap_adam on: the jobs of other chunks queued ahead of the ones the training thread
+    // waited for (0 when every wait is for the job next in line: Note [speculative adam]).
+    int64_t waited_behind = -1;
+    // Note [speculative adam] (engine.speculative_adam on, -1 otherwise): early chunks queued
+    // speculatively this step, those redone with the true multiplier (their speculative update
+    // ran), and the seconds of the redone Adam (as the worker finished them).
     int64_t speculated_chunks = -1;
     int64_t rolled_back_chunks = -1;
     double rollback_s = -1;
+    // Of speculated_chunks: those whose speculative update was cancelled before it started (the
+    // step clipped, or the sums of squares seen so far showed that it would), updated once after
+    // the norm.
+    int64_t cancelled_chunks = -1;
   } adam;
   // With optimizer payloads on NVMe (engine.nvme_path): bytes the NVMe tier read and wrote, and the
   // seconds the thread running host Adam waited for the disk, over the operations that completed

@@ -39,8 +39,10 @@ class ParamEngine {
   // After begin_step, when the update depends on the gradients (clipping, loss scaling): the update
   // the step makes if it does not clip or overflow. The engine may start it as gradients become
   // final, provided update() (with whatever arguments) or a step without one still gives exactly
-  // what the engine would have without this call (Note [speculative adam]).
-  virtual void speculate_update(double lr, double grad_multiplier) {}
+  // what the engine would have without this call (Note [speculative adam]). `max_norm`: the
+  // gradient norm above which the step clips (gradient_clipping; 0: it never clips), so that the
+  // engine stops speculating once the gradients it has seen show the step will.
+  virtual void speculate_update(double lr, double grad_multiplier, double max_norm) {}
   // After each micro-batch's backward.
   virtual void end_micro_batch() {}
   // The global L2 norm of the unscaled gradient (the backward ran on loss × loss_scale). May be

@@ -77,6 +77,13 @@ void host_adam_step(const AdamHyper& hyper, float grad_scale, const AdamSpan& sp
 // count or the ISA (Note [grad sq sum order] in host_adam.cpp).
 double grad_sq_sum(const void* grad, GradType grad_type, int64_t numel);
 
+// Note [streaming stores] in host_adam.cpp: whether host_adam_step stores `span`'s outputs (its
+// *_out pointers, set) non-temporally on the ISA in use, every thread's range from its first
+// element: PSTAR_ADAM_STREAMING is not 0 and the outputs are aligned alike. Speculative Adam
+// redirects only such spans (Note [speculative adam] in engine/hybrid_adam.h): otherwise a
+// redirected step would read every line it writes, 42 bytes a bf16 parameter instead of 28.
+bool redirected_streams(const AdamSpan& span);
+
 // "avx512", "avx2" or "scalar": the implementation in use, the best this CPU supports unless the
 // environment variable PSTAR_ADAM_ISA (scalar|avx2|avx512, read once) asks for a lower one.
 const char* host_adam_isa();
@@ -103,6 +110,10 @@ Isa set_isa_for_testing(const Isa* isa);
 // -1 also when PSTAR_ADAM_STREAMING=0 (read once; resolve_streaming says what a value means:
 // unset, empty or "1" on, "0" off, anything else a ConfigError).
 int64_t streaming_begin(const AdamSpan& span, int64_t begin, int64_t end, int lanes);
+// The fp32 lanes of one non-temporal group of each ISA's kernel: the scalar kernel's four (SSE),
+// AVX2's 8 and AVX-512's 16.
+constexpr int kScalarStreamLanes = 4;
+int stream_lanes(Isa isa);
 bool resolve_streaming(const char* env_value);
 
 // Scalar coefficients of one step, computed in double as LibTorch does and rounded to float where

@@ -11,7 +11,12 @@
 // bf16 probe measured, the free device memory), gathered once and agreed by every rank, into a
 // RunPlan. Its `config` is the config with every "auto" decided, and the decisions are logged from
 // `decisions`. Gathering the facts needs LibTorch and the device (train/run_facts.h); resolving
-// them does not.
+// them does not. One "auto" is not decided here: engine.speculative_adam's depends on what the
+// run's own steps cost (host Adam's rate, the overlap it gains, how often steps clip), which no
+// fact gathered before the first step says, so the plan gives the rule (Speculation::kByCost) and
+// the trainer decides step by step from the figures it measures, summed over the ranks so that
+// every rank decides alike (Note [speculation by cost] in train/speculation_policy.h); the config
+// keeps "auto".
 #pragma once
 
 #include <cstdint>
@@ -89,9 +94,11 @@ struct RunPlan {
   // Note [flat gathers] in engine/group_sync.h: the most a device communicator's reduction buffer
   // takes (plan::reduce_buffer_bytes); tests lower it to reduce in several pieces.
   int64_t reduce_buffer_cap = kReduceBufferBytes;
-  // Note [speculative adam]: kOff, kAlways (engine.speculative_adam true) or kAfterCalmSteps
-  // ("auto" with the worker: only on steps after ones that did not clip or overflow).
-  enum class Speculation { kOff, kAlways, kAfterCalmSteps };
+  // Note [speculative adam]: kOff, kAlways (engine.speculative_adam true) or kByCost ("auto" with
+  // the worker, where the update waits for the norm: the run decides from its own measured figures
+  // whether a step speculates, every rank alike; Note [speculation by cost] in
+  // train/speculation_policy.h).
+  enum class Speculation { kOff, kAlways, kByCost };
   Speculation speculation = Speculation::kOff;
   // One log line per decision the plan made for the user ("precision: bf16 (...)").
   std::vector<std::string> decisions;

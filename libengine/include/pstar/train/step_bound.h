@@ -4,7 +4,11 @@
 //       compute rate;
 //   (b) the copies between the tiers: the larger direction's bytes over that direction's rate, or
 //       both directions' bytes over the rate of both at once, whichever is larger;
-//   (c) host Adam's bytes (Note [host adam bytes]) over the host's memory bandwidth.
+//   (c) the host memory the step reads and writes, over the host's memory bandwidth: host Adam's
+//       bytes (Note [host adam bytes]: every pass, a rollback's redo included), the gradient norm's
+//       reads of host gradients, and the copies between the tiers, each of which reads or writes
+//       its bytes in host memory once (the CUDA tier's DMA; the emulated tier's memcpy touches
+//       host memory on both sides, which this leaves out).
 // Each term assumes the rest is hidden behind it, so the step can only be slower: step ÷ bound
 // says how far a run is from its machine. pstar train measures the rates itself after the run
 // (measure_rates, on a tier of its own once the engine is released): a dense matmul in the
@@ -46,12 +50,17 @@ struct StepWork {
   double model_flops = 0;
   int64_t h2d_bytes = 0, d2h_bytes = 0;
   int64_t host_adam_bytes = 0;
+  int64_t norm_host_bytes = 0;  // the gradient norm's reads of host gradients
+  // (c)'s bytes: host Adam's, the norm's and the copies'.
+  int64_t host_memory_bytes() const {
+    return host_adam_bytes + norm_host_bytes + h2d_bytes + d2h_bytes;
+  }
 };
 
 struct StepBound {
-  double compute_s = 0, copy_s = 0, host_adam_s = 0;
+  double compute_s = 0, copy_s = 0, host_s = 0;
   double seconds() const;
-  // "compute", "copies" or "host Adam": the term that sets the bound.
+  // "compute", "copies" or "host memory": the term that sets the bound.
   const char* limit() const;
 };
 
@@ -72,8 +81,8 @@ struct RateSizes {
 // every core LibTorch uses and host Adam's in-place pass).
 MachineRates measure_rates(tier::DeviceTier& tier, bool half, const RateSizes& sizes = {});
 
-// "step 1.569 s = 1.21 x the bound 1.297 s (compute 1.297, copies 0.412, host Adam 0.361; set by
-// compute)"
+// "step 1.569 s = 1.21 x the bound 1.297 s (compute 1.297, copies 0.412, host memory 0.361; set
+// by compute)"
 std::string describe_bound(double step_s, const StepBound& bound);
 
 }  // namespace pstar::train
