@@ -59,7 +59,7 @@ TEST_P(GenerateFamilyTest, GreedyTokensAreTheReferences) {
 
 INSTANTIATE_TEST_SUITE_P(Families, GenerateFamilyTest,
                          ::testing::Values("llama", "mistral", "qwen2", "qwen3", "gemma3_text",
-                                           "phi3"));
+                                           "phi3", "mixtral", "qwen3_moe"));
 
 TEST(GenerateTest, ASeedRepeatsItsSamplesAndTopK1IsGreedy) {
   const GenerationReference* ref = pstar::testing::generation_reference("llama");
