@@ -13,6 +13,7 @@
 
 #include "engine/cpu_plan.h"
 #include "engine/dist/thread_ranks.h"
+#include "engine/engine/family_training.h"
 #include "engine/family_folders.h"
 #include "engine/step_losses.h"
 #include "pstar/chunk/access_trace.h"
@@ -27,26 +28,7 @@ namespace {
 using pstar::testing::FamilyFolder;
 using pstar::testing::losses;
 
-constexpr double kTolerance = 1e-5;  // relative, fp32 against float64
-
-TrainOptions quiet(dist::Communicator* comm = nullptr) {
-  TrainOptions o;
-  o.device = "cpu";
-  o.progress = false;
-  o.comm = comm;
-  return o;
-}
-
-std::vector<StepMetrics> run(const config::TrainConfig& c, engine::ChunkedEngine** engine = nullptr,
-                             std::unique_ptr<Trainer>* keep = nullptr) {
-  auto built = build_model_and_engine(pstar::testing::cpu_plan(c));
-  if (engine) *engine = dynamic_cast<engine::ChunkedEngine*>(built.engine.get());
-  auto trainer = std::make_unique<Trainer>(c, std::move(built), quiet());
-  std::vector<StepMetrics> out;
-  while (trainer->steps_done() < c.training.steps) out.push_back(trainer->step());
-  if (keep) *keep = std::move(trainer);
-  return out;
-}
+constexpr double kTolerance = pstar::testing::kFamilyTolerance;
 
 void expect_reference(const std::vector<StepMetrics>& got, const FamilyFolder& f,
                       const std::string& what) {
@@ -67,12 +49,12 @@ TEST_P(FamilyTrainingTest, BothEnginesBudgetsAndRanksGiveTheReferenceLosses) {
   c.use_cpu_embedding = config::OnOffAuto::kOff;
 
   c.engine.mode = config::EngineMode::kTorch;
-  expect_reference(run(c), *f, "torch engine");
+  expect_reference(pstar::testing::run_steps(c), *f, "torch engine");
 
   c.engine.mode = config::EngineMode::kChunked;
   engine::ChunkedEngine* engine = nullptr;
   std::unique_ptr<Trainer> keep;
-  const auto free_run = run(c, &engine, &keep);
+  const auto free_run = pstar::testing::run_steps(c, &engine, &keep);
   expect_reference(free_run, *f, "chunk engine");
   int64_t non_model = engine->fit().device_non_model;
   for (int64_t b : engine->trace().non_model_bytes) non_model = std::max(non_model, b);
@@ -82,7 +64,7 @@ TEST_P(FamilyTrainingTest, BothEnginesBudgetsAndRanksGiveTheReferenceLosses) {
 
   config::TrainConfig tight = c;
   tight.engine.device_memory = non_model + working_set + 2 * chunk_bytes;
-  const auto budgeted = run(tight, &engine, &keep);
+  const auto budgeted = pstar::testing::run_steps(tight, &engine, &keep);
   EXPECT_EQ(losses(budgeted), losses(free_run)) << "a tight budget changed the numbers";
   int64_t moved = 0;
   for (const auto& m : budgeted) moved += m.engine.moved_h2d_bytes;
@@ -97,7 +79,7 @@ TEST_P(FamilyTrainingTest, BothEnginesBudgetsAndRanksGiveTheReferenceLosses) {
   std::vector<std::vector<StepMetrics>> ranked(kRanks);
   pstar::testing::run_thread_ranks(kRanks, [&](dist::Communicator& comm) {
     Trainer trainer(halves, build_model_and_engine(pstar::testing::cpu_plan(halves, &comm), &comm),
-                    quiet(&comm));
+                    pstar::testing::quiet_cpu(&comm));
     auto& out = ranked[static_cast<size_t>(comm.rank())];
     while (trainer.steps_done() < halves.training.steps) out.push_back(trainer.step());
     return true;
@@ -121,7 +103,7 @@ TEST(FamilyTrainingPaddingTest, ThePadRowLearnsNothingFromItsLookups) {
       GTEST_SKIP() << "no Python with torch (Debian: apt-get install python3-torch)";
     config::TrainConfig c = pstar::testing::family_training_config(*f);
     c.engine.mode = config::EngineMode::kTorch;
-    expect_reference(run(c), *f, "with padding_idx");
+    expect_reference(pstar::testing::run_steps(c), *f, "with padding_idx");
     // The same run with the pad id unset in the folder's config.json.
     pstar::testing::ScratchDir dir;
     const std::string copy = dir.file("folder");
@@ -130,7 +112,7 @@ TEST(FamilyTrainingPaddingTest, ThePadRowLearnsNothingFromItsLookups) {
     j["pad_token_id"] = nullptr;
     pstar::testing::write_text(copy + "/config.json", j.dump());
     c.model.init_from = copy;
-    const auto unpadded = run(c);
+    const auto unpadded = pstar::testing::run_steps(c);
     EXPECT_NEAR(unpadded[0].loss, f->losses[0], kTolerance * f->losses[0]);
     EXPECT_GT(std::abs(unpadded[1].loss - f->losses[1]), 10 * kTolerance * f->losses[1])
         << "the pad row's gradient does not show in step 2";

@@ -13,6 +13,7 @@
 
 #include "engine/cpu_plan.h"
 #include "engine/dist/thread_ranks.h"
+#include "engine/engine/family_training.h"
 #include "engine/family_folders.h"
 #include "engine/step_losses.h"
 #include "pstar/checkpoint/store.h"
@@ -30,28 +31,9 @@ namespace {
 using pstar::testing::FamilyFolder;
 using pstar::testing::losses;
 
-constexpr double kTolerance = 1e-5;  // relative, fp32 against float64
+constexpr double kTolerance = pstar::testing::kFamilyTolerance;
 constexpr const char* kNoTorch =
     "no Python with torch to write the reference folders (Debian: apt-get install python3-torch)";
-
-TrainOptions quiet(dist::Communicator* comm = nullptr) {
-  TrainOptions o;
-  o.device = "cpu";
-  o.progress = false;
-  o.comm = comm;
-  return o;
-}
-
-std::vector<StepMetrics> run(const config::TrainConfig& c, engine::ChunkedEngine** engine = nullptr,
-                             std::unique_ptr<Trainer>* keep = nullptr) {
-  auto built = build_model_and_engine(pstar::testing::cpu_plan(c));
-  if (engine) *engine = dynamic_cast<engine::ChunkedEngine*>(built.engine.get());
-  auto trainer = std::make_unique<Trainer>(c, std::move(built), quiet());
-  std::vector<StepMetrics> out;
-  while (trainer->steps_done() < c.training.steps) out.push_back(trainer->step());
-  if (keep) *keep = std::move(trainer);
-  return out;
-}
 
 void expect_reference(const std::vector<StepMetrics>& got, const FamilyFolder& f,
                       const std::string& what) {
@@ -88,9 +70,9 @@ TEST_P(MoeTrainingTest, TheAuxLossTrainsAndFusedExpertsLoad) {
     if (f == nullptr) GTEST_SKIP() << kNoTorch;
     config::TrainConfig c = moe_config(*f);
     c.engine.mode = config::EngineMode::kTorch;
-    expect_reference(run(c), *f, "torch engine");
+    expect_reference(pstar::testing::run_steps(c), *f, "torch engine");
     c.engine.mode = config::EngineMode::kChunked;
-    expect_reference(run(c), *f, "chunk engine");
+    expect_reference(pstar::testing::run_steps(c), *f, "chunk engine");
   }
   // The plain folder's second loss differs from the "aux" one's: the loss did train.
   const FamilyFolder* plain = pstar::testing::family_folder(GetParam());
@@ -116,7 +98,7 @@ TEST_P(MoeTrainingTest, RoutingTheDataDecidesKeepsTheTraceBudgetAndRanks) {
     c.engine.mode = config::EngineMode::kChunked;
     engine::ChunkedEngine* engine = nullptr;
     std::unique_ptr<Trainer> keep;
-    const auto free_run = run(c, &engine, &keep);
+    const auto free_run = pstar::testing::run_steps(c, &engine, &keep);
     expect_reference(free_run, *f, "chunk engine");
     // The whole-step idle experts the layout makes: step 1's in "routed", step 2's in the reverse.
     EXPECT_EQ(free_run[0].routing->idle_in_step, reverse ? 0 : idle_pairs);
@@ -129,7 +111,7 @@ TEST_P(MoeTrainingTest, RoutingTheDataDecidesKeepsTheTraceBudgetAndRanks) {
 
     config::TrainConfig tight = c;
     tight.engine.device_memory = budget;
-    const auto budgeted = run(tight);
+    const auto budgeted = pstar::testing::run_steps(tight);
     EXPECT_EQ(losses(budgeted), losses(free_run)) << "a tight budget changed the numbers";
     int64_t moved = 0;
     for (const auto& m : budgeted) {
@@ -148,7 +130,7 @@ TEST_P(MoeTrainingTest, RoutingTheDataDecidesKeepsTheTraceBudgetAndRanks) {
     pstar::testing::run_thread_ranks(kRanks, [&](dist::Communicator& comm) {
       Trainer trainer(halves,
                       build_model_and_engine(pstar::testing::cpu_plan(halves, &comm), &comm),
-                      quiet(&comm));
+                      pstar::testing::quiet_cpu(&comm));
       auto& out = ranked[static_cast<size_t>(comm.rank())];
       while (trainer.steps_done() < halves.training.steps) out.push_back(trainer.step());
       return true;
@@ -181,7 +163,7 @@ TEST_P(MoeTrainingTest, AnIdleExpertsSlotHoldsNoStaleGradientUnderBf16) {
   c.training.steps = 1;
   c.training.save_dir = dir.file("ck");
   c.training.save_interval = 1;
-  const auto metrics = run(c);
+  const auto metrics = pstar::testing::run_steps(c);
   ASSERT_EQ(metrics[0].routing->idle_in_step, 2 * sparse_layers(family));
   const auto saved = checkpoint::read_checkpoint_file(
       checkpoint::checkpoint_dir(c.training.save_dir, 1) + "/ckpt-0.pt");
