@@ -43,8 +43,9 @@ std::vector<int64_t> first_ids(int64_t n) {
   return ids;
 }
 
-// One iteration as the engine records it: moment t opens, uses accesses[t] (and groups[t]), and
-// its window closes with non_model[t] when the next one opens (the last stays open).
+// One iteration as the engine records it: moment t ("m<t>") opens, uses accesses[t] (and
+// groups[t]), and its window closes with non_model[t] when the next one opens (the last stays
+// open).
 void record_iteration(Placement& p, const std::vector<std::vector<int64_t>>& accesses,
                       const std::vector<int64_t>& non_model,
                       const std::vector<std::vector<int64_t>>& groups = {},
@@ -52,7 +53,7 @@ void record_iteration(Placement& p, const std::vector<std::vector<int64_t>>& acc
   p.begin_iteration();
   for (size_t t = 0; t < accesses.size(); ++t) {
     if (t > 0) p.close_window(non_model[t - 1]);
-    p.open_moment("moment " + std::to_string(t), !backward.empty() && backward[t]);
+    p.open_moment("m" + std::to_string(t), !backward.empty() && backward[t]);
     p.record_use(accesses[t], groups.empty() ? std::vector<int64_t>{} : groups[t]);
   }
 }
@@ -84,7 +85,7 @@ TEST(Placement, WarmUpKeepsOnlyWhatIsInUseAndRecordsTheLastIteration) {
   // The trace is the last warm-up iteration's uses, with the highest non-model peak per moment.
   EXPECT_EQ(p.trace().accesses, second);
   EXPECT_EQ(p.trace().non_model_bytes, (std::vector<int64_t>{300, 200, 0}));
-  EXPECT_EQ(p.moment_names(), (std::vector<std::string>{"moment 0", "moment 1", "moment 2"}));
+  EXPECT_EQ(p.moment_names(), (std::vector<std::string>{"m0", "m1", "m2"}));
   EXPECT_EQ(p.peak_non_model(), 300);
   EXPECT_EQ(p.largest_working_set(), 2);
   EXPECT_EQ(p.iterations(), 2);
@@ -174,13 +175,32 @@ TEST(Placement, TheNextMomentsGroupsAndTheGatheredPeakFollowThePlan) {
             (usable - 1200 - 2 * kChunkBytes) / kWholeBytes);
 }
 
+// Note [fixed trace]: a later iteration whose moments are not the warm-up's, in order, is an
+// InternalError naming both, never a plan applied to the wrong modules.
+TEST(Placement, AMomentOtherThanTheWarmUpsIsAnInternalError) {
+  Placement p(settings(300));
+  record_iteration(p, {{0}, {1}, {}}, {0, 0, 0});
+  ASSERT_TRUE(p.end_iteration());
+  p.set_margin({}, 2);
+  p.begin_iteration();
+  p.open_moment("m0", false);
+  try {
+    p.open_moment("m2", false);
+    FAIL() << "a skipped moment was taken as the warm-up's";
+  } catch (const InternalError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("\"m2\""), std::string::npos) << what;
+    EXPECT_NE(what.find("\"m1\""), std::string::npos) << what;
+  }
+}
+
 TEST(Placement, AMomentThatCannotMakeRoomIsRefusedByName) {
   Placement p(settings(300));  // 3 chunks at every moment
   record_iteration(p, {{0, 1}, {2}, {}}, {0, 0, 0});
   ASSERT_TRUE(p.end_iteration());
   p.set_margin({}, 4);
   p.begin_iteration();
-  p.open_moment("forward of h.0", false);
+  p.open_moment("m0", false);  // Note [fixed trace]: the warm-up's moment 0
   // Resident 0, 1, 3, all in use: chunk 2 finds no room.
   try {
     p.evictions({2}, kChunkBytes, room_of({0, 1, 3}, {0, 1, 3}), "forward of h.0");
@@ -226,7 +246,7 @@ void play_against_the_simulator(std::mt19937& rng, int64_t chunks, int max_used,
     p.begin_iteration();
     for (int64_t t = 0; t < moments; ++t) {
       if (t > 0) p.close_window(non_model[t - 1]);
-      p.open_moment("m", false);
+      p.open_moment("m" + std::to_string(t), false);
       const std::vector<int64_t>& need = accesses[t];
       int64_t missing = 0;
       for (int64_t k : need) missing += resident.count(k) ? 0 : p.compute_bytes(k);

@@ -67,6 +67,9 @@ const std::map<std::string, int64_t>& published() {
       {"gemma-3-12b", 11766034176LL},
       {"gemma-3-27b", 27009346304LL},
       {"phi-4", 14659507200LL},
+      // Issue 55's mixtures of experts (every expert counted), as their config.json files give.
+      {"mixtral-8x7b", 46702792704LL},
+      {"qwen3-30b-a3b", 30532122624LL},
   };
   return counts;
 }

@@ -77,8 +77,8 @@ StepMetrics every_figure() {
 // Note [one metric table]: each number's tag is its group and its key ("eval/loss" for the held-out
 // loss), in one of the groups the docs describe, and no two share one.
 TEST(MetricTableTest, EveryNumberHasAGroupedTagOfItsKey) {
-  const std::set<std::string> groups = {"train",  "eval", "perf", "memory",
-                                        "engine", "adam", "nvme", "comm"};
+  const std::set<std::string> groups = {"train", "eval", "perf", "memory", "engine",
+                                        "adam",  "nvme", "comm", "moe"};
   std::set<std::string> tags;
   for (const MetricValue& v : metric_values(every_figure())) {
     const std::string key(v.key), tag(v.tag);
