@@ -250,7 +250,7 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
       // cross-entropy; records' sums are scaled by R / N below, so by N / (R·A) here.
       const model::CausalLM::AuxiliaryLoss aux = model->auxiliary_loss();
       metrics.routing.observe(model->expert_tokens(),
-                      aux.value.defined() ? aux.value.detach() : torch::Tensor());
+                              aux.value.defined() ? aux.value.detach() : torch::Tensor());
       torch::Tensor total = loss.value;
       if (aux.value.defined() && aux.weight > 0) {
         const double scale = data.has_records() ? static_cast<double>(counted) /

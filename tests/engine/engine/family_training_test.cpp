@@ -73,17 +73,7 @@ TEST_P(FamilyTrainingTest, BothEnginesBudgetsAndRanksGiveTheReferenceLosses) {
 
   // Two ranks of half the batch each: the same global batch, ZeRO over the chunks.
   constexpr int kRanks = 2;
-  config::TrainConfig halves = c;
-  halves.train_micro_batch_size_per_gpu = f->batch / kRanks;
-  halves.train_batch_size = f->batch;
-  std::vector<std::vector<StepMetrics>> ranked(kRanks);
-  pstar::testing::run_thread_ranks(kRanks, [&](dist::Communicator& comm) {
-    Trainer trainer(halves, build_model_and_engine(pstar::testing::cpu_plan(halves, &comm), &comm),
-                    pstar::testing::quiet_cpu(&comm));
-    auto& out = ranked[static_cast<size_t>(comm.rank())];
-    while (trainer.steps_done() < halves.training.steps) out.push_back(trainer.step());
-    return true;
-  });
+  const auto ranked = pstar::testing::run_split_over_ranks(c, kRanks);
   for (int r = 0; r < kRanks; ++r)
     expect_reference(ranked[static_cast<size_t>(r)], *f, "rank " + std::to_string(r) + " of 2");
 }

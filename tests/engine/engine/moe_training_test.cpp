@@ -123,18 +123,7 @@ TEST_P(MoeTrainingTest, RoutingTheDataDecidesKeepsTheTraceBudgetAndRanks) {
     // Two ranks of two windows each: in "routed" step 2 rank 0 idles experts 2 and 3, rank 1
     // experts 0 and 1, and no expert is idle over both; the reverse's step 1 likewise.
     constexpr int kRanks = 2;
-    config::TrainConfig halves = tight;
-    halves.train_micro_batch_size_per_gpu = f->batch / kRanks;
-    halves.train_batch_size = f->batch;
-    std::vector<std::vector<StepMetrics>> ranked(kRanks);
-    pstar::testing::run_thread_ranks(kRanks, [&](dist::Communicator& comm) {
-      Trainer trainer(halves,
-                      build_model_and_engine(pstar::testing::cpu_plan(halves, &comm), &comm),
-                      pstar::testing::quiet_cpu(&comm));
-      auto& out = ranked[static_cast<size_t>(comm.rank())];
-      while (trainer.steps_done() < halves.training.steps) out.push_back(trainer.step());
-      return true;
-    });
+    const auto ranked = pstar::testing::run_split_over_ranks(tight, kRanks);
     const size_t split_step = reverse ? 0 : 1;
     for (int r = 0; r < kRanks; ++r) {
       const auto& got = ranked[static_cast<size_t>(r)];

@@ -290,8 +290,7 @@ INSTANTIATE_TEST_SUITE_P(
         LlamaCase{"mha_untied_fp32", 96, 4, 4, 256, false, 64, 4, false, false, 40, 16},
         LlamaCase{"gemma3_tied_bf16", 128, 4, 2, 352, true, 64, 8, true, false, 48, 24,
                   "gemma3_text"},
-        LlamaCase{"qwen3_untied_fp32", 96, 4, 2, 256, false, 64, 4, false, false, 40, 16,
-                  "qwen3"}),
+        LlamaCase{"qwen3_untied_fp32", 96, 4, 2, 256, false, 64, 4, false, false, 40, 16, "qwen3"}),
     [](const ::testing::TestParamInfo<LlamaCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
