@@ -371,7 +371,7 @@ CausalLM::AuxiliaryLoss Decoder::auxiliary_loss() {
 
 torch::Tensor Decoder::expert_tokens() {
   if (!config_.moe || routing_.tokens.empty()) return {};
-  return torch::stack(routing_.tokens).to(torch::kCPU);
+  return torch::stack(routing_.tokens);
 }
 
 torch::Tensor Decoder::forward(const torch::Tensor& input_ids) {

@@ -75,7 +75,7 @@ torch::Tensor DecoderMoe::forward(const torch::Tensor& x) {
     begin += n;
   }
   if (record_ != nullptr) {
-    record_->tokens.push_back(counts);
+    record_->tokens.push_back(host_counts);  // already on the host for the loop above
     record_->tokens_per_layer = tokens;
     // Note [router aux loss]: the sum over tokens of each expert's probability.
     record_->probability_sums.push_back(record_->with_grad ? probs.sum(0) : probs.detach().sum(0));

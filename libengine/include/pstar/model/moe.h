@@ -15,8 +15,9 @@ class DecoderLinear;  // decoder.h
 
 // What one forward's blocks routed: the load-balancing loss's figures and the metrics'.
 struct RoutingRecord {
-  // Per sparse layer, in order: tokens each expert received ([experts] int64, on the model's
-  // device), and the sum over tokens of the router's probabilities ([experts] fp32; with grad
+  // Per sparse layer, in order: tokens each expert received ([experts] int64, on the host: the
+  // block copies them there to split its tokens, so the metrics read them without another copy),
+  // and the sum over tokens of the router's probabilities ([experts] fp32; with grad
   // when the loss trains, Note [router aux loss]).
   std::vector<torch::Tensor> tokens, probability_sums;
   int64_t tokens_per_layer = 0;  // T: the tokens every sparse layer routes
