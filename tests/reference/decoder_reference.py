@@ -403,7 +403,9 @@ def train_losses(logits_of, params, tokens, batch, seq, steps, lr, weight_decay,
         out.append(loss.item())
         aux = aux_of() if aux_of is not None else None
         if s + 1 < steps:
-            opt.zero_grad()
+            # None, not zero: torch's AdamW skips a parameter the step's loss does not reach (a
+            # mixture of experts' expert no token chose), as pstar does (Note [held parameters]).
+            opt.zero_grad(set_to_none=True)
             (loss if aux is None else loss + aux).backward()
             opt.step()
     return out
@@ -510,13 +512,14 @@ def main():
                              "mixtral", "qwen3_moe"])
     ap.add_argument("--variant", default="",
                     help="rope_parameters | wrapped | wrapped_v5 (the two: gemma3_text) | aux | "
-                         "fused_experts (the two: mixtral, qwen3_moe)")
+                         "fused_experts | routed | routed_reverse | routed_gap (the five: "
+                         "mixtral, qwen3_moe)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--steps", type=int, help="optimizer steps (default 2; routed_gap: 5)")
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--vocab", type=int, help="overrides vocab_size (e.g. a real tokenizer's)")
@@ -527,11 +530,10 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=8, help="with --generate: tokens a prompt")
     args = ap.parse_args()
 
+    if args.steps is None:
+        args.steps = MOE.ROUTED_STEPS.get(args.variant, 2)
     if args.variant in MOE.ROUTED:
-        # The routed variants idle experts for whole steps; without weight decay an idle expert's
-        # first update is none under both torch's rule (no gradient) and pstar's (a zero one).
         assert args.seq == 16, "the routed variants lay out windows of 16 tokens"
-        args.weight_decay = 0.0
     count = args.steps * args.batch * args.seq + 1
     config, stored, weights, tokens = make_case(args.family, args.variant, args.seed, count,
                                                 args.vocab, args.max_positions,

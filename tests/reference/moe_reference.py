@@ -168,8 +168,15 @@ def fuse(c, weights):
 # low (L) or all high (H) ids. With 4 windows a step and two ranks of two windows each:
 # "routed" (L L L L | L L H H): experts 2 and 3 idle for the whole first step (the warm-up), then
 # used, on one rank only; "routed_reverse" (L L H H | H H H H): every expert used in the warm-up
-# (on different ranks), experts 0 and 1 idle for the whole second step.
-ROUTED = {"routed": "LLLLLLHH", "routed_reverse": "LLHHHHHH"}
+# (on different ranks), experts 0 and 1 idle for the whole second step; "routed_gap" (L L H H |
+# L L H H | L L L L | L L H H | L L H H, five steps): experts 2 and 3 idle for the whole third step
+# on every rank, between steps that use them. torch's AdamW skips an expert no token chose (its
+# gradient is None: the modules are never called), so in "routed_gap" the third update leaves
+# experts 2 and 3 as they are (no weight decay, moments kept) and the fourth runs their bias
+# corrections at their own step count, 3.
+ROUTED = {"routed": "LLLLLLHH", "routed_reverse": "LLHHHHHH",
+          "routed_gap": "LLHHLLHHLLLLLLHHLLHH"}
+ROUTED_STEPS = {"routed_gap": 5}
 
 
 def route_by_halves(c, weights):

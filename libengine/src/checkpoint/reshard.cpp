@@ -157,6 +157,9 @@ TensorList rank_tensors(const CheckpointIndex& index, const std::map<std::string
                 "' is missing; a resumable checkpoint needs it");
     out.emplace_back(key, it->second);
   }
+  // Note [held parameters]: the updates each parameter missed, the same on every rank.
+  for (const auto& [key, value] : first)
+    if (starts_with(key, kAdamMissedPrefix)) out.emplace_back(key, value);
   const size_t rng_rank = r < index.world_size ? static_cast<size_t>(r) : 0;
   const auto& rng_source = index.run_state[rng_rank];
   auto rng = rng_source.find(kRng);

@@ -272,6 +272,17 @@ const at::Tensor& checkpoint_tensor(const TensorMap& tensors, const std::string&
   return t;
 }
 
+int64_t adam_missed(const TensorMap& tensors, const std::string& name, int64_t adam_steps,
+                    const std::string& file) {
+  const std::string key = adam_missed_of(name);
+  if (tensors.find(key) == tensors.end()) return 0;
+  const int64_t missed = checkpoint_tensor(tensors, key, file, {}, at::kLong).item<int64_t>();
+  PSTAR_CHECK(missed >= 0 && missed <= adam_steps, FormatError, file, ": tensor '", key,
+              "' says the parameter missed ", missed, " of ", adam_steps,
+              " Adam updates; it must be between 0 and ", adam_steps);
+  return missed;
+}
+
 std::string checkpoint_dir(const std::string& save_dir, int64_t step) {
   char name[32];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));

@@ -447,6 +447,21 @@ void ChunkedEngine::speculate_update(double lr, double grad_multiplier, double m
       max_norm > 0 ? bound * bound * (1 + 1e-9) : std::numeric_limits<double>::infinity());
 }
 
+void ChunkedEngine::skip_update(const std::vector<std::string>& names) {
+  Impl& s = *impl_;
+  std::unordered_map<std::string, int64_t> ids;
+  const auto& tensors = s.store.tensors();
+  for (size_t i = 0; i < tensors.size(); ++i) ids.emplace(tensors[i].name, static_cast<int64_t>(i));
+  std::vector<int64_t> held;
+  for (const std::string& name : names) {
+    const auto it = ids.find(name);
+    PSTAR_INTERNAL_ASSERT(it != ids.end(), "skip_update: the engine holds no parameter '", name,
+                          "'");
+    held.push_back(it->second);
+  }
+  s.adam.tensor_steps().hold(held);
+}
+
 void ChunkedEngine::end_micro_batch() {
   Impl& s = *impl_;
   s.adam.await_queued();  // a model whose backward ran no module hook has not waited yet
@@ -522,6 +537,11 @@ void ChunkedEngine::state_dict(TensorList& out) {
   }
   s.store.unstage_optimizer();
   out.emplace_back(ckpt::kAdamStep, torch::tensor(s.adam.steps(), torch::kInt64));
+  // Note [held parameters]: every rank knows every tensor's count, and writes them all.
+  const auto& tensors = store.tensors();
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (const int64_t missed = s.adam.tensor_steps().missed(static_cast<int64_t>(i)); missed > 0)
+      out.emplace_back(ckpt::adam_missed_of(tensors[i].name), torch::tensor(missed, torch::kInt64));
 }
 
 void ChunkedEngine::load_state_dict(const TensorMap& in, const std::string& file) {
@@ -529,9 +549,14 @@ void ChunkedEngine::load_state_dict(const TensorMap& in, const std::string& file
   s.adam.await_all();
   s.store.synchronize();
   torch::NoGradGuard no_grad;
-  s.adam.set_steps(checkpoint_tensor(in, ckpt::kAdamStep, file, {}, torch::kInt64).item<int64_t>());
+  const int64_t steps =
+      checkpoint_tensor(in, ckpt::kAdamStep, file, {}, torch::kInt64).item<int64_t>();
+  s.adam.set_steps(steps);
   ChunkStore& store = s.store;
   const ChunkFormat& f = store.format();
+  for (size_t i = 0; i < store.tensors().size(); ++i)
+    s.adam.tensor_steps().set_missed(static_cast<int64_t>(i),
+                                     ckpt::adam_missed(in, store.tensors()[i].name, steps, file));
   for (const auto& t : store.tensors()) {
     const OwnedPiece piece = store.owned_piece(t);
     if (piece.numel() == 0) continue;

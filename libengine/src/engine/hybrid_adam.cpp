@@ -13,7 +13,7 @@ using core::seconds_since;
 
 HybridAdam::HybridAdam(ChunkStore& store, const optim::AdamHyper& settings, bool overlap,
                        int64_t world_size)
-    : store_(store), settings_(settings), world_size_(world_size) {
+    : store_(store), settings_(settings), world_size_(world_size), tensor_steps_(store) {
   if (overlap) worker_ = std::make_unique<core::OrderedWorker>();
 }
 
@@ -171,9 +171,9 @@ double HybridAdam::device_nvme_step(int64_t k, const optim::AdamHyper& hyper, fl
   if (!f.reuse) tier.copy(grad, c.grad, f.chunk_size * 4);
   store_.traffic().d2h += store_.compute_bytes(k);
   store_.synchronize();
-  const double read_wait_s =
-      host_step(tier, store_.nvme(), k, hyper, multiplier,
-                compute_span(c, param.data(), f.reuse ? param.data() : grad.data()));
+  const double read_wait_s = host_step(
+      tier, store_.nvme(), k, hyper, multiplier,
+      compute_span(c, param.data(), f.reuse ? param.data() : grad.data()), tensor_steps_.runs(k));
   tier.copy(c.param, param, param_bytes);
   store_.traffic().h2d += param_bytes;
   return read_wait_s;
@@ -211,17 +211,17 @@ optim::AdamSpan HybridAdam::span(int64_t k) {
 // Host Adam of chunk k over `span`; an NVMe chunk's optimizer payloads are staged around it (Note
 // [nvme staging]): read (or found ahead), updated, written back behind.
 double HybridAdam::host_step(tier::DeviceTier& tier, NvmeOptimizer* nvme, int64_t k,
-                             const optim::AdamHyper& hyper, float multiplier,
-                             optim::AdamSpan span) {
+                             const optim::AdamHyper& hyper, float multiplier, optim::AdamSpan span,
+                             const std::vector<AdamRun>* runs) {
   if (nvme == nullptr) {
-    tier.adam_step(Place::kHost, hyper, multiplier, span);
+    AdamSteps::run(tier, Place::kHost, hyper, multiplier, span, runs);
     return 0;
   }
   const StagedOptimizer staged = nvme->acquire(k, NvmeOptimizer::Use::kAdam);
   if (staged.master != nullptr) span.master = staged.master;
   span.exp_avg = staged.exp_avg;
   span.exp_avg_sq = staged.exp_avg_sq;
-  tier.adam_step(Place::kHost, hyper, multiplier, span);
+  AdamSteps::run(tier, Place::kHost, hyper, multiplier, span, runs);
   nvme->release(k, /*dirty=*/true);
   return staged.wait_s;
 }
@@ -264,14 +264,20 @@ void HybridAdam::queue_host(int64_t k, const optim::AdamHyper& hyper, float mult
   Block* grad = store_.format().reuse || speculative ? nullptr : &c.grad;
   HybridAdam* self = this;
   NvmeOptimizer* nvme = nvme_for(k);
+  // A copy: the runs change at the next step's hold, while this job may still wait in the queue.
+  const std::vector<AdamRun>* own_runs = tensor_steps_.runs(k);
+  const bool with_runs = own_runs != nullptr;
+  std::vector<AdamRun> runs = with_runs ? *own_runs : std::vector<AdamRun>{};
   // An NVMe chunk's early update runs in the order its read was announced (Note [nvme staging]).
   const int64_t at = kind == JobKind::kEarly && nvme != nullptr ? kSumPriority : priority(k);
   c.adam.ticket = worker_->submit(
-      [self, tier, nvme, k, hyper, multiplier, span, grad, kind, job, round] {
+      [self, tier, nvme, k, hyper, multiplier, span, grad, kind, job, round, with_runs,
+       runs = std::move(runs)] {
         // Cancelled by the step's norm, or by the sums seen so far: it never starts.
         if (job && !job->start(round->stopped.load())) return;
         const auto begin = std::chrono::steady_clock::now();
-        const double read_wait_s = host_step(*tier, nvme, k, hyper, multiplier, span);
+        const double read_wait_s =
+            host_step(*tier, nvme, k, hyper, multiplier, span, with_runs ? &runs : nullptr);
         if (grad != nullptr) tier->zero(*grad, span.numel * 4);
         const double seconds = seconds_since(begin);
         const std::lock_guard<std::mutex> lock(self->done_mutex_);
@@ -442,7 +448,7 @@ void HybridAdam::update(double lr, double grad_multiplier, bool planned) {
     const Chunk& c = store_.chunk(k);
     if (c.remote || c.optimizer_place != Place::kDevice) continue;
     const auto begin = std::chrono::steady_clock::now();
-    store_.tier().adam_step(Place::kDevice, h, m, span(k));
+    AdamSteps::run(store_.tier(), Place::kDevice, h, m, span(k), tensor_steps_.runs(k));
     ++figures_.device_chunks;
     store_.record(k, formats::ChunkEventKind::kAdamDevice, store_.optimizer_bytes(k),
                   seconds_since(begin));
@@ -480,7 +486,8 @@ void HybridAdam::update(double lr, double grad_multiplier, bool planned) {
     for (size_t i = 0; i < host.size(); ++i) {
       const int64_t k = host[i];
       const auto begin = std::chrono::steady_clock::now();
-      const double read_wait_s = host_step(store_.tier(), nvme[i], k, h, m, span(k));
+      const double read_wait_s =
+          host_step(store_.tier(), nvme[i], k, h, m, span(k), tensor_steps_.runs(k));
       record_host(k, seconds_since(begin), nvme[i] != nullptr, read_wait_s);
       count_pass(k, /*redirected=*/false);
     }
@@ -490,6 +497,7 @@ void HybridAdam::update(double lr, double grad_multiplier, bool planned) {
 }
 
 void HybridAdam::end_step() {
+  tensor_steps_.end_step(updated_);
   updated_ = false;
   expected_.reset();
   for (Chunk& c : store_.chunks()) {

@@ -63,6 +63,7 @@
 #include <utility>
 #include <vector>
 
+#include "adam_steps.h"
 #include "chunk_store.h"
 #include "pstar/optim/host_adam.h"
 #include "speculation.h"
@@ -117,6 +118,9 @@ class HybridAdam {
   bool overlapping() const { return worker_ != nullptr; }
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }
+  // Per-tensor step counts and this step's held tensors (Note [held parameters]): set before the
+  // last backward, as the early updates start there.
+  AdamSteps& tensor_steps() { return tensor_steps_; }
   // After the plan: the order the next forward first needs the chunks in, which update() queues
   // host chunks in and the worker runs every chunk's jobs in (Note [speculative adam]).
   void set_order(std::vector<int64_t> order);
@@ -175,7 +179,8 @@ class HybridAdam {
   NvmeOptimizer* nvme_for(int64_t k);
   // Returns the seconds an NVMe chunk waited for its read (0 otherwise).
   static double host_step(tier::DeviceTier& tier, NvmeOptimizer* nvme, int64_t k,
-                          const optim::AdamHyper& hyper, float multiplier, optim::AdamSpan span);
+                          const optim::AdamHyper& hyper, float multiplier, optim::AdamSpan span,
+                          const std::vector<AdamRun>* runs);
   // Chunk k's host Adam ran: its events (and its NVMe read and write-back).
   enum class JobKind : uint8_t { kLater, kEarly, kRedo };
   void record_host(int64_t k, double seconds, bool nvme, double read_wait_s);
@@ -207,6 +212,7 @@ class HybridAdam {
   optim::AdamHyper settings_;
   int64_t world_size_ = 1;
   int64_t steps_ = 0;
+  AdamSteps tensor_steps_;
   bool updated_ = false;  // this step's update ran
   std::vector<int64_t> order_;
   std::vector<int64_t> position_;  // chunk -> its place in order_ (order_.size(): none)

@@ -10,6 +10,7 @@ target_sources(pstar_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/group_sync.cpp
   ${CMAKE_CURRENT_LIST_DIR}/group_sync_queue.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hybrid_adam.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/adam_steps.cpp
   ${CMAKE_CURRENT_LIST_DIR}/speculation.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gradients.cpp
   ${CMAKE_CURRENT_LIST_DIR}/grad_accumulator.cpp

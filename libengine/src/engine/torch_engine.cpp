@@ -5,6 +5,7 @@
 #include "pstar/checkpoint/store.h"
 #include "pstar/plan/run_plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -66,6 +67,17 @@ class TorchEngine : public ParamEngine {
                   : std::string("torch, fp32");
   }
 
+  // Note [held parameters]: their gradients become None at the update, which torch's Adam skips.
+  void skip_update(const std::vector<std::string>& names) override {
+    held_.clear();
+    for (const std::string& name : names) {
+      const auto it = std::find(names_.begin(), names_.end(), name);
+      PSTAR_INTERNAL_ASSERT(it != names_.end(), "skip_update: the model has no parameter '", name,
+                            "'");
+      held_.push_back(static_cast<size_t>(it - names_.begin()));
+    }
+  }
+
   void end_micro_batch() override {
     if (!mixed_) return;  // fp32: autograd accumulates into .grad across micro-batches
     // Accumulate in fp32 so many micro-batches do not lose low bits in bf16/fp16.
@@ -104,6 +116,7 @@ class TorchEngine : public ParamEngine {
     if (grad_multiplier != 1.0)
       for (auto& p : optimized())
         if (p.grad().defined()) p.mutable_grad().mul_(grad_multiplier);
+    for (size_t i : held_) optimized()[i].mutable_grad().reset();
     for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
     optimizer_->step();
     if (mixed_)
@@ -112,11 +125,14 @@ class TorchEngine : public ParamEngine {
 
   void end_step() override {
     for (auto& p : optimized()) p.mutable_grad().reset();
+    held_.clear();
   }
 
   void state_dict(TensorList& out) override {
     auto& state = optimizer_->state();
-    int64_t step = 0;
+    // Each parameter's own step count (Note [held parameters]): the run's is the largest, and a
+    // parameter behind it is written as the updates it missed.
+    std::vector<int64_t> steps(params_.size(), 0);
     for (size_t i = 0; i < params_.size(); ++i) {
       const auto& p = optimized()[i];
       out.emplace_back(names_[i], p.detach().to(torch::kCPU, torch::kFloat32).clone());
@@ -126,13 +142,18 @@ class TorchEngine : public ParamEngine {
         adam_state(*it->second, [&](auto& s) {
           m = s.exp_avg();
           v = s.exp_avg_sq();
-          step = s.step();
+          steps[i] = s.step();
         });
       }
       out.emplace_back(checkpoint::exp_avg_of(names_[i]), m.detach().cpu().clone());
       out.emplace_back(checkpoint::exp_avg_sq_of(names_[i]), v.detach().cpu().clone());
     }
+    const int64_t step = steps.empty() ? 0 : *std::max_element(steps.begin(), steps.end());
     out.emplace_back(checkpoint::kAdamStep, torch::tensor(step, torch::kInt64));
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (steps[i] < step)
+        out.emplace_back(checkpoint::adam_missed_of(names_[i]),
+                         torch::tensor(step - steps[i], torch::kInt64));
   }
 
   void load_state_dict(const TensorMap& in, const std::string& file) override {
@@ -154,17 +175,18 @@ class TorchEngine : public ParamEngine {
                                              p.sizes(), torch::kFloat32)
                    .to(p.device());
       const auto key = compat::optimizer_state_key(state, p);
-      if (step == 0) {
+      const int64_t own = step - checkpoint::adam_missed(in, names_[i], step, file);
+      if (own == 0) {
         state.erase(key);
       } else if (adamw_) {
         auto s = std::make_unique<torch::optim::AdamWParamState>();
-        s->step(step);
+        s->step(own);
         s->exp_avg(m.clone());
         s->exp_avg_sq(v.clone());
         state[key] = std::move(s);
       } else {
         auto s = std::make_unique<torch::optim::AdamParamState>();
-        s->step(step);
+        s->step(own);
         s->exp_avg(m.clone());
         s->exp_avg_sq(v.clone());
         state[key] = std::move(s);
@@ -188,6 +210,7 @@ class TorchEngine : public ParamEngine {
   bool mixed_;
   bool adamw_ = true;
   std::vector<std::string> names_;
+  std::vector<size_t> held_;           // this step's (skip_update)
   std::vector<torch::Tensor> params_;  // the model's, in the compute dtype
   std::vector<torch::Tensor> master_;  // fp32 copies the optimizer updates (mixed only)
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

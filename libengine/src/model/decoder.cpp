@@ -1,5 +1,6 @@
 #include "pstar/model/decoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -372,6 +373,25 @@ CausalLM::AuxiliaryLoss Decoder::auxiliary_loss() {
 torch::Tensor Decoder::expert_tokens() {
   if (!config_.moe || routing_.tokens.empty()) return {};
   return torch::stack(routing_.tokens);
+}
+
+std::vector<std::string> Decoder::expert_parameters(int64_t sparse_layer, int64_t expert) {
+  std::shared_ptr<DecoderMoe> block;
+  int64_t seen = 0;
+  for (const auto& layer : model_->layers)
+    if (layer->moe && seen++ == sparse_layer) block = layer->moe;
+  PSTAR_INTERNAL_ASSERT(
+      block && expert >= 0 && expert < static_cast<int64_t>(block->experts.size()), "no expert ",
+      expert, " in sparse layer ", sparse_layer);
+  // Named as the whole model names them: found by identity, whatever the modules' paths.
+  std::vector<const c10::TensorImpl*> own;
+  for (const auto& p : block->experts[static_cast<size_t>(expert)]->parameters())
+    own.push_back(p.unsafeGetTensorImpl());
+  std::vector<std::string> names;
+  for (const auto& item : named_parameters())
+    if (std::find(own.begin(), own.end(), item.value().unsafeGetTensorImpl()) != own.end())
+      names.push_back(item.key());
+  return names;
 }
 
 torch::Tensor Decoder::forward(const torch::Tensor& input_ids) {

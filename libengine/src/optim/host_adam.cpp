@@ -432,6 +432,34 @@ void host_adam_step(const AdamHyper& hyper, float grad_scale, const AdamSpan& sp
   }
 }
 
+void host_adam_hold(const AdamSpan& span) {
+  detail::check_param_out_type(span.param_out_type);
+  PSTAR_CHECK(span.numel >= 0, ConfigError, "host Adam: numel must be >= 0, got ", span.numel);
+  if (span.numel == 0) return;
+  const int outs = (span.master_out != nullptr) + (span.exp_avg_out != nullptr) +
+                   (span.exp_avg_sq_out != nullptr);
+  PSTAR_CHECK(
+      outs == 0 || outs == 3, ConfigError,
+      "host Adam: master_out, exp_avg_out and exp_avg_sq_out are set together or not at all");
+  PSTAR_CHECK(span.master != nullptr &&
+                  (outs == 0 || (span.exp_avg != nullptr && span.exp_avg_sq != nullptr)),
+              ConfigError, "host Adam: a held span needs its master (and moments, redirected)");
+  const auto n = static_cast<size_t>(span.numel);
+  if (outs == 3) {
+    std::memcpy(span.master_out, span.master, n * sizeof(float));
+    std::memcpy(span.exp_avg_out, span.exp_avg, n * sizeof(float));
+    std::memcpy(span.exp_avg_sq_out, span.exp_avg_sq, n * sizeof(float));
+  }
+  if (span.param_out_type == ParamOutType::kNone) return;
+  PSTAR_CHECK(span.param_out != nullptr, ConfigError,
+              "host Adam: param_out_type asks for a param copy but param_out is null");
+  // The kernels' rounding (Note [host adam bit identity]): the same bit recipes.
+  auto* out = static_cast<uint16_t*>(span.param_out);
+  const bool bf16 = span.param_out_type == ParamOutType::kBF16;
+  for (size_t i = 0; i < n; ++i)
+    out[i] = bf16 ? bits::f32_to_bf16(span.master[i]) : bits::f32_to_f16(span.master[i]);
+}
+
 double grad_sq_sum(const void* grad, GradType grad_type, int64_t numel) {
   PSTAR_CHECK(numel >= 0, ConfigError, "grad_sq_sum: numel must be >= 0, got ", numel);
   detail::check_grad_type(grad_type);

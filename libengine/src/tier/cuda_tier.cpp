@@ -37,26 +37,18 @@ namespace {
 
 using namespace cuda_impl;  // NOLINT(google-build-using-namespace): the tier's own private parts
 
-class DeviceOwner final : public Block::Owner {
+// A block's device or pinned memory, retired to the state (released once its work is done).
+class BlockOwner final : public Block::Owner {
  public:
-  DeviceOwner(std::shared_ptr<CudaTierState> state, cuda::DeviceBlock block)
-      : state_(std::move(state)), block_(std::move(block)) {}
-  ~DeviceOwner() override { state_->retire(std::move(block_), cuda::PinnedBlock()); }
+  BlockOwner(std::shared_ptr<CudaTierState> state, cuda::DeviceBlock device,
+             cuda::PinnedBlock pinned)
+      : state_(std::move(state)), device_(std::move(device)), pinned_(std::move(pinned)) {}
+  ~BlockOwner() override { state_->retire(std::move(device_), std::move(pinned_)); }
 
  private:
   std::shared_ptr<CudaTierState> state_;
-  cuda::DeviceBlock block_;
-};
-
-class PinnedOwner final : public Block::Owner {
- public:
-  PinnedOwner(std::shared_ptr<CudaTierState> state, cuda::PinnedBlock block)
-      : state_(std::move(state)), block_(std::move(block)) {}
-  ~PinnedOwner() override { state_->retire(cuda::DeviceBlock(), std::move(block_)); }
-
- private:
-  std::shared_ptr<CudaTierState> state_;
-  cuda::PinnedBlock block_;
+  cuda::DeviceBlock device_;
+  cuda::PinnedBlock pinned_;
 };
 
 // Note [pinned what moves]: a host block that no copy touches in steady state, in pageable memory.
@@ -150,12 +142,14 @@ class CudaTier final : public DeviceTier {
       case Side::kDevice: {
         cuda::DeviceBlock block = allocate_device(bytes);
         void* data = block.data();
-        return Block(data, bytes, side, std::make_unique<DeviceOwner>(state_, std::move(block)));
+        return Block(data, bytes, side,
+                     std::make_unique<BlockOwner>(state_, std::move(block), cuda::PinnedBlock()));
       }
       case Side::kHost: {
         cuda::PinnedBlock block = allocate_host(bytes);
         void* data = block.data();
-        return Block(data, bytes, side, std::make_unique<PinnedOwner>(state_, std::move(block)));
+        return Block(data, bytes, side,
+                     std::make_unique<BlockOwner>(state_, cuda::DeviceBlock(), std::move(block)));
       }
     }
     PSTAR_INTERNAL_ASSERT(false, "unknown side ", static_cast<int>(side));
@@ -260,6 +254,12 @@ class CudaTier final : public DeviceTier {
         optim::host_adam_step(hyper, grad_multiplier, span);
         return;
     }
+  }
+
+  void adam_hold(Side side, const optim::AdamSpan& span) override {
+    const c10::cuda::CUDAGuard guard(device_index());
+    side == Side::kDevice ? await_ahead(adam_ranges(span)) : state_->wait_host(adam_ranges(span));
+    DeviceTier::adam_hold(side, span);  // the device side's: LibTorch on compute(), the current
   }
 
   double grad_sq_sum(Side side, const void* grad, optim::GradType grad_type,

@@ -30,6 +30,27 @@ at::Tensor DeviceTier::view(const Block& block, c10::ScalarType dtype, int64_t o
   return torch::from_blob(base, shape, torch::dtype(dtype).device(device_of(block.side())));
 }
 
+void DeviceTier::adam_hold(Side side, const optim::AdamSpan& span) {
+  const c10::Device device = device_of(side);
+  if (device.is_cpu()) {
+    optim::host_adam_hold(span);
+    return;
+  }
+  PSTAR_INTERNAL_ASSERT(span.master_out == nullptr, "a redirected Adam span on the ",
+                        side_name(side), " side");
+  if (span.numel == 0 || span.param_out_type == optim::ParamOutType::kNone) return;
+  // LibTorch's fp32 -> bf16/fp16 rounds to nearest even, as the kernels do; on the device's
+  // current stream, the one its Adam runs on.
+  const auto options = torch::TensorOptions().device(device);
+  const at::Tensor master =
+      torch::from_blob(span.master, {span.numel}, options.dtype(torch::kFloat32));
+  torch::from_blob(
+      span.param_out, {span.numel},
+      options.dtype(span.param_out_type == optim::ParamOutType::kBF16 ? torch::kBFloat16
+                                                                      : torch::kFloat16))
+      .copy_(master);
+}
+
 void DeviceTier::grad_sq_sums(Side side, const std::vector<GradRef>& grads, double* out) {
   for (size_t i = 0; i < grads.size(); ++i)
     out[i] = grad_sq_sum(side, grads[i].grad, grads[i].grad_type, grads[i].numel);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "pstar/base/error.h"
 #include "pstar/dist/communicator.h"
 
 namespace pstar::train {
@@ -10,6 +11,8 @@ void RoutingStats::observe(const at::Tensor& expert_tokens, const at::Tensor& au
   if (!expert_tokens.defined()) return;
   const at::Tensor counts = expert_tokens.to(at::kLong).contiguous();
   const int64_t layers = counts.size(0), experts = counts.size(1);
+  PSTAR_INTERNAL_ASSERT(!reduced_, "a forward after the step's routing was reduced");
+  experts_ = experts;
   const int64_t* c = counts.data_ptr<int64_t>();
   step_tokens_.resize(static_cast<size_t>(layers * experts), 0.0);
   for (int64_t l = 0; l < layers; ++l) {
@@ -32,12 +35,28 @@ void RoutingStats::observe(const at::Tensor& expert_tokens, const at::Tensor& au
   ++micro_batches_;
 }
 
+std::vector<std::pair<int64_t, int64_t>> RoutingStats::idle_in_step(dist::Communicator* comm) {
+  std::vector<std::pair<int64_t, int64_t>> idle;
+  if (micro_batches_ == 0 || experts_ == 0) return idle;
+  if (!reduced_ && comm != nullptr) comm->all_reduce_sum(step_tokens_);
+  reduced_ = true;
+  for (size_t i = 0; i < step_tokens_.size(); ++i)
+    if (step_tokens_[i] == 0)
+      idle.emplace_back(static_cast<int64_t>(i) / experts_, static_cast<int64_t>(i) % experts_);
+  return idle;
+}
+
 std::optional<RoutingMetrics> RoutingStats::finish(dist::Communicator* comm) {
   if (micro_batches_ == 0) return std::nullopt;
   RoutingMetrics m;
   std::vector<double> global = step_tokens_;
   global.push_back(aux_sum_);
-  if (comm != nullptr) comm->all_reduce_sum(global);
+  if (reduced_) {
+    // The tokens are the ranks' sums already: only the aux loss is left to add up.
+    if (comm != nullptr) global.back() = comm->all_reduce_sum(aux_sum_);
+  } else if (comm != nullptr) {
+    comm->all_reduce_sum(global);
+  }
   const double ranks = comm != nullptr ? static_cast<double>(comm->world_size()) : 1.0;
   m.idle_in_step = static_cast<int64_t>(std::count(global.begin(), global.end() - 1, 0.0));
   m.aux_loss = aux_ ? global.back() / (static_cast<double>(micro_batches_) * ranks) : -1;

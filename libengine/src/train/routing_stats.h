@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -24,9 +25,16 @@ class RoutingStats {
   // The step's figures, over every rank of `comm` (null: one rank), each rank calling it at the
   // same point; nullopt for a dense model. Resets for the next step.
   std::optional<RoutingMetrics> finish(dist::Communicator* comm);
+  // After the step's last forward, before its backward: the (sparse layer, expert) pairs given no
+  // token in the whole step on any rank (Note [held parameters] in engine/adam_steps.h), over
+  // every rank of `comm` (null: one rank), each rank calling it at the same point. finish() then
+  // reuses the sums.
+  std::vector<std::pair<int64_t, int64_t>> idle_in_step(dist::Communicator* comm);
 
  private:
   std::vector<double> step_tokens_;  // [layers * experts], summed over micro-batches
+  int64_t experts_ = 0;
+  bool reduced_ = false;  // step_tokens_ holds the sums over the ranks (idle_in_step)
   int64_t micro_batches_ = 0;
   double aux_sum_ = 0;
   bool aux_ = false;

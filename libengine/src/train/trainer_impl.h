@@ -121,6 +121,10 @@ struct Trainer::Impl {
   // Note [speculation by cost]: step `m`'s figures to the policy, the ranks' summed where a window
   // ends, and its decisions logged.
   void record_speculation(const StepMetrics& m);
+  // Before the step's last backward: the engine leaves the experts no token chose in the whole
+  // step, on any rank, as torch's Adam leaves a parameter without gradient (Note [held
+  // parameters]).
+  void hold_idle_experts();
   // Whether the step that just ended is evaluated (training.eval_interval, the last step).
   bool eval_due() const;
   // The held-out loss now (Note [evaluation] in engine/chunked_engine.h; evaluate.cpp).

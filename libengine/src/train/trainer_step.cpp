@@ -190,6 +190,17 @@ std::optional<StepMetrics> Trainer::Impl::run_step(bool may_abandon) {
   }
 }
 
+void Trainer::Impl::hold_idle_experts() {
+  const auto idle = metrics.routing.idle_in_step(comm);
+  if (idle.empty()) return;
+  std::vector<std::string> names;
+  for (const auto& [layer, expert] : idle) {
+    const std::vector<std::string> own = model->expert_parameters(layer, expert);
+    names.insert(names.end(), own.begin(), own.end());
+  }
+  engine->skip_update(names);
+}
+
 void Trainer::Impl::record_speculation(const StepMetrics& m) {
   SpeculationSample sample;
   sample.clipped =
@@ -251,6 +262,7 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
       const model::CausalLM::AuxiliaryLoss aux = model->auxiliary_loss();
       metrics.routing.observe(model->expert_tokens(),
                               aux.value.defined() ? aux.value.detach() : torch::Tensor());
+      if (micro == accumulation) hold_idle_experts();
       torch::Tensor total = loss.value;
       if (aux.value.defined() && aux.weight > 0) {
         const double scale = data.has_records() ? static_cast<double>(counted) /
@@ -289,13 +301,12 @@ std::optional<StepMetrics> Trainer::Impl::train_step(bool may_abandon) {
 
   StepMetrics m;
   m.routing = metrics.routing.finish(comm);
-  // Note [idle experts]: an expert given no token in the whole step is updated with its zero
-  // gradient (its weight decay and its moments' decay apply), where torch's AdamW, for which its
-  // gradient is None, would leave it as it is.
+  // A router that leaves experts without tokens for a whole step may be collapsing.
   if (m.routing && m.routing->idle_in_step > 0)
     log::warn("step ", step, ": ", m.routing->idle_in_step,
-              " expert(s) received no token in the whole step; they are updated with a zero "
-              "gradient (docs/engine.md, idle experts)");
+              " expert(s) received no token in the whole step; they keep their weights and Adam "
+              "state, as torch's AdamW keeps a parameter without gradient (docs/engine.md, idle "
+              "experts)");
   m.step = step;
   m.loss = loss;
   m.counted_targets = counted;

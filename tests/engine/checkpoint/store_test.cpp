@@ -2,11 +2,13 @@
 // temporaries and --resume resolution, on hand-made directories.
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "pstar/base/error.h"
+#include "pstar/checkpoint/schema.h"
 #include "pstar/checkpoint/store.h"
 #include "test_util.h"
 
@@ -91,6 +93,29 @@ TEST_F(CheckpointStoreTest, ProblemsNameTheFileAndWhatIsWrong) {
         R"({"world_size": 1, "step": 1, "run_id": "r", "bytes": 5, "crc32": 5})"}) {
     pstar::testing::write_text((fs::path(bad) / "manifest.json").string(), text);
     EXPECT_THROW(read_manifest(bad), FormatError) << text;
+  }
+}
+
+// Note [held parameters]: the updates a parameter missed are 0 where the file says nothing (files
+// from before the count existed), read where it does, and refused, naming the file and the tensor,
+// where they are not an int64 scalar from 0 to the run's Adam steps.
+TEST(AdamMissedTest, AbsentIsNoneAndABadCountNamesTheFileAndTheTensor) {
+  TensorMap in;
+  EXPECT_EQ(adam_missed(in, "w", 5, "ckpt-0.pt"), 0);
+  in.emplace(adam_missed_of("w"), torch::tensor(int64_t{2}));
+  EXPECT_EQ(adam_missed(in, "w", 5, "ckpt-0.pt"), 2);
+  EXPECT_EQ(adam_missed(in, "v", 5, "ckpt-0.pt"), 0);
+  for (const torch::Tensor& bad : {torch::tensor(int64_t{6}), torch::tensor(int64_t{-1}),
+                                   torch::tensor(2.0f), torch::tensor({int64_t{1}})}) {
+    in[adam_missed_of("w")] = bad;
+    try {
+      adam_missed(in, "w", 5, "ckpt-0.pt");
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const FormatError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("ckpt-0.pt"), std::string::npos) << what;
+      EXPECT_NE(what.find("__pstar__.adam_missed.w"), std::string::npos) << what;
+    }
   }
 }
 

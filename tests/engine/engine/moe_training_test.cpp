@@ -2,8 +2,8 @@
 // float64 losses (its moe_reference.py part): the load-balancing loss that trains, transformers 5's
 // fused experts, and routing that the data decides (experts idle for a whole warm-up step, idle
 // on one rank and not the other, idle after a warm-up that used them) under a tight device budget
-// and on two ranks, without a shifted trace or a hang, and with an idle expert's slot holding no
-// stale gradient under bf16's param/grad reuse.
+// and on two ranks, without a shifted trace or a hang; experts idle for a whole step left as
+// torch's AdamW leaves a parameter without gradient, on every Adam path and across a resume.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -16,6 +16,7 @@
 #include "engine/engine/family_training.h"
 #include "engine/family_folders.h"
 #include "engine/step_losses.h"
+#include "pstar/checkpoint/schema.h"
 #include "pstar/checkpoint/store.h"
 #include "pstar/chunk/access_trace.h"
 #include "pstar/dist/communicator.h"
@@ -138,9 +139,9 @@ TEST_P(MoeTrainingTest, RoutingTheDataDecidesKeepsTheTraceBudgetAndRanks) {
 }
 
 // bf16 without accumulation reuses each parameter's slot for its gradient. Experts 2 and 3 get no
-// token in "routed"'s first step: their slots must hold a zero gradient, not their parameters, so
-// that (no weight decay, zero moments) the update leaves their masters exactly as loaded, while
-// the experts that ran move.
+// token in "routed"'s first step (the warm-up, updated in place): the update leaves their masters
+// exactly as loaded, weight decay and all (Note [held parameters]), while the experts that ran
+// move.
 TEST_P(MoeTrainingTest, AnIdleExpertsSlotHoldsNoStaleGradientUnderBf16) {
   const std::string family = GetParam();
   const FamilyFolder* f = pstar::testing::family_folder(family, "routed");
@@ -181,6 +182,136 @@ TEST_P(MoeTrainingTest, AnIdleExpertsSlotHoldsNoStaleGradientUnderBf16) {
   }
   EXPECT_EQ(idle_checked, 2 * 3 * sparse_layers(family));
   EXPECT_EQ(moved, 2 * 3 * sparse_layers(family)) << "the experts that ran did not all move";
+}
+
+// Note [held parameters]: in "routed_gap" experts 2 and 3 get no token in the whole third step on
+// any rank, between steps that use them. torch's AdamW skips them there (their gradients are
+// None), so the reference's fourth loss sees them without weight decay or their moments' decay,
+// and its fifth sees their fourth update's bias corrections at their own step count, 3. Both
+// engines match it (a zero-gradient update moves both losses), the chunk engine under a budget
+// that forces moves bit for bit and on two ranks; the count of updates missed is checkpointed,
+// and a run resumed after the third step continues bit for bit.
+TEST_P(MoeTrainingTest, AnExpertIdleForAWholeStepIsLeftAsTorchLeavesAParameterWithoutGradient) {
+  const std::string family = GetParam();
+  const FamilyFolder* f = pstar::testing::family_folder(family, "routed_gap");
+  if (f == nullptr) GTEST_SKIP() << kNoTorch;
+  ASSERT_EQ(f->losses.size(), 5u);
+  ASSERT_GT(f->weight_decay, 0);
+  pstar::testing::ScratchDir dir;
+  config::TrainConfig c = moe_config(*f);
+  c.training.save_interval = 3;
+  for (auto mode : {config::EngineMode::kTorch, config::EngineMode::kChunked}) {
+    const std::string what = mode == config::EngineMode::kTorch ? "torch engine" : "chunk engine";
+    SCOPED_TRACE(what);
+    c.engine.mode = mode;
+    c.training.save_dir = dir.file(what);
+    engine::ChunkedEngine* engine = nullptr;
+    std::unique_ptr<Trainer> keep;
+    const auto run = pstar::testing::run_steps(c, &engine, &keep);
+    expect_reference(run, *f, what);
+    EXPECT_EQ(run[2].routing->idle_in_step, 2 * sparse_layers(family));
+    for (size_t i : {0u, 1u, 3u, 4u})
+      EXPECT_EQ(run[i].routing->idle_in_step, 0) << "step " << i + 1;
+
+    // After step 3 every idle expert's parameters missed one update; nothing else missed any.
+    // (In a scope of its own: the emulated device counts every LibTorch CPU tensor as non-model.)
+    {
+      const auto saved = checkpoint::read_checkpoint_file(
+          checkpoint::checkpoint_dir(c.training.save_dir, 3) + "/ckpt-0.pt");
+      int64_t behind = 0;
+      for (const auto& [name, value] : saved) {
+        if (name.rfind(checkpoint::kAdamMissedPrefix, 0) != 0) continue;
+        const std::string param = name.substr(std::string(checkpoint::kAdamMissedPrefix).size());
+        const size_t at = param.find(".experts.");
+        EXPECT_TRUE(at != std::string::npos && param[at + 9] >= '2') << param;
+        EXPECT_EQ(value.item<int64_t>(), 1) << param;
+        ++behind;
+      }
+      EXPECT_EQ(behind, 2 * 3 * sparse_layers(family));
+    }
+
+    {  // Resumed after step 3: the same bits.
+      TrainOptions o = pstar::testing::quiet_cpu();
+      o.resume_dir = checkpoint::checkpoint_dir(c.training.save_dir, 3);
+      Trainer resumed(c, build_model_and_engine(pstar::testing::cpu_plan(c)), o);
+      for (size_t i = 3; i < 5; ++i)
+        EXPECT_EQ(resumed.step().loss, run[i].loss) << "resumed, step " << i + 1;
+    }
+    if (mode == config::EngineMode::kTorch) continue;
+
+    int64_t non_model = engine->fit().device_non_model;
+    for (int64_t b : engine->trace().non_model_bytes) non_model = std::max(non_model, b);
+    config::TrainConfig tight = c;
+    tight.training.save_dir.clear();
+    tight.engine.device_memory =
+        non_model + engine->largest_working_set_bytes() + 2 * engine->compute_chunk_bytes();
+
+    keep.reset();
+    const auto budgeted = pstar::testing::run_steps(tight);
+    EXPECT_EQ(losses(budgeted), losses(run)) << "a tight budget changed the numbers";
+    int64_t moved = 0;
+    for (const auto& m : budgeted) moved += m.engine.moved_h2d_bytes;
+    EXPECT_GT(moved, 0) << "the budget did not bind";
+    config::TrainConfig two = tight;
+    two.training.save_dir = dir.file("two ranks");
+    const auto ranked = pstar::testing::run_split_over_ranks(two, 2);
+    for (size_t r = 0; r < ranked.size(); ++r)
+      for (size_t i = 0; i < f->losses.size(); ++i)
+        EXPECT_NEAR(ranked[r][i].loss, f->losses[i], kTolerance * f->losses[i])
+            << "rank " << r << " of 2, step " << i + 1;
+    // Their checkpoint after step 3 resumed on one rank: resharded, the counts of updates missed
+    // with it (without them, the fifth update would run experts 2 and 3 at the step's count).
+    TrainOptions o = pstar::testing::quiet_cpu();
+    o.resume_dir = checkpoint::checkpoint_dir(two.training.save_dir, 3);
+    Trainer resumed(tight, build_model_and_engine(pstar::testing::cpu_plan(tight)), o);
+    for (size_t i = 3; i < 5; ++i)
+      EXPECT_NEAR(resumed.step().loss, f->losses[i], kTolerance * f->losses[i])
+          << "two ranks resumed on one, step " << i + 1;
+  }
+}
+
+// Note [held parameters] on every Adam path, in bf16 (param/grad reuse: a held expert's slot holds
+// its zero gradient, so its parameters are rewritten from its masters): the held third step and
+// the lagging fourth come after the plan, under a budget that keeps chunks on the host, updated in
+// place, early on the worker, and speculated into rollback slots; every path gives the same bits,
+// and the torch engine (which drops the held experts' gradients) the same losses within bf16's
+// rounding.
+TEST_P(MoeTrainingTest, HeldExpertsGiveTheSameBitsOnEveryAdamPath) {
+  const FamilyFolder* f = pstar::testing::family_folder(GetParam(), "routed_gap");
+  if (f == nullptr) GTEST_SKIP() << kNoTorch;
+  config::TrainConfig c = moe_config(*f);
+  c.bf16.enabled = config::OnOffAuto::kOn;
+  c.engine.mode = config::EngineMode::kTorch;
+  const auto torch_run = pstar::testing::run_steps(c);
+  c.engine.mode = config::EngineMode::kChunked;
+  engine::ChunkedEngine* engine = nullptr;
+  std::unique_ptr<Trainer> keep;
+  const auto free_run = pstar::testing::run_steps(c, &engine, &keep);
+  for (size_t i = 0; i < free_run.size(); ++i)
+    EXPECT_NEAR(free_run[i].loss, torch_run[i].loss, 2e-3 * torch_run[i].loss) << "step " << i + 1;
+  int64_t non_model = engine->fit().device_non_model;
+  for (int64_t b : engine->trace().non_model_bytes) non_model = std::max(non_model, b);
+  c.engine.device_memory =
+      non_model + engine->largest_working_set_bytes() + 2 * engine->compute_chunk_bytes();
+  keep.reset();
+
+  c.engine.overlap_adam = config::OnOffAuto::kOff;
+  const auto in_place = pstar::testing::run_steps(c);
+  c.engine.overlap_adam = config::OnOffAuto::kOn;
+  const auto early = pstar::testing::run_steps(c);
+  c.gradient_clipping = 1e9;  // never clips: the speculated update stands
+  c.engine.speculative_adam = config::OnOffAuto::kOn;
+  const auto speculated = pstar::testing::run_steps(c);
+  EXPECT_EQ(losses(in_place), losses(free_run));
+  EXPECT_EQ(losses(early), losses(free_run));
+  EXPECT_EQ(losses(speculated), losses(free_run));
+  int64_t early_chunks = 0, speculated_chunks = 0;
+  for (size_t i = 2; i < 4; ++i) {
+    early_chunks += early[i].engine.adam.early_chunks;
+    speculated_chunks += speculated[i].engine.adam.speculated_chunks;
+  }
+  EXPECT_GT(early_chunks, 0) << "no chunk was updated early in steps 3 and 4";
+  EXPECT_GT(speculated_chunks, 0) << "no chunk was speculated in steps 3 and 4";
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, MoeTrainingTest, ::testing::Values("mixtral", "qwen3_moe"));

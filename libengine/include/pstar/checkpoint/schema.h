@@ -27,6 +27,12 @@ inline constexpr const char* kRank = "__pstar__.rank";
 inline constexpr const char* kWorldSize = "__pstar__.world_size";
 inline constexpr const char* kAdamStep = "__pstar__.adam_step";  // written by the engine
 
+// Note [held parameters] in engine/adam_steps.h: the updates parameter NAME missed (int64, a
+// scalar), written only where it missed any, the same in every rank's file; its own Adam step
+// count is kAdamStep's minus it. Absent: none (as in files written before it existed).
+inline constexpr const char* kAdamMissedPrefix = "__pstar__.adam_missed.";
+inline std::string adam_missed_of(const std::string& name) { return kAdamMissedPrefix + name; }
+
 // Adam's first and second moments of parameter NAME are NAME + these.
 inline constexpr const char* kExpAvg = ".exp_avg";
 inline constexpr const char* kExpAvgSq = ".exp_avg_sq";

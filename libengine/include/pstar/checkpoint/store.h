@@ -46,6 +46,11 @@ const at::Tensor& checkpoint_tensor(const TensorMap& tensors, const std::string&
                                     const std::string& file, c10::IntArrayRef shape,
                                     c10::ScalarType dtype);
 
+// The updates parameter `name` missed (adam_missed_of in schema.h; 0 where the file holds none),
+// checked to be a scalar int64 from 0 to `adam_steps`; FormatError naming the file otherwise.
+int64_t adam_missed(const TensorMap& tensors, const std::string& name, int64_t adam_steps,
+                    const std::string& file);
+
 // `<save_dir>/step-<step>` (zero-padded).
 std::string checkpoint_dir(const std::string& save_dir, int64_t step);
 // Marks `dir` as the newest checkpoint of `save_dir`.

@@ -224,6 +224,7 @@ class ChunkedEngine : public ParamEngine {
   void begin_step() override;
   void expect_update(double lr, double grad_multiplier) override;
   void speculate_update(double lr, double grad_multiplier, double max_norm) override;
+  void skip_update(const std::vector<std::string>& names) override;
   void end_micro_batch() override;
   double grad_norm(double loss_scale) override;
   void update(double lr, double grad_multiplier) override;

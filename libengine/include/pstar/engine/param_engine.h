@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "pstar/checkpoint/store.h"
 #include "pstar/engine/metrics.h"
@@ -43,6 +44,11 @@ class ParamEngine {
   // gradient norm above which the step clips (gradient_clipping; 0: it never clips), so that the
   // engine stops speculating once the gradients it has seen show the step will.
   virtual void speculate_update(double lr, double grad_multiplier, double max_norm) {}
+  // Before the last micro-batch's backward, where some parameters get no gradient this step (a
+  // mixture of experts' experts given no token on any rank): the update leaves them as torch's
+  // Adam leaves a parameter whose gradient is None, their values, moments and own step count as
+  // they are (Note [held parameters]). `names`: the model's parameter names.
+  virtual void skip_update(const std::vector<std::string>& names) = 0;
   // After each micro-batch's backward.
   virtual void end_micro_batch() {}
   // The global L2 norm of the unscaled gradient (the backward ran on loss × loss_scale). May be
@@ -59,7 +65,8 @@ class ParamEngine {
   // Returns false when this engine has nothing to report (the torch engine).
   virtual bool set_observer(EngineObserver* observer) { return false; }
   // Checkpoints: every parameter's fp32 master value under its name, its Adam state as
-  // <name>.exp_avg / <name>.exp_avg_sq, and "__pstar__.adam_step".
+  // <name>.exp_avg / <name>.exp_avg_sq, "__pstar__.adam_step", and for a parameter whose own step
+  // count is behind it the updates it missed (checkpoint::adam_missed_of).
   virtual void state_dict(TensorList& out) = 0;
   // Restores what state_dict wrote; FormatError naming `file` and the tensor on any mismatch.
   virtual void load_state_dict(const TensorMap& in, const std::string& file) = 0;

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include <torch/nn/module.h>
 
@@ -49,6 +51,11 @@ class CausalLM : public torch::nn::Module {
   // What the last forward routed, for a mixture of experts: tokens each expert received in each
   // sparse layer, [sparse layers, experts] int64 on the host; undefined for a dense model.
   virtual torch::Tensor expert_tokens() { return {}; }
+  // The names (as named_parameters() gives them) of expert `expert`'s parameters in sparse layer
+  // `sparse_layer` (the row of expert_tokens()); a model without experts has none to name.
+  virtual std::vector<std::string> expert_parameters(int64_t /*sparse_layer*/, int64_t /*expert*/) {
+    return {};
+  }
   // engine.activation_checkpointing: recompute each block's activations in backward instead of
   // keeping them. Returns whether the model honours it; a model without blocks to recompute
   // keeps the default and the trainer says it is ignored.

@@ -131,6 +131,7 @@ class Decoder : public CausalLM {
   bool set_activation_checkpointing(bool on) override;
   AuxiliaryLoss auxiliary_loss() override;
   torch::Tensor expert_tokens() override;
+  std::vector<std::string> expert_parameters(int64_t sparse_layer, int64_t expert) override;
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_seq_len() const override { return config_.seq_len; }
   const DecoderConfig& config() const { return config_; }

@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "pstar/base/error.h"
 
@@ -63,7 +64,31 @@ struct AdamSpan {
   float* master_dst() const { return master_out != nullptr ? master_out : master; }
   float* exp_avg_dst() const { return exp_avg_out != nullptr ? exp_avg_out : exp_avg; }
   float* exp_avg_sq_dst() const { return exp_avg_sq_out != nullptr ? exp_avg_sq_out : exp_avg_sq; }
+  // Elements [begin, begin + count) of this span: every pointer set advanced by `begin` of its
+  // elements (the buffers may be on any side; nothing is read).
+  AdamSpan slice(int64_t begin, int64_t count) const;
 };
+
+inline AdamSpan AdamSpan::slice(int64_t begin, int64_t count) const {
+  const auto floats = [begin](float* p) { return p != nullptr ? p + begin : nullptr; };
+  const auto bytes = [begin](auto* p, int64_t size) -> decltype(p) {
+    if (p == nullptr) return nullptr;
+    using Byte =
+        std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(p)>>, const char, char>;
+    return reinterpret_cast<Byte*>(p) + begin * size;
+  };
+  AdamSpan s = *this;
+  s.master = floats(master);
+  s.exp_avg = floats(exp_avg);
+  s.exp_avg_sq = floats(exp_avg_sq);
+  s.grad = bytes(grad, grad_type == GradType::kF32 ? 4 : 2);
+  s.param_out = bytes(param_out, 2);  // bf16 or fp16 (null with kNone)
+  s.master_out = floats(master_out);
+  s.exp_avg_out = floats(exp_avg_out);
+  s.exp_avg_sq_out = floats(exp_avg_sq_out);
+  s.numel = count;
+  return s;
+}
 
 // One fused pass: g = grad * grad_scale (grad_scale = clip coefficient / loss scale), then Adam or
 // AdamW exactly as torch::optim::Adam/AdamW 1.13 compute it (the same fp32 operations in the same
@@ -71,6 +96,13 @@ struct AdamSpan {
 // param copy rounded to nearest even if requested. Throws ConfigError for invalid hyperparameters
 // or buffers.
 void host_adam_step(const AdamHyper& hyper, float grad_scale, const AdamSpan& span);
+
+// Note [held parameters] in engine/adam_steps.h: what an update that changes nothing writes, for a
+// parameter torch's Adam would skip (its gradient None): the parameter copy rounded from the
+// master, as host_adam_step rounds it (under param/grad reuse that buffer holds the gradient), and,
+// where the *_out pointers are set, the master and both moments copied there unchanged. Reads no
+// gradient.
+void host_adam_hold(const AdamSpan& span);
 
 // The sum of squares of the gradient's fp32 values (grad_scale not applied), accumulated in double;
 // +inf or NaN if any element is non-finite. Deterministic: the result does not depend on the thread

@@ -200,6 +200,11 @@ class DeviceTier {
   // One fused Adam pass (optim::host_adam_step's contract) over buffers that are all on `side`.
   virtual void adam_step(Side side, const optim::AdamHyper& hyper, float grad_multiplier,
                          const optim::AdamSpan& span) = 0;
+  // optim::host_adam_hold's contract (Note [held parameters] in engine/adam_steps.h) over buffers
+  // on `side`: the parameter copy rounded from the master, the redirected state copied. By default
+  // with LibTorch on the side's device (host memory: host_adam_hold itself); only a host span is
+  // ever redirected.
+  virtual void adam_hold(Side side, const optim::AdamSpan& span);
   // optim::grad_sq_sum of a buffer on `side`, with the same bits on either side.
   virtual double grad_sq_sum(Side side, const void* grad, optim::GradType grad_type,
                              int64_t numel) = 0;
