@@ -1,6 +1,7 @@
 #include "routing_stats.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "pstar/base/error.h"
 #include "pstar/dist/communicator.h"
@@ -35,11 +36,24 @@ void RoutingStats::observe(const at::Tensor& expert_tokens, const at::Tensor& au
   ++micro_batches_;
 }
 
+// The step's tokens per expert and aux losses summed over the ranks, once: by idle_in_step before
+// the last backward, or by finish.
+void RoutingStats::reduce(dist::Communicator* comm) {
+  if (reduced_) return;
+  reduced_ = true;
+  if (comm == nullptr) return;
+  std::vector<double> values = step_tokens_;
+  values.push_back(aux_sum_);
+  comm->all_reduce_sum(values);
+  aux_sum_ = values.back();
+  values.pop_back();
+  step_tokens_ = std::move(values);
+}
+
 std::vector<std::pair<int64_t, int64_t>> RoutingStats::idle_in_step(dist::Communicator* comm) {
   std::vector<std::pair<int64_t, int64_t>> idle;
   if (micro_batches_ == 0 || experts_ == 0) return idle;
-  if (!reduced_ && comm != nullptr) comm->all_reduce_sum(step_tokens_);
-  reduced_ = true;
+  reduce(comm);
   for (size_t i = 0; i < step_tokens_.size(); ++i)
     if (step_tokens_[i] == 0)
       idle.emplace_back(static_cast<int64_t>(i) / experts_, static_cast<int64_t>(i) % experts_);
@@ -48,18 +62,11 @@ std::vector<std::pair<int64_t, int64_t>> RoutingStats::idle_in_step(dist::Commun
 
 std::optional<RoutingMetrics> RoutingStats::finish(dist::Communicator* comm) {
   if (micro_batches_ == 0) return std::nullopt;
+  reduce(comm);
   RoutingMetrics m;
-  std::vector<double> global = step_tokens_;
-  global.push_back(aux_sum_);
-  if (reduced_) {
-    // The tokens are the ranks' sums already: only the aux loss is left to add up.
-    if (comm != nullptr) global.back() = comm->all_reduce_sum(aux_sum_);
-  } else if (comm != nullptr) {
-    comm->all_reduce_sum(global);
-  }
   const double ranks = comm != nullptr ? static_cast<double>(comm->world_size()) : 1.0;
-  m.idle_in_step = static_cast<int64_t>(std::count(global.begin(), global.end() - 1, 0.0));
-  m.aux_loss = aux_ ? global.back() / (static_cast<double>(micro_batches_) * ranks) : -1;
+  m.idle_in_step = static_cast<int64_t>(std::count(step_tokens_.begin(), step_tokens_.end(), 0.0));
+  m.aux_loss = aux_ ? aux_sum_ / (static_cast<double>(micro_batches_) * ranks) : -1;
   m.idle_experts = idle_sum_ / static_cast<double>(micro_batches_);
   m.load_max_over_mean = load_max_;
   *this = RoutingStats{};

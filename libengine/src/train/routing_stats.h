@@ -28,13 +28,15 @@ class RoutingStats {
   // After the step's last forward, before its backward: the (sparse layer, expert) pairs given no
   // token in the whole step on any rank (Note [held parameters] in engine/adam_steps.h), over
   // every rank of `comm` (null: one rank), each rank calling it at the same point. finish() then
-  // reuses the sums.
+  // reuses the sums (one all-reduce a step either way).
   std::vector<std::pair<int64_t, int64_t>> idle_in_step(dist::Communicator* comm);
 
  private:
+  void reduce(dist::Communicator* comm);
+
   std::vector<double> step_tokens_;  // [layers * experts], summed over micro-batches
   int64_t experts_ = 0;
-  bool reduced_ = false;  // step_tokens_ holds the sums over the ranks (idle_in_step)
+  bool reduced_ = false;  // step_tokens_ and aux_sum_ hold the sums over the ranks (reduce)
   int64_t micro_batches_ = 0;
   double aux_sum_ = 0;
   bool aux_ = false;
