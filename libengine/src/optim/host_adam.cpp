@@ -243,6 +243,25 @@ void check_param_out_type(ParamOutType type) {
       ConfigError, "host Adam: invalid param_out_type ", static_cast<int>(type));
 }
 
+// What host_adam_step and host_adam_hold write, on a span with elements: the redirected state (all
+// three outputs or none) and the parameter copy its type asks for. Returns whether the state is
+// redirected.
+bool check_outputs(const AdamSpan& span) {
+  const int outs = (span.master_out != nullptr) + (span.exp_avg_out != nullptr) +
+                   (span.exp_avg_sq_out != nullptr);
+  PSTAR_CHECK(
+      outs == 0 || outs == 3, ConfigError,
+      "host Adam: master_out, exp_avg_out and exp_avg_sq_out are set together or not at all");
+  if (span.param_out_type == ParamOutType::kNone) {
+    PSTAR_CHECK(span.param_out == nullptr, ConfigError,
+                "host Adam: param_out is set but param_out_type is kNone");
+  } else {
+    PSTAR_CHECK(span.param_out != nullptr, ConfigError,
+                "host Adam: param_out_type asks for a param copy but param_out is null");
+  }
+  return outs == 3;
+}
+
 }  // namespace
 
 // Note [streaming stores]
@@ -395,18 +414,7 @@ void host_adam_step(const AdamHyper& hyper, float grad_scale, const AdamSpan& sp
   PSTAR_CHECK(span.master != nullptr && span.exp_avg != nullptr && span.exp_avg_sq != nullptr &&
                   span.grad != nullptr,
               ConfigError, "host Adam: master, exp_avg, exp_avg_sq and grad must not be null");
-  const int outs = (span.master_out != nullptr) + (span.exp_avg_out != nullptr) +
-                   (span.exp_avg_sq_out != nullptr);
-  PSTAR_CHECK(
-      outs == 0 || outs == 3, ConfigError,
-      "host Adam: master_out, exp_avg_out and exp_avg_sq_out are set together or not at all");
-  if (span.param_out_type == ParamOutType::kNone) {
-    PSTAR_CHECK(span.param_out == nullptr, ConfigError,
-                "host Adam: param_out is set but param_out_type is kNone");
-  } else {
-    PSTAR_CHECK(span.param_out != nullptr, ConfigError,
-                "host Adam: param_out_type asks for a param copy but param_out is null");
-  }
+  detail::check_outputs(span);
 
   const detail::AdamCoeffs coeffs = detail::make_adam_coeffs(hyper, grad_scale);
   const detail::AdamRangeFn kernel = detail::adam_range_fn(detail::active_isa());
@@ -436,23 +444,17 @@ void host_adam_hold(const AdamSpan& span) {
   detail::check_param_out_type(span.param_out_type);
   PSTAR_CHECK(span.numel >= 0, ConfigError, "host Adam: numel must be >= 0, got ", span.numel);
   if (span.numel == 0) return;
-  const int outs = (span.master_out != nullptr) + (span.exp_avg_out != nullptr) +
-                   (span.exp_avg_sq_out != nullptr);
-  PSTAR_CHECK(
-      outs == 0 || outs == 3, ConfigError,
-      "host Adam: master_out, exp_avg_out and exp_avg_sq_out are set together or not at all");
+  const bool redirected = detail::check_outputs(span);
   PSTAR_CHECK(span.master != nullptr &&
-                  (outs == 0 || (span.exp_avg != nullptr && span.exp_avg_sq != nullptr)),
+                  (!redirected || (span.exp_avg != nullptr && span.exp_avg_sq != nullptr)),
               ConfigError, "host Adam: a held span needs its master (and moments, redirected)");
   const auto n = static_cast<size_t>(span.numel);
-  if (outs == 3) {
+  if (redirected) {
     std::memcpy(span.master_out, span.master, n * sizeof(float));
     std::memcpy(span.exp_avg_out, span.exp_avg, n * sizeof(float));
     std::memcpy(span.exp_avg_sq_out, span.exp_avg_sq, n * sizeof(float));
   }
   if (span.param_out_type == ParamOutType::kNone) return;
-  PSTAR_CHECK(span.param_out != nullptr, ConfigError,
-              "host Adam: param_out_type asks for a param copy but param_out is null");
   // The kernels' rounding (Note [host adam bit identity]): the same bit recipes.
   auto* out = static_cast<uint16_t*>(span.param_out);
   const bool bf16 = span.param_out_type == ParamOutType::kBF16;

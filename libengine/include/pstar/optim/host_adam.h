@@ -18,7 +18,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "pstar/base/error.h"
 
@@ -71,21 +70,17 @@ struct AdamSpan {
 
 inline AdamSpan AdamSpan::slice(int64_t begin, int64_t count) const {
   const auto floats = [begin](float* p) { return p != nullptr ? p + begin : nullptr; };
-  const auto bytes = [begin](auto* p, int64_t size) -> decltype(p) {
-    if (p == nullptr) return nullptr;
-    using Byte =
-        std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(p)>>, const char, char>;
-    return reinterpret_cast<Byte*>(p) + begin * size;
-  };
   AdamSpan s = *this;
   s.master = floats(master);
   s.exp_avg = floats(exp_avg);
   s.exp_avg_sq = floats(exp_avg_sq);
-  s.grad = bytes(grad, grad_type == GradType::kF32 ? 4 : 2);
-  s.param_out = bytes(param_out, 2);  // bf16 or fp16 (null with kNone)
   s.master_out = floats(master_out);
   s.exp_avg_out = floats(exp_avg_out);
   s.exp_avg_sq_out = floats(exp_avg_sq_out);
+  // The gradient: fp32, bf16 or fp16; the parameter copy: bf16 or fp16 (null with kNone).
+  if (grad != nullptr)
+    s.grad = static_cast<const char*>(grad) + begin * (grad_type == GradType::kF32 ? 4 : 2);
+  if (param_out != nullptr) s.param_out = static_cast<char*>(param_out) + begin * 2;
   s.numel = count;
   return s;
 }
