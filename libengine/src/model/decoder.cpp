@@ -273,9 +273,19 @@ Decoder::Decoder(const DecoderConfig& config, const BuildOptions& options)
         config_.attention.rope[static_cast<size_t>(k)], config_.head_dim, config_.seq_len);
   for (auto& layer : model_->layers) {
     const auto kind = static_cast<size_t>(layer->kind);
-    layer_fns_.emplace_back([this, layer, kind](const torch::Tensor& x) {
-      return layer->forward(x, rope_[kind], allowed_[kind]);
-    });
+    layer_fns_.emplace_back(
+        [this, layer, kind](const torch::Tensor& x) -> std::vector<torch::Tensor> {
+          const size_t recorded = routing_.probability_sums.size();
+          std::vector<torch::Tensor> out{layer->forward(x, rope_[kind], allowed_[kind])};
+          if (routing_.probability_sums.size() == recorded) return out;  // a dense layer
+          // Note [checkpointed routing]
+          if (routing_.with_grad) out.push_back(routing_.probability_sums.back());
+          if (recomputing()) {
+            routing_.tokens.pop_back();
+            routing_.probability_sums.pop_back();
+          }
+          return out;
+        });
   }
 }
 
@@ -316,8 +326,13 @@ torch::Tensor Decoder::hidden(const torch::Tensor& input_ids, const torch::Tenso
   }
   for (size_t i = 0; i < m.layers.size(); ++i) {
     const auto kind = static_cast<size_t>(m.layers[i]->kind);
-    x = checkpointing_ ? checkpoint(&layer_fns_[i], x)
-                       : m.layers[i]->forward(x, rope_[kind], allowed_[kind]);
+    if (!checkpointing_) {
+      x = m.layers[i]->forward(x, rope_[kind], allowed_[kind]);
+      continue;
+    }
+    std::vector<torch::Tensor> out = checkpoint(&layer_fns_[i], x);
+    x = out[0];
+    if (out.size() > 1) routing_.probability_sums.back() = out[1];  // now with a graph
   }
   return m.norm->forward(x);
 }
@@ -341,12 +356,14 @@ torch::Tensor Decoder::head(const torch::Tensor& x) {
                     [&] { return pstar::model::linear(x, m.embed_tokens->weight.to(x.device())); });
 }
 
+// Note [checkpointed routing]
+// Under activation checkpointing a layer's first forward runs without a graph, so a sparse layer's
+// router probability sums, which the load-balancing loss differentiates when it trains, are
+// returned as a side output of the checkpoint: the record keeps that output, whose graph leads
+// back into the checkpoint, and the gradient reaching it flows through the router again in the
+// recomputation, with the layer output's. The recomputation records nothing (it would count the
+// layer's tokens twice); its own sums are the side output there.
 bool Decoder::set_activation_checkpointing(bool on) {
-  // Checkpointing runs each layer's first forward without a graph: the router's probabilities that
-  // the load-balancing loss differentiates would have none.
-  PSTAR_CHECK(!on || !config_.moe || !config_.moe->aux_loss, ConfigError,
-              "output_router_logits (the router's load-balancing loss in the training loss) with "
-              "engine.activation_checkpointing is not supported; turn one of them off");
   checkpointing_ = on;
   return true;
 }

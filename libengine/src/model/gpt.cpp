@@ -132,7 +132,9 @@ Gpt::Gpt(const GptConfig& config, const BuildOptions& options) : config_(config)
   transformer_ = register_module("transformer", std::make_shared<GptTransformer>(config, options));
   for (auto& block : transformer_->h) {
     block_fns_.emplace_back(
-        [this, block](const torch::Tensor& x) { return block->forward(x, allowed_); });
+        [this, block](const torch::Tensor& x) -> std::vector<torch::Tensor> {
+          return {block->forward(x, allowed_)};
+        });
   }
 }
 
@@ -151,7 +153,7 @@ torch::Tensor Gpt::hidden(const torch::Tensor& input_ids, const torch::Tensor& p
     x = t.wte->forward(input_ids) + t.wpe->forward(arange).unsqueeze(0);
   }
   for (size_t i = 0; i < t.h.size(); ++i)
-    x = checkpointing_ ? checkpoint(&block_fns_[i], x) : t.h[i]->forward(x, allowed_);
+    x = checkpointing_ ? checkpoint(&block_fns_[i], x)[0] : t.h[i]->forward(x, allowed_);
   return t.ln_f->forward(x);
 }
 

@@ -29,26 +29,35 @@ struct PreBackward : public torch::autograd::Function<PreBackward> {
   }
 };
 
-using BlockFn = std::function<torch::Tensor(const torch::Tensor&)>;
+thread_local bool t_recomputing = false;
 
 struct Checkpoint : public torch::autograd::Function<Checkpoint> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
-                               int64_t block_address) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                torch::Tensor x, int64_t block_address) {
     ctx->saved_data["block"] = block_address;
     ctx->save_for_backward({x});
     torch::NoGradGuard no_grad;
-    return (*reinterpret_cast<const BlockFn*>(block_address))(x);
+    return (*reinterpret_cast<const CheckpointBlock*>(block_address))(x);
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
-    const auto* block = reinterpret_cast<const BlockFn*>(ctx->saved_data["block"].toInt());
+    const auto* block = reinterpret_cast<const CheckpointBlock*>(ctx->saved_data["block"].toInt());
     auto x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    torch::Tensor y;
+    std::vector<torch::Tensor> outputs;
     {
       torch::AutoGradMode enable(true);
-      y = (*block)(x);
+      const bool outer = std::exchange(t_recomputing, true);
+      outputs = (*block)(x);
+      t_recomputing = outer;
     }
-    torch::autograd::backward({y}, {grads[0]});
+    // The outputs a gradient reached (a side output no loss used has none) and that have a graph.
+    std::vector<torch::Tensor> roots, root_grads;
+    for (size_t i = 0; i < outputs.size() && i < grads.size(); ++i) {
+      if (!grads[i].defined() || !outputs[i].requires_grad()) continue;
+      roots.push_back(outputs[i]);
+      root_grads.push_back(grads[i]);
+    }
+    torch::autograd::backward(roots, root_grads);
     return {x.grad(), torch::Tensor()};
   }
 };
@@ -78,9 +87,11 @@ torch::Tensor run_module(torch::nn::Module& module, const std::function<torch::T
   return y;
 }
 
-torch::Tensor checkpoint(const BlockFn* block, const torch::Tensor& x) {
+std::vector<torch::Tensor> checkpoint(const CheckpointBlock* block, const torch::Tensor& x) {
   if (!torch::GradMode::is_enabled() || !x.requires_grad()) return (*block)(x);
   return Checkpoint::apply(x, reinterpret_cast<int64_t>(block));
 }
+
+bool recomputing() { return t_recomputing; }
 
 }  // namespace pstar::model

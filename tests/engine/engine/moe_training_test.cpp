@@ -62,18 +62,34 @@ int64_t sparse_layers(const std::string& family) { return family == "mixtral" ? 
 class MoeTrainingTest : public ::testing::TestWithParam<const char*> {};
 
 // output_router_logits: the load-balancing loss times router_aux_loss_coef joins the loss that
-// trains (the second step's loss moves); transformers 5's fused experts load as the Hub's
-// per-expert tensors do.
+// trains (the second step's loss moves), with or without activation checkpointing; transformers
+// 5's fused experts load as the Hub's per-expert tensors do.
 TEST_P(MoeTrainingTest, TheAuxLossTrainsAndFusedExpertsLoad) {
+  std::vector<std::vector<double>> free_losses;  // torch and chunk engine, without checkpointing
   for (const char* variant : {"aux", "fused_experts"}) {
     SCOPED_TRACE(variant);
     const FamilyFolder* f = pstar::testing::family_folder(GetParam(), variant);
     if (f == nullptr) GTEST_SKIP() << kNoTorch;
     config::TrainConfig c = moe_config(*f);
-    c.engine.mode = config::EngineMode::kTorch;
-    expect_reference(pstar::testing::run_steps(c), *f, "torch engine");
-    c.engine.mode = config::EngineMode::kChunked;
-    expect_reference(pstar::testing::run_steps(c), *f, "chunk engine");
+    for (const bool checkpointing : {false, true}) {
+      // Under activation checkpointing the router's probabilities reach the loss through the
+      // checkpoint and its recomputation (Note [checkpointed routing]): the same bits.
+      SCOPED_TRACE(checkpointing ? "activation checkpointing" : "no checkpointing");
+      if (checkpointing && std::string(variant) != "aux") continue;
+      c.engine.activation_checkpointing = checkpointing;
+      c.engine.mode = config::EngineMode::kTorch;
+      const auto torch_run = pstar::testing::run_steps(c);
+      expect_reference(torch_run, *f, "torch engine");
+      c.engine.mode = config::EngineMode::kChunked;
+      const auto chunk_run = pstar::testing::run_steps(c);
+      expect_reference(chunk_run, *f, "chunk engine");
+      if (!checkpointing) {
+        free_losses = {losses(torch_run), losses(chunk_run)};
+      } else {
+        EXPECT_EQ(losses(torch_run), free_losses[0]) << "checkpointing changed the numbers";
+        EXPECT_EQ(losses(chunk_run), free_losses[1]) << "checkpointing changed the numbers";
+      }
+    }
   }
   // The plain folder's second loss differs from the "aux" one's: the loss did train.
   const FamilyFolder* plain = pstar::testing::family_folder(GetParam());

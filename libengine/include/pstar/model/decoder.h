@@ -157,7 +157,9 @@ class Decoder : public CausalLM {
   std::array<RotaryTables, kLayerKinds> rope_;
   std::array<torch::Tensor, kLayerKinds> allowed_;
   bool checkpointing_ = false;
-  std::vector<std::function<torch::Tensor(const torch::Tensor&)>> layer_fns_;
+  // One callable per layer for checkpointing (autograd calls them again during backward): the
+  // layer's output, and a sparse layer's router probability sums when the aux loss trains.
+  std::vector<CheckpointBlock> layer_fns_;
 };
 
 }  // namespace pstar::model

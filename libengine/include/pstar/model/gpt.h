@@ -128,7 +128,7 @@ class Gpt : public CausalLM {
   // backward reads again.
   torch::Tensor allowed_;
   // One callable per block for checkpointing: autograd calls them again during backward.
-  std::vector<std::function<torch::Tensor(const torch::Tensor&)>> block_fns_;
+  std::vector<CheckpointBlock> block_fns_;
 };
 
 }  // namespace pstar::model

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include <torch/nn/module.h>
 
@@ -60,7 +61,16 @@ torch::Tensor run_module(torch::nn::Module& module, const std::function<torch::T
 // Activation checkpointing: runs block(x) without keeping its activations and runs it again in
 // backward. The recomputation is the same computation, so results are bit-identical. `block`
 // must outlive the backward pass.
-torch::Tensor checkpoint(const std::function<torch::Tensor(const torch::Tensor&)>* block,
-                         const torch::Tensor& x);
+//
+// The block returns its output first, then any side outputs a loss may use (a mixture of experts'
+// router probabilities, Note [checkpointed routing] in model/decoder.cpp): each comes back with a
+// graph into the checkpoint, and the gradients reaching them flow through the recomputation
+// together with the output's.
+using CheckpointBlock = std::function<std::vector<torch::Tensor>(const torch::Tensor&)>;
+std::vector<torch::Tensor> checkpoint(const CheckpointBlock* block, const torch::Tensor& x);
+
+// True while a checkpointed block runs again in backward (on this thread): a block that records
+// what its forward saw records it once, in the first forward.
+bool recomputing();
 
 }  // namespace pstar::model
