@@ -83,6 +83,21 @@ std::vector<std::string> wrap(const std::string& words, size_t width) {
   return lines;
 }
 
+// Note [expert rows]
+// Which chunks hold a mixture of experts' experts, from /chunks/tensors: pstar registers every
+// family's experts in a module list named `experts` (`model.layers.1.mlp.experts.0.up_proj.weight`,
+// `...block_sparse_moe.experts.3.w1.weight`), so a chunk holds experts when one of its tensor names
+// has an `experts` component. A profile from before /chunks/tensors tells nothing (all false).
+std::vector<bool> expert_rows(const Profile& p) {
+  std::vector<bool> rows(p.chunks.size(), false);
+  for (size_t c = 0; c < p.chunks.tensors.size() && c < rows.size(); ++c) {
+    const std::string names = "," + p.chunks.tensors[c];
+    rows[c] = names.find(".experts.") != std::string::npos ||
+              names.find(",experts.") != std::string::npos;
+  }
+  return rows;
+}
+
 // Where a chunk's optimizer payloads are, from where its Adam ran in the recorded steps (on the
 // host with them read from NVMe: kNvme).
 enum class OptimizerPlace { kNone, kHost, kDevice, kBoth, kNvme };
@@ -114,8 +129,13 @@ void location_figure(const Profile& p) {
   const size_t n = m.size(), chunks = p.chunks.size();
   const double right = static_cast<double>(n);
   const double heat_top = kTop - 0.075;  // the stage strip sits above the heat map
-  // The optimizer strip (Note [location rows]) sits right of the heat map, inside kRight.
-  const double strip_left = kRight - 0.022, heat_right = strip_left - 0.012;
+  // The optimizer strip (Note [location rows]) sits right of the heat map, inside kRight, and
+  // left of it, for a mixture of experts, the experts strip (Note [expert rows]).
+  const std::vector<bool> experts = expert_rows(p);
+  const size_t expert_chunks =
+      static_cast<size_t>(std::count(experts.begin(), experts.end(), true));
+  const double strip_left = kRight - 0.022, experts_left = strip_left - 0.034;
+  const double heat_right = expert_chunks > 0 ? experts_left - 0.012 : strip_left - 0.012;
   const double heat_ymax = std::max<double>(1.0, static_cast<double>(chunks));
   plvpor(kLeft, heat_right, kBottom, heat_top);
   plwind(0, right, 0, heat_ymax);
@@ -208,6 +228,20 @@ void location_figure(const Profile& p) {
   plmtex("b", 1.2, 0.5, 0.5, "optim.");
   plschr(0, kTextScale);
 
+  // The experts strip: the rows that hold experts marked, the others left blank.
+  if (expert_chunks > 0) {
+    plvpor(experts_left, strip_left - 0.012, kBottom, heat_top);
+    plwind(0, 1, 0, heat_ymax);
+    plcol0(kExperts);
+    for (size_t c = 0; c < chunks; ++c)
+      if (experts[c]) fill_rect(0, 1, static_cast<double>(c), static_cast<double>(c + 1));
+    plcol0(kInk);
+    plbox("bc", 0, 0, "bc", 0, 0);
+    plschr(0, kSmallText);
+    plmtex("t", 0.6, 0.5, 0.5, "exp.");  // above: below, "optim." beside it has no room
+    plschr(0, kTextScale);
+  }
+
   // The legend, in short lines (the column right of the plot is narrow): what each row's two
   // parts show and the places' colours.
   std::vector<LegendEntry> legend;
@@ -227,6 +261,10 @@ void location_figure(const Profile& p) {
     if (opt_none) legend.push_back(box("no Adam recorded", kAbsent));
   }
   if (!uniform) text("(payloads vary by chunk: see /chunks/payloads)");
+  if (expert_chunks > 0) {
+    text("exp.: the " + std::to_string(expert_chunks) + " chunks that hold experts");
+    legend.push_back(box("holds experts", kExperts));
+  }
   for (const LegendEntry& e : stage_legend()) legend.push_back(e);
   if (steps_shown) legend.push_back(line("step boundary", kInk, 1, 1.5));
   // Placed against the whole plot area, map and strip, as in the other figures.

@@ -54,6 +54,7 @@ enum Colour : PLINT {
   kHostLine,
   kBothPlaces,
   kOnNvme,
+  kExperts,
   kColourCount,
 };
 

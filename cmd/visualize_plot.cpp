@@ -45,6 +45,7 @@ void set_palette() {
       {kHostLine, 44, 160, 44, 1.0},
       {kBothPlaces, 150, 150, 205, 1.0},
       {kOnNvme, 140, 86, 75, 1.0},
+      {kExperts, 148, 103, 189, 1.0},
   };
   plscmap0n(kColourCount);
   for (const Entry& e : kPalette) plscol0a(e.index, e.r, e.g, e.b, e.alpha);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -97,6 +98,26 @@ TEST_F(ProfileCliTest, ProfileAgreesWithTheRunsMetrics) {
     params += p.chunks.numel[k];
   }
   EXPECT_GT(params, 100000);
+  // /chunks/tensors: each chunk's tensors by name, every parameter in exactly one chunk, the token
+  // embedding in the embedding chunk.
+  ASSERT_EQ(p.chunks.tensors.size(), p.chunks.size());
+  std::set<std::string> names;
+  size_t listed = 0;
+  for (size_t k = 0; k < p.chunks.size(); ++k) {
+    EXPECT_FALSE(p.chunks.tensors[k].empty()) << "chunk " << k;
+    std::stringstream list(p.chunks.tensors[k]);
+    for (std::string name; std::getline(list, name, ',');) {
+      names.insert(name);
+      ++listed;
+      if (name == "transformer.wte.weight") {
+        EXPECT_EQ(p.chunks.embedding[k], 1) << name;
+      }
+    }
+  }
+  EXPECT_EQ(names.size(), listed) << "a tensor named in two chunks";
+  for (const char* name : {"transformer.wte.weight", "transformer.h.0.attn.c_attn.weight",
+                           "transformer.h.1.mlp.c_proj.bias", "transformer.ln_f.weight"})
+    EXPECT_EQ(names.count(name), 1u) << name;
   ASSERT_EQ(p.steps.step, (std::vector<int64_t>{2, 3, 4}));
 
   const size_t rows = p.by_moment.size();

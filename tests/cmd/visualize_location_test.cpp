@@ -127,6 +127,52 @@ TEST_F(VisualizeTest, LocationFigureWithHundredsOfChunks) {
   EXPECT_TRUE(contains(r.err, "400 chunks")) << r;
 }
 
+// Note [expert rows]: the chunks whose /chunks/tensors name a mixture of experts' experts are
+// marked in the experts strip (x ~ 0.624..0.646 of the page) in (148, 103, 189), and only those;
+// a profile without expert tensors, or without /chunks/tensors, has no strip.
+TEST_F(VisualizeTest, LocationFigureMarksTheChunksThatHoldExperts) {
+  Profile p = synthetic_profile(2);
+  const size_t chunks = p.chunks.size();  // 12
+  const auto holds_experts = [](size_t c) { return c >= 4 && c <= 7; };
+  for (size_t c = 0; c < chunks; ++c) {
+    const std::string layer = "model.layers." + std::to_string(c / 4);
+    p.chunks.tensors.push_back(
+        holds_experts(c) ? layer + ".mlp.experts." + std::to_string(c) + ".gate_proj.weight," +
+                               layer + ".mlp.experts." + std::to_string(c) + ".up_proj.weight"
+                         : layer + ".self_attn.q_proj.weight," + layer + ".mlp.gate.weight");
+  }
+  const auto purple_rows = [&](const std::string& file) {
+    std::vector<bool> rows(chunks, false);
+    const Image img = decode_png(pstar::testing::read_bytes(dir_.file(file)));
+    EXPECT_TRUE(img.error.empty()) << img.error;
+    if (!img.error.empty()) return rows;
+    // Row c's middle: the heat map spans kBottom (0.12) to 0.835 of the page, bottom up.
+    for (size_t c = 0; c < chunks; ++c) {
+      const double y = 0.12 + (static_cast<double>(c) + 0.5) / static_cast<double>(chunks) * 0.715;
+      const uint8_t* px =
+          img.at(static_cast<uint32_t>(0.635 * 1200), static_cast<uint32_t>((1.0 - y) * 700));
+      rows[c] = px[0] == 148 && px[1] == 103 && px[2] == 189;
+    }
+    return rows;
+  };
+  formats::write_profile(dir_.file("moe.h5"), p);
+  RunResult r = visualize({"moe.h5", "--fig", "access", "-o", "moe.png"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::vector<bool> marked = purple_rows("moe.png");
+  for (size_t c = 0; c < chunks; ++c) EXPECT_EQ(marked[c], holds_experts(c)) << "chunk " << c;
+
+  for (const bool names : {true, false}) {
+    SCOPED_TRACE(names ? "no expert tensors" : "no /chunks/tensors");
+    Profile dense = p;
+    for (std::string& t : dense.chunks.tensors) t = "model.layers.0.mlp.up_proj.weight";
+    if (!names) dense.chunks.tensors.clear();
+    formats::write_profile(dir_.file("dense.h5"), dense);
+    r = visualize({"dense.h5", "--fig", "access", "-o", "dense.png"});
+    ASSERT_EQ(r.exit_code, 0) << r;
+    EXPECT_EQ(purple_rows("dense.png"), std::vector<bool>(chunks, false));
+  }
+}
+
 // ---- damaged profiles --------------------------------------------------------------------------
 
 // Note [profile checksum]: a real profile (`pstar profile`, gpt-tiny) with one byte inverted at

@@ -80,6 +80,7 @@ inline Profile full_profile() {
   c.owner = {0, 1, 0};
   c.embedding = {1, 0, 0};
   c.payloads = {"param+grad,master,exp_avg,exp_avg_sq", "", "param+grad (gathered) ✓"};
+  c.tensors = {"transformer.wte.weight", "h.0.attn.c_attn.weight,h.0.attn.c_attn.bias", ""};
 
   ProfileMemory& m = p.by_moment;
   m.step = {1, 1, 2, 2};
@@ -182,6 +183,7 @@ inline void expect_same(const Profile& a, const Profile& b) {
   EXPECT_EQ(a.chunks.owner, b.chunks.owner);
   EXPECT_EQ(a.chunks.embedding, b.chunks.embedding);
   EXPECT_EQ(a.chunks.payloads, b.chunks.payloads);
+  EXPECT_EQ(a.chunks.tensors, b.chunks.tensors);
 
   expect_same(a.by_moment, b.by_moment);
   expect_same(a.by_time, b.by_time);

@@ -39,6 +39,7 @@ with h5py.File(sys.argv[1], "r") as f:
     print(f["events"].attrs["kinds"])
     print(f["location"].shape, f["location"].dtype, f["location"].attrs["places"])
     print(f["location"][0].tolist(), f["chunks/payloads"].asstr()[2])
+    print([t.split(",") for t in f["chunks/tensors"].asstr()[:]])
     print(f["memory/by_moment/device_total"][:].tolist())
     print(f["events/moment"][:].tolist())
     print(sorted(f["memory/by_time"].keys()))
@@ -54,6 +55,7 @@ with h5py.File(sys.argv[1], "r") as f:
       "move_h2d,move_d2h,allocate,release,adam_device,adam_host,gather,reduce,nvme_read,"
       "nvme_write\n",
       "(4, 3) int8 absent,host,device,nvme\n", "[2, 1, 0] param+grad (gathered) ✓\n",
+      "[['transformer.wte.weight'], ['h.0.attn.c_attn.weight', 'h.0.attn.c_attn.bias'], ['']]\n",
       "[100, 200, 1125899906842624, 0]\n", "[-1, 0, 1, -1, 2, 2, -1, 3]\n",
       "['device_chunks', 'device_non_model', 'device_total', 'host_chunks', 'host_non_model', "
       "'host_total', 'stage', 'time_s']\n",
@@ -169,9 +171,12 @@ TEST_F(ProfileTest, ProfilesFromBeforeChecksumsAreReadUnchecked) {
   EXPECT_FALSE(p.checksummed);
   EXPECT_EQ(p.run.schema_version, 1);
   EXPECT_GT(p.chunks.size(), 0u);
-  // Written again, it gets the header.
+  EXPECT_TRUE(p.chunks.tensors.empty()) << "written before /chunks/tensors existed";
+  // Written again, it gets the header, and still no /chunks/tensors.
   write_profile(path("new.h5"), p);
-  EXPECT_TRUE(read_profile(path("new.h5")).checksummed);
+  const Profile again = read_profile(path("new.h5"));
+  EXPECT_TRUE(again.checksummed);
+  EXPECT_TRUE(again.chunks.tensors.empty());
 }
 
 }  // namespace

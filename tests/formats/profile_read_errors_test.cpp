@@ -107,6 +107,41 @@ TEST_F(ProfileTest, ColumnLengthsMustAgree) {
       << msg;
 }
 
+// /chunks/tensors is optional (a file from before it has none) but, where present, a column like
+// the others: one string per chunk.
+TEST_F(ProfileTest, ChunkTensorNamesAreOptionalButChecked) {
+  const std::string file = path("p.h5");
+  write_profile(file, full_profile());
+  RawFile(file).delete_link("/chunks/tensors");
+  reseal_profile(file);
+  const Profile absent = read_profile(file);
+  EXPECT_TRUE(absent.chunks.tensors.empty());
+  EXPECT_EQ(absent.chunks.payloads, full_profile().chunks.payloads);
+
+  write_profile(file, full_profile());
+  replace_dataset<int64_t>(file, "/chunks/tensors", H5::PredType::NATIVE_INT64, {3}, 0);
+  std::string msg = message_of<FormatError>([&] { read_profile(file); });
+  EXPECT_NE(msg.find("/chunks/tensors holds a 8-byte signed integer, expected a variable-length "
+                     "string"),
+            std::string::npos)
+      << msg;
+
+  write_profile(file, full_profile());
+  {
+    RawFile(file).delete_link("/chunks/tensors");
+    H5::H5File h5(file, H5F_ACC_RDWR);
+    const hsize_t dims[1] = {2};
+    const H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
+    const char* names[2] = {"a.weight", "b.weight"};
+    h5.openGroup("/chunks")
+        .createDataSet("tensors", type, H5::DataSpace(1, dims))
+        .write(names, type);
+  }
+  reseal_profile(file);
+  msg = message_of<FormatError>([&] { read_profile(file); });
+  EXPECT_NE(msg.find("/chunks/tensors has 2 rows but /chunks/id has 3"), std::string::npos) << msg;
+}
+
 TEST_F(ProfileTest, LocationShapeMustMatchTheTables) {
   write_profile(path("p.h5"), full_profile());
   replace_dataset<int8_t>(path("p.h5"), "/location", H5::PredType::NATIVE_INT8, {4, 4}, 1);

@@ -59,7 +59,7 @@ bool same(const Profile& a, const Profile& b) {
             r.num_chunks == s.num_chunks && r.steps == s.steps && r.world_size == s.world_size &&
             r.rank == s.rank;
   ok = ok && same(a.chunks.id, b.chunks.id) && same(a.chunks.payloads, b.chunks.payloads) &&
-       same(a.chunks.embedding, b.chunks.embedding);
+       same(a.chunks.embedding, b.chunks.embedding) && same(a.chunks.tensors, b.chunks.tensors);
   ok = ok && same(a.by_moment.name, b.by_moment.name) &&
        same(a.by_moment.time_s, b.by_moment.time_s) && same(a.by_time.stage, b.by_time.stage);
   ok = ok && same(a.events.kind, b.events.kind) && same(a.events.bytes, b.events.bytes);
@@ -80,6 +80,7 @@ const char* const kObjects[] = {
     "/chunks/owner",
     "/chunks/embedding",
     "/chunks/payloads",
+    "/chunks/tensors",
     "/memory",
     "/memory/by_moment",
     "/memory/by_moment/step",

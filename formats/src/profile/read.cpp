@@ -306,7 +306,15 @@ Profile read_contents(Reader& r, H5::H5File& file) {
   run_attributes(p.run,
                  [&](const char* name, auto& value) { r.attribute(file, "/", name, &value); });
 
-  r.table("/chunks", [&](auto&& f) { chunk_columns(p.chunks, f); });
+  H5::Group chunks = r.table("/chunks", [&](auto&& f) { chunk_columns(p.chunks, f); });
+  // Optional: a file from a pstar before it has none (ProfileChunks::tensors).
+  if (chunks.nameExists("tensors")) {
+    r.column(chunks, "/chunks", "tensors", &p.chunks.tensors);
+    if (p.chunks.tensors.size() != p.chunks.size()) {
+      r.fail(str_cat("/chunks/tensors has ", p.chunks.tensors.size(), " rows but /chunks/id has ",
+                     p.chunks.size(), "; every column of a table has one entry per row"));
+    }
+  }
 
   H5::Group by_moment =
       r.table("/memory/by_moment", [&](auto&& f) { memory_columns(p.by_moment, true, f); });

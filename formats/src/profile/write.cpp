@@ -49,6 +49,9 @@ void check_codes(const char* dataset, const std::vector<int8_t>& codes, int coun
 
 void check_profile(const Profile& p) {
   const size_t chunks = check_table("/chunks", [&](auto&& f) { chunk_columns(p.chunks, f); });
+  PSTAR_INTERNAL_ASSERT(p.chunks.tensors.empty() || p.chunks.tensors.size() == chunks,
+                        "write_profile: /chunks/tensors has ", p.chunks.tensors.size(),
+                        " rows but /chunks/id has ", chunks, " (it is all rows or none)");
   const size_t moments =
       check_table("/memory/by_moment", [&](auto&& f) { memory_columns(p.by_moment, true, f); });
   check_table("/memory/by_time", [&](auto&& f) { memory_columns(p.by_time, false, f); });
@@ -166,7 +169,8 @@ void write_contents(Writer& w, H5::H5File& file, const Profile& p) {
   run_attributes(p.run,
                  [&](const char* name, const auto& value) { w.attribute(file, "/", name, value); });
 
-  w.table("/chunks", [&](auto&& f) { chunk_columns(p.chunks, f); });
+  H5::Group chunks = w.table("/chunks", [&](auto&& f) { chunk_columns(p.chunks, f); });
+  if (!p.chunks.tensors.empty()) w.column(chunks, "/chunks", "tensors", p.chunks.tensors);
 
   w.group("/memory");
   H5::Group by_moment =

@@ -389,6 +389,10 @@ bool ChunkedEngine::set_observer(EngineObserver* observer) {
     table.embedding.push_back(c.host_only() ? 1 : 0);
     table.payloads.push_back(str_cat("param", f.reuse ? "+grad" : ",grad", f.fp32 ? "" : ",master",
                                      ",exp_avg,exp_avg_sq"));
+    std::string names;
+    for (const int64_t t : c.tensors)
+      names += (names.empty() ? "" : ",") + store.tensors()[static_cast<size_t>(t)].name;
+    table.tensors.push_back(std::move(names));
   }
   observer->attach(shape);
   return true;

@@ -131,10 +131,9 @@ GptTransformer::GptTransformer(const GptConfig& config, const BuildOptions& opti
 Gpt::Gpt(const GptConfig& config, const BuildOptions& options) : config_(config) {
   transformer_ = register_module("transformer", std::make_shared<GptTransformer>(config, options));
   for (auto& block : transformer_->h) {
-    block_fns_.emplace_back(
-        [this, block](const torch::Tensor& x) -> std::vector<torch::Tensor> {
-          return {block->forward(x, allowed_)};
-        });
+    block_fns_.emplace_back([this, block](const torch::Tensor& x) -> std::vector<torch::Tensor> {
+      return {block->forward(x, allowed_)};
+    });
   }
 }
 

@@ -57,6 +57,11 @@ struct ProfileChunks {
   std::vector<int8_t>
       embedding;  // 1: an embedding chunk (engine.use_cpu_embedding keeps it on host)
   std::vector<std::string> payloads;  // e.g. "param+grad,master,exp_avg,exp_avg_sq"
+  // The names of the tensors it holds, in order, joined by ',' (e.g.
+  // "model.layers.1.mlp.experts.0.gate_proj.weight,..."). Optional (/chunks/tensors was added
+  // within schema 1): empty, with no row at all, for a file from a pstar before it; otherwise
+  // one entry per row.
+  std::vector<std::string> tensors;
   size_t size() const { return id.size(); }
 };
 
