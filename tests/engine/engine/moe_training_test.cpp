@@ -289,7 +289,8 @@ TEST_P(MoeTrainingTest, AnExpertIdleForAWholeStepIsLeftAsTorchLeavesAParameterWi
 // Note [held parameters] on every Adam path, in bf16 (param/grad reuse: a held expert's slot holds
 // its zero gradient, so its parameters are rewritten from its masters): the held third step and
 // the lagging fourth come after the plan, under a budget that keeps chunks on the host, updated in
-// place, early on the worker, and speculated into rollback slots; every path gives the same bits,
+// place, early on the worker, speculated into rollback slots, and on optimizer payloads read from
+// NVMe; every path gives the same bits,
 // and the torch engine (which drops the held experts' gradients) the same losses within bf16's
 // rounding.
 TEST_P(MoeTrainingTest, HeldExpertsGiveTheSameBitsOnEveryAdamPath) {
@@ -309,6 +310,10 @@ TEST_P(MoeTrainingTest, HeldExpertsGiveTheSameBitsOnEveryAdamPath) {
   for (int64_t b : engine->trace().non_model_bytes) non_model = std::max(non_model, b);
   c.engine.device_memory =
       non_model + engine->largest_working_set_bytes() + 2 * engine->compute_chunk_bytes();
+  // A host budget that holds every chunk's compute payloads and the NVMe staging pool with little
+  // to spare: most chunks' optimizer payloads go to NVMe (as NvmeTrainingTest's).
+  const int64_t host_for_nvme = engine->num_chunks() * engine->compute_chunk_bytes() +
+                                4 * engine->optimizer_chunk_bytes() + engine->compute_chunk_bytes();
   keep.reset();
 
   c.engine.overlap_adam = config::OnOffAuto::kOff;
@@ -328,6 +333,18 @@ TEST_P(MoeTrainingTest, HeldExpertsGiveTheSameBitsOnEveryAdamPath) {
   }
   EXPECT_GT(early_chunks, 0) << "no chunk was updated early in steps 3 and 4";
   EXPECT_GT(speculated_chunks, 0) << "no chunk was speculated in steps 3 and 4";
+
+  // The NVMe tier: host Adam on optimizer payloads read from NVMe, held runs included.
+  pstar::testing::ScratchDir dir;
+  c.gradient_clipping = 0;
+  c.engine.speculative_adam = config::OnOffAuto::kOff;
+  c.engine.nvme_path = dir.path().string();
+  c.engine.host_memory = host_for_nvme;
+  const auto nvme = pstar::testing::run_steps(c);
+  EXPECT_EQ(losses(nvme), losses(free_run));
+  int64_t read = 0;
+  for (size_t i = 2; i < 4; ++i) read += nvme[i].engine.nvme.read_bytes;
+  EXPECT_GT(read, 0) << "no optimizer payloads were read from NVMe in steps 3 and 4";
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, MoeTrainingTest, ::testing::Values("mixtral", "qwen3_moe"));
