@@ -41,6 +41,12 @@
 #            at steps 1 and 2 from transformers' own classes, from tests/reference's float64
 #            script and from pstar (bench/gpu/hf_family_parity.py; fails beyond 1e-5; recorded as
 #            skipped where the Python has no transformers)
+#   qwen3    Qwen3-8B cut to 28 layers (6.6B parameters), pstar beside FSDP2-offload on
+#            transformers' Qwen3ForCausalLM (bench/gpu/family_bench.sh; both sides the same
+#            config.json; FSDP2-offload holds about 7.5B parameters in 128 GB)
+#   gemma3   Gemma-3-12B cut to 26 layers, the same, on Gemma3ForCausalLM
+#   qwen3moe Qwen3-30B-A3B cut to 10 layers (6.9B parameters, 1.2B active), the same, on
+#            Qwen3MoeForCausalLM (TFLOPS over the active parameters on both sides)
 #   trace    one step of the 1.3B size traced by LibTorch's profiler (PSTAR_TORCH_TRACE, Note
 #            [torch trace]) in pstar's chunk engine, in its torch engine and in plain PyTorch,
 #            summarised side by side by bench/gpu/trace_summary.py into OUT/trace-summary.txt
@@ -78,7 +84,8 @@ repo=$(pwd)
 
 usage() { sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
 all_phases=(build gpu devices gpt7b gpt7bclip gpt7bspec gpt7bspecloose gpt7bauto llama8b llama8bspec
-            llama8bnoclip llama8bfolder llama3b families trace suite kernels tensorboard bench
+            llama8bnoclip llama8bfolder llama3b families qwen3 gemma3 qwen3moe trace suite kernels
+            tensorboard bench
             variants largest scaling)
 # Expected seconds of each phase on an H100 (16 cores): the ledger run of 2026-11-27 (build 165 s
 # with every target, gpu 71, gpt7b 158, gpt7bclip 52, llama8b 47, llama8bfolder 63 with the folder
@@ -109,6 +116,7 @@ phase_seconds() {
     kernels) echo 20 ;;
     tensorboard) echo 30 ;;  # guessed: a 6-step gpt-tiny run and TensorBoard's reader
     families) echo 60 ;;  # guessed: six tiny models, two steps each, in transformers and pstar
+    qwen3|gemma3|qwen3moe) echo 240 ;;  # guessed: gpt7b's pair at about the same size
     bench) echo 300 ;;
     variants) echo 500 ;;
     largest) echo 300 ;;
@@ -334,6 +342,21 @@ phase_families() {
     >"$work/families.jsonl"
 }
 
+# Issues 54 and 55 (the GPU ledger's item 4): today's families and a mixture of experts beside
+# FSDP2-offload on transformers' own classes, at sizes FSDP2-offload holds. Exit 77 without
+# transformers: skipped, not failed.
+family_phase() {
+  "$python" -c 'import transformers' 2>/dev/null || {
+    echo "gpu-verify: $1: $python has no transformers package"
+    return 77
+  }
+  bench/gpu/family_bench.sh --pstar "$build/pstar" --python "$python" --steps 3 --warmup 2 \
+    --timeout 200 --fsdp2 --preset "$2" --layers "$3" --out "$work/$1" >"$work/$1.jsonl"
+}
+phase_qwen3() { family_phase qwen3 qwen3-8b 28; }
+phase_gemma3() { family_phase gemma3 gemma-3-12b 26; }
+phase_qwen3moe() { family_phase qwen3moe qwen3-30b-a3b 10; }
+
 # The ledger's model runs (issue 34): steady state is 3 timed steps after pstar's tracing step
 # and its first planned one. Each training run is capped (--timeout) so that one hung run cannot
 # eat the lease.
@@ -483,6 +506,9 @@ else
   run_phase llama8bfolder phase_llama8bfolder
   run_phase llama3b phase_llama3b
   run_phase families phase_families
+  run_phase qwen3 phase_qwen3
+  run_phase gemma3 phase_gemma3
+  run_phase qwen3moe phase_qwen3moe
   run_phase trace phase_trace
   run_phase suite phase_suite
   run_phase kernels phase_kernels

@@ -19,6 +19,10 @@ Under torchrun (--nproc_per_node N, gpt_bench.sh --nproc N) --mode fsdp2-offload
 over the N ranks, each on the GPU of its LOCAL_RANK with a micro-batch of its own; rank 0 prints
 the line, with tokens/s of the global batch, TFLOPS per GPU and the host peak of all ranks added.
 
+--model hf --hf-config CONFIG.json trains Hugging Face's own class for that config.json instead
+(transformers' AutoModelForCausalLM: Qwen3, Gemma 3, Phi-4, Mixtral, Qwen3-MoE, ...; hf_reference.py),
+its parameters and FLOPs per token counted by hf_shape.py as pstar counts them. Needs transformers.
+
 --dry-run builds the model on the meta device only (any PyTorch >= 1.13, no GPU) and prints the
 parameter count and FLOPs per token with null timings. Needs only the standard library and torch.
 """
@@ -53,9 +57,9 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=["fsdp2-offload", "plain"], default="fsdp2-offload")
-    p.add_argument("--model", choices=["gpt", "llama"], default="gpt",
+    p.add_argument("--model", choices=["gpt", "llama", "hf"], default="gpt",
                    help="gpt: pstar's GPT of --hidden/--layers/--vocab; llama: the shape of "
-                        "--hf-config")
+                        "--hf-config; hf: transformers' own class for --hf-config")
     p.add_argument("--hf-config", metavar="CONFIG.json",
                    help="--model llama: a Hugging Face config.json (model_type llama, mistral or "
                         "qwen2 without sliding window); it sets hidden, layers, heads and vocab")
@@ -97,8 +101,22 @@ def parse_args(argv):
             p.error(f"--hf-config {a.hf_config}: {e}")
         a.hidden, a.layers = a.hf["hidden_size"], a.hf["num_hidden_layers"]
         a.heads, a.vocab = a.hf["num_attention_heads"], a.hf["vocab_size"]
+    elif a.model == "hf":
+        if not a.hf_config:
+            p.error("--model hf needs --hf-config CONFIG.json")
+        try:
+            import transformers  # noqa: F401
+        except ImportError as e:
+            p.error(f"--model hf needs transformers, which this Python ({sys.executable}) lacks: {e}")
+        import hf_shape
+        try:
+            a.hf = hf_shape.load(a.hf_config)
+        except (OSError, ValueError, KeyError) as e:
+            p.error(f"--hf-config {a.hf_config}: {e}")
+        a.hidden, a.layers = a.hf["hidden_size"], a.hf["num_hidden_layers"]
+        a.heads, a.vocab = a.hf["num_attention_heads"], a.hf["vocab_size"]
     elif a.hf_config:
-        p.error("--hf-config goes with --model llama")
+        p.error("--hf-config goes with --model llama or hf")
     if a.heads is None:
         a.heads = max(1, a.hidden // HEAD_SIZE)
     if a.model == "gpt" and a.hidden % a.heads:
@@ -210,6 +228,9 @@ class Gpt(nn.Module):
 
 
 def make_model(a, device):
+    if a.model == "hf":
+        import hf_reference
+        return hf_reference.HfDecoder(a.hf, a.attention, a.checkpointing, device)
     if a.model == "llama":
         import llama_reference
         return llama_reference.Llama(a.hf, a.attention, a.checkpointing, device)
@@ -217,6 +238,9 @@ def make_model(a, device):
 
 
 def model_flops_per_token(a, params):
+    if a.model == "hf":
+        import hf_shape
+        return hf_shape.flops_per_token(a.hf, a.seq)
     if a.model == "llama":
         import llama_reference
         return llama_reference.flops_per_token(a.hf, params, a.seq)
@@ -392,7 +416,10 @@ def main(argv):
     a = parse_args(argv)
     model = make_model(a, device="meta")
     params = count_params(model)
-    if a.model == "llama":
+    if a.model == "hf":
+        import hf_shape
+        want, whose = hf_shape.params(a.hf), "its config.json implies (hf_shape.py)"
+    elif a.model == "llama":
         import llama_reference
         want, whose = llama_reference.expected_params(a.hf), "its config.json implies"
     else:

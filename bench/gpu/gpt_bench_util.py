@@ -300,17 +300,31 @@ def ratio(x, y):
     return x["tokens_per_s"] / y["tokens_per_s"]
 
 
+def hf_figures(path, seq):
+    """(config, parameters, parameters active a token, FLOPs per token) of a config.json: a
+    Llama-family one keeps llama_shape's figures (those of the ledger's earlier rows); any other
+    family pstar trains (Qwen3, Gemma 3, Phi-4, Mixtral, Qwen3-MoE) gets hf_shape's, counted as
+    pstar counts them."""
+    import llama_shape
+    try:
+        c = llama_shape.read_config(path)
+        params = llama_shape.expected_params(c)
+        return c, params, params, llama_shape.flops_per_token(c, params, seq)
+    except ValueError:
+        import hf_shape
+        c = hf_shape.load(path)
+        return c, hf_shape.params(c), hf_shape.params(c, active=True), hf_shape.flops_per_token(c, seq)
+
+
 def cmd_row(a):
     d = a.dir
     model = "gpt"
+    active = None
     if a.hf_config:
-        import llama_shape
-        c = llama_shape.read_config(a.hf_config)
+        c, params, active, fpt = hf_figures(a.hf_config, a.seq)
         model = c["model_type"]
         a.hidden, a.layers, a.heads = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
         a.vocab = c["vocab_size"]
-        params = llama_shape.expected_params(c)
-        fpt = llama_shape.flops_per_token(c, params, a.seq)
     else:
         params = expected_params(a.hidden, a.layers, a.vocab, a.seq)
         fpt = flops_per_token(params, a.layers, a.hidden, a.seq)
@@ -318,6 +332,8 @@ def cmd_row(a):
            "heads": max(1, a.hidden // 128) if a.heads is None else a.heads, "params": params,
            "seq": a.seq, "micro_batch": a.micro_batch, "vocab": a.vocab, "nproc": a.nproc,
            "flops_per_token": fpt, "dry_run": a.dry_run}
+    if active is not None and active != params:
+        row["active_params"] = active  # a mixture of experts: FLOPs count these, memory all
     row["pstar"] = pstar_figures(d, a, params, fpt)
     row["fsdp2"] = reference_figures(d, "fsdp2", params)
     row["plain"] = reference_figures(d, "plain", params)
