@@ -91,26 +91,22 @@ def parse_args(argv):
                    help="build on the meta device, print the parameter count, train nothing")
     a = p.parse_args(argv)
     a.hf = None
-    if a.model == "llama":
+    if a.model in ("llama", "hf"):
         if not a.hf_config:
-            p.error("--model llama needs --hf-config CONFIG.json")
-        import llama_reference
+            p.error(f"--model {a.model} needs --hf-config CONFIG.json")
+        if a.model == "hf":
+            try:
+                import transformers  # noqa: F401
+            except ImportError as e:
+                p.error(f"--model hf needs transformers, which this Python ({sys.executable}) "
+                        f"lacks: {e}")
+            import hf_shape
+            read = hf_shape.load
+        else:
+            import llama_reference
+            read = llama_reference.read_config
         try:
-            a.hf = llama_reference.read_config(a.hf_config)
-        except (OSError, ValueError, KeyError) as e:
-            p.error(f"--hf-config {a.hf_config}: {e}")
-        a.hidden, a.layers = a.hf["hidden_size"], a.hf["num_hidden_layers"]
-        a.heads, a.vocab = a.hf["num_attention_heads"], a.hf["vocab_size"]
-    elif a.model == "hf":
-        if not a.hf_config:
-            p.error("--model hf needs --hf-config CONFIG.json")
-        try:
-            import transformers  # noqa: F401
-        except ImportError as e:
-            p.error(f"--model hf needs transformers, which this Python ({sys.executable}) lacks: {e}")
-        import hf_shape
-        try:
-            a.hf = hf_shape.load(a.hf_config)
+            a.hf = read(a.hf_config)
         except (OSError, ValueError, KeyError) as e:
             p.error(f"--hf-config {a.hf_config}: {e}")
         a.hidden, a.layers = a.hf["hidden_size"], a.hf["num_hidden_layers"]

@@ -22,19 +22,12 @@ Usage: bench/gpu/llama_bench.sh --preset NAME [OPTIONS]
   --folder DIR          where that folder goes (default OUT/hf); kept for a later run
   --folder-device DEV   where its random values are drawn (default cuda)
   --fsdp2               also train the same shape with FSDP2-offload (fused AdamW)
-  --skip-pstar          only the reference (with --fsdp2)
-  --steps N             timed steps (default 3)
-  --warmup N            untimed steps first (default 2: pstar's tracing step and first planned one)
-  --micro-batch B       sequences per step (default 4)
-  --seq S               sequence length (default 2048)
-  --clip C              gradient_clipping (default 1.0), on both sides
-  --device-memory SIZE  pstar's engine.device_memory (default 64GiB)
-  --host-memory SIZE    pstar's engine.host_memory (default unset: 80% of the machine's RAM)
-  --timeout S           stop a training run after S seconds (default 0: no limit)
   --bound auto|none     hold pstar's timed steps against their physical bound (as gpt_bench.sh:
                         machine_rates.py, and plain PyTorch at the same shape with the most
                         layers that fit for the model-FLOPs rate); default auto
-  --pstar PATH, --python PATH, --out DIR, --set KEY=VALUE: as gpt_bench.sh
+EOF
+  shared_usage
+  cat <<'EOF'
   --dry-run             train nothing: write the configs, check them with pstar estimate
                         --config, run the reference's --dry-run and print the row
 EOF
@@ -44,6 +37,8 @@ preset="" from_folder=0 folder="" folder_device=cuda fsdp2=0 skip_pstar=0
 steps=3 warmup=2 micro_batch=4 seq=2048 clip=1.0 device_memory=64GiB host_memory="" timeout=0
 pstar=${PSTAR:-} python=${PYTHON:-} out="" dry_run=0 bound=auto
 sets=()
+# shellcheck source=bench/gpu/bench_common.sh
+. "$here/bench_common.sh"
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) preset=$2; shift ;;
@@ -51,23 +46,10 @@ while [ $# -gt 0 ]; do
     --folder) folder=$2; shift ;;
     --folder-device) folder_device=$2; shift ;;
     --fsdp2) fsdp2=1 ;;
-    --skip-pstar) skip_pstar=1 ;;
-    --steps) steps=$2; shift ;;
-    --warmup) warmup=$2; shift ;;
-    --micro-batch) micro_batch=$2; shift ;;
-    --seq) seq=$2; shift ;;
-    --clip) clip=$2; shift ;;
-    --device-memory) device_memory=$2; shift ;;
-    --host-memory) host_memory=$2; shift ;;
-    --timeout) timeout=$2; shift ;;
     --bound) bound=$2; shift ;;
-    --pstar) pstar=$2; shift ;;
-    --python) python=$2; shift ;;
-    --out) out=$2; shift ;;
-    --set) sets+=(--set "$2"); shift ;;
-    --dry-run) dry_run=1 ;;
     -h|--help) usage; exit 0 ;;
-    *) echo "llama_bench: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    *) shared_option "$@" || { echo "llama_bench: unknown argument '$1' (see --help)" >&2; exit 2; }
+       shift $((taken - 1)) ;;
   esac
   shift
 done
@@ -77,15 +59,7 @@ log() { echo "[llama_bench] $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 [ -n "$preset" ] || die "--preset NAME is required (see --help)"
-# shellcheck source=bench/gpu/bench_common.sh
-. "$here/bench_common.sh"
-find_pstar "$([ "$dry_run" = 0 ] && [ "$skip_pstar" = 0 ] && echo 1 || echo 0)"
-find_python
-util() { "$python" "$here/gpt_bench_util.py" "$@"; }
-
-[ -n "$out" ] || out=$(mktemp -d /tmp/pstar-llama-bench.XXXXXX)
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
+start_run /tmp/pstar-llama-bench.XXXXXX
 folder=${folder:-$out/hf}
 dir=$out/$preset
 mkdir -p "$dir"
@@ -110,49 +84,18 @@ fi
 hf_config=$folder/config.json
 vocab=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$hf_config")
 
-tokens=$out/tokens-$vocab.bin
-[ -f "$tokens" ] || util tokens "$tokens" --count 1048576 --vocab "$vocab"
-
 # A dry run wrote no weights, so it checks the preset's config instead of the folder's.
 if [ "$from_folder" = 1 ] && [ "$dry_run" = 0 ]; then
-  model="{\"init_from\": \"$folder\", \"seq_len\": $seq}"
+  pstar_side "{\"init_from\": \"$folder\", \"seq_len\": $seq}" "$preset" ", from $folder"
 else
-  model="{\"preset\": \"$preset\", \"seq_len\": $seq}"
-fi
-# --hidden/--layers/--heads are unused when --model is given; the config writer requires them.
-util config "$dir/pstar.json" --hidden 0 --layers 0 --heads 0 --vocab "$vocab" --seq "$seq" \
-  --micro-batch "$micro_batch" --steps $((warmup + steps)) --tokens "$tokens" \
-  --device-memory "$device_memory" --host-memory "$host_memory" --clip "$clip" --model "$model"
-rc=0
-"$pstar" estimate --config "$dir/pstar.json" "${sets[@]}" --hardware H100-80GB --cpu-mem 128GB \
-  --json >"$dir/estimate.json" 2>"$dir/estimate.log" || rc=$?
-case "$rc" in
-  0|5) ;;
-  *) die "pstar rejects the config ($rc): $(tail -n 1 "$dir/estimate.log")" ;;
-esac
-
-if [ "$dry_run" = 0 ] && [ "$skip_pstar" = 0 ]; then
-  log "$preset: pstar train ($((warmup + steps)) steps$([ "$from_folder" = 1 ] && echo ", from $folder"))"
-  rc=0
-  util measure "$dir/pstar.measure.json" --timeout "$timeout" -- \
-    "$pstar" train "$dir/pstar.json" "${sets[@]}" --device cuda \
-    --metrics "$dir/pstar.metrics.jsonl" >"$dir/pstar.log" 2>&1 || rc=$?
-  [ "$rc" = 0 ] || log "$preset: pstar exited with $rc ($(tail -n 1 "$dir/pstar.log"))"
+  pstar_side "{\"preset\": \"$preset\", \"seq_len\": $seq}" "$preset"
 fi
 
 if [ "$fsdp2" = 1 ]; then
   args=(--model llama --hf-config "$hf_config" --mode fsdp2-offload --optimizer fused
         --seq "$seq" --micro-batch "$micro_batch" --steps "$steps" --warmup "$warmup"
         --clip "$clip")
-  if [ "$dry_run" = 1 ]; then
-    "$python" "$here/fsdp2_reference.py" "${args[@]}" --dry-run >"$dir/fsdp2.json" \
-      2>"$dir/fsdp2.log" || die "fsdp2_reference.py --dry-run failed: $(tail -n 1 "$dir/fsdp2.log")"
-  else
-    log "$preset: FSDP2-offload (fused AdamW)"
-    util measure "$dir/fsdp2.measure.json" --timeout "$timeout" -- \
-      "$python" "$here/fsdp2_reference.py" "${args[@]}" >"$dir/fsdp2.json" 2>"$dir/fsdp2.log" ||
-      log "$preset: fsdp2 exited with $? ($(tail -n 1 "$dir/fsdp2.log"))"
-  fi
+  fsdp2_side "$preset" "(fused AdamW)" "${args[@]}"
 fi
 
 # Note [step bound]: the machine's rates and plain PyTorch's model-FLOPs rate, in this run.
