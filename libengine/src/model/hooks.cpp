@@ -31,6 +31,18 @@ struct PreBackward : public torch::autograd::Function<PreBackward> {
 
 thread_local bool t_recomputing = false;
 
+// Sets t_recomputing for a scope, restored however the scope ends (a block may throw).
+class Recomputing {
+ public:
+  Recomputing() : outer_(std::exchange(t_recomputing, true)) {}
+  ~Recomputing() { t_recomputing = outer_; }
+  Recomputing(const Recomputing&) = delete;
+  Recomputing& operator=(const Recomputing&) = delete;
+
+ private:
+  bool outer_;
+};
+
 struct Checkpoint : public torch::autograd::Function<Checkpoint> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 torch::Tensor x, int64_t block_address) {
@@ -46,9 +58,8 @@ struct Checkpoint : public torch::autograd::Function<Checkpoint> {
     std::vector<torch::Tensor> outputs;
     {
       torch::AutoGradMode enable(true);
-      const bool outer = std::exchange(t_recomputing, true);
+      const Recomputing recomputing;
       outputs = (*block)(x);
-      t_recomputing = outer;
     }
     // The outputs a gradient reached (a side output no loss used has none) and that have a graph.
     std::vector<torch::Tensor> roots, root_grads;
