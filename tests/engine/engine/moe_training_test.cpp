@@ -62,8 +62,9 @@ int64_t sparse_layers(const std::string& family) { return family == "mixtral" ? 
 class MoeTrainingTest : public ::testing::TestWithParam<const char*> {};
 
 // output_router_logits: the load-balancing loss times router_aux_loss_coef joins the loss that
-// trains (the second step's loss moves), with or without activation checkpointing; transformers
-// 5's fused experts load as the Hub's per-expert tensors do.
+// trains (the second step's loss moves), with or without activation checkpointing (then also under
+// a budget that forces moves); transformers 5's fused experts load as the Hub's per-expert tensors
+// do.
 TEST_P(MoeTrainingTest, TheAuxLossTrainsAndFusedExpertsLoad) {
   std::vector<std::vector<double>> free_losses;  // torch and chunk engine, without checkpointing
   for (const char* variant : {"aux", "fused_experts"}) {
@@ -81,14 +82,29 @@ TEST_P(MoeTrainingTest, TheAuxLossTrainsAndFusedExpertsLoad) {
       const auto torch_run = pstar::testing::run_steps(c);
       expect_reference(torch_run, *f, "torch engine");
       c.engine.mode = config::EngineMode::kChunked;
-      const auto chunk_run = pstar::testing::run_steps(c);
+      engine::ChunkedEngine* engine = nullptr;
+      std::unique_ptr<Trainer> keep;
+      const auto chunk_run = pstar::testing::run_steps(c, &engine, &keep);
       expect_reference(chunk_run, *f, "chunk engine");
       if (!checkpointing) {
         free_losses = {losses(torch_run), losses(chunk_run)};
-      } else {
-        EXPECT_EQ(losses(torch_run), free_losses[0]) << "checkpointing changed the numbers";
-        EXPECT_EQ(losses(chunk_run), free_losses[1]) << "checkpointing changed the numbers";
+        continue;
       }
+      EXPECT_EQ(losses(torch_run), free_losses[0]) << "checkpointing changed the numbers";
+      EXPECT_EQ(losses(chunk_run), free_losses[1]) << "checkpointing changed the numbers";
+      // And under a device budget that moves chunks between a layer's forward and its
+      // recomputation.
+      int64_t non_model = engine->fit().device_non_model;
+      for (int64_t b : engine->trace().non_model_bytes) non_model = std::max(non_model, b);
+      config::TrainConfig tight = c;
+      tight.engine.device_memory =
+          non_model + engine->largest_working_set_bytes() + 2 * engine->compute_chunk_bytes();
+      keep.reset();
+      const auto budgeted = pstar::testing::run_steps(tight);
+      EXPECT_EQ(losses(budgeted), losses(chunk_run)) << "a tight budget changed the numbers";
+      int64_t moved = 0;
+      for (const auto& m : budgeted) moved += m.engine.moved_h2d_bytes;
+      EXPECT_GT(moved, 0) << "the budget did not bind";
     }
   }
   // The plain folder's second loss differs from the "aux" one's: the loss did train.
