@@ -63,6 +63,10 @@ def parse_args(argv):
     p.add_argument("--hf-config", metavar="CONFIG.json",
                    help="--model llama: a Hugging Face config.json (model_type llama, mistral or "
                         "qwen2 without sliding window); it sets hidden, layers, heads and vocab")
+    p.add_argument("--experts-implementation", metavar="NAME",
+                   help="--model hf, a mixture of experts: transformers' expert kernel (e.g. "
+                        "eager or grouped_mm; default: transformers' own choice, which the record "
+                        "names)")
     p.add_argument("--optimizer", choices=["fused", "foreach"], default="fused",
                    help="torch.optim.AdamW implementation (default fused)")
     p.add_argument("--hidden", type=int, default=2048)
@@ -226,7 +230,8 @@ class Gpt(nn.Module):
 def make_model(a, device):
     if a.model == "hf":
         import hf_reference
-        return hf_reference.HfDecoder(a.hf, a.attention, a.checkpointing, device)
+        return hf_reference.HfDecoder(a.hf, a.attention, a.checkpointing, device,
+                                      a.experts_implementation)
     if a.model == "llama":
         import llama_reference
         return llama_reference.Llama(a.hf, a.attention, a.checkpointing, device)
@@ -341,6 +346,8 @@ def train(a, record):
     torch.manual_seed(a.seed)
     model, finish = (build_fsdp2 if a.mode == "fsdp2-offload" else build_plain)(a, device)
     record["params"] = count_params(model)
+    if a.model == "hf":
+        record["experts_implementation"] = model.experts_implementation
     record["flops_per_token"] = model_flops_per_token(a, record["params"])
     # One group, weight decay on every parameter, as pstar's AdamW.
     kind = {"fused": True} if a.optimizer == "fused" else {"foreach": True}

@@ -261,6 +261,8 @@ def reference_figures(d, name, params):
         return None
     out = {k: None for k in REFERENCE_KEYS}
     out.update({k: v for k, v in (ref or {}).items() if k in REFERENCE_KEYS})
+    if ref and "experts_implementation" in ref:  # transformers' expert kernel (--model hf)
+        out["experts_implementation"] = ref["experts_implementation"]
     if measure is not None:
         out["exit_code"] = measure["exit_code"]
         out["gpu_used_peak_bytes"] = measure["gpu_used_peak_bytes"]

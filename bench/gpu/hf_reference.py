@@ -25,7 +25,7 @@ def _rotary(module):
 class HfDecoder(nn.Module):
     """AutoModelForCausalLM.from_config(config) on `device`, returning fp32 logits' inputs."""
 
-    def __init__(self, config, attention, checkpointing, device):
+    def __init__(self, config, attention, checkpointing, device, experts=None):
         super().__init__()
         import transformers  # here: the rest of fsdp2_reference.py runs without it
 
@@ -36,6 +36,13 @@ class HfDecoder(nn.Module):
         with torch.device(device):
             self.lm = transformers.AutoModelForCausalLM.from_config(hf_config,
                                                                     attn_implementation=impl)
+        if experts:  # a mixture of experts' expert kernel (transformers 5: eager, grouped_mm, ...)
+            if not hasattr(self.lm, "set_experts_implementation"):
+                raise RuntimeError("hf_reference: this transformers has no experts implementations "
+                                   f"to choose from (--experts-implementation {experts})")
+            self.lm.set_experts_implementation(experts)
+        # What the run used, for its record (None: a dense model, or a transformers without them).
+        self.experts_implementation = getattr(self.lm.config, "_experts_implementation", None)
         self.lm.float()  # fp32 parameters (FSDP2 casts its gathered copies to bf16), as pstar's
         self.lm.train()  # gradient checkpointing and dropout follow the training flag
         if checkpointing:
