@@ -59,6 +59,24 @@ config::TrainConfig moe_config(const FamilyFolder& f) {
 // The sparse layers of the reference's tiny folders: Mixtral's 3, Qwen3-MoE's 2 (layer 1 dense).
 int64_t sparse_layers(const std::string& family) { return family == "mixtral" ? 3 : 2; }
 
+// A device budget that holds the run's non-model peak (the plan's and every traced moment's), its
+// largest working set and two chunks more: chunks move every step.
+int64_t tight_budget(engine::ChunkedEngine& engine) {
+  int64_t non_model = engine.fit().device_non_model;
+  for (int64_t b : engine.trace().non_model_bytes) non_model = std::max(non_model, b);
+  return non_model + engine.largest_working_set_bytes() + 2 * engine.compute_chunk_bytes();
+}
+
+// `c` trained with `budget` bytes of device memory, which must make chunks move.
+std::vector<StepMetrics> run_under(config::TrainConfig c, int64_t budget) {
+  c.engine.device_memory = budget;
+  auto steps = pstar::testing::run_steps(c);
+  int64_t moved = 0;
+  for (const auto& m : steps) moved += m.engine.moved_h2d_bytes;
+  EXPECT_GT(moved, 0) << "the budget did not bind";
+  return steps;
+}
+
 class MoeTrainingTest : public ::testing::TestWithParam<const char*> {};
 
 // output_router_logits: the load-balancing loss times router_aux_loss_coef joins the loss that
@@ -94,17 +112,10 @@ TEST_P(MoeTrainingTest, TheAuxLossTrainsAndFusedExpertsLoad) {
       EXPECT_EQ(losses(chunk_run), free_losses[1]) << "checkpointing changed the numbers";
       // And under a device budget that moves chunks between a layer's forward and its
       // recomputation.
-      int64_t non_model = engine->fit().device_non_model;
-      for (int64_t b : engine->trace().non_model_bytes) non_model = std::max(non_model, b);
-      config::TrainConfig tight = c;
-      tight.engine.device_memory =
-          non_model + engine->largest_working_set_bytes() + 2 * engine->compute_chunk_bytes();
+      const int64_t budget = tight_budget(*engine);
       keep.reset();
-      const auto budgeted = pstar::testing::run_steps(tight);
-      EXPECT_EQ(losses(budgeted), losses(chunk_run)) << "a tight budget changed the numbers";
-      int64_t moved = 0;
-      for (const auto& m : budgeted) moved += m.engine.moved_h2d_bytes;
-      EXPECT_GT(moved, 0) << "the budget did not bind";
+      EXPECT_EQ(losses(run_under(c, budget)), losses(chunk_run))
+          << "a tight budget changed the numbers";
     }
   }
   // The plain folder's second loss differs from the "aux" one's: the loss did train.
@@ -136,10 +147,7 @@ TEST_P(MoeTrainingTest, RoutingTheDataDecidesKeepsTheTraceBudgetAndRanks) {
     // The whole-step idle experts the layout makes: step 1's in "routed", step 2's in the reverse.
     EXPECT_EQ(free_run[0].routing->idle_in_step, reverse ? 0 : idle_pairs);
     EXPECT_EQ(free_run[1].routing->idle_in_step, reverse ? idle_pairs : 0);
-    int64_t non_model = engine->fit().device_non_model;
-    for (int64_t b : engine->trace().non_model_bytes) non_model = std::max(non_model, b);
-    const int64_t budget =
-        non_model + engine->largest_working_set_bytes() + 2 * engine->compute_chunk_bytes();
+    const int64_t budget = tight_budget(*engine);
     keep.reset();
 
     config::TrainConfig tight = c;
@@ -271,19 +279,12 @@ TEST_P(MoeTrainingTest, AnExpertIdleForAWholeStepIsLeftAsTorchLeavesAParameterWi
     }
     if (mode == config::EngineMode::kTorch) continue;
 
-    int64_t non_model = engine->fit().device_non_model;
-    for (int64_t b : engine->trace().non_model_bytes) non_model = std::max(non_model, b);
     config::TrainConfig tight = c;
     tight.training.save_dir.clear();
-    tight.engine.device_memory =
-        non_model + engine->largest_working_set_bytes() + 2 * engine->compute_chunk_bytes();
-
+    tight.engine.device_memory = tight_budget(*engine);
     keep.reset();
-    const auto budgeted = pstar::testing::run_steps(tight);
-    EXPECT_EQ(losses(budgeted), losses(run)) << "a tight budget changed the numbers";
-    int64_t moved = 0;
-    for (const auto& m : budgeted) moved += m.engine.moved_h2d_bytes;
-    EXPECT_GT(moved, 0) << "the budget did not bind";
+    EXPECT_EQ(losses(run_under(tight, *tight.engine.device_memory)), losses(run))
+        << "a tight budget changed the numbers";
     config::TrainConfig two = tight;
     two.training.save_dir = dir.file("two ranks");
     const auto ranked = pstar::testing::run_split_over_ranks(two, 2);
@@ -322,10 +323,7 @@ TEST_P(MoeTrainingTest, HeldExpertsGiveTheSameBitsOnEveryAdamPath) {
   const auto free_run = pstar::testing::run_steps(c, &engine, &keep);
   for (size_t i = 0; i < free_run.size(); ++i)
     EXPECT_NEAR(free_run[i].loss, torch_run[i].loss, 2e-3 * torch_run[i].loss) << "step " << i + 1;
-  int64_t non_model = engine->fit().device_non_model;
-  for (int64_t b : engine->trace().non_model_bytes) non_model = std::max(non_model, b);
-  c.engine.device_memory =
-      non_model + engine->largest_working_set_bytes() + 2 * engine->compute_chunk_bytes();
+  c.engine.device_memory = tight_budget(*engine);
   // A host budget that holds every chunk's compute payloads and the NVMe staging pool with little
   // to spare: most chunks' optimizer payloads go to NVMe (as NvmeTrainingTest's).
   const int64_t host_for_nvme = engine->num_chunks() * engine->compute_chunk_bytes() +
