@@ -33,9 +33,13 @@ const std::vector<int64_t>& ChunkStore::tensors_of(torch::nn::Module& module) co
 }
 
 const ManagedTensor& ChunkStore::tensor(const std::string& name) const {
+  return tensors_[static_cast<size_t>(tensor_id(name))];
+}
+
+int64_t ChunkStore::tensor_id(const std::string& name) const {
   auto it = tensor_by_name_.find(name);
   PSTAR_INTERNAL_ASSERT(it != tensor_by_name_.end(), "unknown parameter ", name);
-  return tensors_[static_cast<size_t>(it->second)];
+  return it->second;
 }
 
 // ---- bytes per place ---------------------------------------------------------------------------

@@ -212,6 +212,7 @@ class ChunkStore {
   // The tensors of a registered module; ConfigError for a module the engine does not manage.
   const std::vector<int64_t>& tensors_of(torch::nn::Module& module) const;
   const ManagedTensor& tensor(const std::string& name) const;
+  int64_t tensor_id(const std::string& name) const;  // InternalError for an unknown name
 
   // Set-up phases timed inside the store (Note [set-up phases]): payload allocation (kAlloc).
   const core::SetupPhases& setup_phases() const { return setup_; }

@@ -453,16 +453,9 @@ void ChunkedEngine::speculate_update(double lr, double grad_multiplier, double m
 
 void ChunkedEngine::skip_update(const std::vector<std::string>& names) {
   Impl& s = *impl_;
-  std::unordered_map<std::string, int64_t> ids;
-  const auto& tensors = s.store.tensors();
-  for (size_t i = 0; i < tensors.size(); ++i) ids.emplace(tensors[i].name, static_cast<int64_t>(i));
   std::vector<int64_t> held;
-  for (const std::string& name : names) {
-    const auto it = ids.find(name);
-    PSTAR_INTERNAL_ASSERT(it != ids.end(), "skip_update: the engine holds no parameter '", name,
-                          "'");
-    held.push_back(it->second);
-  }
+  held.reserve(names.size());
+  for (const std::string& name : names) held.push_back(s.store.tensor_id(name));
   s.adam.tensor_steps().hold(held);
 }
 
